@@ -1,0 +1,51 @@
+// Opcode table accessors and the quickened -> base mapping, both generated from the
+// checked-in table (CPython does not export its _PyOpcode_Deopt data symbol).
+#include <cstring>
+
+#include "bytecode/opcodes.h"
+
+namespace cdynamo::bytecode {
+namespace {
+
+struct Row {
+  const char* name = nullptr;
+  int caches = 0;
+  const char* flags = "";
+};
+
+struct Table {
+  Row rows[256];
+  uint8_t deopt[256] = {};
+  Table() {
+#define X(n, num, c, f) rows[num] = Row{#n, c, f}, deopt[num] = num;
+#define S(n, num, base) deopt[num] = static_cast<uint8_t>(Op::base);
+#include "bytecode/opcodes_311.def"
+#undef S
+#undef X
+  }
+};
+
+const Table& table() {
+  static const Table t;
+  return t;
+}
+
+}  // namespace
+
+const char* opName(int opcode) {
+  if (opcode < 0 || opcode > 255) return nullptr;
+  return table().rows[opcode].name;
+}
+int opCaches(int opcode) { return (opcode < 0 || opcode > 255) ? 0 : table().rows[opcode].caches; }
+bool opKnown(int opcode) { return opName(opcode) != nullptr; }
+bool opHasFlag(int opcode, char flag) {
+  if (!opKnown(opcode)) return false;
+  return std::strchr(table().rows[opcode].flags, flag) != nullptr;
+}
+int opDeopt(int opcode) {
+  if (opcode < 0 || opcode > 255) return opcode;
+  int base = table().deopt[opcode];
+  return base ? base : opcode;
+}
+
+}  // namespace cdynamo::bytecode

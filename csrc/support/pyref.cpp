@@ -1,0 +1,11 @@
+#include "support/pyref.h"
+
+namespace cdynamo {
+
+PyObject* intern(const char* s) {
+  // Interned strings live as long as the interpreter; the caller gets a borrowed pointer.
+  PyObject* o = PyUnicode_InternFromString(s);
+  return o;  // one reference leaked on purpose: the table of interned names is immortal
+}
+
+}  // namespace cdynamo

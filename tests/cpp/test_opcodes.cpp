@@ -1,0 +1,54 @@
+// Every row of the checked-in opcode table agrees with the running interpreter's `dis`
+// and `opcode` modules, and the decoder folds EXTENDED_ARG and skips CACHE units.
+#include <Python.h>
+
+#include "bytecode/instructions.h"
+#include "bytecode/opcodes.h"
+#include "check.h"
+
+using namespace cdynamo::bytecode;
+
+static void checkTableAgainstDis() {
+  PyObject* opcode = PyImport_ImportModule("opcode");
+  PyObject* opmap = PyObject_GetAttrString(opcode, "opmap");
+  PyObject* caches = PyObject_GetAttrString(opcode, "_inline_cache_entries");
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  int n = 0;
+  while (PyDict_Next(opmap, &pos, &key, &value)) {
+    int num = (int)PyLong_AsLong(value);
+    const char* name = opName(num);
+    EXPECT(name != nullptr);
+    if (name) EXPECT(std::string(name) == PyUnicode_AsUTF8(key));
+    EXPECT_EQ(opCaches(num), (int)PyLong_AsLong(PyList_GetItem(caches, num)));
+    ++n;
+  }
+  int known = 0;
+  for (int i = 0; i < 256; ++i) known += opKnown(i);
+  EXPECT_EQ(known, n);
+  Py_DECREF(caches);
+  Py_DECREF(opmap);
+  Py_DECREF(opcode);
+}
+
+static void checkDecoder() {
+  // LOAD_FAST 0; EXTENDED_ARG 1; LOAD_CONST 2 (-> 258); BINARY_OP 0 + 1 cache; RETURN_VALUE
+  const uint8_t code[] = {124, 0, 144, 1, 100, 2, 122, 0, 0, 0, 83, 0};
+  auto ins = decode(code, 6);
+  EXPECT_EQ(ins.size(), 4u);
+  EXPECT(ins[1].op == Op::LOAD_CONST);
+  EXPECT_EQ(ins[1].arg, 258);
+  EXPECT_EQ(ins[1].start, 1);
+  EXPECT_EQ(ins[1].offset, 2);
+  EXPECT_EQ(ins[2].next, 5);
+  EXPECT_EQ(indexAtOffset(ins, 1), 1);
+  EXPECT_EQ(indexAtOffset(ins, 2), -1);
+}
+
+int main() {
+  Py_Initialize();
+  checkTableAgainstDis();
+  checkDecoder();
+  Py_Finalize();
+  return TEST_MAIN_RESULT();
+}
