@@ -1,11 +1,225 @@
 // The extension module cdynamo._C: bindings only (STYLE.md habit 13). Each function here
 // forwards to the stage that implements it.
 #include <Python.h>
+#include <structmember.h>
 
-static PyMethodDef methods[] = {
+#include <string>
+#include <vector>
+
+#include "cache/code_cache.h"
+#include "frame/eval_frame.h"
+#include "support/pyref.h"
+#include "support/stats.h"
+
+using cdynamo::Ref;
+
+namespace {
+
+// ---- CompiledFunction: what cdynamo.compile(fn) returns --------------------------------
+// A callable wrapper that runs `fn` with the compile context on; vectorcall keeps the
+// wrapper's own cost to a C call. Binds like a function when used as a method.
+struct CompiledFunction {
+  PyObject_HEAD
+  PyObject* fn;
+  PyObject* config;
+  PyObject* dict;
+  PyObject* weakrefs;
+  vectorcallfunc vectorcall;
+};
+
+PyObject* compiledCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  auto* cf = reinterpret_cast<CompiledFunction*>(self);
+  return cdynamo::frame::callCompiled(cf->config, cf->fn, args, nargsf, kwnames);
+}
+
+PyObject* compiledNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
+  PyObject *fn, *config;
+  static const char* kw[] = {"fn", "config", nullptr};
+  if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", const_cast<char**>(kw), &fn, &config)) return nullptr;
+  if (!PyCallable_Check(fn)) {
+    PyErr_SetString(PyExc_TypeError, "cdynamo: compile() needs a callable");
+    return nullptr;
+  }
+  auto* self = reinterpret_cast<CompiledFunction*>(type->tp_alloc(type, 0));
+  if (!self) return nullptr;
+  Py_INCREF(fn);
+  Py_INCREF(config);
+  self->fn = fn;
+  self->config = config;
+  self->vectorcall = compiledCall;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+int compiledTraverse(PyObject* self, visitproc visit, void* arg) {
+  auto* cf = reinterpret_cast<CompiledFunction*>(self);
+  Py_VISIT(cf->fn);
+  Py_VISIT(cf->config);
+  Py_VISIT(cf->dict);
+  return 0;
+}
+
+int compiledClear(PyObject* self) {
+  auto* cf = reinterpret_cast<CompiledFunction*>(self);
+  Py_CLEAR(cf->fn);
+  Py_CLEAR(cf->config);
+  Py_CLEAR(cf->dict);
+  return 0;
+}
+
+void compiledDealloc(PyObject* self) {
+  PyObject_GC_UnTrack(self);
+  auto* cf = reinterpret_cast<CompiledFunction*>(self);
+  if (cf->weakrefs) PyObject_ClearWeakRefs(self);
+  compiledClear(self);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* compiledGet(PyObject* self, PyObject* obj, PyObject* type) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyMemberDef compiledMembers[] = {
+    {"_torchdynamo_orig_callable", T_OBJECT, offsetof(CompiledFunction, fn), READONLY, "the original callable"},
+    {"_cdynamo_config", T_OBJECT, offsetof(CompiledFunction, config), READONLY, "compile configuration"},
+    {"__vectorcalloffset__", T_PYSSIZET, offsetof(CompiledFunction, vectorcall), READONLY, nullptr},
+    {"__dictoffset__", T_PYSSIZET, offsetof(CompiledFunction, dict), READONLY, nullptr},
+    {"__weaklistoffset__", T_PYSSIZET, offsetof(CompiledFunction, weakrefs), READONLY, nullptr},
+    {nullptr}};
+
+PyGetSetDef compiledGetSet[] = {
+    {"__dict__", PyObject_GenericGetDict, PyObject_GenericSetDict, nullptr, nullptr},
+    {nullptr}};
+
+PyType_Slot compiledSlots[] = {
+    {Py_tp_getset, compiledGetSet},
+    {Py_tp_new, reinterpret_cast<void*>(compiledNew)},
+    {Py_tp_dealloc, reinterpret_cast<void*>(compiledDealloc)},
+    {Py_tp_traverse, reinterpret_cast<void*>(compiledTraverse)},
+    {Py_tp_clear, reinterpret_cast<void*>(compiledClear)},
+    {Py_tp_call, reinterpret_cast<void*>(PyVectorcall_Call)},
+    {Py_tp_descr_get, reinterpret_cast<void*>(compiledGet)},
+    {Py_tp_members, compiledMembers},
+    {Py_tp_doc, const_cast<char*>("A function compiled by cdynamo: calls run with the frame hook on.")},
+    {0, nullptr}};
+
+PyType_Spec compiledSpec = {"cdynamo._C.CompiledFunction", sizeof(CompiledFunction), 0,
+                            Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL |
+                                Py_TPFLAGS_METHOD_DESCRIPTOR,
+                            compiledSlots};
+
+// ---- module functions ------------------------------------------------------------------
+
+PyObject* py_call_compiled(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // call_compiled(config, fn, *args, **kwargs)
+  if (nargs < 2) {
+    PyErr_SetString(PyExc_TypeError, "call_compiled(config, fn, *args, **kwargs)");
+    return nullptr;
+  }
+  return cdynamo::frame::callCompiled(args[0], args[1], args + 2, static_cast<size_t>(nargs - 2), kwnames);
+}
+
+PyObject* py_set_file_rules(PyObject*, PyObject* arg) {
+  Ref seq = Ref::steal(PySequence_Fast(arg, "set_file_rules([(prefix, traced), ...])"));
+  if (!seq) return nullptr;
+  std::vector<std::pair<std::string, bool>> rules;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
+    const char* prefix;
+    int traced;
+    if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq.get(), i), "sp", &prefix, &traced)) return nullptr;
+    rules.emplace_back(prefix, traced != 0);
+  }
+  cdynamo::frame::setFileRules(std::move(rules));
+  Py_RETURN_NONE;
+}
+
+PyObject* py_reset(PyObject*, PyObject*) {
+  cdynamo::frame::reset();
+  Py_RETURN_NONE;
+}
+
+PyObject* py_stats(PyObject*, PyObject*) {
+  const cdynamo::Stats& s = cdynamo::stats();
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
+                       s.frames_captured, "frames_native", s.frames_native, "graphs_compiled", s.graphs_compiled,
+                       "cache_hits", s.cache_hits, "cache_misses", s.cache_misses, "recompiles", s.recompiles,
+                       "cache_entries", static_cast<Py_ssize_t>(cdynamo::cache::numEntries()));
+}
+
+PyObject* py_native_frames(PyObject*, PyObject*) {
+  const auto& frames = cdynamo::frame::nativeFrames();
+  Ref list = Ref::steal(PyList_New(0));
+  if (!list) return nullptr;
+  for (const auto& f : frames) {
+    Ref d = Ref::steal(Py_BuildValue("{s:s,s:s,s:i,s:s,s:s}", "function", f.function.c_str(), "filename",
+                                     f.filename.c_str(), "line", f.line, "reason", f.reason.c_str(), "user_stack",
+                                     f.user_stack.c_str()));
+    if (!d || PyList_Append(list.get(), d.get()) < 0) return nullptr;
+  }
+  return list.release();
+}
+
+PyObject* py_cache_entries(PyObject*, PyObject* code) {
+  if (!PyCode_Check(code)) {
+    PyErr_SetString(PyExc_TypeError, "cache_entries(code)");
+    return nullptr;
+  }
+  Ref list = Ref::steal(PyList_New(0));
+  if (!list) return nullptr;
+  cdynamo::cache::CodeExtra* extra = cdynamo::cache::lookup(reinterpret_cast<PyCodeObject*>(code));
+  if (!extra) return list.release();
+  for (const auto& e : extra->entries) {
+    std::string guards = e->guards.describe();
+    PyObject* gm = e->graph_module ? e->graph_module.get() : Py_None;
+    Ref d = Ref::steal(Py_BuildValue("{s:s,s:s,s:O,s:n,s:O}", "name", e->name.c_str(), "guards", guards.c_str(),
+                                     "graph_module", gm, "num_guards", static_cast<Py_ssize_t>(e->guards.numChecks()),
+                                     "backend_config", e->config.get()));
+    if (!d || PyList_Append(list.get(), d.get()) < 0) return nullptr;
+  }
+  return list.release();
+}
+
+PyObject* py_set_log_channels(PyObject*, PyObject* arg) {
+  unsigned long mask = PyLong_AsUnsignedLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  cdynamo::frame::setLogChannels(static_cast<unsigned>(mask));
+  Py_RETURN_NONE;
+}
+
+PyObject* py_set_cache_size_limit(PyObject*, PyObject* arg) {
+  long n = PyLong_AsLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  cdynamo::frame::setCacheSizeLimit(static_cast<int>(n));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef methods[] = {
+    {"call_compiled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_call_compiled)),
+     METH_FASTCALL | METH_KEYWORDS, "call_compiled(config, fn, *args, **kwargs): call with the frame hook on"},
+    {"set_file_rules", py_set_file_rules, METH_O, "set_file_rules([(path_prefix, traced), ...]): longest prefix wins"},
+    {"reset", py_reset, METH_NOARGS, "drop every cache entry, per-code decision and counter"},
+    {"stats", py_stats, METH_NOARGS, "counters since the last reset"},
+    {"native_frames", py_native_frames, METH_NOARGS, "frames that ran natively, with reasons"},
+    {"cache_entries", py_cache_entries, METH_O, "cache_entries(code): the entries of a code object"},
+    {"set_log_channels", py_set_log_channels, METH_O, "set the CDYNAMO_LOGS bit mask"},
+    {"set_cache_size_limit", py_set_cache_size_limit, METH_O, "entries per code object before running natively"},
     {nullptr, nullptr, 0, nullptr},
 };
 
-static PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "cdynamo._C", "cdynamo C++ core", -1, methods};
+PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "cdynamo._C", "cdynamo C++ core", -1, methods};
 
-PyMODINIT_FUNC PyInit__C(void) { return PyModule_Create(&moduledef); }
+}  // namespace
+
+PyMODINIT_FUNC PyInit__C(void) {
+  Ref m = Ref::steal(PyModule_Create(&moduledef));
+  if (!m) return nullptr;
+  PyObject* type = PyType_FromSpec(&compiledSpec);
+  if (!type || PyModule_AddObject(m.get(), "CompiledFunction", type) < 0) {
+    Py_XDECREF(type);
+    return nullptr;
+  }
+  return m.release();
+}

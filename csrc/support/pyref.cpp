@@ -9,3 +9,12 @@ PyObject* intern(const char* s) {
 }
 
 }  // namespace cdynamo
+
+#include "support/stats.h"
+
+namespace cdynamo {
+Stats& stats() {
+  static Stats s;
+  return s;
+}
+}  // namespace cdynamo

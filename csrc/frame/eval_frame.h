@@ -1,0 +1,47 @@
+// The PEP 523 frame hook and the compile context it serves.
+//
+// The hook is installed (per interpreter) only while at least one thread runs a compiled
+// function, and acts only on threads whose thread-local compile context is set; all other
+// frames go straight to CPython's default evaluator. Inside, it consults the code
+// object's cache (csrc/cache), runs a matching entry without evaluating the frame, or
+// translates the frame (csrc/trace) on a miss. The context is cleared while guards,
+// compiled graphs and the tracer run, so their own Python code is never intercepted.
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+namespace cdynamo::frame {
+
+// Calls fn(*args, **kwnames) with the compile context `config` active on this thread;
+// restores the previous context and hook state on every path. Vectorcall convention.
+PyObject* callCompiled(PyObject* config, PyObject* fn, PyObject* const* args, size_t nargsf,
+                       PyObject* kwnames);
+
+// Which files are traced: (co_filename prefix, traced?) rules where the longest matching
+// prefix decides and no match means traced (e.g. torch/ skipped, torch/nn/modules/
+// traced, torch/nn/modules/module.py skipped). Set once by the Python package.
+void setFileRules(std::vector<std::pair<std::string, bool>> rules);
+
+// Drops every cache entry and every per-code decision.
+void reset();
+
+// A frame that could not be captured and ran natively.
+struct NativeFrame {
+  std::string function, filename, reason, user_stack;
+  int line = 0;
+};
+const std::vector<NativeFrame>& nativeFrames();
+
+// Log channels (bit mask), set from CDYNAMO_LOGS by the Python package.
+enum LogChannel : unsigned {
+  kLogRecompiles = 1u << 0,
+  kLogGraphBreaks = 1u << 1,
+  kLogGuards = 1u << 2,
+  kLogGraphCode = 1u << 3,
+};
+void setLogChannels(unsigned mask);
+void setCacheSizeLimit(int limit);
+
+}  // namespace cdynamo::frame

@@ -1,0 +1,101 @@
+// The graph IR recorded during tracing, and its conversion to a torch.fx.GraphModule.
+//
+// Tracing appends nodes here; each node's output metadata comes from running its target
+// on fake tensors (torch._subclasses.fake_tensor.FakeTensorMode), entered for the whole
+// trace. The FX graph is built once, at the end, from the live nodes only.
+//
+// Errors: functions returning false / -1 leave a Python error set (the tracer turns it
+// into an "unsupported" reason; nothing here raises across the frame hook).
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "support/pyref.h"
+
+namespace cdynamo::graph {
+
+// An argument of a node: a tree of Python constants and references to earlier nodes.
+struct Arg {
+  enum class Kind : uint8_t { Node, Const, Tuple, List, Slice };
+  Kind kind = Kind::Const;
+  int node = -1;            // Kind::Node
+  Ref constant;             // Kind::Const
+  std::vector<Arg> items;   // Tuple / List; Slice: exactly 3 (start, stop, step)
+
+  static Arg ofNode(int n) {
+    Arg a;
+    a.kind = Kind::Node;
+    a.node = n;
+    return a;
+  }
+  static Arg ofConst(PyObject* o) {
+    Arg a;
+    a.kind = Kind::Const;
+    a.constant = Ref::borrow(o);
+    return a;
+  }
+  static Arg ofItems(Kind k, std::vector<Arg> items) {
+    Arg a;
+    a.kind = k;
+    a.items = std::move(items);
+    return a;
+  }
+  Arg clone() const;
+};
+
+enum class NodeOp : uint8_t { Placeholder, CallFunction, CallMethod };
+
+struct Node {
+  NodeOp op;
+  Ref target;          // callable (CallFunction) or method name str (CallMethod); null for inputs
+  std::string name;    // placeholder name
+  std::vector<Arg> args;
+  std::vector<std::pair<Ref, Arg>> kwargs;  // name (str) -> value
+  Ref fake;            // fake result (FakeTensor, or a tuple of them)
+  bool impure = false; // mutates its inputs: kept even when its result is unused
+};
+
+class GraphBuilder {
+ public:
+  GraphBuilder() = default;
+  ~GraphBuilder();
+  GraphBuilder(const GraphBuilder&) = delete;
+  GraphBuilder& operator=(const GraphBuilder&) = delete;
+
+  // Creates a fake-tensor mode and enters it until finish() or destruction.
+  bool begin();
+  // Leaves the fake mode (idempotent). Must run before calling a backend.
+  void finish();
+
+  // A graph input for real tensor `real`; returns the node id or -1.
+  int addInput(PyObject* real, const std::string& name);
+  // A call; runs it on fake values to get the result's metadata. Returns the node id,
+  // -1 with an error set, or kNoTensorResult when the result holds no tensor (a metadata
+  // query such as x.size() or x.dim()): then no node is recorded and the plain result is
+  // stored in *plain_result.
+  static constexpr int kNoTensorResult = -2;
+  int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
+              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
+
+  const Node& node(int id) const { return nodes_[id]; }
+  PyObject* fake(int id) const { return nodes_[id].fake.get(); }
+  int numNodes() const { return static_cast<int>(nodes_.size()); }
+
+  // Builds the GraphModule returning the tuple of `outputs`, with dead nodes dropped.
+  // `inputs_used` receives the placeholder node ids kept, in graph-input order.
+  // Returns null with an error set on failure.
+  Ref buildGraphModule(const std::vector<int>& outputs, std::vector<int>* inputs_used,
+                       int* op_count);
+
+ private:
+  Ref materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes);
+
+  Ref mode_;
+  bool entered_ = false;
+  std::vector<Node> nodes_;
+};
+
+}  // namespace cdynamo::graph

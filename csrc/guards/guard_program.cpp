@@ -1,0 +1,290 @@
+#include "guards/guard_program.h"
+
+#include <sstream>
+
+#include "support/check.h"
+
+namespace cdynamo::guards {
+namespace {
+
+// Borrowed contents of a cell, or null when empty.
+PyObject* cellContents(PyObject* cell) {
+  return PyCell_Check(cell) ? PyCell_GET(cell) : nullptr;
+}
+
+// Borrowed object behind a weakref (None when dead, which never equals a live object).
+PyObject* deref(const Check& c) { return c.weak ? PyWeakref_GET_OBJECT(c.obj.get()) : c.obj.get(); }
+
+std::string reprOf(PyObject* o) {
+  Ref r = Ref::steal(PyObject_Repr(o));
+  if (!r) {
+    PyErr_Clear();
+    return "<unprintable>";
+  }
+  std::string s = PyUnicode_AsUTF8(r.get());
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+}  // namespace
+
+int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
+  for (size_t i = 0; i < loads_.size(); ++i) {
+    const Load& l = loads_[i];
+    if (l.kind == kind && l.base == base && l.index == index) {
+      if (!name && !l.name) return static_cast<int>(i);
+      if (kind == LoadKind::Constant && l.name.get() == name) return static_cast<int>(i);
+      if (kind != LoadKind::Constant && name && l.name && PyUnicode_Compare(name, l.name.get()) == 0)
+        return static_cast<int>(i);
+    }
+  }
+  CDYNAMO_CHECK(base < static_cast<int>(loads_.size()), "load through an unknown register");
+  loads_.push_back(Load{kind, base, index, Ref::borrow(name)});
+  names_.push_back(std::move(what));
+  steps_.push_back(Step{true, static_cast<int>(loads_.size() - 1)});
+  any_owned_ |= loads_.back().owned();
+  return static_cast<int>(loads_.size() - 1);
+}
+
+void GuardProgram::checkTensor(int reg, PyObject* tensor) {
+  Check c{CheckKind::Tensor, reg};
+  if (!captureTensorSpec(tensor, &c.tensor)) {
+    // Metadata that cannot be read cannot be guarded: make the guard always fail.
+    PyErr_Clear();
+    c.kind = CheckKind::Identity;
+    c.obj = Ref::borrow(Py_None);
+  }
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+void GuardProgram::checkType(int reg, PyTypeObject* type) {
+  Check c{CheckKind::Type, reg};
+  c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+void GuardProgram::checkIdentity(int reg, PyObject* obj) {
+  Check c{CheckKind::Identity, reg};
+  // Hold the object weakly when possible so that a cache entry does not keep a model
+  // alive; a dead referent reads as None and fails the guard.
+  if (obj != Py_None && PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj))) {
+    c.obj = Ref::steal(PyWeakref_NewRef(obj, nullptr));
+    c.weak = true;
+  }
+  if (!c.obj) {
+    PyErr_Clear();
+    c.obj = Ref::borrow(obj);
+    c.weak = false;
+  }
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+void GuardProgram::checkEquals(int reg, PyObject* constant) {
+  Check c{CheckKind::Equals, reg};
+  c.obj = Ref::borrow(constant);
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+void GuardProgram::checkLength(int reg, Py_ssize_t n) {
+  Check c{CheckKind::Length, reg, static_cast<int>(n)};
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+void GuardProgram::checkDictEmpty(int reg) {
+  Check c{CheckKind::DictEmpty, reg};
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+void GuardProgram::checkGradMode(bool enabled) {
+  for (const Check& c : checks_)
+    if (c.kind == CheckKind::GradMode) return;
+  Check c{CheckKind::GradMode, -1, enabled ? 1 : 0};
+  Ref torch_c = Ref::steal(PyImport_ImportModule("torch._C"));
+  if (torch_c) c.obj = Ref::steal(PyObject_GetAttrString(torch_c.get(), "is_grad_enabled"));
+  if (!c.obj) {
+    PyErr_Clear();
+    c.kind = CheckKind::Identity;  // cannot read grad mode: never match
+    c.obj = Ref::borrow(Py_None);
+    c.reg = -1;
+  }
+  c.what = "torch.is_grad_enabled()";
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
+bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {
+  PyObject* out = nullptr;
+  switch (ld.kind) {
+    case LoadKind::Local:
+      out = ld.index < f.nfast ? f.fast[ld.index] : nullptr;
+      break;
+    case LoadKind::Global:
+      out = PyDict_GetItemWithError(f.globals, ld.name.get());
+      if (!out && !PyErr_Occurred()) out = PyDict_GetItemWithError(f.builtins, ld.name.get());
+      break;
+    case LoadKind::ClosureCell:
+      if (f.closure && ld.index < PyTuple_GET_SIZE(f.closure))
+        out = cellContents(PyTuple_GET_ITEM(f.closure, ld.index));
+      break;
+    case LoadKind::InstanceDict: {
+      PyObject** dictptr = _PyObject_GetDictPtr(regs[ld.base]);
+      if (dictptr && *dictptr) out = PyDict_GetItemWithError(*dictptr, ld.name.get());
+      break;
+    }
+    case LoadKind::DictItem:
+      if (PyDict_Check(regs[ld.base])) out = PyDict_GetItemWithError(regs[ld.base], ld.name.get());
+      break;
+    case LoadKind::TupleItem:
+      if (PyTuple_Check(regs[ld.base]) && ld.index < PyTuple_GET_SIZE(regs[ld.base]))
+        out = PyTuple_GET_ITEM(regs[ld.base], ld.index);
+      break;
+    case LoadKind::ListItem:
+      if (PyList_Check(regs[ld.base]) && ld.index < PyList_GET_SIZE(regs[ld.base]))
+        out = PyList_GET_ITEM(regs[ld.base], ld.index);
+      break;
+    case LoadKind::Attr:
+      out = PyObject_GetAttr(regs[ld.base], ld.name.get());
+      break;
+    case LoadKind::Constant:
+      out = ld.name.get();
+      break;
+  }
+  if (!out) {
+    PyErr_Clear();
+    return false;
+  }
+  regs[&ld - loads_.data()] = out;
+  return true;
+}
+
+bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
+  PyObject* v = c.reg >= 0 ? regs[c.reg] : nullptr;
+  switch (c.kind) {
+    case CheckKind::Tensor:
+      return tensorMatches(c.tensor, v);
+    case CheckKind::Type:
+      return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.obj.get();
+    case CheckKind::Identity:
+      return v == deref(c);
+    case CheckKind::Equals: {
+      PyObject* expected = c.obj.get();
+      if (v == expected) return true;
+      if (Py_TYPE(v) != Py_TYPE(expected)) return false;
+      int eq = PyObject_RichCompareBool(v, expected, Py_EQ);
+      if (eq < 0) PyErr_Clear();
+      return eq == 1;
+    }
+    case CheckKind::Length: {
+      Py_ssize_t n = PyObject_Length(v);
+      if (n < 0) PyErr_Clear();
+      return n == c.index;
+    }
+    case CheckKind::DictEmpty:
+      return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0;
+    case CheckKind::GradMode: {
+      PyObject* r = PyObject_CallNoArgs(c.obj.get());
+      if (!r) return PyErr_Clear(), false;
+      bool ok = (r == Py_True) == (c.index != 0);
+      Py_DECREF(r);
+      return ok;
+    }
+  }
+  return false;
+}
+
+bool GuardProgram::run(const FrameView& f, PyObject** regs) const {
+  const int nregs = numRegisters();
+  for (int i = 0; i < nregs; ++i) regs[i] = nullptr;
+  for (const Step& s : steps_) {
+    bool ok = s.is_load ? runLoad(loads_[s.index], f, regs) : runCheck(checks_[s.index], regs);
+    if (!ok) return false;
+  }
+  return true;
+}
+
+void GuardProgram::release(PyObject** regs) const {
+  if (!any_owned_) return;
+  for (size_t i = 0; i < loads_.size(); ++i) {
+    if (loads_[i].owned()) {
+      Py_XDECREF(regs[i]);
+      regs[i] = nullptr;
+    }
+  }
+}
+
+std::string GuardProgram::describeCheck(const Check& c) const {
+  switch (c.kind) {
+    case CheckKind::Tensor:
+      return c.what + " matches " + describeTensorSpec(c.tensor);
+    case CheckKind::Type:
+      return "type(" + c.what + ") is " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+    case CheckKind::Identity: {
+      PyObject* o = deref(c);
+      return c.what + " is " + (o == Py_None ? std::string("None") : "<" + std::string(Py_TYPE(o)->tp_name) + " object>");
+    }
+    case CheckKind::Equals:
+      return c.what + " == " + reprOf(c.obj.get());
+    case CheckKind::Length:
+      return "len(" + c.what + ") == " + std::to_string(c.index);
+    case CheckKind::DictEmpty:
+      return "not " + c.what;
+    case CheckKind::GradMode:
+      return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
+  }
+  return "?";
+}
+
+std::string GuardProgram::describe() const {
+  std::ostringstream s;
+  for (const Check& c : checks_) s << describeCheck(c) << "\n";
+  return s.str();
+}
+
+std::string GuardProgram::explainFailure(const FrameView& f) const {
+  std::vector<PyObject*> regs(loads_.size() + 1, nullptr);
+  std::string reason;
+  for (const Step& s : steps_) {
+    if (s.is_load) {
+      const Load& ld = loads_[s.index];
+      if (!runLoad(ld, f, regs.data())) {
+        reason = names_[s.index] + " could not be read";
+        break;
+      }
+      continue;
+    }
+    const Check& c = checks_[s.index];
+    if (runCheck(c, regs.data())) continue;
+    PyObject* v = c.reg >= 0 ? regs[c.reg] : nullptr;
+    switch (c.kind) {
+      case CheckKind::Tensor:
+        reason = "tensor " + c.what + " " + tensorMismatch(c.tensor, v);
+        break;
+      case CheckKind::Equals:
+        reason = c.what + " is " + reprOf(v) + ", expected " + reprOf(c.obj.get());
+        break;
+      case CheckKind::Type:
+        reason = "type(" + c.what + ") is " + Py_TYPE(v)->tp_name + ", expected " +
+                 reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+        break;
+      default:
+        reason = "guard failed: " + describeCheck(c);
+    }
+    break;
+  }
+  release(regs.data());
+  return reason;
+}
+
+}  // namespace cdynamo::guards

@@ -1,0 +1,112 @@
+// Guards as one flat program per cache entry (STYLE.md habit 10).
+//
+// A program is a list of steps run in order against a FrameView. A *load* step puts an
+// object into a register (read from the frame's fast locals by index, from globals, from
+// a closure cell, or through an earlier register: instance __dict__ entry, dict item,
+// tuple item, generic attribute). A *check* step tests a register. Loads that can fail
+// (missing key) fail the guard. The same registers then feed the graph inputs, so the
+// runtime never reads an input twice.
+//
+// The fast path (check) allocates nothing and formats nothing; the explainer that says
+// which guard failed and why is a separate, cold function used only on a miss.
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "guards/tensor_check.h"
+#include "support/frame_view.h"
+#include "support/pyref.h"
+
+namespace cdynamo::guards {
+
+enum class LoadKind : uint8_t {
+  Local,         // fast[index]
+  Global,        // globals[name], then builtins[name]
+  ClosureCell,   // contents of closure[index] (free variable at frame entry)
+  InstanceDict,  // reg[base].__dict__[name] (borrowed; no Python code runs)
+  DictItem,      // reg[base][name] where reg[base] is a dict and name a str key
+  TupleItem,     // reg[base][index] where reg[base] is a tuple (exact or subclass)
+  ListItem,      // reg[base][index] where reg[base] is a list
+  Attr,          // getattr(reg[base], name): owned, may run Python code (cold cases only)
+  Constant,      // the object `name` itself, held by the program (a module's globals dict)
+};
+
+enum class CheckKind : uint8_t {
+  Tensor,     // exact tensor type, dtype, device, sizes, strides, requires_grad
+  Type,       // type(reg) is obj
+  Identity,   // reg is obj (obj held weakly when it supports weak references)
+  Equals,     // type(reg) is type(obj) and reg == obj (Python constants)
+  Length,     // len(reg) == index (tuple/list/dict)
+  DictEmpty,  // reg is a dict with no items (module hook dicts)
+  GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
+};
+
+struct Load {
+  LoadKind kind;
+  int base = -1;
+  int index = 0;
+  Ref name;
+  bool owned() const { return kind == LoadKind::Attr; }
+};
+
+struct Check {
+  CheckKind kind;
+  int reg = -1;
+  int index = 0;
+  Ref obj;       // expected type / object / constant (or weakref to it)
+  bool weak = false;
+  TensorSpec tensor;
+  std::string what;  // the source's readable name, for messages (cold)
+};
+
+class GuardProgram {
+ public:
+  // Adds a load and returns its register; identical loads share one register.
+  // `what` is a readable name of the source, e.g. "L['x']" or "G['torch']".
+  int load(LoadKind kind, int base, int index, PyObject* name, std::string what);
+  const std::string& sourceName(int reg) const { return names_[reg]; }
+
+  // Adds a check of register `reg` against `value` observed at trace time.
+  // Returns false with a Python error set only on allocation failures.
+  void checkTensor(int reg, PyObject* tensor);
+  void checkType(int reg, PyTypeObject* type);
+  void checkIdentity(int reg, PyObject* obj);
+  void checkEquals(int reg, PyObject* constant);
+  void checkLength(int reg, Py_ssize_t n);
+  void checkDictEmpty(int reg);
+  void checkGradMode(bool enabled);
+
+  int numRegisters() const { return static_cast<int>(loads_.size()); }
+  size_t numChecks() const { return checks_.size(); }
+
+  // Runs the program. `regs` must have numRegisters() slots; on return every loaded slot
+  // holds its object (owned slots must be given back with release()). Never leaves a
+  // Python error set; returns false on the first failed step.
+  bool run(const FrameView& frame, PyObject** regs) const;
+  void release(PyObject** regs) const;
+
+  // Cold: the first failing guard, as a sentence ("tensor L['x'] size mismatch at
+  // index 0: expected 4, got 5"). Empty when everything passes.
+  std::string explainFailure(const FrameView& frame) const;
+  // Cold: one line per check.
+  std::string describe() const;
+
+ private:
+  struct Step {
+    bool is_load;
+    int index;  // into loads_ or checks_
+  };
+  bool runLoad(const Load& ld, const FrameView& f, PyObject** regs) const;
+  bool runCheck(const Check& c, PyObject** regs) const;
+  std::string describeCheck(const Check& c) const;
+
+  std::vector<Load> loads_;
+  std::vector<std::string> names_;
+  std::vector<Check> checks_;
+  std::vector<Step> steps_;
+  bool any_owned_ = false;
+};
+
+}  // namespace cdynamo::guards

@@ -1,0 +1,92 @@
+#include "runtime/compiled_entry.h"
+
+namespace cdynamo::runtime {
+namespace {
+
+// Small fixed buffers keep the hit path free of allocation for typical frames.
+constexpr int kInlineSlots = 64;
+
+PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs) {
+  switch (p.kind) {
+    case OutputPlan::Kind::GraphOutput: {
+      PyObject* o = PySequence_Fast_GET_ITEM(graph_out, p.index);
+      Py_INCREF(o);
+      return o;
+    }
+    case OutputPlan::Kind::Constant:
+      Py_INCREF(p.constant.get());
+      return p.constant.get();
+    case OutputPlan::Kind::Register:
+      Py_INCREF(regs[p.index]);
+      return regs[p.index];
+    case OutputPlan::Kind::Tuple:
+    case OutputPlan::Kind::List: {
+      Py_ssize_t n = static_cast<Py_ssize_t>(p.items.size());
+      bool tuple = p.kind == OutputPlan::Kind::Tuple;
+      PyObject* seq = tuple ? PyTuple_New(n) : PyList_New(n);
+      if (!seq) return nullptr;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = build(p.items[i], graph_out, regs);
+        if (!item) {
+          Py_DECREF(seq);
+          return nullptr;
+        }
+        if (tuple)
+          PyTuple_SET_ITEM(seq, i, item);
+        else
+          PyList_SET_ITEM(seq, i, item);
+      }
+      return seq;
+    }
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
+  const int nregs = guards.numRegisters();
+  PyObject* inline_regs[kInlineSlots];
+  std::vector<PyObject*> heap_regs;
+  PyObject** regs = inline_regs;
+  if (nregs > kInlineSlots) {
+    heap_regs.resize(nregs);
+    regs = heap_regs.data();
+  }
+  *matched = guards.run(frame, regs);
+  if (!*matched) {
+    guards.release(regs);
+    return nullptr;
+  }
+
+  PyObject* result;
+  const size_t nin = input_regs.size();
+  PyObject* inline_args[kInlineSlots];
+  std::vector<PyObject*> heap_args;
+  PyObject** args = inline_args;
+  if (nin > kInlineSlots) {
+    heap_args.resize(nin);
+    args = heap_args.data();
+  }
+  for (size_t i = 0; i < nin; ++i) args[i] = regs[input_regs[i]];
+  PyObject* graph_out = nullptr;
+  if (compiled) {
+    graph_out = PyObject_Vectorcall(compiled.get(), args, nin, nullptr);
+    if (!graph_out) {
+      guards.release(regs);
+      return nullptr;
+    }
+    if (!PyTuple_Check(graph_out) && !PyList_Check(graph_out)) {
+      Py_DECREF(graph_out);
+      guards.release(regs);
+      PyErr_SetString(PyExc_TypeError, "cdynamo: compiled graph did not return a tuple or list");
+      return nullptr;
+    }
+  }
+  result = build(output, graph_out, regs);
+  Py_XDECREF(graph_out);
+  guards.release(regs);
+  return result;
+}
+
+}  // namespace cdynamo::runtime

@@ -1,0 +1,19 @@
+// Process-wide counters behind cdynamo.stats(). Updated under the GIL only.
+#pragma once
+#include <cstdint>
+
+namespace cdynamo {
+
+struct Stats {
+  uint64_t frames_seen = 0;        // frames the hook considered (not skipped by file)
+  uint64_t frames_captured = 0;    // translations that produced a cache entry
+  uint64_t frames_native = 0;      // translations that failed: frame ran natively
+  uint64_t graphs_compiled = 0;    // backend calls
+  uint64_t cache_hits = 0;
+  uint64_t cache_misses = 0;
+  uint64_t recompiles = 0;         // misses on a code object that already had entries
+};
+
+Stats& stats();
+
+}  // namespace cdynamo

@@ -1,0 +1,17 @@
+// torch's Python types that the tracer and graph builder test against, looked up once on
+// first use (importing torch is never done by the hook itself).
+#pragma once
+#include <Python.h>
+
+namespace cdynamo {
+
+// isinstance(o, torch.Tensor). False (and no error) if torch cannot be imported.
+bool isTensor(PyObject* o);
+// isinstance(o, torch.nn.Module).
+bool isModule(PyObject* o);
+// type(o) is torch.Tensor or torch.nn.Parameter.
+bool isPlainTensorOrParameter(PyObject* o);
+// `operator.<name>` (borrowed, kept for the process), or null with an error set.
+PyObject* operatorFunction(const char* name);
+
+}  // namespace cdynamo

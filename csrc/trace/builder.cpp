@@ -1,0 +1,125 @@
+// Wrapping real Python objects read from the frame into Values, with their guards
+// (the VariableBuilder of TorchDynamo): each kind of object decides here which checks
+// a later call must pass for the trace to stay valid.
+#include <cctype>
+#include <string>
+
+#include "support/torch_types.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using guards::LoadKind;
+
+namespace {
+
+// A placeholder name FX accepts, derived from the source ("L['self'].linear.weight").
+std::string placeholderName(const std::string& source, int n) {
+  std::string out = "arg" + std::to_string(n) + "_";
+  for (char c : source) {
+    if (std::isalnum(static_cast<unsigned char>(c)))
+      out += c;
+    else if (!out.empty() && out.back() != '_')
+      out += '_';
+  }
+  while (!out.empty() && out.back() == '_') out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+int Tracer::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
+  return guards().load(kind, base, index, name, std::move(what));
+}
+
+ValuePtr Tracer::wrap(PyObject* obj, int reg) {
+  if (reg >= 0) {
+    auto it = wrapped_.find(reg);
+    if (it != wrapped_.end()) return it->second;
+  }
+  ValuePtr v;
+  if (isTensor(obj)) {
+    if (!isPlainTensorOrParameter(obj))
+      return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name + " is not supported yet");
+    if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
+    guards().checkTensor(reg, obj);
+    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg), graph_.numNodes()));
+    if (node < 0) return failFromPython("making a fake tensor for an input");
+    input_reg_of_node_[node] = reg;
+    example_of_node_[node] = Ref::borrow(obj);
+    v = Value::tensor(node, reg);
+  } else if (isConstantObject(obj)) {
+    if (reg >= 0) guards().checkEquals(reg, obj);
+    v = Value::constant(obj, reg);
+  } else if (PyTuple_Check(obj) || PyList_Check(obj)) {
+    bool tuple = PyTuple_Check(obj);
+    if (reg >= 0) {
+      guards().checkType(reg, Py_TYPE(obj));
+      guards().checkLength(reg, PySequence_Fast_GET_SIZE(obj));
+    }
+    std::vector<ValuePtr> items;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      int item_reg = -1;
+      if (reg >= 0)
+        item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
+                        guards().sourceName(reg) + "[" + std::to_string(i) + "]");
+      ValuePtr item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
+      if (!item) return nullptr;
+      items.push_back(std::move(item));
+    }
+    v = Value::sequence(tuple ? Kind::Tuple : Kind::List, std::move(items), reg);
+  } else if (isModule(obj)) {
+    if (reg < 0) return fail("an nn.Module without a source is not supported yet");
+    guards().checkIdentity(reg, obj);
+    v = Value::object(Kind::Module, obj, reg);
+  } else if (PyModule_Check(obj)) {
+    if (reg >= 0) guards().checkIdentity(reg, obj);
+    v = Value::object(Kind::PyModule, obj, reg);
+  } else if (PyCallable_Check(obj)) {
+    if (reg >= 0) guards().checkIdentity(reg, obj);
+    v = Value::object(Kind::Callable, obj, reg);
+  } else {
+    return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
+  }
+  if (reg >= 0) wrapped_[reg] = v;
+  return v;
+}
+
+ValuePtr Tracer::loadRootLocal(SymbolicFrame& f, int index) {
+  PyCodeObject* co = f.code;
+  int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+              ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  if (index >= nargs || index >= root_view_.nfast) return nullptr;
+  PyObject* obj = root_view_.fast[index];
+  if (!obj) return nullptr;
+  if ((co->co_flags & CO_VARKEYWORDS) && index == nargs - 1)
+    return fail("**kwargs arguments are not supported yet");
+  PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
+  int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
+  ValuePtr v = wrap(obj, reg);
+  if (v) f.locals[index] = v;
+  return v;
+}
+
+ValuePtr Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
+  PyObject* obj = PyDict_GetItemWithError(f.globals, name);
+  if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins, name);
+  if (!obj) {
+    if (PyErr_Occurred()) return failFromPython("global lookup");
+    return fail(std::string("name '") + PyUnicode_AsUTF8(name) + "' is not defined (NameError)");
+  }
+  if (f.root) {
+    int reg = load(LoadKind::Global, -1, 0, name, std::string("G['") + PyUnicode_AsUTF8(name) + "']");
+    return wrap(obj, reg);
+  }
+  // An inlined function reads its own globals dict (held by the guard program, read live
+  // on every call), or the builtins when the name is not a global.
+  PyObject* dict = PyDict_GetItemWithError(f.globals, name) ? f.globals : f.builtins;
+  if (PyErr_Occurred()) return failFromPython("global lookup");
+  int d = load(LoadKind::Constant, -1, 0, dict, dict == f.globals ? "globals of " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) : "builtins");
+  int reg = load(LoadKind::DictItem, d, 0, name, guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
+  return wrap(obj, reg);
+}
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,327 @@
+// Operations on symbolic values: Python operators, subscripts, iteration and truth.
+// Each is one decision over value kinds: tensors go to the graph, constants are computed
+// with the real Python operation (exact semantics), containers are rebuilt.
+#include <cstring>
+#include <string>
+
+#include "support/torch_types.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using graph::NodeOp;
+
+namespace {
+
+// BINARY_OP's argument indexes this table (CPython 3.11 NB_* order).
+const char* const kBinaryOps[] = {
+    "add",  "and_", "floordiv", "lshift", "matmul", "mul",  "mod",       "or_",  "pow",
+    "rshift", "sub", "truediv", "xor",
+    "iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
+    "irshift", "isub", "itruediv", "ixor"};
+const char* const kCompareOps[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+
+// The items of a sequence value (tuple/list value, or a constant tuple such as a
+// torch.Size) as values; false when `v` is not one.
+bool sequenceItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (v->is(Kind::Tuple) || v->is(Kind::List)) {
+    *out = v->items;
+    return true;
+  }
+  if (v->is(Kind::Constant) && PyTuple_Check(v->obj.get())) {
+    PyObject* t = v->obj.get();
+    out->clear();
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i) out->push_back(Value::constant(PyTuple_GET_ITEM(t, i)));
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
+  switch (v->kind) {
+    case Kind::Tensor:
+      *out = graph::Arg::ofNode(v->node);
+      return true;
+    case Kind::Constant:
+      *out = graph::Arg::ofConst(v->obj.get());
+      return true;
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Slice: {
+      std::vector<graph::Arg> items(v->items.size());
+      for (size_t i = 0; i < v->items.size(); ++i)
+        if (!toArg(v->items[i], &items[i])) return false;
+      graph::Arg::Kind k = v->is(Kind::Tuple) ? graph::Arg::Kind::Tuple
+                           : v->is(Kind::List) ? graph::Arg::Kind::List
+                                               : graph::Arg::Kind::Slice;
+      *out = graph::Arg::ofItems(k, std::move(items));
+      return true;
+    }
+    case Kind::Null:
+    case Kind::Iterator:
+    case Kind::Callable:
+    case Kind::Method:
+    case Kind::Module:
+    case Kind::PyModule:
+      break;
+  }
+  fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
+  return false;
+}
+
+ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
+                            const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  std::vector<graph::Arg> gargs(args.size());
+  for (size_t i = 0; i < args.size(); ++i)
+    if (!toArg(args[i], &gargs[i])) return nullptr;
+  std::vector<std::pair<Ref, graph::Arg>> gkwargs;
+  for (const auto& [k, v] : kwargs) {
+    graph::Arg a;
+    if (!toArg(v, &a)) return nullptr;
+    gkwargs.emplace_back(k.copy(), std::move(a));
+  }
+  Ref plain;
+  int node = graph_.addCall(op, target, std::move(gargs), std::move(gkwargs), &plain);
+  if (node == graph::GraphBuilder::kNoTensorResult) {
+    if (!isConstantObject(plain.get()))
+      return fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);
+    return Value::constant(plain.get());
+  }
+  if (node < 0) {
+    std::string what = op == NodeOp::CallMethod ? std::string("Tensor.") + PyUnicode_AsUTF8(target)
+                                                : std::string("a call of ") + Py_TYPE(target)->tp_name;
+    if (op != NodeOp::CallMethod) {
+      Ref name = Ref::steal(PyObject_GetAttrString(target, "__name__"));
+      if (name && PyUnicode_Check(name.get())) what = PyUnicode_AsUTF8(name.get());
+      else PyErr_Clear();
+    }
+    return failFromPython("running " + what + " on fake tensors");
+  }
+  PyObject* fake = graph_.fake(node);
+  if (isTensor(fake)) return Value::tensor(node);
+  // A tuple or list of tensors (torch.split, x.chunk, torch.max(x, dim), ...): one
+  // getitem node per element, as FX does.
+  PyObject* getitem = operatorFunction("getitem");
+  if (!getitem) return failFromPython("operator.getitem");
+  std::vector<ValuePtr> items;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fake); ++i) {
+    Ref index = Ref::steal(PyLong_FromSsize_t(i));
+    Ref unused;
+    std::vector<graph::Arg> item_args;
+    item_args.push_back(graph::Arg::ofNode(node));
+    item_args.push_back(graph::Arg::ofConst(index.get()));
+    int item = graph_.addCall(NodeOp::CallFunction, getitem, std::move(item_args), {}, &unused);
+    if (item == graph::GraphBuilder::kNoTensorResult) {
+      items.push_back(Value::constant(unused.get()));
+      continue;
+    }
+    if (item < 0) return failFromPython("indexing a tuple result");
+    items.push_back(Value::tensor(item));
+  }
+  return Value::sequence(PyList_Check(fake) ? Kind::List : Kind::Tuple, std::move(items));
+}
+
+ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
+  if (op < 0 || op >= static_cast<int>(sizeof(kBinaryOps) / sizeof(kBinaryOps[0])))
+    return fail("unknown BINARY_OP argument " + std::to_string(op));
+  PyObject* fn = operatorFunction(kBinaryOps[op]);
+  if (!fn) return failFromPython("operator lookup");
+  if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
+  if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
+    Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->obj.get(), b->obj.get(), nullptr));
+    if (!r) return failFromPython(std::string("operator.") + kBinaryOps[op] + " on constants");
+    if (!isConstantObject(r.get())) return fail("operator on constants returned a non-constant");
+    return Value::constant(r.get());
+  }
+  std::vector<ValuePtr> left, right;
+  const int kAdd = 0, kMul = 5, kIAdd = 13, kIMul = 18;
+  if ((op == kAdd || op == kIAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
+      (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind == b->kind)) {
+    if (op == kIAdd && a->is(Kind::List)) return fail("in-place list += is not supported yet");
+    left.insert(left.end(), right.begin(), right.end());
+    Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
+    return Value::sequence(k, std::move(left));
+  }
+  if ((op == kMul || op == kIMul) && sequenceItems(a, &left) && b->is(Kind::Constant) &&
+      PyLong_CheckExact(b->obj.get()) && !a->is(Kind::Constant)) {
+    long n = PyLong_AsLong(b->obj.get());
+    std::vector<ValuePtr> out;
+    for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
+    return Value::sequence(a->kind, std::move(out));
+  }
+  return fail(std::string("operator ") + kBinaryOps[op] + " on " + kindName(a->kind) + " and " +
+              kindName(b->kind) + " is not supported yet");
+}
+
+ValuePtr Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
+  if (op == bytecode::Op::UNARY_NOT) {
+    int t = truthValue(a);
+    if (t < 0) return nullptr;
+    return Value::constant(t ? Py_False : Py_True);
+  }
+  const char* name = op == bytecode::Op::UNARY_NEGATIVE ? "neg" : op == bytecode::Op::UNARY_POSITIVE ? "pos" : "invert";
+  PyObject* fn = operatorFunction(name);
+  if (!fn) return failFromPython("operator lookup");
+  if (a->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a}, {});
+  if (a->is(Kind::Constant)) {
+    Ref r = Ref::steal(PyObject_CallOneArg(fn, a->obj.get()));
+    if (!r) return failFromPython(std::string("operator.") + name + " on a constant");
+    return Value::constant(r.get());
+  }
+  return fail(std::string("unary operator on a ") + kindName(a->kind) + " is not supported yet");
+}
+
+ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
+  if (op < 0 || op > 5) return fail("unknown COMPARE_OP argument");
+  PyObject* fn = operatorFunction(kCompareOps[op]);
+  if (!fn) return failFromPython("operator lookup");
+  if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
+  if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
+    Ref r = Ref::steal(PyObject_RichCompare(a->obj.get(), b->obj.get(), op));
+    if (!r) return failFromPython("comparison of constants");
+    if (!isConstantObject(r.get())) return fail("comparison returned a non-constant");
+    return Value::constant(r.get());
+  }
+  return fail(std::string("comparison of ") + kindName(a->kind) + " and " + kindName(b->kind) +
+              " is not supported yet");
+}
+
+ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
+  if (obj->is(Kind::Tensor)) {
+    PyObject* fn = operatorFunction("getitem");
+    if (!fn) return failFromPython("operator lookup");
+    return recordCall(NodeOp::CallFunction, fn, {obj, index}, {});
+  }
+  if ((obj->is(Kind::Tuple) || obj->is(Kind::List)) && index->is(Kind::Constant)) {
+    PyObject* i = index->obj.get();
+    Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
+    if (PyLong_Check(i)) {
+      Py_ssize_t k = PyLong_AsSsize_t(i);
+      if (k == -1 && PyErr_Occurred()) return failFromPython("index");
+      if (k < 0) k += n;
+      if (k < 0 || k >= n) return fail("index out of range (IndexError)");
+      return obj->items[static_cast<size_t>(k)];
+    }
+  }
+  if ((obj->is(Kind::Tuple) || obj->is(Kind::List)) && index->is(Kind::Slice)) {
+    Ref parts[3];
+    for (int k = 0; k < 3; ++k) {
+      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants");
+      parts[k] = index->items[k]->obj.copy();
+    }
+    Ref slice = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+    Py_ssize_t start, stop, step, len;
+    if (!slice || PySlice_GetIndicesEx(slice.get(), static_cast<Py_ssize_t>(obj->items.size()), &start, &stop,
+                                       &step, &len) < 0)
+      return failFromPython("slicing a sequence");
+    std::vector<ValuePtr> out;
+    for (Py_ssize_t k = 0, at = start; k < len; ++k, at += step) out.push_back(obj->items[static_cast<size_t>(at)]);
+    return Value::sequence(obj->kind, std::move(out));
+  }
+  if (obj->is(Kind::Constant) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+    graph::Arg idx;
+    if (!toArg(index, &idx)) return nullptr;
+    Ref key;
+    if (index->is(Kind::Constant)) {
+      key = index->obj.copy();
+    } else {
+      Ref parts[3];
+      for (int k = 0; k < 3; ++k) {
+        if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants");
+        parts[k] = index->items[k]->obj.copy();
+      }
+      key = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+    }
+    Ref r = Ref::steal(key ? PyObject_GetItem(obj->obj.get(), key.get()) : nullptr);
+    if (!r) return failFromPython("subscript of a constant");
+    if (!isConstantObject(r.get())) return fail("subscript of a constant returned a non-constant");
+    return Value::constant(r.get());
+  }
+  return fail(std::string("subscript of a ") + kindName(obj->kind) + " by a " + kindName(index->kind) +
+              " is not supported yet");
+}
+
+ValuePtr Tracer::getIter(const ValuePtr& obj) {
+  auto it = std::make_shared<Value>();
+  it->kind = Kind::Iterator;
+  if (obj->is(Kind::Iterator)) return obj;
+  if (obj->is(Kind::Tuple) || obj->is(Kind::List)) {
+    it->items = obj->items;
+    return it;
+  }
+  if (obj->is(Kind::Constant)) {
+    Ref iter = Ref::steal(PyObject_GetIter(obj->obj.get()));
+    if (!iter) return failFromPython("iterating a constant");
+    while (PyObject* item = PyIter_Next(iter.get())) {
+      Ref owned = Ref::steal(item);
+      if (!isConstantObject(item)) return fail("iterating a constant gave a non-constant");
+      it->items.push_back(Value::constant(item));
+    }
+    if (PyErr_Occurred()) return failFromPython("iterating a constant");
+    return it;
+  }
+  if (obj->is(Kind::Module)) {
+    // nn.Sequential and nn.ModuleList iterate over their submodules (_modules.values()).
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()));
+    Ref iter_fn = Ref::steal(PyObject_GetAttrString(type, "__iter__"));
+    Ref qualname = iter_fn ? Ref::steal(PyObject_GetAttrString(iter_fn.get(), "__qualname__")) : Ref();
+    PyErr_Clear();
+    const char* q = qualname && PyUnicode_Check(qualname.get()) ? PyUnicode_AsUTF8(qualname.get()) : "";
+    if (strcmp(q, "Sequential.__iter__") != 0 && strcmp(q, "ModuleList.__iter__") != 0)
+      return fail(std::string("iterating a module of type ") + Py_TYPE(obj->obj.get())->tp_name + " is not supported yet");
+    PyObject** dictptr = _PyObject_GetDictPtr(obj->obj.get());
+    PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+    if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
+    int mreg = load(guards::LoadKind::InstanceDict, obj->reg, 0, intern("_modules"),
+                    guards().sourceName(obj->reg) + "._modules");
+    guards().checkLength(mreg, PyDict_GET_SIZE(modules));
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(modules, &pos, &key, &value)) {
+      if (value == Py_None) continue;
+      int reg = load(guards::LoadKind::DictItem, mreg, 0, key,
+                     guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
+      ValuePtr m = wrap(value, reg);
+      if (!m) return nullptr;
+      it->items.push_back(std::move(m));
+    }
+    return it;
+  }
+  return fail(std::string("iterating a ") + kindName(obj->kind) + " is not supported yet");
+}
+
+int Tracer::truthValue(const ValuePtr& v) {
+  switch (v->kind) {
+    case Kind::Constant: {
+      int t = PyObject_IsTrue(v->obj.get());
+      if (t < 0) failFromPython("truth value of a constant");
+      return t;
+    }
+    case Kind::Tuple:
+    case Kind::List:
+      return v->items.empty() ? 0 : 1;
+    case Kind::Tensor:
+      fail("control flow depends on a tensor's value (data-dependent branch)");
+      return -1;
+    case Kind::Callable:
+    case Kind::PyModule:
+    case Kind::Method:
+      return 1;
+    case Kind::Module: {
+      int t = PyObject_IsTrue(v->obj.get());
+      if (t < 0) failFromPython("truth value of a module");
+      return t;
+    }
+    case Kind::Slice:
+      return 1;
+    case Kind::Null:
+    case Kind::Iterator:
+      break;
+  }
+  fail(std::string("truth value of a ") + kindName(v->kind));
+  return -1;
+}
+
+}  // namespace cdynamo::trace

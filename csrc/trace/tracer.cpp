@@ -1,0 +1,250 @@
+// Driving one translation: set up the root frame, run it, turn the returned value into an
+// output plan, build the FX graph and hand it to the backend.
+#include "trace/tracer.h"
+
+#include <string>
+
+#include "support/stats.h"
+#include "support/torch_types.h"
+
+namespace cdynamo::trace {
+
+namespace {
+
+std::string utf8(PyObject* s) {
+  const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
+  return c ? c : "?";
+}
+
+// cdynamo.exc.<name> (a Python exception class), or null with an error set.
+Ref exceptionClass(const char* name) {
+  Ref m = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
+  if (!m) return Ref();
+  return Ref::steal(PyObject_GetAttrString(m.get(), name));
+}
+
+// Raises cdynamo.exc.<cls>(message), chained to the pending exception if any.
+void raiseChained(const char* cls, const std::string& message) {
+  PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
+  PyErr_Fetch(&type, &value, &tb);
+  if (type) PyErr_NormalizeException(&type, &value, &tb);
+  if (value && tb) PyException_SetTraceback(value, tb);
+  Py_XDECREF(type);
+  Py_XDECREF(tb);
+  Ref cause = Ref::steal(value);
+  Ref exc_type = exceptionClass(cls);
+  if (!exc_type) return;
+  Ref exc = Ref::steal(PyObject_CallFunction(exc_type.get(), "s", message.c_str()));
+  if (!exc) return;
+  if (cause) PyException_SetCause(exc.get(), cause.release());
+  PyErr_SetObject(exc_type.get(), exc.get());
+}
+
+}  // namespace
+
+std::nullptr_t Tracer::fail(std::string reason) {
+  if (!failed_) {
+    failed_ = true;
+    unsupported_.reason = std::move(reason);
+    setLocation(&unsupported_);
+  }
+  return nullptr;
+}
+
+std::nullptr_t Tracer::failFromPython(const std::string& what) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  std::string msg = what;
+  if (type) {
+    msg += ": ";
+    msg += reinterpret_cast<PyTypeObject*>(type)->tp_name;
+    if (value) {
+      Ref s = Ref::steal(PyObject_Str(value));
+      if (s) msg += ": " + utf8(s.get());
+    }
+  }
+  Py_XDECREF(type);
+  Py_XDECREF(value);
+  Py_XDECREF(tb);
+  PyErr_Clear();
+  if (msg.size() > 400) msg = msg.substr(0, 397) + "...";
+  return fail(msg);
+}
+
+void Tracer::setLocation(Unsupported* u) {
+  std::vector<const SymbolicFrame*> chain;
+  for (const SymbolicFrame* f = current_; f; f = f->parent) chain.push_back(f);
+  std::string stack;
+  for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+    const SymbolicFrame* f = *it;
+    int offset = f->pc < f->instrs.size() ? f->instrs[f->pc].offset : 0;
+    int line = PyCode_Addr2Line(const_cast<PyCodeObject*>(f->code), offset * 2);
+    stack += "  " + utf8(f->code->co_filename) + ":" + std::to_string(line) + " in " + utf8(f->code->co_qualname) + "\n";
+    u->filename = utf8(f->code->co_filename);
+    u->line = line;
+    u->function = utf8(f->code->co_qualname);
+  }
+  if (chain.empty()) {
+    u->filename = utf8(root_view_.code->co_filename);
+    u->line = root_view_.code->co_firstlineno;
+    u->function = utf8(root_view_.code->co_qualname);
+  }
+  u->user_stack = stack;
+}
+
+bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
+  using K = runtime::OutputPlan::Kind;
+  switch (v->kind) {
+    case Kind::Tensor: {
+      auto in = input_reg_of_node_.find(v->node);
+      if (in != input_reg_of_node_.end()) {
+        // An input returned as is: hand back the very same object, as eager does.
+        plan->kind = K::Register;
+        plan->index = in->second;
+        return true;
+      }
+      plan->kind = K::GraphOutput;
+      for (size_t i = 0; i < outputs_.size(); ++i)
+        if (outputs_[i] == v->node) {
+          plan->index = static_cast<int>(i);
+          return true;
+        }
+      outputs_.push_back(v->node);
+      plan->index = static_cast<int>(outputs_.size() - 1);
+      return true;
+    }
+    case Kind::Constant:
+      plan->kind = K::Constant;
+      plan->constant = v->obj.copy();
+      return true;
+    case Kind::Tuple:
+    case Kind::List:
+      plan->kind = v->is(Kind::Tuple) ? K::Tuple : K::List;
+      plan->items.resize(v->items.size());
+      for (size_t i = 0; i < v->items.size(); ++i)
+        if (!buildOutput(v->items[i], &plan->items[i])) return false;
+      return true;
+    case Kind::Module:
+    case Kind::Callable:
+    case Kind::PyModule:
+      if (v->reg >= 0) {
+        plan->kind = K::Register;
+        plan->index = v->reg;
+        return true;
+      }
+      break;
+    case Kind::Null:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::Method:
+      break;
+  }
+  fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");
+  return false;
+}
+
+bool Tracer::compileGraph() {
+  std::vector<int> inputs_used;
+  int op_count = 0;
+  Ref gm = graph_.buildGraphModule(outputs_, &inputs_used, &op_count);
+  if (!gm) {
+    failFromPython("building the FX graph");
+    return false;
+  }
+  if (op_count == 0) return true;  // nothing for a backend to do: no graph
+  Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
+  if (!example_inputs) return false;
+  for (size_t i = 0; i < inputs_used.size(); ++i) {
+    int node = inputs_used[i];
+    entry_->input_regs.push_back(input_reg_of_node_.at(node));
+    PyList_SET_ITEM(example_inputs.get(), i, example_of_node_.at(node).copy().release());
+  }
+  Ref backend = Ref::steal(PyObject_GetAttrString(config_, "backend"));
+  if (!backend) {
+    user_error_ = true;
+    return false;
+  }
+  ++stats().graphs_compiled;
+  Ref compiled = Ref::steal(PyObject_CallFunctionObjArgs(backend.get(), gm.get(), example_inputs.get(), nullptr));
+  if (!compiled) {
+    user_error_ = true;
+    raiseChained("BackendCompilerFailed", "backend compiler failed on the graph of " + entry_->name);
+    return false;
+  }
+  if (!PyCallable_Check(compiled.get())) {
+    user_error_ = true;
+    raiseChained("BackendCompilerFailed", "backend returned a non-callable (" +
+                                              std::string(Py_TYPE(compiled.get())->tp_name) + ") for " + entry_->name);
+    return false;
+  }
+  entry_->compiled = std::move(compiled);
+  entry_->graph_module = std::move(gm);
+  return true;
+}
+
+TranslateResult Tracer::run() {
+  TranslateResult result;
+  PyCodeObject* co = root_view_.code;
+  entry_->name = utf8(co->co_qualname) + " at " + utf8(co->co_filename) + ":" + std::to_string(co->co_firstlineno);
+  entry_->config = Ref::borrow(config_);
+
+  SymbolicFrame root;
+  root.code = co;
+  root.globals = root_view_.globals;
+  root.builtins = root_view_.builtins;
+  root.closure = root_view_.closure;
+  root.instrs = bytecode::decode(co);
+  root.locals.resize(co->co_nlocalsplus);
+  root.root = true;
+
+  ValuePtr ret;
+  if (!graph_.begin()) {
+    failFromPython("starting fake tensor mode");
+  } else {
+    // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
+    Ref torch = Ref::steal(PyImport_ImportModule("torch"));
+    Ref enabled = torch ? Ref::steal(PyObject_CallMethod(torch.get(), "is_grad_enabled", nullptr)) : Ref();
+    if (!enabled) {
+      failFromPython("torch.is_grad_enabled()");
+    } else {
+      guards().checkGradMode(enabled.get() == Py_True);
+      ret = runFrame(root);
+    }
+  }
+  graph_.finish();
+  runtime::OutputPlan plan;
+  if (ret && !failed_) buildOutput(ret, &plan);
+  if (!failed_) {
+    entry_->output = std::move(plan);
+    compileGraph();
+  }
+  if (user_error_) {
+    result.error = true;
+    return result;
+  }
+  if (failed_) {
+    result.unsupported = unsupported_;
+    Ref fullgraph = Ref::steal(PyObject_GetAttrString(config_, "fullgraph"));
+    if (!fullgraph) {
+      result.error = true;
+      return result;
+    }
+    if (fullgraph.get() == Py_True) {
+      std::string msg = unsupported_.reason + "\n  at " + unsupported_.filename + ":" +
+                        std::to_string(unsupported_.line) + " in " + unsupported_.function +
+                        "\n  inlined call stack:\n" + unsupported_.user_stack;
+      raiseChained("Unsupported", msg);
+      result.error = true;
+    }
+    return result;
+  }
+  result.entry = entry_;
+  return result;
+}
+
+TranslateResult translate(const FrameView& frame, PyObject* config) {
+  Tracer tracer(frame, config);
+  return tracer.run();
+}
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,133 @@
+// The symbolic bytecode interpreter: translates one frame into a cache entry.
+//
+// Tracer runs the frame's instructions over symbolic Values (trace/values), records
+// tensor operations in a GraphBuilder, and records every input it reads as a guard
+// register with checks (GuardProgram). Calls to user functions and nn.Module.forward are
+// inlined as nested SymbolicFrames. Anything it cannot model stops the trace with an
+// "unsupported" reason and the source location; the frame then runs natively.
+//
+// Errors: translate() never lets a Python exception escape except the user-facing ones
+// (BackendCompilerFailed, and Unsupported under fullgraph=True).
+#pragma once
+#include <Python.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bytecode/instructions.h"
+#include "graph/graph_builder.h"
+#include "guards/guard_program.h"
+#include "runtime/compiled_entry.h"
+#include "support/frame_view.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+// One frame being interpreted: the root frame or an inlined call.
+struct SymbolicFrame {
+  PyCodeObject* code = nullptr;
+  PyObject* globals = nullptr;   // borrowed from the function
+  PyObject* builtins = nullptr;
+  PyObject* closure = nullptr;
+  std::vector<bytecode::Instruction> instrs;
+  std::vector<ValuePtr> locals;
+  std::vector<ValuePtr> stack;
+  Ref kwnames;                   // set by KW_NAMES for the next CALL
+  size_t pc = 0;                 // index into instrs of the instruction being run
+  SymbolicFrame* parent = nullptr;
+  int depth = 0;
+  bool root = false;
+  int function_reg = -1;         // guard register of the function (inlined frames), or -1
+};
+
+// Where tracing stopped and why (for logs, stats, explain and fullgraph errors).
+struct Unsupported {
+  std::string reason;
+  std::string filename;
+  int line = 0;
+  std::string function;
+  std::string user_stack;  // innermost last: "file:line in fn" per inlined frame
+};
+
+struct TranslateResult {
+  std::shared_ptr<runtime::CompiledEntry> entry;  // set on success
+  Unsupported unsupported;                        // set when entry is null and no error
+  bool error = false;                             // a user-facing Python error is set
+};
+
+// Translates the frame seen through `frame` under compile configuration `config`
+// (a cdynamo config object: .backend, .fullgraph). Runs with the hook disabled.
+TranslateResult translate(const FrameView& frame, PyObject* config);
+
+class Tracer {
+ public:
+  Tracer(const FrameView& frame, PyObject* config) : root_view_(frame), config_(config) {}
+  TranslateResult run();
+
+  // ---- used by the opcode handlers (interpreter.cpp, calls.cpp, builder.cpp) ----
+  // Stops the trace; returns null so handlers can `return fail(...)`.
+  std::nullptr_t fail(std::string reason);
+  // Turns the pending Python error into an unsupported reason.
+  std::nullptr_t failFromPython(const std::string& what);
+  bool failed() const { return failed_; }
+
+  // Wraps a real Python object read from guard register `reg` (-1: no source, e.g. a
+  // constant or default value) into a Value, adding the guards that its use implies.
+  ValuePtr wrap(PyObject* obj, int reg);
+  int load(guards::LoadKind kind, int base, int index, PyObject* name, std::string what);
+  guards::GuardProgram& guards() { return entry_->guards; }
+  graph::GraphBuilder& graph() { return graph_; }
+
+  ValuePtr runFrame(SymbolicFrame& f);
+  ValuePtr getAttr(const ValuePtr& obj, PyObject* name);
+  ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  ValuePtr binaryOp(int op, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr unaryOp(bytecode::Op op, const ValuePtr& a);
+  ValuePtr compareOp(int op, const ValuePtr& a, const ValuePtr& b);
+  ValuePtr subscript(const ValuePtr& obj, const ValuePtr& index);
+  ValuePtr getIter(const ValuePtr& obj);
+  // Python truth value of a value known at trace time; -1 after fail().
+  int truthValue(const ValuePtr& v);
+
+  // Records a graph call; `target` is a callable, or a method name with op CallMethod.
+  // Returns the result Value: a tensor node, a tuple of them, or a constant when the
+  // operation only reads metadata (static shapes).
+  ValuePtr recordCall(graph::NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
+                      const std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  // Converts a value into a graph argument; false (after fail) when it cannot be one.
+  bool toArg(const ValuePtr& v, graph::Arg* out);
+
+ private:
+  ValuePtr inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
+                          std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  ValuePtr callModule(const ValuePtr& module, std::vector<ValuePtr> args,
+                      std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  ValuePtr callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
+                       std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
+  ValuePtr loadGlobal(SymbolicFrame& f, PyObject* name);
+  ValuePtr loadRootLocal(SymbolicFrame& f, int index);
+  bool buildOutput(const ValuePtr& v, runtime::OutputPlan* plan);
+  bool compileGraph();
+  void setLocation(Unsupported* u);
+
+  FrameView root_view_;
+  PyObject* config_;
+  std::shared_ptr<runtime::CompiledEntry> entry_ = std::make_shared<runtime::CompiledEntry>();
+  graph::GraphBuilder graph_;
+  std::unordered_map<int, ValuePtr> wrapped_;     // guard register -> value (one per source)
+  std::unordered_map<int, int> input_reg_of_node_;  // placeholder node -> guard register
+  std::unordered_map<int, Ref> example_of_node_;    // placeholder node -> real tensor
+  std::vector<int> outputs_;                         // graph output node ids
+  SymbolicFrame* current_ = nullptr;
+  bool failed_ = false;
+  bool user_error_ = false;
+  Unsupported unsupported_;
+  int instructions_run_ = 0;
+};
+
+constexpr int kMaxInlineDepth = 64;
+constexpr int kMaxInstructions = 1000000;
+
+}  // namespace cdynamo::trace

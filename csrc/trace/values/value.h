@@ -1,0 +1,62 @@
+// The closed set of symbolic values the interpreter tracks (STYLE.md habit 5).
+//
+// A Value is what sits on the symbolic stack or in a symbolic local: a tensor (a graph
+// node), a Python constant, a container of values, or a Python object the tracer knows
+// how to treat (function, method, module, Python module). Values are shared through
+// ValuePtr; containers made in the trace are the only mutable ones (list append etc.).
+// `reg` is the guard register the value was read from (its Source), or -1 when the value
+// was computed inside the trace.
+#pragma once
+#include <Python.h>
+
+#include <memory>
+#include <vector>
+
+#include "support/pyref.h"
+
+namespace cdynamo::trace {
+
+enum class Kind : uint8_t {
+  Null,      // the NULL of the 3.11 call convention (PUSH_NULL, LOAD_GLOBAL with bit 0)
+  Tensor,    // node: graph node id
+  Constant,  // obj: an immutable Python constant (None, bool, int, float, str, dtype, ...)
+  Tuple,     // items
+  List,      // items
+  Slice,     // items: start, stop, step
+  Iterator,  // items being iterated; pos: next index
+  Callable,  // obj: a Python or C function, a type, or a torch function
+  Method,    // items[0]: receiver; obj: function to call with the receiver first, or null
+             // for a tensor method named `name`
+  Module,    // obj: an nn.Module
+  PyModule,  // obj: a Python module (import)
+};
+
+struct Value;
+using ValuePtr = std::shared_ptr<Value>;
+
+struct Value {
+  Kind kind = Kind::Null;
+  int node = -1;
+  Ref obj;
+  Ref name;
+  std::vector<ValuePtr> items;
+  size_t pos = 0;
+  int reg = -1;
+
+  static ValuePtr null();
+  static ValuePtr tensor(int node, int reg = -1);
+  static ValuePtr constant(PyObject* o, int reg = -1);
+  static ValuePtr sequence(Kind kind, std::vector<ValuePtr> items, int reg = -1);
+  static ValuePtr object(Kind kind, PyObject* o, int reg = -1);
+  static ValuePtr tensorMethod(ValuePtr receiver, PyObject* name);
+  static ValuePtr boundMethod(ValuePtr receiver, PyObject* function);
+
+  bool is(Kind k) const { return kind == k; }
+};
+
+// Readable kind name for messages.
+const char* kindName(Kind k);
+// True when `o` is a Python value the tracer models as a Constant.
+bool isConstantObject(PyObject* o);
+
+}  // namespace cdynamo::trace

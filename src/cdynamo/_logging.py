@@ -1,0 +1,53 @@
+"""CDYNAMO_LOGS: TORCH_LOGS-style log channels.
+
+``CDYNAMO_LOGS=recompiles,graph_breaks`` (or ``+guards`` etc.) turns channels on; the C++
+core checks a bit mask, so a disabled channel costs nothing on the hot path and a
+message is only formatted when its channel is on.
+"""
+import logging
+import os
+
+from . import _C
+
+CHANNELS = {"recompiles": 1, "graph_breaks": 2, "guards": 4, "graph_code": 8}
+
+log = logging.getLogger("cdynamo")
+_enabled = set()
+
+
+def _ensure_handler():
+    if not log.handlers:
+        h = logging.StreamHandler()
+        h.setFormatter(logging.Formatter("[cdynamo %(channel)s] %(message)s"))
+        log.addHandler(h)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+
+
+def set_logs(spec):
+    """Enable channels from a comma-separated spec (``"recompiles,graph_breaks"``)."""
+    _enabled.clear()
+    mask = 0
+    for raw in (spec or "").split(","):
+        name = raw.strip().lstrip("+-")
+        if not name:
+            continue
+        if name not in CHANNELS:
+            raise ValueError(f"CDYNAMO_LOGS: unknown channel {name!r}; known: {', '.join(CHANNELS)}")
+        _enabled.add(name)
+        mask |= CHANNELS[name]
+    _C.set_log_channels(mask)
+    if mask:
+        _ensure_handler()
+
+
+def enabled(channel):
+    return channel in _enabled
+
+
+def emit(channel, message):
+    """Called by the C++ core (cold path) for an enabled channel."""
+    log.info(message, extra={"channel": channel})
+
+
+set_logs(os.environ.get("CDYNAMO_LOGS", ""))

@@ -1,0 +1,145 @@
+"""cdynamo.compile: wrapping functions and modules so their calls run with the hook on."""
+import functools
+import os
+import sysconfig
+
+import torch
+
+from . import _C, _backends, config as _config
+
+
+class CompileConfig:
+    """What a compiled callable was compiled with; the C++ core reads it on a miss.
+
+    Cache entries belong to one configuration: two wrappers of the same function with
+    different backends keep separate entries.
+    """
+
+    __slots__ = ("backend", "fullgraph", "dynamic", "backend_name")
+
+    def __init__(self, backend, fullgraph, dynamic, backend_name):
+        self.backend = backend
+        self.fullgraph = bool(fullgraph)
+        self.dynamic = dynamic
+        self.backend_name = backend_name
+
+    def __repr__(self):
+        return f"CompileConfig(backend={self.backend_name}, fullgraph={self.fullgraph}, dynamic={self.dynamic})"
+
+
+def _file_rules():
+    """Which files the hook traces: the longest matching path prefix decides."""
+    torch_dir = os.path.dirname(torch.__file__) + os.sep
+    here = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    rules = [
+        (torch_dir, False),  # torch internals run natively (their ops are recorded when called from traced code)
+        (os.path.join(torch_dir, "nn", "modules") + os.sep, True),  # nn.Module.forward code is user-level code
+        (os.path.join(torch_dir, "nn", "modules", "module.py"), False),  # Module.__call__ machinery
+        (here, False),  # cdynamo itself
+    ]
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            rules.append((os.path.realpath(path) + os.sep, False))
+            rules.append((path + os.sep, False))
+    for key in ("purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:  # third-party packages (timm, transformers, ...) are traced
+            rules.append((os.path.realpath(path) + os.sep, True))
+            rules.append((path + os.sep, True))
+    return rules
+
+
+_C.set_file_rules(_file_rules())
+_C.set_cache_size_limit(_config.cache_size_limit)
+
+
+class OptimizedModule(torch.nn.Module):
+    """An nn.Module compiled by cdynamo (the counterpart of torch's OptimizedModule).
+
+    The original module is ``_orig_mod`` (so ``state_dict`` keys carry the ``_orig_mod.``
+    prefix, as with torch.compile); other attribute reads go to it.
+    """
+
+    def __init__(self, mod, compile_config):
+        super().__init__()
+        self._orig_mod = mod
+        self.__dict__["_cdynamo_config"] = compile_config
+
+    def __call__(self, *args, **kwargs):
+        return _C.call_compiled(self._cdynamo_config, self._orig_mod, *args, **kwargs)
+
+    def forward(self, *args, **kwargs):
+        return _C.call_compiled(self._cdynamo_config, self._orig_mod, *args, **kwargs)
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def __repr__(self):
+        return f"OptimizedModule({self._orig_mod!r}, {self._cdynamo_config!r})"
+
+
+def _make_backend(backend, mode, options, dynamic):
+    if backend == "inductor" and (mode is not None or options is not None):
+        return torch._TorchCompileInductorWrapper(mode, options, dynamic)
+    if mode is not None or options is not None:
+        raise ValueError("cdynamo: mode= and options= apply to the inductor backend only")
+    return _backends.resolve(backend)
+
+
+def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mode=None, options=None,
+            disable=False):
+    """Compile a function or nn.Module; the same keywords as torch.compile.
+
+    Usable as ``@cdynamo.compile``, ``@cdynamo.compile(backend=...)`` or
+    ``cdynamo.compile(fn_or_module, ...)``. ``backend`` is a name from torch's backend
+    registry or a callable ``backend(gm, example_inputs) -> callable``. With
+    ``fullgraph=True`` a frame that cannot be captured whole raises cdynamo.Unsupported.
+    Shapes are static in this version: ``dynamic=True`` is refused rather than ignored.
+    """
+    if model is None:
+        return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                                 options=options, disable=disable)
+    if disable:
+        return model
+    if dynamic:
+        raise NotImplementedError("cdynamo: dynamic=True (symbolic shapes) is not supported yet; "
+                                  "use dynamic=None or dynamic=False")
+    name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
+    cfg = CompileConfig(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name)
+    if isinstance(model, torch.nn.Module):
+        return OptimizedModule(model, cfg)
+    if not callable(model):
+        raise TypeError(f"cdynamo.compile: expected a function or nn.Module, got {type(model).__name__}")
+    compiled = _C.CompiledFunction(model, cfg)
+    functools.update_wrapper(compiled, model)
+    return compiled
+
+
+def reset():
+    """Drop every cache entry, every per-code decision and all counters."""
+    _C.reset()
+    _C.set_cache_size_limit(_config.cache_size_limit)
+
+
+def stats():
+    """Counters since the last reset, plus the frames that ran natively and why."""
+    s = _C.stats()
+    s["native_frames"] = _C.native_frames()
+    return s
+
+
+def cache_entries(fn):
+    """The cache entries of a function's (or module's forward's) code object: guards, graph."""
+    if isinstance(fn, OptimizedModule):
+        fn = fn._orig_mod
+    fn = getattr(fn, "__wrapped__", fn)
+    code = getattr(fn, "__code__", None)
+    if code is None and isinstance(fn, torch.nn.Module):
+        code = type(fn).forward.__code__
+    if code is None:
+        raise TypeError("cache_entries: expected a function or a module")
+    return _C.cache_entries(code)
