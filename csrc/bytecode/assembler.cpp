@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <string>
 
+#include "support/check.h"
+
 namespace cdynamo::bytecode {
 namespace {
 
@@ -183,7 +185,10 @@ int Assembly::newLabel() {
   return static_cast<int>(labelAt.size()) - 1;
 }
 
-void Assembly::bind(int label) { labelAt.at(label) = static_cast<int>(instrs.size()); }
+void Assembly::bind(int label) {
+  CDYNAMO_CHECK(label >= 0 && label < static_cast<int>(labelAt.size()), "bind of an unknown label");
+  labelAt[label] = static_cast<int>(instrs.size());
+}
 
 void Assembly::emit(Op op, int arg, Position pos) {
   AsmInstr ins;

@@ -49,7 +49,8 @@ struct Assembly {
 
   int newLabel();
   // Binds `label` to the next instruction (instrs.size()); a label bound at the end of
-  // the list may end an exception range but is not a valid jump target.
+  // the list may end an exception range but is not a valid jump target. An unknown label
+  // id is a broken invariant (CDYNAMO_CHECK aborts).
   void bind(int label);
   void emit(Op op, int arg = 0, Position pos = {});
   // Either direction's variant may be given (JUMP_FORWARD / JUMP_BACKWARD,
@@ -75,9 +76,10 @@ struct AssembledCode {
 // cannot be computed (unknown opcode, negative depth, a join with two different depths).
 bool assemble(const Assembly& a, int firstLineNo, AssembledCode* out, std::string* error);
 
-// Maximum value-stack depth of `a` (given `unitOf` from its layout, used for messages
-// only), by propagating depths along fall-through, jump and exception edges to a fixed
-// point with PyCompile_OpcodeStackEffectWithJump. Same error contract as assemble().
+// Maximum value-stack depth of `a` (co_stacksize), by propagating depths from the first
+// instruction along fall-through, jump and exception edges with
+// PyCompile_OpcodeStackEffectWithJump (see stack_depth.cpp). Needs the interpreter
+// initialized. Same error contract as assemble().
 bool computeStackSize(const Assembly& a, int* stackSize, std::string* error);
 
 // The symbolic form of `co` (its instructions de-quickened, jump targets and exception
