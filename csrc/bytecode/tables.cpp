@@ -37,7 +37,8 @@ class Reader {
     if (!byte(&b)) return false;
     int value = b & 0x3f;
     while (b & kMore) {
-      if (!byte(&b) || value >= kMaxValue) return false;
+      // At most five groups (30 bits), as CPython writes; more would overflow an int.
+      if (!byte(&b) || value >= (kMaxValue >> 6)) return false;
       value = (value << 6) | (b & 0x3f);
     }
     *v = value;
@@ -51,7 +52,7 @@ class Reader {
     int shift = 0;
     while (b & kMore) {
       shift += 6;
-      if (shift > 30 || !byte(&b)) return false;
+      if (shift > 24 || !byte(&b)) return false;  // five groups at most: < 2^30
       value |= static_cast<unsigned>(b & 0x3f) << shift;
     }
     *v = value;

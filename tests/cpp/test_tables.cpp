@@ -68,6 +68,14 @@ static void exceptionTableEdgeCases() {
   unmarked[0] = static_cast<char>(unmarked[0] & 0x7f);
   bad.clear();
   EXPECT(!decodeExceptionTable(u8(unmarked), unmarked.size(), &bad));
+  // A varint of six 6-bit groups (more than 30 bits) is refused rather than overflowing.
+  const uint8_t overlong[] = {0xc1, 0x40, 0x40, 0x40, 0x40, 0x00, 0x01, 0x00, 0x00};
+  const uint8_t longest[] = {0xc1, 0x40, 0x40, 0x40, 0x00, 0x01, 0x00, 0x00};
+  bad.clear();
+  EXPECT(!decodeExceptionTable(overlong, sizeof overlong, &bad));
+  bad.clear();
+  EXPECT(decodeExceptionTable(longest, sizeof longest, &bad));
+  EXPECT(bad.size() == 1 && bad[0].start == (1 << 24));
 }
 
 // Decode each sample's location table and compare with co_positions()/co_lines();
