@@ -11,8 +11,9 @@
 //    two agree, and so does the maximum it stores in co_stacksize.
 // The effects come from PyCompile_OpcodeStackEffectWithJump, CPython's own table, so
 // this file holds no per-opcode knowledge beyond which opcodes end a block.
-// Valid bytecode reaches each instruction with one depth; a second, different depth
-// means the code is broken and is reported instead of being averaged away.
+// Valid bytecode reaches each instruction with one depth, never below the depth of an
+// exception range covering it; anything else means the code is broken and is reported
+// instead of being averaged away.
 #include <climits>
 #include <string>
 
@@ -93,6 +94,13 @@ bool computeStackSize(const Assembly& a, int* stackSize, std::string* error) {
     const bool jump = opHasFlag(op, 'J');
     for (int h : handlersOf[i]) {
       const AsmHandler& hd = a.handlers[h];
+      // Unwinding pops down to hd.depth; it cannot pop items that are not there.
+      if (hd.depth > d) {
+        problem = "exception range depth " + std::to_string(hd.depth) +
+                  " above the stack depth " + std::to_string(d);
+        problemAt = i;
+        break;
+      }
       if (!reach(i, a.labelAt[hd.handler], hd.depth + (hd.lasti ? 1 : 0) + 1)) break;
     }
     if (problemAt >= 0) break;

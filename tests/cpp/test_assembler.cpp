@@ -252,6 +252,17 @@ static void errors() {
     b.emit(Op::LOAD_CONST, 0);
     b.emit(Op::RETURN_VALUE);
     EXPECT(!assemble(b, 1, &out, &error));
+    Assembly d;  // an exception range deeper than the stack it protects
+    int s = d.newLabel(), e = d.newLabel(), h = d.newLabel();
+    d.bind(s);
+    d.emit(Op::LOAD_CONST, 0);
+    d.emit(Op::RETURN_VALUE);
+    d.bind(e);
+    d.bind(h);
+    d.emit(Op::RERAISE, 0);
+    d.addHandler(s, e, h, 1, false);
+    EXPECT(!assemble(d, 1, &out, &error));
+    EXPECT(error.find("above the stack depth") != std::string::npos);
     Assembly c;  // a position the location table cannot hold
     c.emit(Op::LOAD_CONST, 0, Position{7, 6, 0, 1});
     c.emit(Op::RETURN_VALUE);
@@ -358,10 +369,10 @@ static void tryExceptFromScratch() {
   a.bind(handler);
   a.emit(Op::PUSH_EXC_INFO);
   a.emit(Op::POP_TOP);
+  a.bind(handlerEnd);  // POP_EXCEPT restores the previous exception: out of the range
   a.emit(Op::POP_EXCEPT);
   a.emit(Op::LOAD_CONST, 2);    // 'caught'
   a.emit(Op::RETURN_VALUE);
-  a.bind(handlerEnd);
   a.bind(cleanup);
   a.emit(Op::COPY, 3);
   a.emit(Op::POP_EXCEPT);
