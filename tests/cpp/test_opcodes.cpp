@@ -31,6 +31,52 @@ static void checkTableAgainstDis() {
   Py_DECREF(opcode);
 }
 
+// Every S(...) row names a specialized opcode of this interpreter with the right number
+// (dis._all_opmap) and the right base (opcode._specializations), and every specialization
+// the interpreter has is a row: a missing row would make opDeopt() leave it unmapped.
+static void checkSpecializationsAgainstOpcode() {
+  struct Row {
+    const char* name;
+    int num;
+    const char* base;
+  };
+  static const Row rows[] = {
+#define X(name, num, caches, flags)
+#define S(name, num, base) {#name, num, #base},
+#include "bytecode/opcodes_311.def"
+#undef S
+#undef X
+  };
+  PyObject* dis = PyImport_ImportModule("dis");
+  PyObject* opcode = PyImport_ImportModule("opcode");
+  PyObject* allOpmap = PyObject_GetAttrString(dis, "_all_opmap");
+  PyObject* specs = PyObject_GetAttrString(opcode, "_specializations");
+  for (const Row& r : rows) {
+    PyObject* num = PyDict_GetItemString(allOpmap, r.name);
+    EXPECT(num != nullptr);
+    if (num) EXPECT_EQ(PyLong_AsLong(num), r.num);
+    PyObject* family = PyDict_GetItemString(specs, r.base);
+    EXPECT(family != nullptr);
+    PyObject* name = PyUnicode_FromString(r.name);
+    if (family) EXPECT_EQ(PySequence_Contains(family, name), 1);
+    Py_DECREF(name);
+    EXPECT_EQ(opDeopt(r.num), static_cast<int>(PyLong_AsLong(PyDict_GetItemString(allOpmap, r.base))));
+    EXPECT(!opKnown(r.num));  // a specialized number is never also a base opcode
+  }
+  Py_ssize_t total = 0, pos = 0;
+  PyObject *key, *value;
+  while (PyDict_Next(specs, &pos, &key, &value)) total += PySequence_Size(value);
+  EXPECT_EQ(total, static_cast<Py_ssize_t>(sizeof(rows) / sizeof(rows[0])));
+  // Base opcodes map to themselves.
+  for (int i = 0; i < 256; ++i) {
+    if (opKnown(i)) EXPECT_EQ(opDeopt(i), i);
+  }
+  Py_DECREF(specs);
+  Py_DECREF(allOpmap);
+  Py_DECREF(opcode);
+  Py_DECREF(dis);
+}
+
 static void checkDecoder() {
   // LOAD_FAST 0; EXTENDED_ARG 1; LOAD_CONST 2 (-> 258); BINARY_OP 0 + 1 cache; RETURN_VALUE
   const uint8_t code[] = {124, 0, 144, 1, 100, 2, 122, 0, 0, 0, 83, 0};
@@ -48,6 +94,7 @@ static void checkDecoder() {
 int main() {
   Py_Initialize();
   checkTableAgainstDis();
+  checkSpecializationsAgainstOpcode();
   checkDecoder();
   Py_Finalize();
   return TEST_MAIN_RESULT();
