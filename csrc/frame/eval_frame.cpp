@@ -9,6 +9,8 @@
 
 #include <cstring>
 
+#include <pythread.h>
+
 #include "cache/code_cache.h"
 #include "support/pyref.h"
 #include "support/stats.h"
@@ -99,24 +101,96 @@ PyObject* evalDefault(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_f
   return _PyEval_EvalFrameDefault(ts, frame, throw_flag);
 }
 
-// Cold path: translate the frame and install the new entry (or mark the code native).
-PyObject* onMiss(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExtra* extra, PyObject* config,
-                 const FrameView& view) {
-  PyCodeObject* code = frame->f_code;
+// One compile at a time (as in TorchDynamo): a backend may release the GIL, and two
+// threads missing on the same inputs must not both compile. Waiting releases the GIL.
+// Held only while deciding and translating, never while user code or a graph runs (a
+// native frame may call another compiled function on the same thread).
+class CompileLock {
+ public:
+  CompileLock() {
+    if (!lock_) lock_ = PyThread_allocate_lock();
+    if (!PyThread_acquire_lock(lock_, NOWAIT_LOCK)) {
+      Py_BEGIN_ALLOW_THREADS
+      PyThread_acquire_lock(lock_, WAIT_LOCK);
+      Py_END_ALLOW_THREADS
+    }
+  }
+  ~CompileLock() { PyThread_release_lock(lock_); }
+  CompileLock(const CompileLock&) = delete;
+  CompileLock& operator=(const CompileLock&) = delete;
+
+ private:
+  static PyThread_type_lock lock_;
+};
+PyThread_type_lock CompileLock::lock_ = nullptr;
+
+// The first entry of `config` whose guards pass, or null.
+cache::EntryPtr findEntry(cache::CodeExtra* extra, PyObject* config, const FrameView& view, size_t* index) {
+  for (size_t i = 0; i < extra->entries.size(); ++i) {
+    cache::EntryPtr entry = extra->entries[i];  // held: a compile elsewhere may edit the list
+    if (entry->config.get() != config) continue;
+    bool ok;
+    {
+      ContextOff off;
+      ok = entry->matches(view);
+    }
+    if (ok) {
+      *index = i;
+      return entry;
+    }
+  }
+  return nullptr;
+}
+
+// Runs `entry` on the frame; falls back to native evaluation (and drops the entry) if its
+// guards reject the frame, which only a bug in guard building could cause.
+PyObject* runEntry(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExtra* extra,
+                   const cache::EntryPtr& entry, const FrameView& view) {
+  bool matched = false;
+  PyObject* result;
+  {
+    ContextOff off;
+    result = entry->tryRun(view, &matched);
+  }
+  if (matched) return result;
+  for (size_t i = 0; i < extra->entries.size(); ++i)
+    if (extra->entries[i] == entry) extra->entries.erase(extra->entries.begin() + i);
+  trace::Unsupported u;
+  u.reason = "internal: guards reject the frame they were built from";
+  u.function = codeName(frame->f_code);
+  recordNative(extra, frame->f_code, u);
+  return evalDefault(ts, frame, 0);
+}
+
+// Cold path, under the compile lock: translate the frame and install the new entry, or
+// mark the code native. Returns the entry to run, or null (native, or *error set).
+cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const FrameView& view, bool* error) {
+  PyCodeObject* code = view.code;
+  *error = false;
   ++stats().cache_misses;
-  if (!extra->entries.empty()) {
+  // A recompile is a miss on a code object that already has entries for this
+  // configuration (entries of other compiled wrappers don't count).
+  cache::EntryPtr previous;
+  int same_config = 0;
+  for (const cache::EntryPtr& e : extra->entries)
+    if (e->config.get() == config) {
+      if (!previous) previous = e;
+      ++same_config;
+    }
+  if (previous) {
     ++stats().recompiles;
     if (log_channels & kLogRecompiles) {
       ContextOff off;
-      std::string why = extra->entries[0]->guards.explainFailure(view);
-      emitLog("recompiles", "recompiling " + codeName(code) + ": " + (why.empty() ? "compiled for another backend" : why));
+      std::string why = previous->guards.explainFailure(view);
+      emitLog("recompiles", "Recompiling function " + codeName(code) +
+                                "\n    triggered by the following guard failure:\n    - " + why);
     }
-    if (static_cast<int>(extra->entries.size()) >= cache_size_limit) {
+    if (same_config >= cache_size_limit) {
       trace::Unsupported u;
       u.reason = "cache size limit (" + std::to_string(cache_size_limit) + ") reached: too many recompiles";
       u.function = codeName(code);
       recordNative(extra, code, u);
-      return evalDefault(ts, frame, 0);
+      return nullptr;
     }
   }
   trace::TranslateResult r;
@@ -125,33 +199,19 @@ PyObject* onMiss(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExtra
     Ref pin = Ref::borrow(reinterpret_cast<PyObject*>(code));  // the extra dies with the code
     r = trace::translate(view, config);
   }
-  if (r.error) return nullptr;  // a user-facing error (backend failure, fullgraph)
+  if (r.error) {  // a user-facing error (backend failure, fullgraph)
+    *error = true;
+    return nullptr;
+  }
   if (!r.entry) {
     recordNative(extra, code, r.unsupported);
-    return evalDefault(ts, frame, 0);
+    return nullptr;
   }
   ++stats().frames_captured;
   extra->state = cache::CodeState::Active;
-  cache::EntryPtr entry = r.entry;
-  extra->entries.insert(extra->entries.begin(), entry);
-  if (log_channels & kLogGuards) emitLog("guards", "guards of " + entry->name + ":\n" + entry->guards.describe());
-  bool matched = false;
-  PyObject* result;
-  {
-    ContextOff off;
-    result = entry->tryRun(view, &matched);
-  }
-  if (!matched) {
-    // The guards just built reject the frame they were built from: a bug, never a wrong
-    // answer. Drop the entry and run the frame natively.
-    extra->entries.erase(extra->entries.begin());
-    trace::Unsupported u;
-    u.reason = "internal: guards reject the frame they were built from";
-    u.function = codeName(code);
-    recordNative(extra, code, u);
-    return evalDefault(ts, frame, 0);
-  }
-  return result;
+  extra->entries.insert(extra->entries.begin(), r.entry);
+  if (log_channels & kLogGuards) emitLog("guards", "guards of " + r.entry->name + ":\n" + r.entry->guards.describe());
+  return r.entry;
 }
 
 PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
@@ -172,6 +232,7 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
   ++stats().frames_seen;
 
   FrameView view = viewOf(frame);
+  // Hit path: the first entry whose guards pass runs; no allocation, no logging.
   for (size_t i = 0; i < extra->entries.size(); ++i) {
     cache::EntryPtr entry = extra->entries[i];  // held: a compile elsewhere may edit the list
     if (entry->config.get() != config) continue;
@@ -187,7 +248,23 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
       return result;
     }
   }
-  return onMiss(ts, frame, extra, config, view);
+
+  cache::EntryPtr entry;
+  bool error = false;
+  {
+    CompileLock lock;
+    if (extra->state != cache::CodeState::Active) return evalDefault(ts, frame, 0);
+    size_t index = 0;
+    entry = findEntry(extra, config, view, &index);  // compiled by another thread meanwhile?
+    if (entry) {
+      ++stats().cache_hits;
+    } else {
+      entry = compileMiss(extra, config, view, &error);
+      if (error) return nullptr;
+    }
+  }
+  if (!entry) return evalDefault(ts, frame, 0);
+  return runEntry(ts, frame, extra, entry, view);
 }
 
 void installHook() {

@@ -89,4 +89,11 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
   return result;
 }
 
+bool CompiledEntry::matches(const FrameView& frame) const {
+  std::vector<PyObject*> regs(static_cast<size_t>(guards.numRegisters()) + 1);
+  bool ok = guards.run(frame, regs.data());
+  guards.release(regs.data());
+  return ok;
+}
+
 }  // namespace cdynamo::runtime

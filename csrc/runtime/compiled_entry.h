@@ -38,6 +38,8 @@ struct CompiledEntry {
   // returns the frame's result (new reference, or null with the graph's error set).
   // When they fail, *matched = false and null is returned with no error set.
   PyObject* tryRun(const FrameView& frame, bool* matched) const;
+  // Runs the guards only (cold: a second look after waiting for the compile lock).
+  bool matches(const FrameView& frame) const;
 
 };
 

@@ -1,0 +1,88 @@
+"""cdynamo vs torch._dynamo benchmarks (issue 5). `make bench` / `make bench-quick`.
+
+    .venv/bin/python benchmarks/run.py [--quick] [--only overhead,guards,tracing,memory] [--out PATH]
+
+Every figure is measured in this one process, cdynamo and torch._dynamo on the same
+function with the same backend, interleaved; results go to benchmarks/RESULTS.md.
+"""
+import argparse
+import datetime
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import common  # noqa: E402
+
+SECTIONS = ["overhead", "guards", "tracing", "memory"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions and smaller workloads (< 3 min)")
+    ap.add_argument("--only", default="", help="comma-separated sections: " + ",".join(SECTIONS))
+    ap.add_argument("--out", default=os.path.join(HERE, "RESULTS.md"), help="markdown output path")
+    args = ap.parse_args(argv)
+    only = [s.strip() for s in args.only.split(",") if s.strip()] or SECTIONS
+    for s in only:
+        if s not in SECTIONS:
+            ap.error(f"unknown section {s!r}; choose from {SECTIONS}")
+
+    import importlib
+
+    t_start = time.time()
+    info = common.machine_info()
+    common.log(f"cdynamo benchmarks ({'quick' if args.quick else 'full'}): {info['cpu']}, {info['nproc']} cpus, "
+               f"torch {info['torch']}")
+    common.configure()
+    common.warm_up()
+    sections = []
+    for name in only:
+        common.log(f"== {name}")
+        t0 = time.time()
+        mod = importlib.import_module(name)
+        sec = mod.run(args.quick)
+        sec.elapsed = time.time() - t0
+        common.log(f"   ({sec.elapsed:.1f} s)")
+        sections.append(sec)
+        common.reset_all()
+    total = time.time() - t_start
+
+    cmd = "make bench-quick" if args.quick else "make bench"
+    argv_str = " ".join(["benchmarks/run.py"] + (argv if argv is not None else sys.argv[1:]))
+    md = [
+        "# cdynamo vs torch._dynamo: benchmark results",
+        "",
+        f"- Command: `{cmd}` (i.e. `.venv/bin/python {argv_str}`)"
+        + (" — **quick mode**: fewer repetitions and smaller tracing workloads, see each section" if args.quick else ""),
+        f"- Date: {datetime.datetime.now().astimezone().strftime('%Y-%m-%d %H:%M %Z')}",
+        f"- Machine: {info['cpu']}, {info['nproc']} CPUs (torch intra-op threads: {info['torch_threads']}), "
+        f"{info['platform']}",
+        f"- Software: Python {info['python']}, torch {info['torch']}, cdynamo {info['cdynamo']}",
+        f"- Sections: {', '.join(only)}; total wall time {total:.0f} s",
+        "- Both frontends run with static shapes (`dynamic=False`, torch._dynamo "
+        "`automatic_dynamic_shapes=False`) and the same backend object kind; a workload that cdynamo "
+        "did not capture is reported as *not captured (reason)* and left out of the ratios.",
+        "",
+    ]
+    targets = [t for s in sections for t in s.targets]
+    if targets:
+        md += ["## Targets", "", common.table(
+            ["target", "measured (this run)", "status"],
+            [[n, m, "met" if ok else ("not met" if ok is False else "n/a") + (f" ({common.reason_cell(note, 100)})" if note else "")]
+             for n, m, ok, note in targets]), ""]
+    for s in sections:
+        md.append(s.markdown())
+    analysis = os.path.join(HERE, "ANALYSIS.md")
+    if os.path.exists(analysis):
+        with open(analysis) as f:
+            md += ["", f.read()]
+    with open(args.out, "w") as f:
+        f.write("\n".join(md))
+    common.log(f"wrote {args.out} ({total:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

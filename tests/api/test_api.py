@@ -1,0 +1,214 @@
+"""The user-facing API: decorator forms, backends, errors, fallbacks, stats, logs, reset."""
+import logging
+import threading
+
+import pytest
+import torch
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+
+def test_decorator_forms_and_wrapper_metadata():
+    @cdynamo.compile
+    def a(x):
+        """doc of a"""
+        return x + 1
+
+    @cdynamo.compile(backend="eager", fullgraph=True)
+    def b(x):
+        return x + 2
+
+    x = torch.randn(2)
+    torch.testing.assert_close(a(x), x + 1)
+    torch.testing.assert_close(b(x), x + 2)
+    assert a.__name__ == "a" and a.__doc__ == "doc of a" and a.__wrapped__.__name__ == "a"
+
+
+def test_compiled_method_binds_self():
+    class Holder:
+        def __init__(self):
+            self.k = 3.0
+
+        @cdynamo.compile(backend="eager")
+        def scale(self, x):
+            return x * 2
+
+    x = torch.randn(2)
+    torch.testing.assert_close(Holder().scale(x), x * 2)
+
+
+def test_unsupported_construct_runs_natively_and_is_reported():
+    cnt = CompileCounter()
+
+    def f(x):
+        y = x * 2
+        if y.sum() > 0:  # data-dependent branch: not capturable without graph breaks
+            return y.relu()
+        return y.tanh()
+
+    cf = cdynamo.compile(f, backend=cnt)
+    for x in (torch.ones(3), -torch.ones(3)):
+        torch.testing.assert_close(cf(x), f(x))
+    assert cnt.frame_count == 0
+    s = cdynamo.stats()
+    assert s["frames_native"] == 1 and s["frames_captured"] == 0
+    (nf,) = s["native_frames"]
+    assert "data-dependent" in nf["reason"]
+    assert nf["filename"] == __file__
+    assert nf["line"] == f.__code__.co_firstlineno + 2
+    assert nf["function"].endswith("f")
+
+
+def test_fullgraph_raises_unsupported_with_reason_and_line():
+    def helper(x):
+        print("side effect")
+        return x
+
+    def f(x):
+        return helper(x + 1)
+
+    cf = cdynamo.compile(f, backend="eager", fullgraph=True)
+    with pytest.raises(cdynamo.Unsupported) as info:
+        cf(torch.randn(2))
+    msg = str(info.value)
+    assert "print" in msg
+    assert f"{__file__}:{helper.__code__.co_firstlineno + 1}" in msg
+    assert "in test_fullgraph_raises_unsupported_with_reason_and_line.<locals>.f" in msg  # the inlined chain
+
+
+def test_backend_that_raises_gives_backend_compiler_failed():
+    def bad_backend(gm, example_inputs):
+        raise ValueError("boom")
+
+    cf = cdynamo.compile(lambda x: x + 1, backend=bad_backend)
+    with pytest.raises(cdynamo.BackendCompilerFailed) as info:
+        cf(torch.randn(2))
+    assert isinstance(info.value.__cause__, ValueError)
+    assert "boom" in str(info.value.__cause__)
+
+
+def test_backend_returning_non_callable_gives_backend_compiler_failed():
+    cf = cdynamo.compile(lambda x: x + 1, backend=lambda gm, ex: 42)
+    with pytest.raises(cdynamo.BackendCompilerFailed, match="non-callable"):
+        cf(torch.randn(2))
+
+
+def test_backend_receives_graph_module_and_real_example_inputs():
+    seen = {}
+
+    def backend(gm, example_inputs):
+        seen["gm"] = gm
+        seen["inputs"] = example_inputs
+        return gm.forward
+
+    x = torch.randn(3)
+    cdynamo.compile(lambda t: t.sin() * 2, backend=backend)(x)
+    assert isinstance(seen["gm"], torch.fx.GraphModule)
+    assert len(seen["inputs"]) == 1 and seen["inputs"][0] is x
+    ops = [n.target for n in seen["gm"].graph.nodes if n.op in ("call_function", "call_method")]
+    assert ops[0] == "sin"
+
+
+def test_eager_error_is_raised_the_same_way():
+    def f(x, y):
+        return x @ y
+
+    cf = cdynamo.compile(f, backend="eager")
+    with pytest.raises(RuntimeError) as eager_err:
+        f(torch.randn(2, 3), torch.randn(2, 3))
+    with pytest.raises(RuntimeError) as compiled_err:
+        cf(torch.randn(2, 3), torch.randn(2, 3))
+    assert str(compiled_err.value) == str(eager_err.value)
+
+
+def test_reset_drops_entries():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(lambda x: x + 1, backend=cnt)
+    cf(torch.randn(2))
+    assert cdynamo.stats()["cache_entries"] == 1
+    cdynamo.reset()
+    assert cdynamo.stats()["cache_entries"] == 0
+    cf(torch.randn(2))
+    assert cnt.frame_count == 2
+
+
+def test_cache_size_limit_falls_back_to_native():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(lambda x: x + 1, backend=cnt)
+    for n in range(1, 12):
+        torch.testing.assert_close(cf(torch.ones(n)), torch.full((n,), 2.0))
+    assert cnt.frame_count == cdynamo.config.cache_size_limit
+    reasons = [f["reason"] for f in cdynamo.stats()["native_frames"]]
+    assert any("cache size limit" in r for r in reasons)
+
+
+def test_recompile_reason_is_logged(caplog):
+    cdynamo.set_logs("recompiles")
+    try:
+        cf = cdynamo.compile(lambda x: x * 2, backend="eager")
+        cf(torch.randn(2))
+        with caplog.at_level(logging.INFO, logger="cdynamo"):
+            cdynamo._logging.log.propagate = True
+            cf(torch.randn(3))
+    finally:
+        cdynamo._logging.log.propagate = False
+        cdynamo.set_logs("")
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "Recompiling" in text and "size is [3], expected [2]" in text
+
+
+def test_unknown_log_channel_is_an_error():
+    with pytest.raises(ValueError, match="unknown channel"):
+        cdynamo.set_logs("nonsense")
+
+
+def test_generator_functions_run_natively():
+    def gen(x):
+        yield x + 1
+        yield x + 2
+
+    cf = cdynamo.compile(gen, backend="eager")
+    x = torch.zeros(1)
+    assert [t.item() for t in cf(x)] == [1.0, 2.0]
+
+
+def test_dynamic_true_is_refused_not_ignored():
+    with pytest.raises(NotImplementedError):
+        cdynamo.compile(lambda x: x, dynamic=True)
+
+
+def test_threads_share_the_cache_safely():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(lambda x, y: (x @ y).relu() + 1, backend=cnt)
+    errors = []
+
+    def worker(seed):
+        try:
+            g = torch.Generator().manual_seed(seed)
+            for i in range(200):
+                n = 2 + (i % 3)
+                x, y = torch.randn(n, n, generator=g), torch.randn(n, n, generator=g)
+                torch.testing.assert_close(cf(x, y), (x @ y).relu() + 1)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(s,)) for s in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    assert cnt.frame_count == 3  # one entry per shape, whichever thread compiled it
+
+
+def test_hook_is_off_outside_compiled_calls():
+    cf = cdynamo.compile(lambda x: x + 1, backend="eager")
+    cf(torch.randn(1))
+    before = cdynamo.stats()["frames_seen"]
+
+    def plain(x):
+        return x + 1
+
+    plain(torch.randn(1))
+    assert cdynamo.stats()["frames_seen"] == before

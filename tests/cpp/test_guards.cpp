@@ -1,0 +1,127 @@
+// The guard program on its own: loads through registers, each check kind, owned
+// registers released, and readable failure explanations. (Tensor checks need torch and
+// are covered by the pytest suite.)
+#include <Python.h>
+
+#include "check.h"
+#include "guards/guard_program.h"
+
+using namespace cdynamo;
+using namespace cdynamo::guards;
+
+namespace {
+
+struct Obj {
+  PyObject* o;
+  explicit Obj(PyObject* p) : o(p) {}
+  ~Obj() { Py_XDECREF(o); }
+};
+
+void testLocalsConstantsAndContainers() {
+  Obj n(PyLong_FromLong(7)), s(PyUnicode_FromString("relu")), lst(Py_BuildValue("[iii]", 1, 2, 3));
+  Obj hooks(PyDict_New());
+  PyObject* fast[4] = {n.o, s.o, lst.o, hooks.o};
+  FrameView view;
+  view.fast = fast;
+  view.nfast = 4;
+
+  GuardProgram p;
+  int r0 = p.load(LoadKind::Local, -1, 0, nullptr, "L['n']");
+  int r1 = p.load(LoadKind::Local, -1, 1, nullptr, "L['act']");
+  int r2 = p.load(LoadKind::Local, -1, 2, nullptr, "L['xs']");
+  int r3 = p.load(LoadKind::Local, -1, 3, nullptr, "L['hooks']");
+  EXPECT_EQ(p.load(LoadKind::Local, -1, 0, nullptr, "L['n']"), r0);  // shared register
+  p.checkEquals(r0, n.o);
+  p.checkEquals(r1, s.o);
+  p.checkType(r2, &PyList_Type);
+  p.checkLength(r2, 3);
+  int item = p.load(LoadKind::ListItem, r2, 1, nullptr, "L['xs'][1]");
+  Obj two(PyLong_FromLong(2));
+  p.checkEquals(item, two.o);
+  p.checkDictEmpty(r3);
+  EXPECT_EQ(p.numRegisters(), 5);
+
+  std::vector<PyObject*> regs(p.numRegisters());
+  EXPECT(p.run(view, regs.data()));
+  EXPECT(regs[item] == PyList_GET_ITEM(lst.o, 1));
+  EXPECT(p.explainFailure(view).empty());
+
+  // Each change fails the program, with a sentence naming the source.
+  Obj eight(PyLong_FromLong(8));
+  fast[0] = eight.o;
+  EXPECT(!p.run(view, regs.data()));
+  EXPECT(p.explainFailure(view) == "L['n'] is 8, expected 7");
+  Obj seven_float(PyFloat_FromDouble(7.0));
+  fast[0] = seven_float.o;  // 7.0 == 7 but is another type: must not match
+  EXPECT(!p.run(view, regs.data()));
+  fast[0] = n.o;
+  PyList_Append(lst.o, n.o);
+  EXPECT(!p.run(view, regs.data()));
+  EXPECT(p.explainFailure(view).find("len(L['xs']) == 3") != std::string::npos);
+  PySequence_DelItem(lst.o, 3);
+  EXPECT(p.run(view, regs.data()));
+  PyDict_SetItemString(hooks.o, "h", Py_None);
+  EXPECT(!p.run(view, regs.data()));
+  PyDict_Clear(hooks.o);
+  EXPECT(p.run(view, regs.data()));
+  EXPECT(p.describe().find("L['act'] == 'relu'") != std::string::npos);
+}
+
+void testGlobalsAttributesAndIdentity() {
+  PyObject* main = PyImport_AddModule("__main__");
+  PyObject* globals = PyModule_GetDict(main);
+  PyRun_String("class C:\n  pass\nobj = C()\nobj.k = 3\nobj.name = 'a'\n", Py_file_input, globals, globals);
+  EXPECT(!PyErr_Occurred());
+  FrameView view;
+  view.globals = globals;
+  view.builtins = PyEval_GetBuiltins();
+
+  GuardProgram p;
+  PyObject* obj_name = PyUnicode_FromString("obj");
+  PyObject* k_name = PyUnicode_FromString("k");
+  PyObject* name_name = PyUnicode_FromString("name");
+  PyObject* len_name = PyUnicode_FromString("len");
+  int robj = p.load(LoadKind::Global, -1, 0, obj_name, "G['obj']");
+  PyObject* obj = PyDict_GetItemString(globals, "obj");
+  p.checkIdentity(robj, obj);
+  int rk = p.load(LoadKind::InstanceDict, robj, 0, k_name, "G['obj'].k");
+  Obj three(PyLong_FromLong(3));
+  p.checkEquals(rk, three.o);
+  int rname = p.load(LoadKind::Attr, robj, 0, name_name, "G['obj'].name");  // owned register
+  Obj a(PyUnicode_FromString("a"));
+  p.checkEquals(rname, a.o);
+  int rlen = p.load(LoadKind::Global, -1, 0, len_name, "G['len']");  // falls through to builtins
+  p.checkIdentity(rlen, PyDict_GetItemString(PyEval_GetBuiltins(), "len"));
+
+  std::vector<PyObject*> regs(p.numRegisters());
+  EXPECT(p.run(view, regs.data()));
+  Py_ssize_t refs_before = Py_REFCNT(PyDict_GetItemString(PyObject_GenericGetDict(obj, nullptr), "name"));
+  for (int i = 0; i < 100; ++i) {
+    EXPECT(p.run(view, regs.data()));
+    p.release(regs.data());
+  }
+  EXPECT_EQ(Py_REFCNT(PyDict_GetItemString(PyObject_GenericGetDict(obj, nullptr), "name")), refs_before);
+
+  PyRun_String("obj.k = 4\n", Py_file_input, globals, globals);
+  EXPECT(!p.run(view, regs.data()));
+  PyRun_String("obj.k = 3\nobj = C()\nobj.k = 3\nobj.name = 'a'\n", Py_file_input, globals, globals);
+  EXPECT(!p.run(view, regs.data()));  // another object: identity fails (the old one is dead)
+  PyRun_String("del obj\n", Py_file_input, globals, globals);
+  EXPECT(!p.run(view, regs.data()));  // missing global: a failed load fails the guard
+  EXPECT(p.explainFailure(view) == "G['obj'] could not be read");
+  EXPECT(!PyErr_Occurred());
+  Py_DECREF(obj_name);
+  Py_DECREF(k_name);
+  Py_DECREF(name_name);
+  Py_DECREF(len_name);
+}
+
+}  // namespace
+
+int main() {
+  Py_Initialize();
+  testLocalsConstantsAndContainers();
+  testGlobalsAttributesAndIdentity();
+  Py_Finalize();
+  return TEST_MAIN_RESULT();
+}

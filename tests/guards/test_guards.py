@@ -1,0 +1,152 @@
+"""Guards: every input property the trace depended on is checked before an entry runs."""
+import torch
+from torch import nn
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+
+def compiled(fn):
+    cnt = CompileCounter()
+    return cdynamo.compile(fn, backend=cnt), cnt
+
+
+def test_tensor_properties_recompile():
+    cf, cnt = compiled(lambda x: x * 2)
+    base = torch.randn(2, 3)
+    variants = [
+        base,
+        base.double(),                        # dtype
+        torch.randn(2, 3, requires_grad=True),  # requires_grad
+        torch.randn(3, 2).t(),                # strides
+        torch.randn(2, 4),                    # sizes
+        nn.Parameter(torch.randn(2, 3)),      # type
+    ]
+    for i, v in enumerate(variants):
+        torch.testing.assert_close(cf(v), v * 2)
+        assert cnt.frame_count == i + 1, f"variant {i} must recompile"
+    for v in variants:  # every variant now hits its own entry
+        cf(v)
+    assert cnt.frame_count == len(variants)
+
+
+def test_guard_failure_reasons_are_readable():
+    cf, cnt = compiled(lambda x, k: x * k)
+    x = torch.randn(2, 3)
+    cf(x, 2)
+    (entry,) = cdynamo.cache_entries(cf)
+    text = entry["guards"]
+    assert "L['x'] matches Tensor(dtype=torch.float32, device=cpu, size=[2, 3], stride=[3, 1]" in text
+    assert "L['k'] == 2" in text
+    assert "torch.is_grad_enabled() == True" in text
+
+
+GLOBAL_SCALE = 2.0
+
+
+def scale_by_global(x):
+    return x * GLOBAL_SCALE
+
+
+def test_global_constant_is_guarded():
+    global GLOBAL_SCALE
+    cf, cnt = compiled(scale_by_global)
+    x = torch.randn(3)
+    try:
+        torch.testing.assert_close(cf(x), x * 2.0)
+        GLOBAL_SCALE = 5.0
+        torch.testing.assert_close(cf(x), x * 5.0)
+        assert cnt.frame_count == 2
+    finally:
+        GLOBAL_SCALE = 2.0
+
+
+def activation(x):
+    return x.relu()
+
+
+def uses_global_function(x):
+    return activation(x) + 1
+
+
+def test_global_function_identity_is_guarded():
+    global activation
+    cf, cnt = compiled(uses_global_function)
+    x = torch.randn(4)
+    saved = activation
+    try:
+        torch.testing.assert_close(cf(x), x.relu() + 1)
+        activation = torch.tanh
+        torch.testing.assert_close(cf(x), torch.tanh(x) + 1)
+        assert cnt.frame_count == 2
+    finally:
+        activation = saved
+
+
+def test_closure_variable_is_guarded():
+    factor = 3
+
+    def f(x):
+        return x * factor
+
+    cf, cnt = compiled(f)
+    x = torch.randn(2)
+    torch.testing.assert_close(cf(x), x * 3)
+    factor = 4  # noqa: F841 - rebinding the cell the closure reads
+    torch.testing.assert_close(cf(x), x * 4)
+    assert cnt.frame_count == 2
+
+
+def test_module_attribute_constant_is_guarded():
+    class Scaled(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 2
+
+        def forward(self, x):
+            return x * self.k
+
+    m = Scaled()
+    cm = cdynamo.compile(m, backend=(cnt := CompileCounter()))
+    x = torch.randn(2)
+    torch.testing.assert_close(cm(x), x * 2)
+    m.k = 7
+    torch.testing.assert_close(cm(x), x * 7)
+    assert cnt.frame_count == 2
+
+
+def test_another_module_instance_recompiles_and_gives_its_own_result():
+    a, b = nn.Linear(3, 3), nn.Linear(3, 3)
+    cnt = CompileCounter()
+    ca, cb = cdynamo.compile(a, backend=cnt), cdynamo.compile(b, backend=cnt)
+    x = torch.randn(1, 3)
+    torch.testing.assert_close(ca(x), a(x))
+    torch.testing.assert_close(cb(x), b(x))
+    torch.testing.assert_close(ca(x), a(x))
+
+
+def test_dead_module_does_not_match_and_is_not_kept_alive():
+    import gc
+    import weakref
+
+    cnt = CompileCounter()
+    m = nn.Linear(2, 2)
+    ref = weakref.ref(m)
+    cdynamo.compile(m, backend=cnt)(torch.randn(1, 2))
+    del m
+    gc.collect()
+    assert ref() is None, "a cache entry must not keep the model alive"
+    m2 = nn.Linear(2, 2)
+    torch.testing.assert_close(cdynamo.compile(m2, backend=cnt)(torch.ones(1, 2)), m2(torch.ones(1, 2)))
+
+
+def test_list_argument_structure_is_guarded():
+    def f(xs):
+        return xs[0] + xs[1]
+
+    cf, cnt = compiled(f)
+    a, b, c = torch.randn(2), torch.randn(2), torch.randn(2)
+    torch.testing.assert_close(cf([a, b]), a + b)
+    torch.testing.assert_close(cf([a, b, c]), a + b)  # length changed
+    torch.testing.assert_close(cf((a, c)), a + c)     # tuple instead of list
+    assert cnt.frame_count == 3

@@ -1,0 +1,39 @@
+"""Fixtures of the semantic corpus: a clean cdynamo and torch._dynamo around every case."""
+import json
+import os
+
+import pytest
+import torch._dynamo
+
+import cdynamo
+
+from . import harness
+
+
+@pytest.fixture(autouse=True)
+def _fresh_compilers(request):
+    cdynamo.reset()
+    torch._dynamo.reset()
+    harness.CURRENT["nodeid"] = request.node.nodeid
+    yield
+    harness.CURRENT["nodeid"] = None
+    cdynamo.reset()
+    torch._dynamo.reset()
+
+
+def pytest_terminal_summary(terminalreporter):
+    recs = [r for r in harness.RECORDS if r.get("dynamo")]
+    broke = [r for r in recs if r["dynamo"].get("graph_breaks") or r["dynamo"].get("error")
+             or (r["expect_graphs"] is not None and r["dynamo"].get("graphs") != r["expect_graphs"])]
+    if broke:
+        terminalreporter.section("semantic corpus: cases torch._dynamo does not capture as expected")
+        for r in broke:
+            d = r["dynamo"]
+            terminalreporter.write_line(
+                f"{r['nodeid']}: dynamo graphs={d.get('graphs')} breaks={d.get('graph_breaks')} "
+                f"error={d.get('error')} reasons={d.get('break_reasons')[:2]}")
+    path = os.environ.get("CDYNAMO_SEMANTICS_REPORT")
+    if path:
+        with open(path, "a") as f:
+            for r in harness.RECORDS:
+                f.write(json.dumps(r, default=str) + "\n")

@@ -1,0 +1,467 @@
+"""Containers: list/tuple/dict/set literals and methods, slicing, concatenation, membership,
+unpacking, nesting, star-args, comprehensions, OrderedDict, namedtuple, deque."""
+import collections
+from collections import OrderedDict, deque, namedtuple
+
+import pytest
+import torch
+
+from .harness import Cases, check, tensors, with_args
+
+case = Cases()
+T4 = tensors((4,))
+
+Point = namedtuple("Point", ["x", "y"])
+Pair = collections.namedtuple("Pair", "a b")
+
+
+@case(T4)
+def list_literal_index(x):
+    xs = [x, x + 1, x * 2]
+    return xs[1] + xs[-1]
+
+
+@case(T4)
+def list_append_extend(x):
+    xs = [x]
+    xs.append(x + 1)
+    xs.extend([x * 2, x * 3])
+    return torch.stack(xs)
+
+
+@case(T4)
+def list_insert_pop(x):
+    xs = [1, 2, 3]
+    xs.insert(1, 10)
+    last = xs.pop()
+    first = xs.pop(0)
+    return x * last + first, xs
+
+
+@case(T4)
+def list_remove_index_count(x):
+    xs = [3, 1, 3, 2]
+    xs.remove(3)
+    i = xs.index(2)
+    c = xs.count(3)
+    return x + i * 10 + c, xs
+
+
+@case(T4)
+def list_sort_and_reverse(x):
+    xs = [3, 1, 2]
+    xs.sort()
+    ys = [5, 4, 6]
+    ys.sort(reverse=True)
+    zs = [1, 2, 3]
+    zs.reverse()
+    return x * xs[0] + ys[0] + zs[0], xs, ys, zs
+
+
+@case(T4)
+def list_copy_clear(x):
+    xs = [1, 2]
+    ys = xs.copy()
+    xs.clear()
+    return x + len(ys) + len(xs), xs, ys
+
+
+@case(T4)
+def list_slicing(x):
+    xs = [0, 1, 2, 3, 4, 5]
+    a = xs[1:4]
+    b = xs[::2]
+    c = xs[::-1]
+    return x * sum(a) + b[-1] + c[0]
+
+
+@case(T4)
+def list_slice_assignment_and_del(x):
+    xs = [0, 1, 2, 3]
+    xs[1:3] = [9]
+    del xs[0]
+    return x + xs[0], xs
+
+
+@case(T4)
+def list_concat_repeat(x):
+    xs = [1, 2] + [3]
+    ys = [0] * 3
+    return x * len(xs + ys), xs, ys
+
+
+@case(T4)
+def list_item_assignment(x):
+    xs = [x, x]
+    xs[0] = x * 5
+    return xs
+
+
+@case(lambda: ([torch.randn(3), torch.randn(3)],))
+def mutate_list_arg_append(xs):
+    xs.append(xs[0] + xs[1])
+    return xs[-1] * 2
+
+
+@case(lambda: ([torch.randn(3), torch.randn(3)],))
+def mutate_list_arg_setitem_pop(xs):
+    y = xs.pop()
+    xs[0] = y * 3
+    return y
+
+
+@case(T4)
+def list_membership(x):
+    xs = [1, 2, 3]
+    if 2 in xs and 5 not in xs:
+        return x + 1
+    return x
+
+
+@case(T4)
+def list_equality(x):
+    if [1, 2] == [1, 2] and [1] != [2]:
+        return x * 2
+    return x
+
+
+@case(T4)
+def tuple_literal_and_index(x):
+    t = (x, x + 1, 3)
+    return t[0] + t[1] * t[2]
+
+
+@case(T4)
+def tuple_concat_slice_count_index(x):
+    t = (1, 2) + (3, 2)
+    return x * t.count(2) + t.index(3) + sum(t[1:])
+
+
+@case(T4)
+def tuple_unpacking(x):
+    a, b, c = (x, 2, 3)
+    return a * b + c
+
+
+@case(T4)
+def star_unpacking(x):
+    a, *b = [1, 2, 3, 4]
+    *c, d = (5, 6, 7)
+    return x * a + sum(b) + d, b, c
+
+
+@case(T4)
+def nested_unpacking(x):
+    (a, b), c = (1, 2), x
+    return c * a + b
+
+
+@case(lambda: ((torch.randn(2), torch.randn(2)),))
+def unpack_tuple_arg(pair):
+    a, b = pair
+    return a - b
+
+
+@case(T4)
+def swap_via_tuple(x):
+    a, b = x, x + 1
+    a, b = b, a
+    return a - b
+
+
+@case(T4)
+def dict_literal_getitem(x):
+    d = {"a": x, "b": x * 2}
+    return d["a"] + d["b"]
+
+
+@case(T4)
+def dict_setitem_delitem(x):
+    d = {}
+    d["k"] = x + 1
+    d["j"] = 2
+    del d["j"]
+    return d
+
+
+@case(T4)
+def dict_get_with_default(x):
+    d = {"a": 2}
+    return x * d.get("a", 1) + d.get("z", 10)
+
+
+@case(T4)
+def dict_setdefault(x):
+    d = {"a": 1}
+    v = d.setdefault("b", 5)
+    w = d.setdefault("a", 7)
+    return x * v + w, d
+
+
+@case(T4)
+def dict_update_and_pop(x):
+    d = {"a": 1, "b": 2}
+    d.update({"b": 3, "c": 4})
+    d.update(e=5)
+    p = d.pop("a")
+    return x + p + d["b"] + d["c"] + d["e"], d
+
+
+@case(T4)
+def dict_keys_values_items_lists(x):
+    d = {"a": 1, "b": 2}
+    ks = list(d.keys())
+    vs = list(d.values())
+    its = list(d.items())
+    return x * len(ks) + sum(vs), ks, its
+
+
+@case(T4)
+def dict_membership_len(x):
+    d = {"a": x}
+    if "a" in d and "b" not in d:
+        return x * len(d)
+    return x
+
+
+@case(T4)
+def dict_copy_clear(x):
+    d = {"a": 1}
+    e = d.copy()
+    d.clear()
+    return x + len(e), d, e
+
+
+@case(T4)
+def dict_double_star_merge(x):
+    a = {"p": 1}
+    b = {"q": 2}
+    d = dict(**a, **b)
+    e = {**a, "r": 3, **b}
+    return x * d["q"], d, e
+
+
+@case(lambda: ({"w": torch.randn(4), "b": torch.randn(4)}, torch.randn(4)))
+def dict_arg_read(params, x):
+    return x * params["w"] + params["b"]
+
+
+@case(lambda: ({"count": 0}, torch.randn(4)))
+def dict_arg_mutated(state, x):
+    state["count"] += 1
+    state["last"] = x * 2
+    return x + 1
+
+
+@case(T4)
+def dict_int_keys(x):
+    d = {0: 1.5, 1: 2.5}
+    return x * d[0] + d[1]
+
+
+@case(T4)
+def dict_tensor_values_loop(x):
+    d = {"a": x, "b": x + 1}
+    out = {}
+    for k, v in d.items():
+        out[k + "_sq"] = v * v
+    return out
+
+
+@case(T4)
+def set_literal_membership(x):
+    s = {1, 2, 3}
+    if 2 in s:
+        return x + len(s)
+    return x
+
+
+@case(T4)
+def set_add_discard(x):
+    s = set()
+    s.add(1)
+    s.add(2)
+    s.add(1)
+    s.discard(2)
+    return x * len(s), s
+
+
+@case(T4)
+def set_union_intersection(x):
+    a = {1, 2}
+    b = {2, 3}
+    return x + len(a | b) * 10 + len(a & b), a - b
+
+
+@case(T4)
+def list_comprehension(x):
+    ys = [x * i for i in range(3)]
+    return ys
+
+
+@case(T4)
+def list_comprehension_with_if(x):
+    ys = [x + i for i in range(6) if i % 2]
+    return torch.stack(ys)
+
+
+@case(T4)
+def dict_comprehension(x):
+    d = {f"k{i}": x * i for i in range(3)}
+    return d
+
+
+@case(T4)
+def set_comprehension(x):
+    s = {i % 3 for i in range(10)}
+    return x * len(s), s
+
+
+@case(T4)
+def nested_comprehension(x):
+    grid = [[i * j for j in range(3)] for i in range(2)]
+    return x * grid[1][2], grid
+
+
+@case(T4)
+def generator_in_sum(x):
+    return sum(x * i for i in range(4))
+
+
+@case(T4)
+def generator_in_list_tuple(x):
+    a = list(x + i for i in range(2))
+    b = tuple(i * 2 for i in range(3))
+    return a, b
+
+
+@case(T4)
+def generator_in_max_min(x):
+    m = max(i * i for i in [-3, 2])
+    n = min(len(s) for s in ["ab", "c"])
+    return x * m + n
+
+
+@case(T4)
+def star_args_call_with_list(x):
+    shape = [2, 2]
+    return x.reshape(*shape)
+
+
+@case(T4)
+def star_in_list_literal(x):
+    a = [1, 2]
+    b = (3,)
+    c = [*a, *b, 4]
+    return x * len(c), c
+
+
+@case(T4)
+def nested_containers(x):
+    cfg = {"layers": [{"scale": 2}, {"scale": 3}], "bias": (1, 2)}
+    for layer in cfg["layers"]:
+        x = x * layer["scale"]
+    return x + cfg["bias"][1]
+
+
+@case(T4)
+def ordered_dict_basic(x):
+    d = OrderedDict()
+    d["b"] = x
+    d["a"] = x * 2
+    d.move_to_end("b")
+    return list(d.keys()), d["a"] + d["b"]
+
+
+@case(T4)
+def ordered_dict_from_pairs(x):
+    d = OrderedDict([("p", 1), ("q", 2)])
+    return x * sum(d.values()), d
+
+
+@case(T4)
+def namedtuple_construct_access(x):
+    p = Point(x, 2)
+    return p.x * p.y + p[1]
+
+
+@case(T4)
+def namedtuple_return(x):
+    return Point(x + 1, x - 1)
+
+
+@case(T4)
+def namedtuple_replace_and_unpack(x):
+    p = Pair(a=1, b=x)
+    q = p._replace(a=5)
+    a, b = q
+    return b * a
+
+
+@case(lambda: (Point(torch.randn(3), torch.randn(3)),))
+def namedtuple_arg(p):
+    return p.x + p.y
+
+
+@case(T4)
+def deque_basics(x):
+    q = deque([1, 2])
+    q.append(3)
+    q.appendleft(0)
+    a = q.popleft()
+    b = q.pop()
+    return x * (a + b) + len(q), q
+
+
+@case(T4)
+def deque_maxlen(x):
+    q = deque(maxlen=2)
+    for i in range(4):
+        q.append(x * i)
+    return list(q)
+
+
+@case(T4)
+def defaultdict_counting(x):
+    counts = collections.defaultdict(int)
+    for w in ["a", "b", "a"]:
+        counts[w] += 1
+    return x * counts["a"], dict(counts)
+
+
+@case(T4)
+def list_of_tensors_cat(x):
+    parts = [x[:2], x[2:]]
+    return torch.cat(parts[::-1])
+
+
+@case(T4)
+def list_constructor_from_tuple_and_range(x):
+    a = list((1, 2))
+    b = list(range(3))
+    return x + a[1] + b[2], a + b
+
+
+@case(T4)
+def tuple_comparison(x):
+    if (1, 2) < (1, 3) and (2,) > (1, 9):
+        return x + 1
+    return x
+
+
+@case(T4)
+def sorted_list_then_index(x):
+    xs = sorted([3, 1, 2])
+    return x * xs[-1], xs
+
+
+@case(lambda: ([1, 2, 3],), expect_graphs=0)
+def pure_python_list_function(xs):
+    ys = [v * 2 for v in xs]
+    xs.append(len(ys))
+    return ys
+
+
+@pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
+def test_containers(fn, make_args, expect_graphs):
+    check(fn, make_args, expect_graphs=expect_graphs)

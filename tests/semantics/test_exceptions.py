@@ -1,0 +1,338 @@
+"""Exceptions inside the traced region: try/except/else/finally, raise and catch in the trace,
+assert on constants; and a few functions that raise out of their frame (outcome only)."""
+import pytest
+import torch
+
+from .harness import Cases, check, tensors, with_args
+
+case = Cases()
+T4 = tensors((4,))
+
+
+class MyError(Exception):
+    pass
+
+
+class SubError(MyError):
+    def __init__(self, code):
+        super().__init__(f"code {code}")
+        self.code = code
+
+
+def risky(n):
+    if n > 2:
+        raise ValueError("too big")
+    return n
+
+
+@case(T4)
+def try_except_caught_value_error(x):
+    try:
+        raise ValueError("boom")
+    except ValueError:
+        x = x + 1
+    return x
+
+
+@case(T4)
+def try_except_as_message(x):
+    try:
+        raise KeyError("k")
+    except KeyError as e:
+        msg = str(e)
+    return x * len(msg), msg
+
+
+@case(T4)
+def try_except_no_exception(x):
+    try:
+        y = x * 2
+    except RuntimeError:
+        y = x
+    return y
+
+
+@case(T4)
+def try_except_else(x):
+    try:
+        y = x + 1
+    except ValueError:
+        y = x - 1
+    else:
+        y = y * 10
+    return y
+
+
+@case(T4)
+def try_finally_runs(x):
+    log = []
+    try:
+        y = x + 1
+    finally:
+        log.append("finally")
+    return y, log
+
+
+@case(T4)
+def try_except_finally_with_raise(x):
+    log = []
+    try:
+        log.append("try")
+        raise IndexError("i")
+    except IndexError:
+        log.append("except")
+        x = x * 2
+    finally:
+        log.append("finally")
+    return x, log
+
+
+@case(T4)
+def return_inside_finally_path(x):
+    def f(t):
+        try:
+            return t + 1
+        finally:
+            t.add_(0)
+    return f(x)
+
+
+@case(T4)
+def except_tuple_of_types(x):
+    try:
+        {}["missing"]
+    except (IndexError, KeyError):
+        x = x + 5
+    return x
+
+
+@case(T4)
+def except_base_class_catches_subclass(x):
+    try:
+        raise SubError(7)
+    except MyError as e:
+        return x * e.code, str(e)
+
+
+@case(T4)
+def exception_from_inlined_call(x):
+    try:
+        risky(5)
+    except ValueError as e:
+        return x - 1, e.args
+    return x
+
+
+@case(T4)
+def no_exception_from_inlined_call(x):
+    try:
+        n = risky(1)
+    except ValueError:
+        n = -1
+    return x * n
+
+
+@case(T4)
+def builtin_raises_key_error_caught(x):
+    d = {"a": 1}
+    try:
+        v = d["b"]
+    except KeyError:
+        v = 0
+    return x + v
+
+
+@case(T4)
+def builtin_raises_index_error_caught(x):
+    xs = [1, 2]
+    try:
+        v = xs[5]
+    except IndexError:
+        v = -1
+    return x * v
+
+
+@case(T4)
+def zero_division_caught(x):
+    try:
+        k = 1 // 0
+    except ZeroDivisionError:
+        k = 2
+    return x * k
+
+
+@case(T4)
+def attribute_error_caught(x):
+    class Empty:
+        pass
+    try:
+        v = Empty().missing
+    except AttributeError:
+        v = 3
+    return x * v
+
+
+@case(T4)
+def stop_iteration_caught(x):
+    it = iter([])
+    try:
+        next(it)
+        hit = False
+    except StopIteration:
+        hit = True
+    return x + hit
+
+
+@case(T4)
+def nested_try_inner_handles(x):
+    try:
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            x = x + 1
+        x = x * 2
+    except ValueError:
+        x = x - 100
+    return x
+
+
+@case(T4)
+def nested_try_reraise_outer_handles(x):
+    try:
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            x = x + 1
+            raise
+    except ValueError as e:
+        x = x * 3
+        msg = str(e)
+    return x, msg
+
+
+@case(T4)
+def raise_from_caught(x):
+    try:
+        try:
+            raise KeyError("a")
+        except KeyError as e:
+            raise RuntimeError("wrapped") from e
+    except RuntimeError as e:
+        return x + 1, str(e), type(e.__cause__).__name__
+
+
+@case(T4)
+def exception_in_loop_continue(x):
+    total = x * 0
+    for i in range(4):
+        try:
+            if i % 2:
+                raise ValueError(i)
+            total = total + x * i
+        except ValueError:
+            continue
+    return total
+
+
+@case(T4)
+def assert_on_constant_passes(x):
+    assert 1 + 1 == 2, "math"
+    assert isinstance(x, torch.Tensor)
+    return x + 1
+
+
+@case(T4)
+def assert_on_shape(x):
+    assert x.shape[0] == 4, f"bad shape {x.shape}"
+    assert x.dim() == 1
+    return x * 2
+
+
+@case(T4)
+def exception_variable_cleared_after_except(x):
+    try:
+        raise ValueError("v")
+    except ValueError as err:
+        name = type(err).__name__
+    return x + len(name), name
+
+
+@case(T4)
+def isinstance_on_caught_exception(x):
+    try:
+        raise SubError(3)
+    except Exception as e:
+        if isinstance(e, SubError):
+            return x * e.code
+        return x
+
+
+@case(T4)
+def exception_object_created_not_raised(x):
+    e = ValueError("not raised", 3)
+    return x * e.args[1], e.args[0]
+
+
+@case(T4)
+def finally_after_return_in_inlined(x):
+    log = []
+
+    def f(t):
+        try:
+            return t * 2
+        finally:
+            log.append("cleanup")
+    return f(x), log
+
+
+# ---- functions that raise out of their frame: outcome (exception, argument state) only
+
+
+@case(T4, expect_graphs=None)
+def raises_value_error_out(x):
+    y = x + 1  # noqa: F841
+    raise ValueError("raised out of the frame")
+
+
+@case(lambda: ([torch.randn(2)],), expect_graphs=None)
+def raises_after_mutating_list_arg(xs):
+    xs.append(xs[0] * 2)
+    raise RuntimeError(f"after append, {len(xs)} items")
+
+
+@case(lambda: (torch.randn(4),), expect_graphs=None)
+def raises_after_inplace_on_arg(x):
+    x.add_(1)
+    raise MyError("after add_")
+
+
+@case(T4, expect_graphs=None)
+def assert_fails(x):
+    assert x.shape[0] == 5, "expected 5 rows"
+    return x
+
+
+@case(T4, expect_graphs=None)
+def shape_mismatch_raises_runtime_error(x):
+    return x + torch.ones(3)
+
+
+@case(T4, expect_graphs=None)
+def key_error_out(x):
+    d = {"a": x}
+    return d["b"]
+
+
+@case(T4, expect_graphs=None)
+def inlined_call_raises_out(x):
+    return x * risky(10)
+
+
+@case(T4, expect_graphs=None)
+def type_error_from_bad_call(x):
+    return x.view(2, 2, 2, 2, "bad")
+
+
+@pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
+def test_exceptions(fn, make_args, expect_graphs):
+    check(fn, make_args, expect_graphs=expect_graphs)
