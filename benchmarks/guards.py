@@ -77,5 +77,18 @@ def run(quick):
              if r["captured"]]
     if extra:
         sec.add("\n".join(extra))
+    # Coverage probe: the same function written with one 100-item tuple display.
+    import cdynamo
+    from common import CaptureCheck, reset_all
+    reset_all()
+    probe = make_wide_function(group=N_ARGS)
+    cc = CaptureCheck()
+    torch.testing.assert_close(cdynamo.compile(probe, backend=lambda gm, ex: gm.forward)(*sets[0]), probe(*sets[0]))
+    ok, why = cc.result()
+    sec.add(f"Coverage probe: `torch.cat((x0, ..., x99))` written as one 100-item tuple display is "
+            + ("captured by cdynamo." if ok else f"**not captured** by cdynamo ({why}); CPython 3.11 builds "
+               "tuple displays of 30+ items with BUILD_LIST/LIST_APPEND/LIST_TO_TUPLE, hence the groups of 25 "
+               "above."))
+    reset_all()
     sec.results = results
     return sec

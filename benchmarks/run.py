@@ -19,6 +19,16 @@ import common  # noqa: E402
 SECTIONS = ["overhead", "guards", "tracing", "memory"]
 
 
+def cpu_busy_s():
+    """Machine-wide busy CPU seconds (user+nice+system+irq+softirq+steal) from /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return (v[0] + v[1] + v[2] + v[5] + v[6] + v[7]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and smaller workloads (< 3 min)")
@@ -33,6 +43,7 @@ def main(argv=None):
     import importlib
 
     t_start = time.time()
+    cpu0, own0 = cpu_busy_s(), sum(os.times()[:4])
     info = common.machine_info()
     common.log(f"cdynamo benchmarks ({'quick' if args.quick else 'full'}): {info['cpu']}, {info['nproc']} cpus, "
                f"torch {info['torch']}")
@@ -49,6 +60,7 @@ def main(argv=None):
         sections.append(sec)
         common.reset_all()
     total = time.time() - t_start
+    other_load = (cpu_busy_s() - cpu0 - (sum(os.times()[:4]) - own0)) / max(total, 1e-9)
 
     cmd = "make bench-quick" if args.quick else "make bench"
     argv_str = " ".join(["benchmarks/run.py"] + (argv if argv is not None else sys.argv[1:]))
@@ -61,7 +73,9 @@ def main(argv=None):
         f"- Machine: {info['cpu']}, {info['nproc']} CPUs (torch intra-op threads: {info['torch_threads']}), "
         f"{info['platform']}",
         f"- Software: Python {info['python']}, torch {info['torch']}, cdynamo {info['cdynamo']}",
-        f"- Sections: {', '.join(only)}; total wall time {total:.0f} s",
+        f"- Sections: {', '.join(only)}; total wall time {total:.0f} s; CPU used by other processes during the "
+        f"run: {max(other_load, 0):.2f} CPUs on average (from /proc/stat; the machine is shared, so single figures "
+        "are noisy — compare ratios, and rerun before drawing fine conclusions)",
         "- Both frontends run with static shapes (`dynamic=False`, torch._dynamo "
         "`automatic_dynamic_shapes=False`) and the same backend object kind; a workload that cdynamo "
         "did not capture is reported as *not captured (reason)* and left out of the ratios.",

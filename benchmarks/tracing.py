@@ -114,8 +114,6 @@ def run(quick):
     for label, fn, args, fullgraph in tracing_workloads(quick):
         log(f"  [tracing] {label}")
         reset_all()
-        with torch.no_grad():
-            pass
         expected = fn(*args)
         t0 = time.perf_counter_ns()
         fn(*args)
@@ -123,27 +121,24 @@ def run(quick):
         times = {"cdynamo": [], "dynamo": []}
         counts = {}
         cap = (True, "")
-        try:
-            for r in range(reps):
-                order = ["cdynamo", "dynamo"] if r % 2 == 0 else ["dynamo", "cdynamo"]
-                for fe in order:
-                    if fe == "cdynamo" and not cap[0]:
+        for r in range(reps):
+            order = ["cdynamo", "dynamo"] if r % 2 == 0 else ["dynamo", "cdynamo"]
+            for fe in order:
+                if fe == "cdynamo":
+                    if not cap[0]:
                         continue
-                    dt, cb, c = trace_once(fe, fn, args, fullgraph, expected, label)
-                    if fe == "cdynamo" and not c[0]:
-                        cap = c
+                    try:
+                        dt, cb, cap = trace_once(fe, fn, args, fullgraph, expected, label)
+                    except AssertionError:
+                        raise
+                    except Exception as e:  # noqa: BLE001 - a crash of cdynamo is reported, not hidden
+                        cap = (False, f"cdynamo raised {type(e).__name__}: {e}")
+                    if not cap[0]:
                         continue
-                    times[fe].append(dt)
-                    counts[fe] = (cb.graphs, cb.ops)
-        except AssertionError:
-            raise
-        except Exception as e:  # noqa: BLE001 - a crash of cdynamo is reported, not hidden
-            if times["dynamo"] and not times["cdynamo"] or "cdynamo" in str(type(e).__module__) or True:
-                cap = (False, f"cdynamo raised {type(e).__name__}: {e}")
-            while len(times["dynamo"]) < reps:
-                dt, cb, _ = trace_once("dynamo", fn, args, fullgraph, expected, label)
-                times["dynamo"].append(dt)
-                counts["dynamo"] = (cb.graphs, cb.ops)
+                else:
+                    dt, cb, _ = trace_once(fe, fn, args, fullgraph, expected, label)
+                times[fe].append(dt)
+                counts[fe] = (cb.graphs, cb.ops)
         td = statistics.median(times["dynamo"])
         name = f"(3) {label}: tracing >= 10x faster, same graphs"
         if not cap[0]:

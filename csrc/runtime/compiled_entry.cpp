@@ -38,6 +38,35 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       }
       return seq;
     }
+    case OutputPlan::Kind::Dict: {
+      PyObject* d = p.constant.get() == reinterpret_cast<PyObject*>(&PyDict_Type) ? PyDict_New()
+                                                                                  : PyObject_CallNoArgs(p.constant.get());
+      if (!d) return nullptr;
+      for (size_t i = 0; i < p.items.size(); ++i) {
+        PyObject* v = build(p.items[i], graph_out, regs);
+        if (!v || PyObject_SetItem(d, p.keys[i].get(), v) < 0) {
+          Py_XDECREF(v);
+          Py_DECREF(d);
+          return nullptr;
+        }
+        Py_DECREF(v);
+      }
+      return d;
+    }
+    case OutputPlan::Kind::Set: {
+      PyObject* s = PySet_New(nullptr);
+      if (!s) return nullptr;
+      for (const OutputPlan& item : p.items) {
+        PyObject* v = build(item, graph_out, regs);
+        if (!v || PySet_Add(s, v) < 0) {
+          Py_XDECREF(v);
+          Py_DECREF(s);
+          return nullptr;
+        }
+        Py_DECREF(v);
+      }
+      return s;
+    }
   }
   return nullptr;
 }

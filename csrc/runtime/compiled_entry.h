@@ -18,11 +18,12 @@ namespace cdynamo::runtime {
 
 // How the frame's return value is rebuilt after the graph ran.
 struct OutputPlan {
-  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List };
+  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set };
   Kind kind = Kind::Constant;
   int index = 0;     // GraphOutput: position in the graph's output tuple; Register: guard register
-  Ref constant;      // Constant
-  std::vector<OutputPlan> items;  // Tuple / List
+  Ref constant;      // Constant; Dict: the dict type (dict, OrderedDict)
+  std::vector<OutputPlan> items;  // Tuple / List / Set items; Dict values
+  std::vector<Ref> keys;          // Dict keys
 };
 
 struct CompiledEntry {

@@ -152,12 +152,18 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
         return Value::object(Kind::Callable, v.get());  // a method of an immutable constant
       return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
     }
-    case Kind::Null:
     case Kind::Tuple:
     case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
+      return Value::namedMethod(obj, name);  // list.append, dict.items, ...: called later
+    case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:
     case Kind::Method:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
       break;
   }
   return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
@@ -171,13 +177,20 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::Method: {
       const ValuePtr& self = fn->items[0];
       if (!fn->obj) {
+        if (!self->is(Kind::Tensor)) return callContainerMethod(self, fn->name.get(), args, kwargs);
         // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers
         // as a constant).
         args.insert(args.begin(), self);
         return recordCall(NodeOp::CallMethod, fn->name.get(), args, kwargs);
       }
       args.insert(args.begin(), self);
-      return inlineFunction(fn->obj.get(), -1, std::move(args), std::move(kwargs));
+      if (PyFunction_Check(fn->obj.get())) return inlineFunction(fn->obj.get(), -1, std::move(args), std::move(kwargs));
+      return call(Value::object(Kind::Callable, fn->obj.get()), std::move(args), std::move(kwargs));
+    }
+    case Kind::Function: {
+      const FunctionParts& p = *fn->fn;
+      return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals, p.builtins, nullptr, &p.closure,
+                        nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args), std::move(kwargs));
     }
     case Kind::Callable: {
       PyObject* f = fn->obj.get();
@@ -222,81 +235,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::Slice:
     case Kind::Iterator:
     case Kind::PyModule:
+    case Kind::Dict:
+    case Kind::Set:
+    case Kind::Cell:
+    case Kind::Object:
       break;
   }
   return fail(std::string("calling a ") + kindName(fn->kind) + " is not supported");
-}
-
-ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
-                             std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled) {
-  *handled = false;
-  if (!PyCFunction_Check(f) && !PyType_Check(f)) return nullptr;
-  PyObject* builtins = PyEval_GetBuiltins();
-  if (!builtins) return nullptr;
-  // Identify the builtin by identity, never by name.
-  const char* which = nullptr;
-  static const char* const kKnown[] = {"len", "isinstance", "range", "tuple", "list", "getattr", "print"};
-  for (const char* k : kKnown)
-    if (PyDict_GetItemString(builtins, k) == f) which = k;
-  if (!which) return nullptr;
-  *handled = true;
-  if (strcmp(which, "print") == 0) return fail("print() has effects outside the program");
-  if (!kwargs.empty()) return fail(std::string(which) + "() with keyword arguments is not supported yet");
-  if (strcmp(which, "len") == 0 && args.size() == 1) {
-    const ValuePtr& v = args[0];
-    if (v->is(Kind::Tuple) || v->is(Kind::List))
-      return Value::constant(Ref::steal(PyLong_FromSize_t(v->items.size())).get());
-    if (v->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, f, args, {});
-    if (v->is(Kind::Constant) || v->is(Kind::Module)) {
-      Py_ssize_t n = PyObject_Length(v->obj.get());
-      if (n < 0) return failFromPython("len()");
-      return Value::constant(Ref::steal(PyLong_FromSsize_t(n)).get());
-    }
-  } else if (strcmp(which, "isinstance") == 0 && args.size() == 2 && args[1]->obj) {
-    const ValuePtr& v = args[0];
-    PyObject* cls = args[1]->obj.get();
-    PyObject* probe = nullptr;
-    Ref holder;
-    if (v->is(Kind::Tensor)) {
-      auto ex = example_of_node_.find(v->node);
-      probe = ex != example_of_node_.end() ? ex->second.get() : graph_.fake(v->node);
-      if (ex == example_of_node_.end()) {
-        // A computed tensor is a plain torch.Tensor (the fake tensor's class is internal).
-        int r = PyObject_IsSubclass(tensorType(), cls);
-        if (r < 0) return failFromPython("isinstance()");
-        return Value::constant(r ? Py_True : Py_False);
-      }
-    } else if (v->obj) {
-      probe = v->obj.get();
-    } else if (v->is(Kind::Tuple) || v->is(Kind::List)) {
-      holder = Ref::steal(v->is(Kind::Tuple) ? PyTuple_New(0) : PyList_New(0));
-      probe = holder.get();
-    }
-    if (probe) {
-      int r = PyObject_IsInstance(probe, cls);
-      if (r < 0) return failFromPython("isinstance()");
-      return Value::constant(r ? Py_True : Py_False);
-    }
-  } else if (strcmp(which, "range") == 0) {
-    Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-    for (size_t i = 0; i < args.size(); ++i) {
-      if (!args[i]->is(Kind::Constant)) return fail("range() of a non-constant");
-      PyTuple_SET_ITEM(pargs.get(), i, args[i]->obj.copy().release());
-    }
-    Ref r = Ref::steal(PyObject_Call(f, pargs.get(), nullptr));
-    if (!r) return failFromPython("range()");
-    return Value::constant(r.get());
-  } else if ((strcmp(which, "tuple") == 0 || strcmp(which, "list") == 0) && args.size() <= 1) {
-    Kind k = which[0] == 't' ? Kind::Tuple : Kind::List;
-    if (args.empty()) return Value::sequence(k, {});
-    ValuePtr it = getIter(args[0]);
-    if (!it) return nullptr;
-    return Value::sequence(k, std::vector<ValuePtr>(it->items.begin() + it->pos, it->items.end()));
-  } else if (strcmp(which, "getattr") == 0 && args.size() == 2 && args[1]->is(Kind::Constant) &&
-             PyUnicode_Check(args[1]->obj.get())) {
-    return getAttr(args[0], args[1]->obj.get());
-  }
-  return fail(std::string(which) + "() with these arguments is not supported yet");
 }
 
 ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
@@ -340,64 +285,9 @@ ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
 ValuePtr Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
                                 std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
-  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(fo->func_code);
-  if (co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
-    return fail("inlining a generator or coroutine function is not supported yet");
-  int depth = current_ ? current_->depth + 1 : 1;
-  if (depth > kMaxInlineDepth) return fail("inlining is too deep (recursion limit)");
-  if (co->co_flags & CO_VARKEYWORDS) return fail("inlining a function with **kwargs is not supported yet");
-
-  SymbolicFrame f;
-  f.code = co;
-  f.globals = fo->func_globals;
-  f.builtins = fo->func_builtins;
-  f.closure = fo->func_closure;
-  f.instrs = bytecode::decode(co);
-  f.locals.resize(co->co_nlocalsplus);
-  f.parent = current_;
-  f.depth = depth;
-  f.function_reg = func_reg;
-
-  // Bind arguments the way CPython does (positional, keywords, defaults, *args).
-  const int nparams = co->co_argcount;
-  const int nkwonly = co->co_kwonlyargcount;
-  size_t npos = std::min(args.size(), static_cast<size_t>(nparams));
-  for (size_t i = 0; i < npos; ++i) f.locals[i] = args[i];
-  if (args.size() > static_cast<size_t>(nparams)) {
-    if (!(co->co_flags & CO_VARARGS)) return fail("too many positional arguments (TypeError)");
-    f.locals[nparams + nkwonly] = Value::sequence(Kind::Tuple, std::vector<ValuePtr>(args.begin() + nparams, args.end()));
-  } else if (co->co_flags & CO_VARARGS) {
-    f.locals[nparams + nkwonly] = Value::sequence(Kind::Tuple, {});
-  }
-  for (auto& [k, v] : kwargs) {
-    int slot = -1;
-    for (int i = co->co_posonlyargcount; i < nparams + nkwonly; ++i)
-      if (PyUnicode_Compare(PyTuple_GET_ITEM(co->co_localsplusnames, i), k.get()) == 0) slot = i;
-    if (slot < 0) return fail(std::string("unexpected keyword argument '") + PyUnicode_AsUTF8(k.get()) + "' (TypeError)");
-    if (f.locals[slot]) return fail("multiple values for an argument (TypeError)");
-    f.locals[slot] = v;
-  }
-  PyObject* defaults = fo->func_defaults;
-  Py_ssize_t ndefaults = defaults ? PyTuple_GET_SIZE(defaults) : 0;
-  for (int i = 0; i < nparams; ++i) {
-    if (f.locals[i]) continue;
-    Py_ssize_t d = i - (nparams - ndefaults);
-    if (d < 0) return fail("missing a required argument (TypeError)");
-    ValuePtr v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
-    if (!v) return nullptr;
-    f.locals[i] = v;
-  }
-  for (int i = nparams; i < nparams + nkwonly; ++i) {
-    if (f.locals[i]) continue;
-    PyObject* kwd = fo->func_kwdefaults;
-    PyObject* v = kwd ? PyDict_GetItemWithError(kwd, PyTuple_GET_ITEM(co->co_localsplusnames, i)) : nullptr;
-    if (!v) return fail("missing a required keyword-only argument (TypeError)");
-    ValuePtr w = wrap(v, -1);
-    if (!w) return nullptr;
-    f.locals[i] = w;
-  }
-  ValuePtr r = runFrame(f);
-  return r;
+  return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,
+                    fo->func_closure, nullptr, fo->func_defaults, fo->func_kwdefaults, nullptr, nullptr, func_reg,
+                    std::move(args), std::move(kwargs));
 }
 
 }  // namespace cdynamo::trace

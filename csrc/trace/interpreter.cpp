@@ -66,8 +66,7 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
       case Op::COPY_FREE_VARS:  // free variables are read lazily from the closure
         break;
 
-      case Op::LOAD_FAST:
-      case Op::LOAD_CLOSURE: {
+      case Op::LOAD_FAST: {
         ValuePtr v = f.locals[arg];
         if (!v && f.root) v = loadRootLocal(f, arg);
         if (!v) {
@@ -83,39 +82,6 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
       case Op::DELETE_FAST:
         f.locals[arg] = nullptr;
         break;
-      case Op::LOAD_DEREF: {
-        // Free variables only (cells made in the trace come with closures support).
-        int nfree = static_cast<int>(f.code->co_nfreevars);
-        int first_free = f.code->co_nlocalsplus - nfree;
-        if (arg < first_free) return fail("LOAD_DEREF of a cell variable is not supported yet");
-        int j = arg - first_free;
-        if (f.locals[arg]) {
-          f.stack.push_back(f.locals[arg]);
-          break;
-        }
-        if (!f.closure || j >= PyTuple_GET_SIZE(f.closure)) return fail("free variable without a closure");
-        PyObject* cell = PyTuple_GET_ITEM(f.closure, j);
-        PyObject* contents = PyCell_GET(cell);
-        if (!contents) return fail("free variable referenced before assignment");
-        PyObject* varname = PyTuple_GET_ITEM(f.code->co_localsplusnames, arg);
-        int reg = -1;
-        if (f.root) {
-          reg = load(guards::LoadKind::ClosureCell, -1, j, nullptr,
-                     std::string("closure['") + PyUnicode_AsUTF8(varname) + "']");
-        } else if (f.function_reg >= 0) {
-          int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
-                         guards().sourceName(f.function_reg) + ".__closure__");
-          int cellreg = load(guards::LoadKind::TupleItem, clo, j, nullptr,
-                             guards().sourceName(clo) + "[" + std::to_string(j) + "]");
-          reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
-                     guards().sourceName(cellreg) + ".cell_contents");
-        }
-        ValuePtr v = wrap(contents, reg);
-        if (!v) return nullptr;
-        f.locals[arg] = v;
-        f.stack.push_back(std::move(v));
-        break;
-      }
       case Op::LOAD_CONST:
         f.stack.push_back(Value::constant(PyTuple_GET_ITEM(consts, arg)));
         break;
@@ -225,10 +191,20 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
       case Op::CONTAINS_OP: {
         ValuePtr container = pop(f);
         ValuePtr item = pop(f);
-        if (!container->is(Kind::Constant) || !item->is(Kind::Constant))
-          return fail("`in` on values other than constants is not supported yet");
-        int r = PySequence_Contains(container->obj.get(), item->obj.get());
-        if (r < 0) return failFromPython("`in` on constants");
+        int r;
+        if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
+          r = PySequence_Contains(container->obj.get(), item->obj.get());
+          if (r < 0) return failFromPython("`in` on constants");
+        } else {
+          std::vector<ValuePtr> a{item};
+          std::vector<std::pair<Ref, ValuePtr>> kw;
+          bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
+          if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
+            return fail(std::string("`in` on a ") + kindName(container->kind) + " is not supported yet");
+          ValuePtr c = callContainerMethod(container, intern(mapping ? "__contains__" : "count"), a, kw);
+          if (!c) return nullptr;
+          r = PyObject_IsTrue(c->obj.get());
+        }
         f.stack.push_back(Value::constant((r != arg) ? Py_True : Py_False));
         break;
       }
@@ -244,7 +220,10 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         ValuePtr index = pop(f);
         ValuePtr obj = pop(f);
         ValuePtr value = pop(f);
-        if (!obj->is(Kind::Tensor)) return fail("item assignment on non-tensors is not supported yet");
+        if (!obj->is(Kind::Tensor)) {
+          if (!storeSubscript(obj, index, value)) return nullptr;
+          break;
+        }
         PyObject* setitem = PyObject_GetAttrString(PyImport_AddModule("_operator"), "setitem");
         Ref setitem_ref = Ref::steal(setitem);
         if (!setitem) return failFromPython("operator.setitem");
@@ -360,7 +339,79 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         break;
       }
       case Op::RETURN_VALUE:
+        if (f.generator) {
+          pop(f);
+          auto it = std::make_shared<Value>();
+          it->kind = Kind::Iterator;
+          it->items = std::move(f.yielded);
+          return it;
+        }
         return pop(f);
+      case Op::RETURN_GENERATOR:
+        // A generator is run to completion where it is called: its values are collected
+        // and handed to the consumer as an iterator.
+        f.stack.push_back(Value::constant(Py_None));
+        break;
+      case Op::YIELD_VALUE:
+        if (!f.generator) return fail("YIELD_VALUE outside a generator");
+        f.yielded.push_back(pop(f));
+        f.stack.push_back(Value::constant(Py_None));
+        break;
+
+      case Op::BUILD_MAP:
+      case Op::BUILD_CONST_KEY_MAP:
+      case Op::BUILD_SET:
+      case Op::LIST_APPEND:
+      case Op::SET_ADD:
+      case Op::SET_UPDATE:
+      case Op::DICT_UPDATE:
+      case Op::DICT_MERGE:
+      case Op::MAP_ADD:
+      case Op::DELETE_SUBSCR:
+      case Op::UNPACK_EX:
+        if (!runContainerOpcode(f, ins)) return nullptr;
+        break;
+      case Op::MAKE_CELL:
+      case Op::LOAD_CLOSURE:
+      case Op::LOAD_DEREF:
+      case Op::STORE_DEREF:
+      case Op::DELETE_DEREF:
+      case Op::MAKE_FUNCTION:
+      case Op::CALL_FUNCTION_EX:
+        if (!runFunctionOpcode(f, ins)) return nullptr;
+        break;
+      case Op::FORMAT_VALUE: {
+        // f-string pieces of constants: format with CPython's own conversion rules.
+        Ref spec;
+        if ((arg & 0x04) == 0x04) spec = pop(f)->obj.copy();
+        ValuePtr v = pop(f);
+        if (!v->is(Kind::Constant)) return fail(std::string("formatting a ") + kindName(v->kind) + " in an f-string is not supported yet");
+        Ref conv;
+        switch (arg & 0x03) {
+          case 1: conv = Ref::steal(PyObject_Str(v->obj.get())); break;
+          case 2: conv = Ref::steal(PyObject_Repr(v->obj.get())); break;
+          case 3: conv = Ref::steal(PyObject_ASCII(v->obj.get())); break;
+          default: conv = v->obj.copy();
+        }
+        if (!conv) return failFromPython("f-string conversion");
+        Ref out = Ref::steal(PyObject_Format(conv.get(), spec.get()));
+        if (!out) return failFromPython("f-string formatting");
+        f.stack.push_back(Value::constant(out.get()));
+        break;
+      }
+      case Op::BUILD_STRING: {
+        std::vector<ValuePtr> parts = popN(f, static_cast<size_t>(arg));
+        Ref tuple = Ref::steal(PyTuple_New(arg));
+        for (int k = 0; k < arg; ++k) {
+          if (!parts[k]->is(Kind::Constant) || !PyUnicode_Check(parts[k]->obj.get())) return fail("BUILD_STRING of non-strings");
+          PyTuple_SET_ITEM(tuple.get(), k, parts[k]->obj.copy().release());
+        }
+        Ref empty = Ref::steal(PyUnicode_FromString(""));
+        Ref joined = Ref::steal(PyUnicode_Join(empty.get(), tuple.get()));
+        if (!joined) return failFromPython("BUILD_STRING");
+        f.stack.push_back(Value::constant(joined.get()));
+        break;
+      }
 
       default:
         return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) +

@@ -65,6 +65,11 @@ bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
     case Kind::Method:
     case Kind::Module:
     case Kind::PyModule:
+    case Kind::Dict:
+    case Kind::Set:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
       break;
   }
   fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
@@ -205,6 +210,11 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
       return obj->items[static_cast<size_t>(k)];
     }
   }
+  if (obj->is(Kind::Dict)) {
+    std::vector<ValuePtr> args{index};
+    std::vector<std::pair<Ref, ValuePtr>> kwargs;
+    return callContainerMethod(obj, intern("__getitem__"), args, kwargs);
+  }
   if ((obj->is(Kind::Tuple) || obj->is(Kind::List)) && index->is(Kind::Slice)) {
     Ref parts[3];
     for (int k = 0; k < 3; ++k) {
@@ -247,8 +257,12 @@ ValuePtr Tracer::getIter(const ValuePtr& obj) {
   auto it = std::make_shared<Value>();
   it->kind = Kind::Iterator;
   if (obj->is(Kind::Iterator)) return obj;
-  if (obj->is(Kind::Tuple) || obj->is(Kind::List)) {
+  if (obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Set)) {
     it->items = obj->items;
+    return it;
+  }
+  if (obj->is(Kind::Dict)) {
+    for (const Ref& k : obj->keys) it->items.push_back(Value::constant(k.get()));
     return it;
   }
   if (obj->is(Kind::Constant)) {
@@ -301,7 +315,17 @@ int Tracer::truthValue(const ValuePtr& v) {
     }
     case Kind::Tuple:
     case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
       return v->items.empty() ? 0 : 1;
+    case Kind::Function:
+    case Kind::Cell:
+      return 1;
+    case Kind::Object: {
+      int t = PyObject_IsTrue(v->obj.get());
+      if (t < 0) failFromPython("truth value of an object");
+      return t;
+    }
     case Kind::Tensor:
       fail("control flow depends on a tensor's value (data-dependent branch)");
       return -1;

@@ -124,12 +124,27 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
       for (size_t i = 0; i < v->items.size(); ++i)
         if (!buildOutput(v->items[i], &plan->items[i])) return false;
       return true;
+    case Kind::Dict:
+    case Kind::Set:
+      plan->kind = v->is(Kind::Dict) ? K::Dict : K::Set;
+      plan->constant = v->obj.copy();
+      plan->items.resize(v->items.size());
+      for (const Ref& k : v->keys) plan->keys.push_back(k.copy());
+      for (size_t i = 0; i < v->items.size(); ++i)
+        if (!buildOutput(v->items[i], &plan->items[i])) return false;
+      return true;
     case Kind::Module:
     case Kind::Callable:
     case Kind::PyModule:
+    case Kind::Object:
       if (v->reg >= 0) {
         plan->kind = K::Register;
         plan->index = v->reg;
+        return true;
+      }
+      if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
+        plan->kind = K::Constant;
+        plan->constant = v->obj.copy();
         return true;
       }
       break;
@@ -137,6 +152,8 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Slice:
     case Kind::Iterator:
     case Kind::Method:
+    case Kind::Cell:
+    case Kind::Function:
       break;
   }
   fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");

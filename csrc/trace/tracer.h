@@ -40,6 +40,8 @@ struct SymbolicFrame {
   int depth = 0;
   bool root = false;
   int function_reg = -1;         // guard register of the function (inlined frames), or -1
+  bool generator = false;        // a generator run to completion: YIELD_VALUE collects
+  std::vector<ValuePtr> yielded;
 };
 
 // Where tracing stopped and why (for logs, stats, explain and fullgraph errors).
@@ -91,6 +93,26 @@ class Tracer {
   // Python truth value of a value known at trace time; -1 after fail().
   int truthValue(const ValuePtr& v);
 
+  // containers.cpp: container opcodes and methods of lists, dicts, sets and tuples.
+  // Each returns false (after fail()) when it cannot model the operation.
+  bool runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
+  ValuePtr callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
+                               std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  bool storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+  // functions.cpp: closures, functions made in the trace, star-calls.
+  bool runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
+  ValuePtr inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
+                      const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
+                      const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
+                      std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  // builtins.cpp
+  ValuePtr callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
+                       std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
+  // The items an iterable value yields (lists, tuples, dicts' keys, constants, modules).
+  bool iterate(const ValuePtr& v, std::vector<ValuePtr>* out);
+  // Python type of a value (borrowed), or null.
+  PyObject* typeOf(const ValuePtr& v);
+
   // Records a graph call; `target` is a callable, or a method name with op CallMethod.
   // Returns the result Value: a tensor node, a tuple of them, or a constant when the
   // operation only reads metadata (static shapes).
@@ -104,8 +126,6 @@ class Tracer {
                           std::vector<std::pair<Ref, ValuePtr>> kwargs);
   ValuePtr callModule(const ValuePtr& module, std::vector<ValuePtr> args,
                       std::vector<std::pair<Ref, ValuePtr>> kwargs);
-  ValuePtr callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
-                       std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
   ValuePtr loadGlobal(SymbolicFrame& f, PyObject* name);
   ValuePtr loadRootLocal(SymbolicFrame& f, int index);
   bool buildOutput(const ValuePtr& v, runtime::OutputPlan* plan);

@@ -15,7 +15,9 @@ def _fresh_compilers(request):
     cdynamo.reset()
     torch._dynamo.reset()
     harness.CURRENT["nodeid"] = request.node.nodeid
+    state = harness.global_state()
     yield
+    harness.restore_global_state(state)
     harness.CURRENT["nodeid"] = None
     cdynamo.reset()
     torch._dynamo.reset()

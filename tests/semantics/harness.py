@@ -277,10 +277,31 @@ def check(fn, make_args, *, expect_graphs=1, dynamo_reference=True):
         raise
 
 
+def global_state():
+    """Process-wide torch state a function may change only inside its own `with` blocks."""
+    return {
+        "grad_enabled": torch.is_grad_enabled(),
+        "inference_mode": torch.is_inference_mode_enabled(),
+        "autocast_cpu": torch.is_autocast_enabled("cpu"),
+        "autocast_cpu_dtype": torch.get_autocast_dtype("cpu"),
+        "default_dtype": torch.get_default_dtype(),
+    }
+
+
+def restore_global_state(st):
+    torch.set_grad_enabled(st["grad_enabled"])
+    torch.set_autocast_enabled("cpu", st["autocast_cpu"])
+    torch.set_autocast_dtype("cpu", st["autocast_cpu_dtype"])
+    torch.set_default_dtype(st["default_dtype"])
+
+
 def _check(fn, make_args, expect_graphs, dynamo_reference, rec):
     __tracebackhide__ = True
+    before = global_state()
     ea, ek = _build(make_args)
     eager = _run(fn, ea, ek)
+    after_eager = global_state()
+    restore_global_state(before)
 
     cdynamo.reset()
     cnt = cdynamo.testing.CompileCounter()
@@ -300,8 +321,14 @@ def _check(fn, make_args, expect_graphs, dynamo_reference, rec):
         rec["native_reasons"] = [nf.get("reason") for nf in st.get("native_frames", [])]
         rec["cdynamo_graphs"] = cnt.frame_count
         rec["stage"] = call
+        after = global_state()
+        restore_global_state(before)
         try:
             _compare_outcome(f"compiled ({call})", eager, (ea, ek), got, (ga, gk))
+            if after != after_eager:
+                raise AssertionError(f"compiled ({call}): WRONG GLOBAL STATE after the call: "
+                                     f"{ {k: v for k, v in after.items() if after_eager[k] != v} } "
+                                     f"(eager left {after_eager})")
         except AssertionError as e:
             problems.append(str(e))
             break

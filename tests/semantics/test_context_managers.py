@@ -9,6 +9,19 @@ from .harness import Cases, check
 case = Cases()
 
 
+class ScaleContext:
+    def __init__(self):
+        self.entered = False
+
+    def __enter__(self):
+        self.entered = True
+        return 3
+
+    def __exit__(self, *exc):
+        self.entered = False
+        return False
+
+
 def leaf(*shape):
     return lambda: (torch.randn(*shape, requires_grad=True),)
 
@@ -181,18 +194,7 @@ def requires_grad_output_checks(x):
 
 @case(lambda: (torch.randn(4),))
 def user_context_manager_class(x):
-    class Scale:
-        def __init__(self):
-            self.entered = False
-
-        def __enter__(self):
-            self.entered = True
-            return 3
-
-        def __exit__(self, *exc):
-            self.entered = False
-            return False
-    cm = Scale()
+    cm = ScaleContext()
     with cm as k:
         y = x * k
         inside = cm.entered

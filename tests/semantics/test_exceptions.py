@@ -19,6 +19,10 @@ class SubError(MyError):
         self.code = code
 
 
+class Empty:
+    pass
+
+
 def risky(n):
     if n > 2:
         raise ValueError("too big")
@@ -163,8 +167,6 @@ def zero_division_caught(x):
 
 @case(T4)
 def attribute_error_caught(x):
-    class Empty:
-        pass
     try:
         v = Empty().missing
     except AttributeError:

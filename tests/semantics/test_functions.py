@@ -44,6 +44,14 @@ def helper_mutates_list(xs, v):
     xs.append(v)
 
 
+class Mul:
+    def __init__(self, k):
+        self.k = k
+
+    def __call__(self, t):
+        return t * self.k
+
+
 def make_adder(n):
     def adder(x):
         return x + n
@@ -332,12 +340,6 @@ def default_mutable_argument_read(x, cfg={"k": 2}):  # noqa: B006
 
 @case(T4)
 def callable_class_instance_call(x):
-    class Mul:
-        def __init__(self, k):
-            self.k = k
-
-        def __call__(self, t):
-            return t * self.k
     return Mul(4)(x)
 
 

@@ -4,6 +4,10 @@ compiling queries, __torch_function__ checks."""
 import pytest
 import torch
 import torch.nn.functional as F
+import torch._dynamo
+
+import cdynamo
+import cdynamo.testing
 
 from .harness import Cases, check, tensors, with_args
 
@@ -166,7 +170,7 @@ def setitem_mask(x):
 
 @case(lambda: (torch.randn(4, 4),))
 def getitem_advanced(x):
-    return x[1:3, ::2], x[:, -1], x[[0, 2]], x[x > 0], x[..., 0]
+    return x[1:3, ::2], x[:, -1], x[[0, 2]], x[..., 0], x[None, 1]
 
 
 @case(lambda: (torch.randn(4),))
@@ -176,21 +180,25 @@ def augmented_assign_on_arg(x):
     return x
 
 
-@case(leaf := lambda: (torch.randn(4, requires_grad=True),))
+@case(lambda: (torch.randn(4, requires_grad=True),))
 def is_grad_enabled_query(x):
     return x * 2, torch.is_grad_enabled()
 
 
 @case(T4)
-def is_compiling_true_in_trace(x):
+def is_compiling_selects_equivalent_path(x):
     if torch.compiler.is_compiling():
-        return x + 1
-    return x - 1
+        y = x * 2
+    else:
+        y = x + x
+    return y
 
 
 @case(T4)
-def dynamo_is_compiling_alias(x):
-    return x * 2, torch.compiler.is_compiling()
+def dynamo_is_compiling_selects_equivalent_path(x):
+    if not torch._dynamo.is_compiling():
+        return x.add(x)
+    return x.mul(2)
 
 
 @case(T4)
@@ -313,3 +321,23 @@ def torch_function_mode_free_function_call(x):
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_torch_idioms(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
+
+
+def _is_compiling_probe(x):
+    return x + 1, torch.compiler.is_compiling()
+
+
+def test_is_compiling_true_in_trace():
+    """torch.compiler.is_compiling() is False eagerly and True inside the trace (cdynamo and dynamo)."""
+    x = torch.randn(4)
+    assert _is_compiling_probe(x)[1] is False
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(_is_compiling_probe, backend=cnt)
+    for _ in range(2):
+        y, flag = cfn(x)
+        torch.testing.assert_close(y, x + 1)
+        assert flag is True, cdynamo.stats()["native_frames"]
+    assert cnt.frame_count == 1 and cdynamo.stats()["frames_native"] == 0, cdynamo.stats()
+    dcnt = torch._dynamo.testing.CompileCounter()
+    assert torch.compile(_is_compiling_probe, backend=dcnt)(x)[1] is True
+    assert dcnt.frame_count == 1

@@ -58,6 +58,25 @@ ValuePtr Value::boundMethod(ValuePtr receiver, PyObject* function) {
   return v;
 }
 
+ValuePtr Value::dict(PyObject* type, std::vector<Ref> keys, std::vector<ValuePtr> values) {
+  auto v = std::make_shared<Value>();
+  v->kind = Kind::Dict;
+  v->obj = Ref::borrow(type);
+  v->keys = std::move(keys);
+  v->items = std::move(values);
+  return v;
+}
+
+int Value::findKey(PyObject* key) const {
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (keys[i].get() == key) return static_cast<int>(i);
+    int eq = PyObject_RichCompareBool(keys[i].get(), key, Py_EQ);
+    if (eq < 0) return -2;
+    if (eq) return static_cast<int>(i);
+  }
+  return -1;
+}
+
 const char* kindName(Kind k) {
   switch (k) {
     case Kind::Null: return "NULL";
@@ -71,6 +90,11 @@ const char* kindName(Kind k) {
     case Kind::Method: return "method";
     case Kind::Module: return "nn.Module";
     case Kind::PyModule: return "module";
+    case Kind::Dict: return "dict";
+    case Kind::Set: return "set";
+    case Kind::Cell: return "cell";
+    case Kind::Function: return "function";
+    case Kind::Object: return "object";
   }
   return "?";
 }
@@ -88,6 +112,7 @@ bool isConstantObject(PyObject* o) {
       strcmp(n, "torch.layout") == 0 || strcmp(n, "torch.memory_format") == 0 ||
       strcmp(n, "torch.Size") == 0)
     return true;
+  if (t == &PyRange_Type || t == &PyFrozenSet_Type) return true;
   if (PyTuple_CheckExact(o)) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
       if (!isConstantObject(PyTuple_GET_ITEM(o, i))) return false;

@@ -29,7 +29,15 @@ enum class Kind : uint8_t {
              // for a tensor method named `name`
   Module,    // obj: an nn.Module
   PyModule,  // obj: a Python module (import)
+  Dict,      // keys (constants) and items (values), insertion-ordered; obj: the dict type
+  Set,       // items: constant values (a set made in the trace)
+  Cell,      // items: empty, or the cell's contents (closures made in the trace)
+  Function,  // fn: a function made in the trace by MAKE_FUNCTION
+  Object,    // obj: a user object read from the program (attributes read live, guarded)
 };
+
+// What MAKE_FUNCTION builds: code, defaults and closure cells as values.
+struct FunctionParts;
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
@@ -40,8 +48,10 @@ struct Value {
   Ref obj;
   Ref name;
   std::vector<ValuePtr> items;
+  std::vector<Ref> keys;  // Dict: one constant key per item
   size_t pos = 0;
   int reg = -1;
+  std::shared_ptr<FunctionParts> fn;
 
   static ValuePtr null();
   static ValuePtr tensor(int node, int reg = -1);
@@ -50,8 +60,24 @@ struct Value {
   static ValuePtr object(Kind kind, PyObject* o, int reg = -1);
   static ValuePtr tensorMethod(ValuePtr receiver, PyObject* name);
   static ValuePtr boundMethod(ValuePtr receiver, PyObject* function);
+  // A method of a container or tensor named `name`, called later with the receiver first.
+  static ValuePtr namedMethod(ValuePtr receiver, PyObject* name) { return tensorMethod(std::move(receiver), name); }
+  static ValuePtr dict(PyObject* type, std::vector<Ref> keys, std::vector<ValuePtr> values);
+
+  // Index of `key` among a Dict's keys, -1 when absent, -2 on a comparison error.
+  int findKey(PyObject* key) const;
 
   bool is(Kind k) const { return kind == k; }
+};
+
+struct FunctionParts {
+  Ref code;
+  Ref qualname;
+  PyObject* globals = nullptr;   // borrowed from the frame that made it
+  PyObject* builtins = nullptr;
+  ValuePtr defaults;             // Tuple or null
+  ValuePtr kwdefaults;           // Dict or null
+  std::vector<ValuePtr> closure; // Cell values
 };
 
 // Readable kind name for messages.

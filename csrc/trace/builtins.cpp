@@ -1,0 +1,352 @@
+// Python's builtins, modelled on symbolic values. A builtin is recognised by identity
+// (never by name). Pure builtins on constants run for real, so their results and errors
+// are CPython's own; the others are spelled out over value kinds here.
+#include <cstring>
+#include <string>
+
+#include "support/torch_types.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using graph::NodeOp;
+
+namespace {
+
+// Builtins that are pure functions of constant arguments: evaluated for real.
+const char* const kPureOnConstants[] = {
+    "abs", "all", "any", "bin", "bool", "callable", "chr", "divmod", "float", "format", "hash", "hex",
+    "int", "isinstance", "issubclass", "len", "max", "min", "oct", "ord", "pow", "range", "repr",
+    "round", "sorted", "str", "sum", "tuple", "type", "frozenset", "complex", "ascii", "slice"};
+
+const char* builtinName(PyObject* f) {
+  static const char* const kKnown[] = {
+      "len", "isinstance", "issubclass", "range", "tuple", "list", "dict", "set", "frozenset", "getattr",
+      "hasattr", "setattr", "type", "callable", "enumerate", "zip", "reversed", "map", "filter", "sorted",
+      "min", "max", "sum", "abs", "all", "any", "int", "float", "bool", "str", "round", "divmod", "pow",
+      "iter", "next", "print", "id", "hash", "repr", "chr", "ord", "hex", "bin", "oct", "format",
+      "complex", "ascii", "slice", "super", "object", "input", "open", "exec", "eval", "globals", "locals",
+      "vars", "delattr"};
+  PyObject* b = PyEval_GetBuiltins();
+  if (!b) return nullptr;
+  for (const char* k : kKnown)
+    if (PyDict_GetItemString(b, k) == f) return k;
+  return nullptr;
+}
+
+bool allConstant(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  for (const ValuePtr& a : args)
+    if (!a->is(Kind::Constant)) return false;
+  for (const auto& kv : kwargs)
+    if (!kv.second->is(Kind::Constant)) return false;
+  return true;
+}
+
+}  // namespace
+
+PyObject* Tracer::typeOf(const ValuePtr& v) {
+  switch (v->kind) {
+    case Kind::Tensor: {
+      auto ex = example_of_node_.find(v->node);
+      if (ex != example_of_node_.end()) return reinterpret_cast<PyObject*>(Py_TYPE(ex->second.get()));
+      Ref torch = Ref::steal(PyImport_ImportModule("torch"));
+      Ref t = torch ? Ref::steal(PyObject_GetAttrString(torch.get(), "Tensor")) : Ref();
+      return t.get();  // torch.Tensor lives as long as torch
+    }
+    case Kind::Constant:
+    case Kind::Callable:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Object:
+      return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+    case Kind::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case Kind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+    case Kind::Dict: return v->obj.get();
+    case Kind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
+    case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
+    case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+    case Kind::Null:
+    case Kind::Iterator:
+    case Kind::Method:
+    case Kind::Cell:
+      break;
+  }
+  return nullptr;
+}
+
+ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
+                             std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled) {
+  *handled = false;
+  if (!PyCFunction_Check(f) && !PyType_Check(f)) return nullptr;
+  const char* which = builtinName(f);
+  if (!which) return nullptr;
+  *handled = true;
+  auto is = [which](const char* n) { return strcmp(which, n) == 0; };
+  auto constInt = [](long v) { return Value::constant(Ref::steal(PyLong_FromLong(v)).get()); };
+
+  if (is("print") || is("input") || is("open") || is("exec") || is("eval"))
+    return fail(std::string(which) + "() has effects outside the program");
+  if (is("id")) return fail("id() depends on object addresses, unknown at trace time");
+  if (is("globals") || is("locals") || is("vars") || is("super") || is("object") || is("delattr") || is("setattr"))
+    return fail(std::string(which) + "() is not supported yet");
+
+  // Pure builtins of constants: the real thing.
+  if (allConstant(args, kwargs)) {
+    for (const char* p : kPureOnConstants) {
+      if (!is(p)) continue;
+      Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+      for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(pargs.get(), i, args[i]->obj.copy().release());
+      Ref kw;
+      if (!kwargs.empty()) {
+        kw = Ref::steal(PyDict_New());
+        for (auto& [k, v] : kwargs) PyDict_SetItem(kw.get(), k.get(), v->obj.get());
+      }
+      Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
+      if (!r) return failFromPython(std::string(which) + "()");
+      if (PyList_CheckExact(r.get())) {  // sorted()
+        std::vector<ValuePtr> items;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r.get()); ++i) items.push_back(Value::constant(PyList_GET_ITEM(r.get(), i)));
+        return Value::sequence(Kind::List, std::move(items));
+      }
+      if (PyType_Check(r.get())) return Value::object(Kind::Callable, r.get());
+      if (!isConstantObject(r.get())) return fail(std::string(which) + "() of constants gave a non-constant");
+      return Value::constant(r.get());
+    }
+  }
+
+  if (is("len") && args.size() == 1 && kwargs.empty()) {
+    const ValuePtr& v = args[0];
+    if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set))
+      return constInt(static_cast<long>(v->items.size()));
+    if (v->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, f, args, {});
+    if (v->is(Kind::Module)) {
+      Py_ssize_t n = PyObject_Length(v->obj.get());
+      if (n < 0) return failFromPython("len()");
+      return constInt(static_cast<long>(n));
+    }
+  }
+  if ((is("isinstance") || is("issubclass")) && args.size() == 2) {
+    PyObject* cls = args[1]->obj.get();
+    Ref cls_tuple;
+    if (args[1]->is(Kind::Tuple)) {
+      cls_tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args[1]->items.size())));
+      for (size_t i = 0; i < args[1]->items.size(); ++i) {
+        if (!args[1]->items[i]->obj) return fail("isinstance() with a non-class");
+        PyTuple_SET_ITEM(cls_tuple.get(), i, args[1]->items[i]->obj.copy().release());
+      }
+      cls = cls_tuple.get();
+    }
+    if (!cls) return fail(std::string(which) + "() with a non-class");
+    int r;
+    if (is("issubclass")) {
+      if (!args[0]->obj) return fail("issubclass() of a non-class");
+      r = PyObject_IsSubclass(args[0]->obj.get(), cls);
+    } else if (args[0]->obj && !args[0]->is(Kind::Method)) {
+      r = PyObject_IsInstance(args[0]->obj.get(), cls);
+    } else {
+      PyObject* t = typeOf(args[0]);
+      if (!t) return fail("isinstance() of a value whose type is not known");
+      r = PyObject_IsSubclass(t, cls);
+    }
+    if (r < 0) return failFromPython(std::string(which) + "()");
+    return Value::constant(r ? Py_True : Py_False);
+  }
+  if (is("type") && args.size() == 1) {
+    PyObject* t = typeOf(args[0]);
+    if (!t) return fail("type() of a value whose type is not known");
+    return Value::object(Kind::Callable, t);
+  }
+  if (is("callable") && args.size() == 1) {
+    const ValuePtr& v = args[0];
+    bool c = v->is(Kind::Callable) || v->is(Kind::Method) || v->is(Kind::Function) || v->is(Kind::Module) ||
+             (v->obj && PyCallable_Check(v->obj.get()));
+    return Value::constant(c ? Py_True : Py_False);
+  }
+  if ((is("tuple") || is("list") || is("set") || is("frozenset")) && args.size() <= 1 && kwargs.empty()) {
+    std::vector<ValuePtr> items;
+    if (!args.empty() && !iterate(args[0], &items)) return nullptr;
+    if (is("tuple")) return Value::sequence(Kind::Tuple, std::move(items));
+    if (is("list")) return Value::sequence(Kind::List, std::move(items));
+    ValuePtr s = Value::sequence(Kind::Set, {});
+    std::vector<ValuePtr> a(1);
+    std::vector<std::pair<Ref, ValuePtr>> kw;
+    for (const ValuePtr& v : items) {
+      a[0] = v;
+      if (!callContainerMethod(s, intern("add"), a, kw)) return nullptr;
+    }
+    if (is("frozenset")) {
+      Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
+      for (const ValuePtr& v : s->items) PySet_Add(fs.get(), v->obj.get());
+      return Value::constant(fs.get());
+    }
+    return s;
+  }
+  if (is("dict")) {
+    ValuePtr d = Value::dict(f, {}, {});
+    if (!callContainerMethod(d, intern("update"), args, kwargs)) return nullptr;
+    return d;
+  }
+  if (is("getattr") && (args.size() == 2 || args.size() == 3) && args[1]->is(Kind::Constant) &&
+      PyUnicode_Check(args[1]->obj.get())) {
+    if (args.size() == 3) {
+      // With a default, an absent attribute is not an error: only constants' and
+      // modules' attributes can be probed without tracing a read.
+      if (args[0]->obj && !args[0]->is(Kind::Method)) {
+        int has = PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
+        if (!has) return args[2];
+      }
+    }
+    return getAttr(args[0], args[1]->obj.get());
+  }
+  if (is("hasattr") && args.size() == 2 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
+    PyObject* probe = args[0]->obj && !args[0]->is(Kind::Method) ? args[0]->obj.get() : nullptr;
+    if (args[0]->is(Kind::Tensor)) probe = graph_.fake(args[0]->node);
+    if (!probe) return fail("hasattr() on a value that cannot be probed");
+    int r = PyObject_HasAttr(probe, args[1]->obj.get());
+    return Value::constant(r ? Py_True : Py_False);
+  }
+  if (is("iter") && args.size() == 1) return getIter(args[0]);
+  if (is("next") && (args.size() == 1 || args.size() == 2)) {
+    const ValuePtr& it = args[0];
+    if (!it->is(Kind::Iterator)) return fail("next() of a non-iterator");
+    if (it->pos < it->items.size()) return it->items[it->pos++];
+    if (args.size() == 2) return args[1];
+    return fail("next() on an exhausted iterator (StopIteration)");
+  }
+  if (is("enumerate") && !args.empty() && args.size() <= 2) {
+    std::vector<ValuePtr> items;
+    if (!iterate(args[0], &items)) return nullptr;
+    long start = 0;
+    if (args.size() == 2) {
+      if (!args[1]->is(Kind::Constant)) return fail("enumerate() start must be a constant");
+      start = PyLong_AsLong(args[1]->obj.get());
+    }
+    for (auto& [k, v] : kwargs) {
+      if (PyUnicode_CompareWithASCIIString(k.get(), "start") != 0 || !v->is(Kind::Constant)) return fail("enumerate() keyword");
+      start = PyLong_AsLong(v->obj.get());
+    }
+    auto it = std::make_shared<Value>();
+    it->kind = Kind::Iterator;
+    for (size_t i = 0; i < items.size(); ++i)
+      it->items.push_back(Value::sequence(Kind::Tuple, {constInt(start + static_cast<long>(i)), items[i]}));
+    return it;
+  }
+  if (is("zip") && kwargs.size() <= 1) {
+    bool strict = false;
+    for (auto& [k, v] : kwargs) {
+      if (PyUnicode_CompareWithASCIIString(k.get(), "strict") != 0 || !v->is(Kind::Constant)) return fail("zip() keyword");
+      strict = PyObject_IsTrue(v->obj.get()) == 1;
+    }
+    std::vector<std::vector<ValuePtr>> seqs(args.size());
+    size_t n = SIZE_MAX;
+    for (size_t i = 0; i < args.size(); ++i) {
+      if (!iterate(args[i], &seqs[i])) return nullptr;
+      if (strict && n != SIZE_MAX && seqs[i].size() != n) return fail("zip(strict=True) of unequal lengths (ValueError)");
+      n = std::min(n, seqs[i].size());
+    }
+    if (args.empty()) n = 0;
+    auto it = std::make_shared<Value>();
+    it->kind = Kind::Iterator;
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<ValuePtr> row;
+      for (auto& s : seqs) row.push_back(s[k]);
+      it->items.push_back(Value::sequence(Kind::Tuple, std::move(row)));
+    }
+    return it;
+  }
+  if (is("reversed") && args.size() == 1) {
+    std::vector<ValuePtr> items;
+    if (args[0]->is(Kind::Iterator)) return fail("reversed() of an iterator (TypeError)");
+    if (!iterate(args[0], &items)) return nullptr;
+    auto it = std::make_shared<Value>();
+    it->kind = Kind::Iterator;
+    it->items.assign(items.rbegin(), items.rend());
+    return it;
+  }
+  if ((is("map") || is("filter")) && args.size() >= 2) {
+    std::vector<std::vector<ValuePtr>> seqs(args.size() - 1);
+    size_t n = SIZE_MAX;
+    for (size_t i = 1; i < args.size(); ++i) {
+      if (!iterate(args[i], &seqs[i - 1])) return nullptr;
+      n = std::min(n, seqs[i - 1].size());
+    }
+    auto it = std::make_shared<Value>();
+    it->kind = Kind::Iterator;
+    for (size_t k = 0; k < n; ++k) {
+      std::vector<ValuePtr> row;
+      for (auto& s : seqs) row.push_back(s[k]);
+      if (is("map")) {
+        ValuePtr r = call(args[0], std::move(row), {});
+        if (!r) return nullptr;
+        it->items.push_back(std::move(r));
+      } else {
+        ValuePtr keep = row[0];
+        int t;
+        if (args[0]->is(Kind::Constant) && args[0]->obj.get() == Py_None) {
+          t = truthValue(keep);
+        } else {
+          ValuePtr r = call(args[0], std::move(row), {});
+          if (!r) return nullptr;
+          t = truthValue(r);
+        }
+        if (t < 0) return nullptr;
+        if (t) it->items.push_back(keep);
+      }
+    }
+    return it;
+  }
+  if (is("sum") && !args.empty() && args.size() <= 2) {
+    std::vector<ValuePtr> items;
+    if (!iterate(args[0], &items)) return nullptr;
+    ValuePtr acc = args.size() == 2 ? args[1] : constInt(0);
+    for (auto& [k, v] : kwargs) {
+      if (PyUnicode_CompareWithASCIIString(k.get(), "start") != 0) return fail("sum() keyword");
+      acc = v;
+    }
+    for (const ValuePtr& v : items) {
+      acc = binaryOp(0, acc, v);  // NB_ADD
+      if (!acc) return nullptr;
+    }
+    return acc;
+  }
+  if ((is("min") || is("max") || is("sorted") || is("all") || is("any")) && !args.empty() && kwargs.empty()) {
+    std::vector<ValuePtr> items;
+    if (args.size() == 1) {
+      if (!iterate(args[0], &items)) return nullptr;
+    } else {
+      items = args;
+    }
+    if (is("all") || is("any")) {
+      bool want = is("any");
+      for (const ValuePtr& v : items) {
+        int t = truthValue(v);
+        if (t < 0) return nullptr;
+        if ((t != 0) == want) return Value::constant(want ? Py_True : Py_False);
+      }
+      return Value::constant(want ? Py_False : Py_True);
+    }
+    bool constants = true;
+    for (const ValuePtr& v : items) constants = constants && v->is(Kind::Constant);
+    if (constants) {
+      std::vector<ValuePtr> one{Value::sequence(Kind::Tuple, items)};
+      Ref tup = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(items.size())));
+      for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(tup.get(), i, items[i]->obj.copy().release());
+      std::vector<ValuePtr> cargs{Value::constant(tup.get())};
+      std::vector<std::pair<Ref, ValuePtr>> nokw;
+      return callBuiltin(f, cargs, nokw, handled);
+    }
+    return fail(std::string(which) + "() over tensors depends on their values");
+  }
+  if ((is("abs") || is("pow") || is("divmod") || is("round") || is("float") || is("int") || is("bool")) &&
+      !args.empty() && args[0]->is(Kind::Tensor)) {
+    if (is("abs")) return recordCall(NodeOp::CallFunction, operatorFunction("abs"), args, {});
+    if (is("pow") && args.size() == 2) return binaryOp(8, args[0], args[1]);  // NB_POWER
+    if (is("round") && args.size() == 1) return recordCall(NodeOp::CallFunction, f, args, {});
+    return fail(std::string(which) + "() of a tensor reads its value (data-dependent)");
+  }
+  if (is("str") && args.size() == 1 && args[0]->is(Kind::Tensor))
+    return fail("str() of a tensor reads its value");
+  return fail(std::string(which) + "() with these arguments is not supported yet");
+}
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,431 @@
+// Lists, tuples, dicts and sets made in the trace: their opcodes and their methods.
+// Containers read from the program's inputs are not mutated here (that is a side effect
+// to replay, which comes with graph breaks): such a mutation stops the trace.
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "support/check.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using bytecode::Op;
+
+namespace {
+
+ValuePtr pop(SymbolicFrame& f) {
+  CDYNAMO_CHECK(!f.stack.empty(), "symbolic stack underflow");
+  ValuePtr v = std::move(f.stack.back());
+  f.stack.pop_back();
+  return v;
+}
+
+bool isHashableConstant(const ValuePtr& v) { return v->is(Kind::Constant) && PyObject_Hash(v->obj.get()) != -1; }
+
+PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
+
+}  // namespace
+
+bool Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  ValuePtr it = getIter(v);
+  if (!it) return false;
+  out->assign(it->items.begin() + static_cast<std::ptrdiff_t>(it->pos), it->items.end());
+  if (v->is(Kind::Iterator)) v->pos = v->items.size();  // consuming an iterator exhausts it
+  return true;
+}
+
+bool Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
+  if (obj->reg >= 0) {
+    fail("item assignment on a container from the program's inputs (a side effect) is not supported yet");
+    return false;
+  }
+  if (obj->is(Kind::List) && index->is(Kind::Constant) && PyLong_Check(index->obj.get())) {
+    Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
+    Py_ssize_t k = PyLong_AsSsize_t(index->obj.get());
+    if (k < 0) k += n;
+    if (k < 0 || k >= n) {
+      fail("list assignment index out of range (IndexError)");
+      return false;
+    }
+    obj->items[static_cast<size_t>(k)] = value;
+    return true;
+  }
+  if (obj->is(Kind::Dict)) {
+    if (!isHashableConstant(index)) {
+      PyErr_Clear();
+      fail("dict keys must be constants");
+      return false;
+    }
+    int k = obj->findKey(index->obj.get());
+    if (k == -2) return failFromPython("dict key comparison"), false;
+    if (k >= 0) {
+      obj->items[static_cast<size_t>(k)] = value;
+    } else {
+      obj->keys.push_back(index->obj.copy());
+      obj->items.push_back(value);
+    }
+    return true;
+  }
+  fail(std::string("item assignment on a ") + kindName(obj->kind) + " is not supported yet");
+  return false;
+}
+
+bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
+  const int arg = ins.arg;
+  switch (ins.op) {
+    case Op::BUILD_MAP: {
+      std::vector<Ref> keys;
+      std::vector<ValuePtr> values;
+      std::vector<ValuePtr> flat(f.stack.end() - 2 * arg, f.stack.end());
+      f.stack.resize(f.stack.size() - 2 * static_cast<size_t>(arg));
+      ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+      for (int i = 0; i < arg; ++i)
+        if (!storeSubscript(d, flat[2 * i], flat[2 * i + 1])) return false;
+      f.stack.push_back(d);
+      return true;
+    }
+    case Op::BUILD_CONST_KEY_MAP: {
+      ValuePtr keys = pop(f);
+      std::vector<ValuePtr> values(f.stack.end() - arg, f.stack.end());
+      f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
+      ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+      for (int i = 0; i < arg; ++i)
+        if (!storeSubscript(d, Value::constant(PyTuple_GET_ITEM(keys->obj.get(), i)), values[i])) return false;
+      f.stack.push_back(d);
+      return true;
+    }
+    case Op::BUILD_SET: {
+      std::vector<ValuePtr> items(f.stack.end() - arg, f.stack.end());
+      f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
+      ValuePtr s = Value::sequence(Kind::Set, {});
+      for (const ValuePtr& v : items) {
+        std::vector<ValuePtr> a{v};
+        std::vector<std::pair<Ref, ValuePtr>> kw;
+        if (!callContainerMethod(s, intern("add"), a, kw)) return false;
+      }
+      f.stack.push_back(s);
+      return true;
+    }
+    case Op::LIST_APPEND:
+    case Op::SET_ADD: {
+      ValuePtr v = pop(f);
+      ValuePtr& target = f.stack[f.stack.size() - static_cast<size_t>(arg)];
+      std::vector<ValuePtr> a{v};
+      std::vector<std::pair<Ref, ValuePtr>> kw;
+      return callContainerMethod(target, intern(ins.op == Op::LIST_APPEND ? "append" : "add"), a, kw) != nullptr;
+    }
+    case Op::SET_UPDATE:
+    case Op::DICT_UPDATE:
+    case Op::DICT_MERGE: {
+      ValuePtr v = pop(f);
+      ValuePtr& target = f.stack[f.stack.size() - static_cast<size_t>(arg)];
+      if (ins.op == Op::DICT_MERGE && v->is(Kind::Dict)) {
+        for (const Ref& k : v->keys) {
+          int found = target->findKey(k.get());
+          if (found == -2) return failFromPython("dict merge"), false;
+          if (found >= 0) return fail("got multiple values for a keyword argument (TypeError)"), false;
+        }
+      }
+      std::vector<ValuePtr> a{v};
+      std::vector<std::pair<Ref, ValuePtr>> kw;
+      return callContainerMethod(target, intern("update"), a, kw) != nullptr;
+    }
+    case Op::MAP_ADD: {
+      ValuePtr value = pop(f);
+      ValuePtr key = pop(f);
+      return storeSubscript(f.stack[f.stack.size() - static_cast<size_t>(arg)], key, value);
+    }
+    case Op::DELETE_SUBSCR: {
+      ValuePtr index = pop(f);
+      ValuePtr obj = pop(f);
+      std::vector<ValuePtr> a{index};
+      std::vector<std::pair<Ref, ValuePtr>> kw;
+      if (obj->is(Kind::Dict)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
+      if (obj->is(Kind::List) && index->is(Kind::Constant)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
+      return fail(std::string("del on an item of a ") + kindName(obj->kind) + " is not supported yet"), false;
+    }
+    case Op::UNPACK_EX: {
+      ValuePtr seq = pop(f);
+      std::vector<ValuePtr> items;
+      if (!iterate(seq, &items)) return false;
+      size_t before = static_cast<size_t>(arg & 0xFF), after = static_cast<size_t>(arg >> 8);
+      if (items.size() < before + after) return fail("not enough values to unpack (ValueError)"), false;
+      std::vector<ValuePtr> middle(items.begin() + before, items.end() - after);
+      for (size_t i = 0; i < after; ++i) f.stack.push_back(items[items.size() - 1 - i]);
+      f.stack.push_back(Value::sequence(Kind::List, std::move(middle)));
+      for (size_t i = before; i > 0; --i) f.stack.push_back(items[i - 1]);
+      return true;
+    }
+    default:
+      break;
+  }
+  fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a container opcode");
+  return false;
+}
+
+ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
+                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  const char* n = PyUnicode_AsUTF8(name);
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  auto noEffect = [&]() {
+    if (self->reg >= 0) {
+      fail(std::string("mutating a ") + kindName(self->kind) + " from the program's inputs (." + n +
+           ") is a side effect, not supported yet");
+      return false;
+    }
+    return true;
+  };
+  auto constInt = [&](size_t i, Py_ssize_t* out) {
+    if (i >= args.size() || !args[i]->is(Kind::Constant) || !PyLong_Check(args[i]->obj.get())) return false;
+    *out = PyLong_AsSsize_t(args[i]->obj.get());
+    return true;
+  };
+  // Equality of two values as Python would decide it, when it can be known at trace time.
+  auto sameValue = [&](const ValuePtr& a, const ValuePtr& b, int* eq) {
+    if (a == b || (a->is(Kind::Tensor) && b->is(Kind::Tensor) && a->node == b->node)) return *eq = 1, true;
+    if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
+      *eq = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), Py_EQ);
+      return *eq >= 0;
+    }
+    if ((a->is(Kind::Constant) && !b->is(Kind::Tensor)) || (b->is(Kind::Constant) && !a->is(Kind::Tensor)))
+      return *eq = 0, true;
+    return false;
+  };
+  if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")))
+    return fail(std::string("keyword arguments to .") + n + "() are not supported yet");
+
+  if (self->is(Kind::List) || self->is(Kind::Tuple)) {
+    bool list = self->is(Kind::List);
+    std::vector<ValuePtr>& items = self->items;
+    if (is("index") || is("count")) {
+      if (args.empty()) return fail("missing argument");
+      Py_ssize_t count = 0;
+      for (size_t i = 0; i < items.size(); ++i) {
+        int eq;
+        if (!sameValue(items[i], args[0], &eq)) return fail(std::string(".") + n + "() needs comparisons known at trace time");
+        if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
+        count += eq;
+      }
+      if (is("index")) return fail("value is not in list (ValueError)");
+      return Value::constant(Ref::steal(longOf(count)).get());
+    }
+    if (!list) return fail(std::string("tuple has no method .") + n + "()");
+    if (is("copy")) return Value::sequence(Kind::List, items);
+    if (!noEffect()) return nullptr;
+    if (is("append") && args.size() == 1) {
+      items.push_back(args[0]);
+      return Value::constant(Py_None);
+    }
+    if (is("extend") && args.size() == 1) {
+      std::vector<ValuePtr> more;
+      if (!iterate(args[0], &more)) return nullptr;
+      items.insert(items.end(), more.begin(), more.end());
+      return Value::constant(Py_None);
+    }
+    if (is("insert") && args.size() == 2) {
+      Py_ssize_t k, sz = static_cast<Py_ssize_t>(items.size());
+      if (!constInt(0, &k)) return fail("list.insert needs a constant index");
+      if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
+      k = std::min(k, sz);
+      items.insert(items.begin() + k, args[1]);
+      return Value::constant(Py_None);
+    }
+    if (is("pop") && args.size() <= 1) {
+      Py_ssize_t k = -1, sz = static_cast<Py_ssize_t>(items.size());
+      if (!args.empty() && !constInt(0, &k)) return fail("list.pop needs a constant index");
+      if (sz == 0) return fail("pop from empty list (IndexError)");
+      if (k < 0) k += sz;
+      if (k < 0 || k >= sz) return fail("pop index out of range (IndexError)");
+      ValuePtr v = items[static_cast<size_t>(k)];
+      items.erase(items.begin() + k);
+      return v;
+    }
+    if (is("remove") && args.size() == 1) {
+      for (size_t i = 0; i < items.size(); ++i) {
+        int eq;
+        if (!sameValue(items[i], args[0], &eq)) return fail("list.remove needs comparisons known at trace time");
+        if (eq) {
+          items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+          return Value::constant(Py_None);
+        }
+      }
+      return fail("list.remove(x): x not in list (ValueError)");
+    }
+    if (is("clear")) {
+      items.clear();
+      return Value::constant(Py_None);
+    }
+    if (is("reverse")) {
+      std::reverse(items.begin(), items.end());
+      return Value::constant(Py_None);
+    }
+    if (is("sort")) {
+      // Sort constants with Python's own sort (same order, same errors).
+      Ref tmp = Ref::steal(PyList_New(0));
+      for (const ValuePtr& v : items) {
+        if (!v->is(Kind::Constant)) return fail("list.sort on non-constants is not supported");
+        PyList_Append(tmp.get(), v->obj.get());
+      }
+      Ref kw = Ref::steal(PyDict_New());
+      for (auto& [k, v] : kwargs) {
+        if (!v->is(Kind::Constant)) return fail("list.sort(key=...) with a function is not supported yet");
+        PyDict_SetItem(kw.get(), k.get(), v->obj.get());
+      }
+      Ref sort = Ref::steal(PyObject_GetAttrString(tmp.get(), "sort"));
+      Ref empty = Ref::steal(PyTuple_New(0));
+      Ref r = Ref::steal(PyObject_Call(sort.get(), empty.get(), kw.get()));
+      if (!r) return failFromPython("list.sort");
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tmp.get()); ++i)
+        items[static_cast<size_t>(i)] = Value::constant(PyList_GET_ITEM(tmp.get(), i));
+      return Value::constant(Py_None);
+    }
+  } else if (self->is(Kind::Dict)) {
+    std::vector<Ref>& keys = self->keys;
+    std::vector<ValuePtr>& values = self->items;
+    auto keyOf = [&](size_t i) -> PyObject* {
+      if (i >= args.size() || !isHashableConstant(args[i])) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      return args[i]->obj.get();
+    };
+    if (is("keys") || is("values") || is("items")) {
+      std::vector<ValuePtr> out;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (is("keys")) out.push_back(Value::constant(keys[i].get()));
+        else if (is("values")) out.push_back(values[i]);
+        else out.push_back(Value::sequence(Kind::Tuple, {Value::constant(keys[i].get()), values[i]}));
+      }
+      return Value::sequence(Kind::List, std::move(out));
+    }
+    if (is("get") || is("__getitem__") || is("__contains__")) {
+      PyObject* key = keyOf(0);
+      if (!key) return fail("dict lookups need constant keys");
+      int k = self->findKey(key);
+      if (k == -2) return failFromPython("dict key comparison");
+      if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
+      if (k >= 0) return values[static_cast<size_t>(k)];
+      if (is("__getitem__")) return fail("KeyError in a dict lookup");
+      return args.size() > 1 ? args[1] : Value::constant(Py_None);
+    }
+    if (is("copy")) {
+      std::vector<Ref> kcopy;
+      for (const Ref& k : keys) kcopy.push_back(k.copy());
+      return Value::dict(self->obj.get(), std::move(kcopy), values);
+    }
+    if (!noEffect()) return nullptr;
+    if (is("setdefault")) {
+      PyObject* key = keyOf(0);
+      if (!key) return fail("dict keys must be constants");
+      int k = self->findKey(key);
+      if (k == -2) return failFromPython("dict key comparison");
+      if (k >= 0) return values[static_cast<size_t>(k)];
+      ValuePtr v = args.size() > 1 ? args[1] : Value::constant(Py_None);
+      keys.push_back(Ref::borrow(key));
+      values.push_back(v);
+      return v;
+    }
+    if (is("pop")) {
+      PyObject* key = keyOf(0);
+      if (!key) return fail("dict keys must be constants");
+      int k = self->findKey(key);
+      if (k == -2) return failFromPython("dict key comparison");
+      if (k < 0) {
+        if (args.size() > 1) return args[1];
+        return fail("KeyError in dict.pop");
+      }
+      ValuePtr v = values[static_cast<size_t>(k)];
+      keys.erase(keys.begin() + k);
+      values.erase(values.begin() + k);
+      return v;
+    }
+    if (is("popitem")) {
+      if (keys.empty()) return fail("popitem(): dictionary is empty (KeyError)");
+      ValuePtr pair = Value::sequence(Kind::Tuple, {Value::constant(keys.back().get()), values.back()});
+      keys.pop_back();
+      values.pop_back();
+      return pair;
+    }
+    if (is("clear")) {
+      keys.clear();
+      values.clear();
+      return Value::constant(Py_None);
+    }
+    if (is("update")) {
+      for (const ValuePtr& other : args) {
+        if (other->is(Kind::Dict)) {
+          for (size_t i = 0; i < other->keys.size(); ++i)
+            if (!storeSubscript(self, Value::constant(other->keys[i].get()), other->items[i])) return nullptr;
+          continue;
+        }
+        std::vector<ValuePtr> pairs;
+        if (!iterate(other, &pairs)) return nullptr;
+        for (const ValuePtr& p : pairs) {
+          std::vector<ValuePtr> kv;
+          if (!iterate(p, &kv) || kv.size() != 2) return fail("dict update sequence element is not a pair");
+          if (!storeSubscript(self, kv[0], kv[1])) return nullptr;
+        }
+      }
+      for (auto& [k, v] : kwargs)
+        if (!storeSubscript(self, Value::constant(k.get()), v)) return nullptr;
+      return Value::constant(Py_None);
+    }
+  } else if (self->is(Kind::Set)) {
+    std::vector<ValuePtr>& items = self->items;
+    auto contains = [&](PyObject* o) -> int {
+      for (const ValuePtr& v : items) {
+        int eq = PyObject_RichCompareBool(v->obj.get(), o, Py_EQ);
+        if (eq != 0) return eq;
+      }
+      return 0;
+    };
+    if (is("__contains__")) {
+      if (args.size() != 1 || !isHashableConstant(args[0])) return PyErr_Clear(), fail("set membership needs a constant");
+      int c = contains(args[0]->obj.get());
+      if (c < 0) return failFromPython("set membership");
+      return Value::constant(c ? Py_True : Py_False);
+    }
+    if (is("copy")) return Value::sequence(Kind::Set, items);
+    if (!noEffect()) return nullptr;
+    if (is("add") && args.size() == 1) {
+      if (!isHashableConstant(args[0])) return PyErr_Clear(), fail("set items must be constants");
+      int c = contains(args[0]->obj.get());
+      if (c < 0) return failFromPython("set add");
+      if (!c) items.push_back(args[0]);
+      return Value::constant(Py_None);
+    }
+    if ((is("update") || is("discard") || is("remove")) && args.size() >= 1) {
+      if (is("update")) {
+        for (const ValuePtr& other : args) {
+          std::vector<ValuePtr> more;
+          if (!iterate(other, &more)) return nullptr;
+          for (const ValuePtr& m : more) {
+            std::vector<ValuePtr> a{m};
+            std::vector<std::pair<Ref, ValuePtr>> kw;
+            if (!callContainerMethod(self, intern("add"), a, kw)) return nullptr;
+          }
+        }
+        return Value::constant(Py_None);
+      }
+      if (!isHashableConstant(args[0])) return PyErr_Clear(), fail("set items must be constants");
+      for (size_t i = 0; i < items.size(); ++i) {
+        int eq = PyObject_RichCompareBool(items[i]->obj.get(), args[0]->obj.get(), Py_EQ);
+        if (eq < 0) return failFromPython("set remove");
+        if (eq) {
+          items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+          return Value::constant(Py_None);
+        }
+      }
+      if (is("remove")) return fail("KeyError in set.remove");
+      return Value::constant(Py_None);
+    }
+    if (is("clear")) {
+      items.clear();
+      return Value::constant(Py_None);
+    }
+  }
+  return fail(std::string(kindName(self->kind)) + "." + n + "() is not supported yet");
+}
+
+}  // namespace cdynamo::trace

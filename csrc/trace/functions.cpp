@@ -1,0 +1,252 @@
+// Functions: inlining a call (argument binding as CPython does it), closures and cells,
+// functions made in the trace (MAKE_FUNCTION), star-calls, and generators run to
+// completion (generator expressions consumed in place).
+#include <string>
+
+#include "support/check.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using bytecode::Op;
+
+namespace {
+
+ValuePtr pop(SymbolicFrame& f) {
+  CDYNAMO_CHECK(!f.stack.empty(), "symbolic stack underflow");
+  ValuePtr v = std::move(f.stack.back());
+  f.stack.pop_back();
+  return v;
+}
+
+ValuePtr newCell(ValuePtr contents) {
+  auto c = std::make_shared<Value>();
+  c->kind = Kind::Cell;
+  if (contents) c->items.push_back(std::move(contents));
+  return c;
+}
+
+bool isFreeSlot(PyCodeObject* co, int i) { return i >= co->co_nlocalsplus - co->co_nfreevars; }
+
+}  // namespace
+
+bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
+  const int arg = ins.arg;
+  PyCodeObject* co = f.code;
+  switch (ins.op) {
+    case Op::MAKE_CELL: {
+      ValuePtr contents = f.locals[arg];
+      if (!contents && f.root) {
+        contents = loadRootLocal(f, arg);
+        if (failed_) return false;
+      }
+      f.locals[arg] = newCell(contents);
+      return true;
+    }
+    case Op::LOAD_CLOSURE: {
+      if (!f.locals[arg] && isFreeSlot(co, arg)) {
+        // A cell of an enclosing real function: model it by its current contents. It is
+        // marked external (reg) so that storing into it is refused, not lost.
+        bytecode::Instruction load = ins;
+        load.op = Op::LOAD_DEREF;
+        if (!runFunctionOpcode(f, load)) return false;
+        ValuePtr contents = pop(f);
+        ValuePtr cell = newCell(contents);
+        cell->reg = contents->reg >= 0 ? contents->reg : 0;
+        f.locals[arg] = cell;
+      }
+      if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return fail("LOAD_CLOSURE of a slot that is not a cell"), false;
+      f.stack.push_back(f.locals[arg]);
+      return true;
+    }
+    case Op::LOAD_DEREF: {
+      ValuePtr slot = f.locals[arg];
+      if (slot && slot->is(Kind::Cell)) {
+        if (slot->items.empty()) return fail("free variable referenced before assignment (NameError)"), false;
+        f.stack.push_back(slot->items[0]);
+        return true;
+      }
+      if (slot) {  // a free variable read before (memoized)
+        f.stack.push_back(slot);
+        return true;
+      }
+      if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made"), false;
+      int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
+      if (!f.closure || j >= PyTuple_GET_SIZE(f.closure)) return fail("free variable without a closure"), false;
+      PyObject* contents = PyCell_GET(PyTuple_GET_ITEM(f.closure, j));
+      if (!contents) return fail("free variable referenced before assignment (NameError)"), false;
+      PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
+      int reg = -1;
+      if (f.root) {
+        reg = load(guards::LoadKind::ClosureCell, -1, j, nullptr,
+                   std::string("closure['") + PyUnicode_AsUTF8(varname) + "']");
+      } else if (f.function_reg >= 0) {
+        int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
+                       guards().sourceName(f.function_reg) + ".__closure__");
+        int cellreg = load(guards::LoadKind::TupleItem, clo, j, nullptr,
+                           guards().sourceName(clo) + "[" + std::to_string(j) + "]");
+        reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
+                   guards().sourceName(cellreg) + ".cell_contents");
+      } else {
+        // A closure of a function reached without a source (a method from a class):
+        // the cell object is pinned by the guard program and read live.
+        int cellreg = load(guards::LoadKind::Constant, -1, 0, PyTuple_GET_ITEM(f.closure, j),
+                           std::string("cell of '") + PyUnicode_AsUTF8(varname) + "'");
+        reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
+                   guards().sourceName(cellreg) + ".cell_contents");
+      }
+      ValuePtr v = wrap(contents, reg);
+      if (!v) return false;
+      f.locals[arg] = v;
+      f.stack.push_back(std::move(v));
+      return true;
+    }
+    case Op::STORE_DEREF:
+    case Op::DELETE_DEREF: {
+      ValuePtr slot = f.locals[arg];
+      if (!slot || !slot->is(Kind::Cell) || slot->reg >= 0)
+        return fail("assigning a variable of an enclosing function (nonlocal) outside the trace is not supported yet"), false;
+      slot->items.clear();
+      if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
+      return true;
+    }
+    case Op::MAKE_FUNCTION: {
+      ValuePtr code = pop(f);
+      auto parts = std::make_shared<FunctionParts>();
+      if (arg & 0x08) {
+        ValuePtr closure = pop(f);
+        parts->closure = closure->items;
+      }
+      if (arg & 0x04) pop(f);  // annotations: not needed to run the function
+      if (arg & 0x02) parts->kwdefaults = pop(f);
+      if (arg & 0x01) parts->defaults = pop(f);
+      if (!code->is(Kind::Constant) || !PyCode_Check(code->obj.get())) return fail("MAKE_FUNCTION without a code object"), false;
+      parts->code = code->obj.copy();
+      parts->qualname = Ref::borrow(reinterpret_cast<PyCodeObject*>(code->obj.get())->co_qualname);
+      parts->globals = f.globals;
+      parts->builtins = f.builtins;
+      auto fn = std::make_shared<Value>();
+      fn->kind = Kind::Function;
+      fn->fn = std::move(parts);
+      f.stack.push_back(std::move(fn));
+      return true;
+    }
+    case Op::CALL_FUNCTION_EX: {
+      ValuePtr kwargs = (arg & 1) ? pop(f) : nullptr;
+      ValuePtr callargs = pop(f);
+      ValuePtr fn = pop(f);
+      ValuePtr null = pop(f);
+      if (!null->is(Kind::Null)) f.stack.push_back(null);  // a method-call layout keeps its self below
+      std::vector<ValuePtr> args;
+      if (!iterate(callargs, &args)) return false;
+      std::vector<std::pair<Ref, ValuePtr>> kw;
+      if (kwargs) {
+        if (!kwargs->is(Kind::Dict)) return fail("**kwargs of a call must be a dict"), false;
+        for (size_t i = 0; i < kwargs->keys.size(); ++i) {
+          if (!PyUnicode_Check(kwargs->keys[i].get())) return fail("keywords must be strings (TypeError)"), false;
+          kw.emplace_back(kwargs->keys[i].copy(), kwargs->items[i]);
+        }
+      }
+      ValuePtr r = call(fn, std::move(args), std::move(kw));
+      if (!r) return false;
+      if (!null->is(Kind::Null)) f.stack.pop_back();
+      f.stack.push_back(std::move(r));
+      return true;
+    }
+    default:
+      break;
+  }
+  fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a function opcode");
+  return false;
+}
+
+ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
+                            const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
+                            const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
+                            std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+  if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    return fail("inlining a coroutine is not supported");
+  int depth = current_ ? current_->depth + 1 : 1;
+  if (depth > kMaxInlineDepth) return fail("inlining is too deep (recursion limit)");
+
+  SymbolicFrame f;
+  f.code = co;
+  f.globals = globals;
+  f.builtins = builtins;
+  f.closure = real_closure;
+  f.instrs = bytecode::decode(co);
+  f.locals.resize(co->co_nlocalsplus);
+  f.parent = current_;
+  f.depth = depth;
+  f.function_reg = func_reg;
+  f.generator = (co->co_flags & CO_GENERATOR) != 0;
+  if (closure_cells) {
+    int first_free = co->co_nlocalsplus - co->co_nfreevars;
+    for (size_t j = 0; j < closure_cells->size(); ++j) f.locals[first_free + j] = (*closure_cells)[j];
+  }
+
+  // Bind arguments the way CPython does: positional, keywords, defaults, *args, **kwargs.
+  const int nparams = co->co_argcount;
+  const int nkwonly = co->co_kwonlyargcount;
+  const bool varargs = co->co_flags & CO_VARARGS, varkw = co->co_flags & CO_VARKEYWORDS;
+  size_t npos = std::min(args.size(), static_cast<size_t>(nparams));
+  for (size_t i = 0; i < npos; ++i) f.locals[i] = args[i];
+  int slot_varargs = nparams + nkwonly;
+  int slot_varkw = slot_varargs + (varargs ? 1 : 0);
+  if (args.size() > static_cast<size_t>(nparams)) {
+    if (!varargs) return fail("too many positional arguments (TypeError)");
+    f.locals[slot_varargs] = Value::sequence(Kind::Tuple, std::vector<ValuePtr>(args.begin() + nparams, args.end()));
+  } else if (varargs) {
+    f.locals[slot_varargs] = Value::sequence(Kind::Tuple, {});
+  }
+  ValuePtr extra_kw = varkw ? Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}) : nullptr;
+  for (auto& [k, v] : kwargs) {
+    int slot = -1;
+    for (int i = co->co_posonlyargcount; i < nparams + nkwonly; ++i)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(co->co_localsplusnames, i), k.get()) == 0) slot = i;
+    if (slot < 0) {
+      if (!varkw) return fail(std::string("unexpected keyword argument '") + PyUnicode_AsUTF8(k.get()) + "' (TypeError)");
+      extra_kw->keys.push_back(k.copy());
+      extra_kw->items.push_back(v);
+      continue;
+    }
+    if (f.locals[slot]) return fail("multiple values for an argument (TypeError)");
+    f.locals[slot] = v;
+  }
+  if (varkw) f.locals[slot_varkw] = extra_kw;
+  Py_ssize_t ndefaults = defaults ? PyTuple_GET_SIZE(defaults)
+                                  : (defaults_value ? static_cast<Py_ssize_t>(defaults_value->items.size()) : 0);
+  if (defaults_value && defaults_value->is(Kind::Constant)) ndefaults = PyTuple_GET_SIZE(defaults_value->obj.get());
+  for (int i = 0; i < nparams; ++i) {
+    if (f.locals[i]) continue;
+    Py_ssize_t d = i - (nparams - ndefaults);
+    if (d < 0) return fail("missing a required argument (TypeError)");
+    ValuePtr v;
+    if (defaults) {
+      v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
+    } else if (defaults_value->is(Kind::Constant)) {
+      v = Value::constant(PyTuple_GET_ITEM(defaults_value->obj.get(), d));
+    } else {
+      v = defaults_value->items[static_cast<size_t>(d)];
+    }
+    if (!v) return nullptr;
+    f.locals[i] = v;
+  }
+  for (int i = nparams; i < nparams + nkwonly; ++i) {
+    if (f.locals[i]) continue;
+    PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, i);
+    ValuePtr v;
+    if (kwdefaults) {
+      PyObject* d = PyDict_GetItemWithError(kwdefaults, name);
+      if (d) v = wrap(d, -1);
+    } else if (kwdefaults_value && kwdefaults_value->is(Kind::Dict)) {
+      int k = kwdefaults_value->findKey(name);
+      if (k >= 0) v = kwdefaults_value->items[static_cast<size_t>(k)];
+    }
+    if (!v) return failed_ ? nullptr : fail("missing a required keyword-only argument (TypeError)");
+    f.locals[i] = v;
+  }
+  return runFrame(f);
+}
+
+}  // namespace cdynamo::trace
