@@ -189,11 +189,31 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
   }
   if (!n.fake) return -1;
-  if (!holdsTensor(n.fake.get())) {
+  n.impure = isMutating(op, target);
+  // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
+  // no tensor in its result is a metadata query and leaves no node.
+  if (!n.impure && !holdsTensor(n.fake.get())) {
     *plain_result = std::move(n.fake);
     return kNoTensorResult;
   }
-  n.impure = isMutating(op, target);
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
+int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
+  Node n{NodeOp::CallFunction};
+  n.target = Ref::borrow(target);
+  n.args = std::move(args);
+  n.impure = true;
+  Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
+  if (!fargs) return -1;
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    Ref v = materialize(n.args[i], false, nullptr);
+    if (!v) return -1;
+    PyTuple_SET_ITEM(fargs.get(), i, v.release());
+  }
+  n.fake = Ref::steal(PyObject_Call(target, fargs.get(), nullptr));
+  if (!n.fake) return -1;
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
 }

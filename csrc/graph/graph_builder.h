@@ -80,6 +80,10 @@ class GraphBuilder {
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
               std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
 
+  // A call kept for its effect on global state (grad mode, autocast): always recorded,
+  // never removed as dead, whatever it returns. Returns the node id or -1.
+  int addEffect(PyObject* target, std::vector<Arg> args);
+
   const Node& node(int id) const { return nodes_[id]; }
   PyObject* fake(int id) const { return nodes_[id].fake.get(); }
   int numNodes() const { return static_cast<int>(nodes_.size()); }

@@ -69,6 +69,7 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
     case Kind::Iterator:
     case Kind::Method:
     case Kind::Cell:
+    case Kind::Context:
       break;
   }
   return nullptr;

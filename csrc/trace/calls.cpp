@@ -50,6 +50,21 @@ bool isPureTorchQuery(PyObject* fn) {
   return false;
 }
 
+// torch's tensor factories: C functions of the torch namespace that make a new tensor
+// from Python values and touch no global state.
+bool isTensorFactory(PyObject* fn) {
+  static const char* const kNames[] = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye",
+                                       "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like",
+                                       "empty_like", "full_like", "empty_strided", "tril_indices", "triu_indices"};
+  if (!PyCFunction_Check(fn)) return false;
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), false;
+  const char* n = PyUnicode_AsUTF8(name.get());
+  for (const char* k : kNames)
+    if (strcmp(n, k) == 0) return true;
+  return false;
+}
+
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   auto has = [](const ValuePtr& v, auto&& self) -> bool {
     if (v->is(Kind::Tensor)) return true;
@@ -165,6 +180,8 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
     case Kind::Function:
     case Kind::Object:
       break;
+    case Kind::Context:
+      return Value::namedMethod(obj, name);
   }
   return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
 }
@@ -177,6 +194,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::Method: {
       const ValuePtr& self = fn->items[0];
       if (!fn->obj) {
+        if (self->is(Kind::Context)) {
+          const char* m = PyUnicode_AsUTF8(fn->name.get());
+          if (strcmp(m, "__exit__") == 0) return exitContext(self);
+          if (strcmp(m, "__enter__") == 0) return enterContext(self);
+          return fail(std::string("context manager method ") + m + " is not supported");
+        }
         if (!self->is(Kind::Tensor)) return callContainerMethod(self, fn->name.get(), args, kwargs);
         // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers
         // as a constant).
@@ -197,13 +220,22 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       bool handled = false;
       ValuePtr r = callBuiltin(f, args, kwargs, &handled);
       if (handled || failed_) return r;
+      if (isTorchContextClass(f)) return makeContext(f, args, kwargs);
       if (isTorchFunction(f)) {
         if (!anyTensor(args, kwargs)) {
-          // Factories (torch.zeros(3), torch.arange(n)) are graph ops; plain queries are
-          // evaluated now; anything else may touch global state.
+          // Without tensor arguments a torch function is only run at trace time when it is
+          // known to be a factory (a graph op: torch.zeros(3), torch.arange(n)) or a pure
+          // query; anything else may change global state (torch.set_grad_enabled(False),
+          // torch.manual_seed) and must not run here.
+          if (isPureTorchQuery(f)) return recordCall(NodeOp::CallFunction, f, args, kwargs);
+          if (!isTensorFactory(f)) {
+            Ref name = Ref::steal(PyObject_GetAttrString(f, "__qualname__"));
+            PyErr_Clear();
+            return fail(std::string("torch.") + (name ? PyUnicode_AsUTF8(name.get()) : "?") +
+                        "() without tensor arguments is not supported yet");
+          }
           ValuePtr out = recordCall(NodeOp::CallFunction, f, args, kwargs);
-          if (out && out->is(Kind::Constant) && !isPureTorchQuery(f))
-            return fail("torch function without tensor arguments returned a non-tensor (it may have effects)");
+          if (out && !out->is(Kind::Tensor)) return fail("a tensor factory returned a non-tensor");
           return out;
         }
         return recordCall(NodeOp::CallFunction, f, args, kwargs);
@@ -239,6 +271,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::Set:
     case Kind::Cell:
     case Kind::Object:
+    case Kind::Context:
       break;
   }
   return fail(std::string("calling a ") + kindName(fn->kind) + " is not supported");

@@ -338,6 +338,16 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         }
         break;
       }
+      case Op::BEFORE_WITH: {
+        ValuePtr ctx = pop(f);
+        if (!ctx->is(Kind::Context))
+          return fail(std::string("`with` on a ") + kindName(ctx->kind) + " is not supported yet");
+        ValuePtr entered = enterContext(ctx);
+        if (!entered) return nullptr;
+        f.stack.push_back(Value::namedMethod(ctx, intern("__exit__")));
+        f.stack.push_back(std::move(entered));
+        break;
+      }
       case Op::RETURN_VALUE:
         if (f.generator) {
           pop(f);

@@ -37,6 +37,10 @@ bool sequenceItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
   return false;
 }
 
+bool holdsTensorResult(PyObject* o) {
+  return (PyTuple_Check(o) || PyList_Check(o));
+}
+
 }  // namespace
 
 bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
@@ -70,6 +74,7 @@ bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
     case Kind::Cell:
     case Kind::Function:
     case Kind::Object:
+    case Kind::Context:
       break;
   }
   fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
@@ -106,6 +111,7 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
   }
   PyObject* fake = graph_.fake(node);
   if (isTensor(fake)) return Value::tensor(node);
+  if (!holdsTensorResult(fake)) return Value::constant(isConstantObject(fake) ? fake : Py_None);
   // A tuple or list of tensors (torch.split, x.chunk, torch.max(x, dim), ...): one
   // getitem node per element, as FX does.
   PyObject* getitem = operatorFunction("getitem");
@@ -320,6 +326,7 @@ int Tracer::truthValue(const ValuePtr& v) {
       return v->items.empty() ? 0 : 1;
     case Kind::Function:
     case Kind::Cell:
+    case Kind::Context:
       return 1;
     case Kind::Object: {
       int t = PyObject_IsTrue(v->obj.get());

@@ -154,6 +154,7 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Method:
     case Kind::Cell:
     case Kind::Function:
+    case Kind::Context:
       break;
   }
   fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");
@@ -224,8 +225,10 @@ TranslateResult Tracer::run() {
     if (!enabled) {
       failFromPython("torch.is_grad_enabled()");
     } else {
-      guards().checkGradMode(enabled.get() == Py_True);
+      grad_mode_at_start_ = enabled.get() == Py_True;
+      guards().checkGradMode(grad_mode_at_start_);
       ret = runFrame(root);
+      restoreGlobalState();
     }
   }
   graph_.finish();

@@ -105,6 +105,14 @@ class Tracer {
                       const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
                       const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
                       std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  // context.cpp: torch's grad-mode, inference-mode and autocast context managers.
+  // Entering and leaving them records the state change in the graph and applies it at
+  // trace time (so fake tensors see it); restoreGlobalState() undoes what is left.
+  bool isTorchContextClass(PyObject* cls);
+  ValuePtr makeContext(PyObject* cls, std::vector<ValuePtr>& args, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  ValuePtr enterContext(const ValuePtr& ctx);
+  ValuePtr exitContext(const ValuePtr& ctx);
+  void restoreGlobalState();
   // builtins.cpp
   ValuePtr callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
                        std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
@@ -145,6 +153,12 @@ class Tracer {
   bool user_error_ = false;
   Unsupported unsupported_;
   int instructions_run_ = 0;
+  bool grad_mode_at_start_ = true;
+  struct OpenContext {
+    Ref exit_fn;   // real function undoing the state change
+    Ref handle;    // its argument (the enter function's result)
+  };
+  std::vector<OpenContext> open_contexts_;  // entered at trace time, not yet exited
 };
 
 constexpr int kMaxInlineDepth = 64;

@@ -20,10 +20,13 @@ what torch._dynamo did (graph count, graph breaks) is recorded in ``RECORDS`` fo
 captures none of them either): only the outcome (the exception, the arguments' final state) is
 asserted there, on both calls.
 
+Set CDYNAMO_SEMANTICS_DYNAMO=0 to skip the torch._dynamo reference runs (about half the time).
+
 ``make_args()`` returns a tuple of positional arguments, or a ``Call(args, kwargs)``.
 """
 import dataclasses
 import math
+import os
 import traceback
 from collections import deque
 
@@ -48,7 +51,12 @@ class Call:
         self.kwargs = kwargs
 
 
+_WORLD = {"reset": None, "snapshot": None}
+
+
 def _build(make_args):
+    if _WORLD["reset"] is not None:
+        _WORLD["reset"]()
     torch.manual_seed(0)
     a = make_args()
     if isinstance(a, Call):
@@ -263,18 +271,28 @@ def _compile_module_eager(module, *args, **kwargs):
 COMPILE_MODULE = _compile_module_eager
 
 
-def check(fn, make_args, *, expect_graphs=1, dynamo_reference=True):
-    """Run fn eagerly and compiled (first call + cache hit); see the module docstring."""
+_DYNAMO_REFERENCE = os.environ.get("CDYNAMO_SEMANTICS_DYNAMO", "1") != "0"
+
+
+def check(fn, make_args, *, expect_graphs=1, dynamo_reference=True, world=None):
+    """Run fn eagerly and compiled (first call + cache hit); see the module docstring.
+
+    ``world=(reset, snapshot)``: state outside the arguments (globals) that fn changes;
+    ``reset()`` runs before every call, ``snapshot()`` after it must equal eager's.
+    """
     __tracebackhide__ = True
+    _WORLD["reset"], _WORLD["snapshot"] = world if world is not None else (None, None)
     rec = {"nodeid": CURRENT["nodeid"], "expect_graphs": expect_graphs, "stage": "start",
            "cdynamo_graphs": None, "native_reasons": [], "dynamo": None, "failure": None}
     RECORDS.append(rec)
     try:
-        _check(fn, make_args, expect_graphs, dynamo_reference, rec)
+        _check(fn, make_args, expect_graphs, dynamo_reference and _DYNAMO_REFERENCE, rec)
         rec["stage"] = "passed"
     except BaseException as e:
         rec["failure"] = f"{type(e).__name__}: {str(e)[:2000]}"
         raise
+    finally:
+        _WORLD["reset"] = _WORLD["snapshot"] = None
 
 
 def global_state():
@@ -301,6 +319,7 @@ def _check(fn, make_args, expect_graphs, dynamo_reference, rec):
     ea, ek = _build(make_args)
     eager = _run(fn, ea, ek)
     after_eager = global_state()
+    world_eager = _WORLD["snapshot"]() if _WORLD["snapshot"] else None
     restore_global_state(before)
 
     cdynamo.reset()
@@ -323,12 +342,17 @@ def _check(fn, make_args, expect_graphs, dynamo_reference, rec):
         rec["stage"] = call
         after = global_state()
         restore_global_state(before)
+        world_after = _WORLD["snapshot"]() if _WORLD["snapshot"] else None
         try:
             _compare_outcome(f"compiled ({call})", eager, (ea, ek), got, (ga, gk))
             if after != after_eager:
                 raise AssertionError(f"compiled ({call}): WRONG GLOBAL STATE after the call: "
                                      f"{ {k: v for k, v in after.items() if after_eager[k] != v} } "
                                      f"(eager left {after_eager})")
+            try:
+                assert_same(world_eager, world_after, "globals")
+            except AssertionError as e:
+                raise AssertionError(f"compiled ({call}): WRONG FINAL STATE of globals: {e}") from None
         except AssertionError as e:
             problems.append(str(e))
             break

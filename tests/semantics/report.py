@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PY = sys.executable
 FILES = ["test_control_flow.py", "test_containers.py", "test_functions.py", "test_builtins.py",
          "test_strings.py", "test_objects.py", "test_modules.py", "test_context_managers.py",
-         "test_exceptions.py", "test_torch_idioms.py"]
+         "test_exceptions.py", "test_torch_idioms.py", "test_side_effects.py", "test_harness.py"]
 
 
 def collect(path):
@@ -72,8 +72,15 @@ def root_cause(rec):
     if "WRONG" in f:
         return "WRONG " + re.sub(r"^.*?WRONG ", "", f.splitlines()[0])[:60].split(":")[0]
     if rec.get("native_reasons"):
-        r = rec["native_reasons"][0]
-        return re.sub(r" at 0x[0-9a-f]+", "", r)
+        r = re.sub(r" at 0x[0-9a-f]+", "", rec["native_reasons"][0])
+        if re.match(r"call of <class 'semantics\.", r):
+            return "call of <class 'user-defined class'> is not supported yet (creating a user object in the trace)"
+        if re.match(r"call of <class '\w*(Error|Exception)'>", r):
+            return "call of <class 'SomeError'> is not supported yet (creating an exception object)"
+        m = re.match(r"cannot trace a value of type (\w+) yet", r)
+        if m and m.group(1) not in ("dict", "list", "tuple", "set", "str", "int", "float"):
+            return "cannot trace a value of type <user-defined class> yet (user object as input/global)"
+        return r
     if "compiled raised" in f or "compiled returned" in f:
         return "compiled call raised / returned differently: " + f.splitlines()[0][:120]
     if "not a cache hit" in f and "frame_count" in f:

@@ -95,6 +95,7 @@ const char* kindName(Kind k) {
     case Kind::Cell: return "cell";
     case Kind::Function: return "function";
     case Kind::Object: return "object";
+    case Kind::Context: return "context manager";
   }
   return "?";
 }

@@ -1,0 +1,199 @@
+// torch's global-state context managers inside a trace: torch.no_grad(), enable_grad(),
+// set_grad_enabled(b), inference_mode(mode), autocast(...). Each state change becomes
+// a graph node (as in TorchDynamo: torch._C._set_grad_enabled, _enter/_exit_autocast,
+// _enter/_exit_inference_mode) and is applied at trace time too, so that fake tensors
+// are computed under the same state; whatever is still applied when the trace ends
+// (success or not) is undone by restoreGlobalState().
+#include <cstring>
+#include <string>
+
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+namespace {
+
+enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast };
+
+struct ContextFns {
+  Ref no_grad, enable_grad, set_grad_enabled, inference_mode, autocast, amp_autocast;
+  Ref set_grad, is_grad, enter_inference, exit_inference, enter_autocast, exit_autocast;
+  bool ok = false;
+};
+
+Ref attr(const char* module, const char* name) {
+  Ref m = Ref::steal(PyImport_ImportModule(module));
+  return m ? Ref::steal(PyObject_GetAttrString(m.get(), name)) : Ref();
+}
+
+const ContextFns* fns() {
+  static ContextFns f;
+  if (!f.ok) {
+    f.no_grad = attr("torch", "no_grad");
+    f.enable_grad = attr("torch", "enable_grad");
+    f.set_grad_enabled = attr("torch", "set_grad_enabled");
+    f.inference_mode = attr("torch", "inference_mode");
+    f.autocast = attr("torch", "autocast");
+    f.amp_autocast = attr("torch.amp", "autocast");
+    f.set_grad = attr("torch._C", "_set_grad_enabled");
+    f.is_grad = attr("torch", "is_grad_enabled");
+    f.enter_inference = attr("torch.autograd.grad_mode", "_enter_inference_mode");
+    f.exit_inference = attr("torch.autograd.grad_mode", "_exit_inference_mode");
+    f.enter_autocast = attr("torch.amp.autocast_mode", "_enter_autocast");
+    f.exit_autocast = attr("torch.amp.autocast_mode", "_exit_autocast");
+    if (!f.no_grad || !f.enable_grad || !f.set_grad_enabled || !f.inference_mode || !f.autocast || !f.set_grad ||
+        !f.is_grad || !f.enter_inference || !f.exit_inference || !f.enter_autocast || !f.exit_autocast) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    f.ok = true;
+  }
+  return &f;
+}
+
+Ctx kindOf(PyObject* cls) {
+  const ContextFns* f = fns();
+  if (!f) return Ctx::None;
+  if (cls == f->no_grad.get()) return Ctx::NoGrad;
+  if (cls == f->enable_grad.get()) return Ctx::EnableGrad;
+  if (cls == f->set_grad_enabled.get()) return Ctx::SetGradEnabled;
+  if (cls == f->inference_mode.get()) return Ctx::InferenceMode;
+  if (cls == f->autocast.get() || cls == f->amp_autocast.get()) return Ctx::Autocast;
+  return Ctx::None;
+}
+
+std::vector<graph::Arg> single(graph::Arg a) {
+  std::vector<graph::Arg> v;
+  v.push_back(std::move(a));
+  return v;
+}
+
+bool gradEnabled() {
+  Ref r = Ref::steal(PyObject_CallNoArgs(fns()->is_grad.get()));
+  if (!r) PyErr_Clear();
+  return r.get() == Py_True;
+}
+
+}  // namespace
+
+bool Tracer::isTorchContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; }
+
+ValuePtr Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
+                             std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  Ctx k = kindOf(cls);
+  auto v = std::make_shared<Value>();
+  v->kind = Kind::Context;
+  v->obj = Ref::borrow(cls);
+  for (const ValuePtr& a : args) {
+    if (!a->is(Kind::Constant)) return fail("context manager arguments must be constants");
+    v->items.push_back(a);
+  }
+  // Keyword arguments, in the order of each constructor's parameters.
+  static const char* const kAutocastParams[] = {"device_type", "dtype", "enabled", "cache_enabled"};
+  for (auto& [key, val] : kwargs) {
+    if (!val->is(Kind::Constant)) return fail("context manager arguments must be constants");
+    const char* name = PyUnicode_AsUTF8(key.get());
+    size_t pos = SIZE_MAX;
+    if (k == Ctx::Autocast) {
+      for (size_t i = 0; i < 4; ++i)
+        if (strcmp(name, kAutocastParams[i]) == 0) pos = i;
+    } else if ((k == Ctx::InferenceMode && strcmp(name, "mode") == 0) ||
+               (k == Ctx::SetGradEnabled && strcmp(name, "mode") == 0)) {
+      pos = 0;
+    }
+    if (pos == SIZE_MAX) return fail(std::string("unknown keyword '") + name + "' of a context manager");
+    while (v->items.size() <= pos) v->items.push_back(nullptr);
+    v->items[pos] = val;
+  }
+  if (k == Ctx::SetGradEnabled) {
+    // set_grad_enabled(b) changes the mode when it is called, with or without `with`.
+    if (v->items.empty() || !v->items[0]) return fail("set_grad_enabled() needs a mode");
+    v->pos = gradEnabled() ? 1 : 0;
+    int t = PyObject_IsTrue(v->items[0]->obj.get());
+    if (t < 0) return failFromPython("set_grad_enabled");
+    if (graph_.addEffect(fns()->set_grad.get(), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
+      return failFromPython("set_grad_enabled");
+  }
+  return v;
+}
+
+ValuePtr Tracer::enterContext(const ValuePtr& ctx) {
+  const ContextFns* f = fns();
+  switch (kindOf(ctx->obj.get())) {
+    case Ctx::NoGrad:
+    case Ctx::EnableGrad: {
+      ctx->pos = gradEnabled() ? 1 : 0;
+      PyObject* mode = kindOf(ctx->obj.get()) == Ctx::NoGrad ? Py_False : Py_True;
+      if (graph_.addEffect(f->set_grad.get(), single(graph::Arg::ofConst(mode))) < 0) return failFromPython("no_grad");
+      return Value::constant(Py_None);
+    }
+    case Ctx::SetGradEnabled:
+      return Value::constant(Py_None);
+    case Ctx::InferenceMode: {
+      PyObject* mode = ctx->items.empty() || !ctx->items[0] ? Py_True : ctx->items[0]->obj.get();
+      int node = graph_.addEffect(f->enter_inference.get(), single(graph::Arg::ofConst(mode)));
+      if (node < 0) return failFromPython("inference_mode");
+      ctx->node = node;
+      open_contexts_.push_back({f->exit_inference.copy(), Ref::borrow(graph_.fake(node))});
+      return Value::constant(Py_None);
+    }
+    case Ctx::Autocast: {
+      std::vector<graph::Arg> args;
+      for (size_t i = 0; i < 4; ++i)
+        args.push_back(graph::Arg::ofConst(i < ctx->items.size() && ctx->items[i] ? ctx->items[i]->obj.get()
+                                           : i == 2 ? Py_True : Py_None));
+      int node = graph_.addEffect(f->enter_autocast.get(), std::move(args));
+      if (node < 0) return failFromPython("autocast");
+      ctx->node = node;
+      open_contexts_.push_back({f->exit_autocast.copy(), Ref::borrow(graph_.fake(node))});
+      return Value::constant(Py_None);
+    }
+    case Ctx::None:
+      break;
+  }
+  return fail("entering an unknown context manager");
+}
+
+ValuePtr Tracer::exitContext(const ValuePtr& ctx) {
+  const ContextFns* f = fns();
+  switch (kindOf(ctx->obj.get())) {
+    case Ctx::NoGrad:
+    case Ctx::EnableGrad:
+    case Ctx::SetGradEnabled:
+      if (graph_.addEffect(f->set_grad.get(), single(graph::Arg::ofConst(ctx->pos ? Py_True : Py_False))) < 0)
+        return failFromPython("leaving a grad-mode context");
+      return Value::constant(Py_None);
+    case Ctx::InferenceMode:
+    case Ctx::Autocast: {
+      PyObject* exit_fn = kindOf(ctx->obj.get()) == Ctx::Autocast ? f->exit_autocast.get() : f->exit_inference.get();
+      if (graph_.addEffect(exit_fn, single(graph::Arg::ofNode(ctx->node))) < 0) return failFromPython("leaving a context");
+      for (size_t i = open_contexts_.size(); i > 0; --i)
+        if (open_contexts_[i - 1].handle.get() == graph_.fake(ctx->node)) {
+          open_contexts_.erase(open_contexts_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+          break;
+        }
+      return Value::constant(Py_None);
+    }
+    case Ctx::None:
+      break;
+  }
+  return fail("leaving an unknown context manager");
+}
+
+void Tracer::restoreGlobalState() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  while (!open_contexts_.empty()) {
+    OpenContext c = std::move(open_contexts_.back());
+    open_contexts_.pop_back();
+    Ref r = Ref::steal(PyObject_CallOneArg(c.exit_fn.get(), c.handle.get()));
+    if (!r) PyErr_Clear();
+  }
+  if (const ContextFns* f = fns()) {
+    Ref r = Ref::steal(PyObject_CallOneArg(f->set_grad.get(), grad_mode_at_start_ ? Py_True : Py_False));
+    if (!r) PyErr_Clear();
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+}  // namespace cdynamo::trace
