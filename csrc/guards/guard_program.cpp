@@ -107,6 +107,23 @@ void GuardProgram::checkDictEmpty(int reg) {
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
 
+void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
+  Check c{CheckKind::DictKeys, reg};
+  c.obj = Ref::steal(PyDict_Keys(dict));
+  if (c.obj) {
+    Ref t = Ref::steal(PyList_AsTuple(c.obj.get()));
+    c.obj = std::move(t);
+  }
+  if (!c.obj) {
+    PyErr_Clear();
+    c.kind = CheckKind::Identity;
+    c.obj = Ref::borrow(Py_None);
+  }
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
 void GuardProgram::checkGradMode(bool enabled) {
   for (const Check& c : checks_)
     if (c.kind == CheckKind::GradMode) return;
@@ -193,6 +210,19 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     }
     case CheckKind::DictEmpty:
       return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0;
+    case CheckKind::DictKeys: {
+      PyObject* keys = c.obj.get();
+      if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(keys)) return false;
+      PyObject *key, *value;
+      Py_ssize_t pos = 0, i = 0;
+      while (PyDict_Next(v, &pos, &key, &value)) {
+        PyObject* expected = PyTuple_GET_ITEM(keys, i++);
+        if (key == expected) continue;
+        int eq = PyObject_RichCompareBool(key, expected, Py_EQ);
+        if (eq != 1) return PyErr_Clear(), false;
+      }
+      return true;
+    }
     case CheckKind::GradMode: {
       PyObject* r = PyObject_CallNoArgs(c.obj.get());
       if (!r) return PyErr_Clear(), false;
@@ -240,6 +270,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return "len(" + c.what + ") == " + std::to_string(c.index);
     case CheckKind::DictEmpty:
       return "not " + c.what;
+    case CheckKind::DictKeys:
+      return "list(" + c.what + ".keys()) == " + reprOf(c.obj.get());
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
   }

@@ -40,6 +40,7 @@ enum class CheckKind : uint8_t {
   Equals,     // type(reg) is type(obj) and reg == obj (Python constants)
   Length,     // len(reg) == index (tuple/list/dict)
   DictEmpty,  // reg is a dict with no items (module hook dicts)
+  DictKeys,   // reg is a dict whose keys are obj's, in the same order
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
 };
 
@@ -76,6 +77,7 @@ class GuardProgram {
   void checkEquals(int reg, PyObject* constant);
   void checkLength(int reg, Py_ssize_t n);
   void checkDictEmpty(int reg);
+  void checkDictKeys(int reg, PyObject* dict);
   void checkGradMode(bool enabled);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }

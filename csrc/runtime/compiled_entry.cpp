@@ -53,6 +53,21 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       }
       return d;
     }
+    case OutputPlan::Kind::NewObject: {
+      PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(p.constant.get());
+      PyObject* obj = cls->tp_alloc(cls, 0);
+      if (!obj) return nullptr;
+      PyObject* attrs = build(p.items[0], graph_out, regs);
+      PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj) : nullptr;
+      if (!attrs || !dictptr) {
+        Py_XDECREF(attrs);
+        Py_DECREF(obj);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
+        return nullptr;
+      }
+      Py_XSETREF(*dictptr, attrs);
+      return obj;
+    }
     case OutputPlan::Kind::Set: {
       PyObject* s = PySet_New(nullptr);
       if (!s) return nullptr;

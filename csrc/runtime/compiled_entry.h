@@ -18,7 +18,9 @@ namespace cdynamo::runtime {
 
 // How the frame's return value is rebuilt after the graph ran.
 struct OutputPlan {
-  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set };
+  // NewObject: an object made in the trace that escapes: object.__new__(constant) with
+  // its __dict__ updated from items[0] (a Dict plan).
+  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set, NewObject };
   Kind kind = Kind::Constant;
   int index = 0;     // GraphOutput: position in the graph's output tuple; Register: guard register
   Ref constant;      // Constant; Dict: the dict type (dict, OrderedDict)

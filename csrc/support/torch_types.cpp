@@ -46,6 +46,12 @@ bool isModule(PyObject* o) {
   return t.ok && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t.module));
 }
 
+bool isModuleClass(PyObject* cls) {
+  const Types& t = types();
+  return t.ok && PyType_Check(cls) &&
+         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), reinterpret_cast<PyTypeObject*>(t.module));
+}
+
 bool isPlainTensorOrParameter(PyObject* o) {
   const Types& t = types();
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));

@@ -9,6 +9,8 @@ namespace cdynamo {
 bool isTensor(PyObject* o);
 // isinstance(o, torch.nn.Module).
 bool isModule(PyObject* o);
+// issubclass(cls, torch.nn.Module) for a type `cls`.
+bool isModuleClass(PyObject* cls);
 // type(o) is torch.Tensor or torch.nn.Parameter.
 bool isPlainTensorOrParameter(PyObject* o);
 // `operator.<name>` (borrowed, kept for the process), or null with an error set.

@@ -69,6 +69,32 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       items.push_back(std::move(item));
     }
     v = Value::sequence(tuple ? Kind::Tuple : Kind::List, std::move(items), reg);
+  } else if (PyDict_Check(obj) && (PyDict_CheckExact(obj) || !PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) ||
+                                    strcmp(Py_TYPE(obj)->tp_name, "collections.OrderedDict") == 0)) {
+    // A dict read from the program: its type and exact key order are guarded, each value
+    // is read through its key.
+    std::vector<Ref> keys;
+    std::vector<ValuePtr> values;
+    if (reg >= 0) {
+      guards().checkType(reg, Py_TYPE(obj));
+      guards().checkDictKeys(reg, obj);
+    }
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(obj, &pos, &key, &value)) {
+      if (!isConstantObject(key)) return fail("dict keys must be constants");
+      int item_reg = -1;
+      if (reg >= 0) {
+        Ref r = Ref::steal(PyObject_Repr(key));
+        item_reg = load(LoadKind::DictItem, reg, 0, key, guards().sourceName(reg) + "[" + (r ? PyUnicode_AsUTF8(r.get()) : "?") + "]");
+      }
+      ValuePtr item = wrap(value, item_reg);
+      if (!item) return nullptr;
+      keys.push_back(Ref::borrow(key));
+      values.push_back(std::move(item));
+    }
+    v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values));
+    v->reg = reg;
   } else if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
     guards().checkIdentity(reg, obj);
@@ -76,9 +102,14 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   } else if (PyModule_Check(obj)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::object(Kind::PyModule, obj, reg);
-  } else if (PyCallable_Check(obj)) {
+  } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj))) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::object(Kind::Callable, obj, reg);
+  } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
+    // An instance of a user class: its class is guarded; attributes are read (and
+    // guarded) when the trace reads them.
+    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
+    v = Value::object(Kind::Object, obj, reg);
   } else {
     return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
   }

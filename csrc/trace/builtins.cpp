@@ -67,9 +67,12 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
     case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
     case Kind::Null:
     case Kind::Iterator:
+    case Kind::NewObject:
+      return v->obj.get();
     case Kind::Method:
     case Kind::Cell:
     case Kind::Context:
+    case Kind::Super:
       break;
   }
   return nullptr;
@@ -88,7 +91,13 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("print") || is("input") || is("open") || is("exec") || is("eval"))
     return fail(std::string(which) + "() has effects outside the program");
   if (is("id")) return fail("id() depends on object addresses, unknown at trace time");
-  if (is("globals") || is("locals") || is("vars") || is("super") || is("object") || is("delattr") || is("setattr"))
+  if (is("super")) return makeSuper(args);
+  if (is("object") && args.empty() && kwargs.empty()) return newObject(f, {}, {});
+  if (is("setattr") && args.size() == 3 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
+    if (!storeAttr(args[0], args[1]->obj.get(), args[2])) return nullptr;
+    return Value::constant(Py_None);
+  }
+  if (is("globals") || is("locals") || is("vars") || is("object") || is("delattr") || is("setattr"))
     return fail(std::string(which) + "() is not supported yet");
 
   // Pure builtins of constants: the real thing.
@@ -117,6 +126,9 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
 
   if (is("len") && args.size() == 1 && kwargs.empty()) {
     const ValuePtr& v = args[0];
+    bool found = false;
+    ValuePtr r = callDunder(v, "__len__", {}, &found);
+    if (found) return r;
     if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set))
       return constInt(static_cast<long>(v->items.size()));
     if (v->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, f, args, {});

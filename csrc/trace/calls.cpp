@@ -158,8 +158,16 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
         reg = load(LoadKind::InstanceDict, obj->reg, 0, name, guards().sourceName(obj->reg) + "." + n);
       return wrap(v.get(), reg);
     }
+    case Kind::Object:
+    case Kind::NewObject:
+    case Kind::Super:
+      return objectGetAttr(obj, name);
     case Kind::Constant:
     case Kind::Callable: {
+      if (obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
+          (reinterpret_cast<PyTypeObject*>(obj->obj.get())->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+          !isModuleClass(obj->obj.get()))
+        return objectGetAttr(obj, name);  // attributes of a user class: methods, classmethods, constants
       Ref v = Ref::steal(PyObject_GetAttr(obj->obj.get(), name));
       if (!v) return failFromPython(std::string("attribute '") + n + "'");
       if (isConstantObject(v.get())) return Value::constant(v.get());
@@ -178,7 +186,6 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
     case Kind::Method:
     case Kind::Cell:
     case Kind::Function:
-    case Kind::Object:
       break;
     case Kind::Context:
       return Value::namedMethod(obj, name);
@@ -221,6 +228,19 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       ValuePtr r = callBuiltin(f, args, kwargs, &handled);
       if (handled || failed_) return r;
       if (isTorchContextClass(f)) return makeContext(f, args, kwargs);
+      if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__")) return Value::constant(Py_None);
+      if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__") && args.size() == 3 &&
+          args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
+        // object.__setattr__(self, name, value): how frozen dataclasses set fields.
+        if (args[0]->is(Kind::NewObject)) {
+          if (!storeSubscript(args[0]->items[0], args[1], args[2])) return nullptr;
+          return Value::constant(Py_None);
+        }
+        return fail("object.__setattr__ on an object from outside the trace (a side effect)");
+      }
+      if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+          !isTorchFunction(f))
+        return newObject(f, std::move(args), std::move(kwargs));
       if (isTorchFunction(f)) {
         if (!anyTensor(args, kwargs)) {
           // Without tensor arguments a torch function is only run at trace time when it is
@@ -269,9 +289,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::PyModule:
     case Kind::Dict:
     case Kind::Set:
-    case Kind::Cell:
     case Kind::Object:
+    case Kind::NewObject: {
+      bool found = false;
+      ValuePtr r = callDunder(fn, "__call__", std::move(args), &found);
+      if (found || failed_) return r;
+      break;
+    }
+    case Kind::Cell:
     case Kind::Context:
+    case Kind::Super:
       break;
   }
   return fail(std::string("calling a ") + kindName(fn->kind) + " is not supported");

@@ -192,7 +192,14 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         ValuePtr container = pop(f);
         ValuePtr item = pop(f);
         int r;
-        if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
+        if (isUserObject(container)) {
+          bool found = false;
+          ValuePtr c = callDunder(container, "__contains__", {item}, &found);
+          if (failed_) return nullptr;
+          if (!found) return fail("`in` on an object without __contains__ is not supported yet");
+          r = truthValue(c);
+          if (r < 0) return nullptr;
+        } else if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
           r = PySequence_Contains(container->obj.get(), item->obj.get());
           if (r < 0) return failFromPython("`in` on constants");
         } else {
@@ -336,6 +343,12 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         } else {
           pop(f);
         }
+        break;
+      }
+      case Op::STORE_ATTR: {
+        ValuePtr obj = pop(f);
+        ValuePtr value = pop(f);
+        if (!storeAttr(obj, PyTuple_GET_ITEM(names, arg), value)) return nullptr;
         break;
       }
       case Op::BEFORE_WITH: {

@@ -75,6 +75,8 @@ bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
     case Kind::Function:
     case Kind::Object:
     case Kind::Context:
+    case Kind::NewObject:
+    case Kind::Super:
       break;
   }
   fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
@@ -139,6 +141,24 @@ ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
     return fail("unknown BINARY_OP argument " + std::to_string(op));
   PyObject* fn = operatorFunction(kBinaryOps[op]);
   if (!fn) return failFromPython("operator lookup");
+  if (isUserObject(a) || isUserObject(b)) {
+    // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
+    std::string name = kBinaryOps[op];
+    if (name.back() == '_') name.pop_back();  // and_, or_
+    bool inplace = op >= 13;
+    std::string base = inplace ? name.substr(1) : name;
+    bool found = false;
+    ValuePtr r;
+    if (inplace) {
+      r = callDunder(a, ("__" + name + "__").c_str(), {b}, &found);
+      if (found || failed_) return r;
+    }
+    r = callDunder(a, ("__" + base + "__").c_str(), {b}, &found);
+    if (found || failed_) return r;
+    r = callDunder(b, ("__r" + base + "__").c_str(), {a}, &found);
+    if (found || failed_) return r;
+    return fail("unsupported operand types for " + base + " (TypeError)");
+  }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->obj.get(), b->obj.get(), nullptr));
@@ -173,6 +193,12 @@ ValuePtr Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
     return Value::constant(t ? Py_False : Py_True);
   }
   const char* name = op == bytecode::Op::UNARY_NEGATIVE ? "neg" : op == bytecode::Op::UNARY_POSITIVE ? "pos" : "invert";
+  if (isUserObject(a)) {
+    bool found = false;
+    ValuePtr r = callDunder(a, (std::string("__") + name + "__").c_str(), {}, &found);
+    if (found || failed_) return r;
+    return fail(std::string("bad operand type for unary ") + name + " (TypeError)");
+  }
   PyObject* fn = operatorFunction(name);
   if (!fn) return failFromPython("operator lookup");
   if (a->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a}, {});
@@ -188,6 +214,19 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
   if (op < 0 || op > 5) return fail("unknown COMPARE_OP argument");
   PyObject* fn = operatorFunction(kCompareOps[op]);
   if (!fn) return failFromPython("operator lookup");
+  if (isUserObject(a) || isUserObject(b)) {
+    static const char* const kReflected[] = {"gt", "ge", "eq", "ne", "lt", "le"};
+    bool found = false;
+    ValuePtr r = callDunder(a, (std::string("__") + kCompareOps[op] + "__").c_str(), {b}, &found);
+    if (found || failed_) return r;
+    r = callDunder(b, (std::string("__") + kReflected[op] + "__").c_str(), {a}, &found);
+    if (found || failed_) return r;
+    if (op == Py_EQ || op == Py_NE) {  // identity comparison, as object.__eq__ does
+      bool same = a == b || (a->obj && a->obj.get() == b->obj.get());
+      return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
+    }
+    return fail("comparison of objects without the special method (TypeError)");
+  }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_RichCompare(a->obj.get(), b->obj.get(), op));
@@ -200,6 +239,12 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
 }
 
 ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
+  if (isUserObject(obj)) {
+    bool found = false;
+    ValuePtr r = callDunder(obj, "__getitem__", {index}, &found);
+    if (found || failed_) return r;
+    return fail("object is not subscriptable (TypeError)");
+  }
   if (obj->is(Kind::Tensor)) {
     PyObject* fn = operatorFunction("getitem");
     if (!fn) return failFromPython("operator lookup");
@@ -263,6 +308,13 @@ ValuePtr Tracer::getIter(const ValuePtr& obj) {
   auto it = std::make_shared<Value>();
   it->kind = Kind::Iterator;
   if (obj->is(Kind::Iterator)) return obj;
+  if (isUserObject(obj)) {
+    bool found = false;
+    ValuePtr r = callDunder(obj, "__iter__", {}, &found);
+    if (failed_) return nullptr;
+    if (found) return getIter(r);
+    return fail("object is not iterable (TypeError)");
+  }
   if (obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Set)) {
     it->items = obj->items;
     return it;
@@ -328,11 +380,19 @@ int Tracer::truthValue(const ValuePtr& v) {
     case Kind::Cell:
     case Kind::Context:
       return 1;
-    case Kind::Object: {
-      int t = PyObject_IsTrue(v->obj.get());
-      if (t < 0) failFromPython("truth value of an object");
-      return t;
+    case Kind::Object:
+    case Kind::NewObject: {
+      // Python's order: __bool__, then __len__, else true.
+      for (const char* dunder : {"__bool__", "__len__"}) {
+        bool found = false;
+        ValuePtr r = callDunder(v, dunder, {}, &found);
+        if (failed_) return -1;
+        if (found) return r ? truthValue(r) : -1;
+      }
+      return 1;
     }
+    case Kind::Super:
+      return 1;
     case Kind::Tensor:
       fail("control flow depends on a tensor's value (data-dependent branch)");
       return -1;

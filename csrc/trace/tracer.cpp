@@ -148,6 +148,11 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
         return true;
       }
       break;
+    case Kind::NewObject:
+      plan->kind = K::NewObject;
+      plan->constant = v->obj.copy();
+      plan->items.resize(1);
+      return buildOutput(v->items[0], &plan->items[0]);
     case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:
@@ -155,6 +160,7 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Cell:
     case Kind::Function:
     case Kind::Context:
+    case Kind::Super:
       break;
   }
   fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");

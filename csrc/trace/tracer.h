@@ -113,6 +113,18 @@ class Tracer {
   ValuePtr enterContext(const ValuePtr& ctx);
   ValuePtr exitContext(const ValuePtr& ctx);
   void restoreGlobalState();
+  // objects.cpp: user-defined classes — objects read from the program (Object), objects
+  // made in the trace (NewObject), super(), and Python-level dunder methods.
+  ValuePtr objectGetAttr(const ValuePtr& obj, PyObject* name);
+  ValuePtr newObject(PyObject* cls, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  bool storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value);
+  // Calls the Python-level special method `name` of a user object's class, if it has one
+  // (*found = false otherwise, with nothing done).
+  ValuePtr callDunder(const ValuePtr& obj, const char* name, std::vector<ValuePtr> args, bool* found);
+  ValuePtr makeSuper(std::vector<ValuePtr>& args);
+  bool isUserObject(const ValuePtr& v) const {
+    return v->is(Kind::Object) || v->is(Kind::NewObject);
+  }
   // builtins.cpp
   ValuePtr callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
                        std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);

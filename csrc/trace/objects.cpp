@@ -1,0 +1,210 @@
+// User-defined classes. An object read from the program (Kind::Object) is guarded by its
+// exact type and read live (instance __dict__ entries become guard loads); an object made
+// in the trace (Kind::NewObject) keeps its attributes as values and is rebuilt if it
+// escapes. Attribute lookup follows Python: data descriptors of the class (property),
+// then the instance, then the class (methods, staticmethod, classmethod, constants).
+#include <cstring>
+#include <string>
+
+#include "support/torch_types.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using guards::LoadKind;
+
+namespace {
+
+PyObject* classOf(const ValuePtr& v) {
+  if (v->is(Kind::NewObject)) return v->obj.get();
+  return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+}
+
+// Looks `name` up in the MRO of `type`, starting after `after` (super()) when given.
+// Borrowed, or null.
+PyObject* lookupInMro(PyObject* type, PyObject* name, PyObject* after) {
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+  if (!mro) return nullptr;
+  Py_ssize_t start = 0;
+  if (after) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i)
+      if (PyTuple_GET_ITEM(mro, i) == after) start = i + 1;
+  }
+  for (Py_ssize_t i = start; i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* v = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
+    if (v) return v;
+    PyErr_Clear();
+  }
+  return nullptr;
+}
+
+bool isPlainPythonClass(PyObject* cls) {
+  PyTypeObject* t = reinterpret_cast<PyTypeObject*>(cls);
+  if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
+  // Instances made with object.__new__ and no metaclass magic.
+  return t->tp_new == PyBaseObject_Type.tp_new || lookupInMro(cls, intern("__new__"), nullptr) ==
+                                                      PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__new__");
+}
+
+}  // namespace
+
+ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
+  SymbolicFrame* f = current_;
+  if (!f) return fail("super() outside a frame");
+  ValuePtr self, cls;
+  if (args.size() == 2) {
+    cls = args[0];
+    self = args[1];
+  } else if (args.empty()) {
+    // Zero-argument super(): the frame's first argument and its __class__ cell.
+    PyCodeObject* co = f->code;
+    if (co->co_argcount == 0) return fail("super(): no arguments (RuntimeError)");
+    self = f->locals[0];
+    if (self && self->is(Kind::Cell)) self = self->items.empty() ? nullptr : self->items[0];
+    for (int i = 0; i < co->co_nlocalsplus; ++i) {
+      if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") != 0) continue;
+      ValuePtr slot = f->locals[i];
+      if (slot && slot->is(Kind::Cell) && !slot->items.empty()) {
+        cls = slot->items[0];
+      } else if (f->closure) {
+        int j = i - (co->co_nlocalsplus - co->co_nfreevars);
+        if (j >= 0 && j < PyTuple_GET_SIZE(f->closure)) {
+          PyObject* c = PyCell_GET(PyTuple_GET_ITEM(f->closure, j));
+          if (c) cls = Value::object(Kind::Callable, c);
+        }
+      }
+    }
+    if (!self || !cls) return fail("super(): __class__ cell not found (RuntimeError)");
+  } else {
+    return fail("super() with one argument is not supported");
+  }
+  if (!cls->obj || !PyType_Check(cls->obj.get())) return fail("super() of a non-class");
+  auto v = std::make_shared<Value>();
+  v->kind = Kind::Super;
+  v->obj = cls->obj.copy();
+  v->items.push_back(self);
+  return v;
+}
+
+ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  ValuePtr self = obj;
+  PyObject* after = nullptr;
+  if (obj->is(Kind::Super)) {
+    self = obj->items[0];
+    after = obj->obj.get();
+  }
+  PyObject* cls = nullptr;
+  if (self->is(Kind::Module)) cls = reinterpret_cast<PyObject*>(Py_TYPE(self->obj.get()));
+  else if (isUserObject(self)) cls = classOf(self);
+  else if (self->is(Kind::Callable) && PyType_Check(self->obj.get())) cls = self->obj.get();  // classmethod's cls
+  if (!cls) return fail(std::string("super() of a ") + kindName(self->kind));
+  PyObject* descr = lookupInMro(cls, name, after);
+
+  if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
+    Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
+    if (!fget || fget.get() == Py_None) return PyErr_Clear(), fail(std::string("property '") + n + "' has no getter");
+    return call(Value::object(Kind::Callable, fget.get()), {self}, {});
+  }
+  if (!obj->is(Kind::Super)) {
+    if (self->is(Kind::NewObject)) {
+      const ValuePtr& attrs = self->items[0];
+      int k = attrs->findKey(name);
+      if (k >= 0) return attrs->items[static_cast<size_t>(k)];
+    } else if (self->is(Kind::Object)) {
+      PyObject** dictptr = _PyObject_GetDictPtr(self->obj.get());
+      if (dictptr && *dictptr) {
+        PyObject* v = PyDict_GetItemWithError(*dictptr, name);
+        if (v) {
+          int reg = self->reg >= 0 ? load(LoadKind::InstanceDict, self->reg, 0, name, guards().sourceName(self->reg) + "." + n) : -1;
+          return wrap(v, reg);
+        }
+        PyErr_Clear();
+      }
+      if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr)->tp_descr_get) {
+        // __slots__ members and other data descriptors: read through getattr.
+        Ref v = Ref::steal(PyObject_GetAttr(self->obj.get(), name));
+        if (!v) return failFromPython(std::string("attribute '") + n + "'");
+        int reg = self->reg >= 0 ? load(LoadKind::Attr, self->reg, 0, name, guards().sourceName(self->reg) + "." + n) : -1;
+        return wrap(v.get(), reg);
+      }
+    }
+  }
+  if (!descr) {
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::object(Kind::Callable, cls);
+    if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable))
+      return Value::constant(Ref::steal(PyObject_GetAttr(cls, name)).get());
+    return fail(std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name + "' object has no attribute '" + n +
+                "' (AttributeError)");
+  }
+  if (PyFunction_Check(descr)) {
+    if (self->is(Kind::Callable)) return Value::object(Kind::Callable, descr);  // Class.method: plain function
+    return Value::boundMethod(self, descr);
+  }
+  if (Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
+    Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
+    if (!fn) return failFromPython("staticmethod");
+    return Value::object(Kind::Callable, fn.get());
+  }
+  if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
+    Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
+    if (!fn) return failFromPython("classmethod");
+    return Value::boundMethod(Value::object(Kind::Callable, cls), fn.get());
+  }
+  if (descr == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__"))
+    return Value::object(Kind::Callable, descr);  // object.__init__: a no-op on our objects
+  if (isConstantObject(descr) || PyType_Check(descr)) return wrap(descr, -1);
+  return fail(std::string("class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name + " is not supported yet");
+}
+
+ValuePtr Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+  if (!isPlainPythonClass(cls))
+    return fail(std::string("creating an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                " (custom __new__ or a builtin base) is not supported yet");
+  if (isModuleClass(cls)) return fail("creating an nn.Module inside the trace is not supported yet");
+  auto obj = std::make_shared<Value>();
+  obj->kind = Kind::NewObject;
+  obj->obj = Ref::borrow(cls);
+  obj->items.push_back(Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}));
+  PyObject* init = lookupInMro(cls, intern("__init__"), nullptr);
+  if (init && PyFunction_Check(init)) {
+    args.insert(args.begin(), obj);
+    ValuePtr r = inlineFunction(init, -1, std::move(args), std::move(kwargs));
+    if (!r) return nullptr;
+    if (!(r->is(Kind::Constant) && r->obj.get() == Py_None)) return fail("__init__() should return None (TypeError)");
+  } else if (!args.empty() || !kwargs.empty()) {
+    return fail(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + "() takes no arguments (TypeError)");
+  }
+  return obj;
+}
+
+bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+  if (obj->is(Kind::NewObject)) {
+    PyObject* descr = lookupInMro(obj->obj.get(), name, nullptr);
+    if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
+      Ref fset = Ref::steal(PyObject_GetAttrString(descr, "fset"));
+      if (!fset || fset.get() == Py_None) return PyErr_Clear(), fail("can't set attribute (AttributeError)"), false;
+      return call(Value::object(Kind::Callable, fset.get()), {obj, value}, {}) != nullptr;
+    }
+    if (lookupInMro(obj->obj.get(), intern("__setattr__"), nullptr) !=
+        PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
+      return fail("a class with its own __setattr__ is not supported yet"), false;
+    return storeSubscript(obj->items[0], Value::constant(name), value);
+  }
+  fail(std::string("setting an attribute of a ") + kindName(obj->kind) +
+       " that exists outside the trace (a side effect) is not supported yet");
+  return false;
+}
+
+ValuePtr Tracer::callDunder(const ValuePtr& obj, const char* name, std::vector<ValuePtr> args, bool* found) {
+  *found = false;
+  if (!isUserObject(obj)) return nullptr;
+  PyObject* fn = lookupInMro(classOf(obj), intern(name), nullptr);
+  if (!fn || !PyFunction_Check(fn)) return nullptr;
+  *found = true;
+  args.insert(args.begin(), obj);
+  return inlineFunction(fn, -1, std::move(args), {});
+}
+
+}  // namespace cdynamo::trace
