@@ -154,8 +154,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (is("issubclass")) {
       if (!args[0]->obj) return fail("issubclass() of a non-class");
       r = PyObject_IsSubclass(args[0]->obj.get(), cls);
-    } else if (args[0]->obj && !args[0]->is(Kind::Method)) {
-      r = PyObject_IsInstance(args[0]->obj.get(), cls);
+    } else if (args[0]->real()) {
+      r = PyObject_IsInstance(args[0]->real(), cls);
     } else {
       PyObject* t = typeOf(args[0]);
       if (!t) return fail("isinstance() of a value whose type is not known");
@@ -172,7 +172,12 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("callable") && args.size() == 1) {
     const ValuePtr& v = args[0];
     bool c = v->is(Kind::Callable) || v->is(Kind::Method) || v->is(Kind::Function) || v->is(Kind::Module) ||
-             (v->obj && PyCallable_Check(v->obj.get()));
+             (v->real() && PyCallable_Check(v->real()));
+    if (v->is(Kind::NewObject)) {
+      Ref call = Ref::steal(PyObject_GetAttrString(v->obj.get(), "__call__"));
+      PyErr_Clear();
+      c = call.get() != nullptr;
+    }
     return Value::constant(c ? Py_True : Py_False);
   }
   if ((is("tuple") || is("list") || is("set") || is("frozenset")) && args.size() <= 1 && kwargs.empty()) {
@@ -204,16 +209,25 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (args.size() == 3) {
       // With a default, an absent attribute is not an error: only constants' and
       // modules' attributes can be probed without tracing a read.
-      if (args[0]->obj && !args[0]->is(Kind::Method)) {
-        int has = PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
+      if (args[0]->real()) {
+        int has = PyObject_HasAttr(args[0]->real(), args[1]->obj.get());
+        if (!has) return args[2];
+      } else if (args[0]->is(Kind::NewObject)) {
+        int has = args[0]->items[0]->findKey(args[1]->obj.get()) >= 0 ||
+                  PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
         if (!has) return args[2];
       }
     }
     return getAttr(args[0], args[1]->obj.get());
   }
   if (is("hasattr") && args.size() == 2 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
-    PyObject* probe = args[0]->obj && !args[0]->is(Kind::Method) ? args[0]->obj.get() : nullptr;
+    PyObject* probe = args[0]->real();
     if (args[0]->is(Kind::Tensor)) probe = graph_.fake(args[0]->node);
+    if (args[0]->is(Kind::NewObject)) {
+      bool has = args[0]->items[0]->findKey(args[1]->obj.get()) >= 0 ||
+                 PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
+      return Value::constant(has ? Py_True : Py_False);
+    }
     if (!probe) return fail("hasattr() on a value that cannot be probed");
     int r = PyObject_HasAttr(probe, args[1]->obj.get());
     return Value::constant(r ? Py_True : Py_False);

@@ -172,11 +172,15 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         ValuePtr b = pop(f);
         ValuePtr a = pop(f);
         int same;
-        auto hasObj = [](const ValuePtr& v) {
-          return v->obj && !v->is(Kind::Method) && !v->is(Kind::Tensor);
-        };
-        if (hasObj(a) && hasObj(b)) {
-          same = a->obj.get() == b->obj.get();
+        auto hasObj = [](const ValuePtr& v) { return v->real() != nullptr; };
+        if (a == b) {
+          same = 1;  // the same value: the same object
+        } else if (hasObj(a) && hasObj(b)) {
+          same = a->real() == b->real();
+        } else if ((a->is(Kind::NewObject) || a->is(Kind::List) || a->is(Kind::Dict) || a->is(Kind::Set)) &&
+                   (b->is(Kind::NewObject) || b->is(Kind::List) || b->is(Kind::Dict) || b->is(Kind::Set)) &&
+                   a->reg < 0 && b->reg < 0) {
+          same = 0;  // two distinct objects made in the trace
         } else if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
           if (a->node != b->node) return fail("identity of two distinct tensors is not known at trace time");
           same = 1;

@@ -23,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 PY = sys.executable
 FILES = ["test_control_flow.py", "test_containers.py", "test_functions.py", "test_builtins.py",
          "test_strings.py", "test_objects.py", "test_modules.py", "test_context_managers.py",
-         "test_exceptions.py", "test_torch_idioms.py", "test_side_effects.py", "test_harness.py"]
+         "test_exceptions.py", "test_torch_idioms.py", "test_side_effects.py", "test_process.py", "test_harness.py"]
 
 
 def collect(path):
@@ -49,21 +49,24 @@ def run_file(path):
             m = re.match(r"^(PASSED|FAILED|ERROR) (\S+)", line)
             if m:
                 outcomes[m.group(2)] = m.group(1).lower()
+        if os.path.exists(rpath):
+            records = [json.loads(line) for line in open(rpath)]
+            os.unlink(rpath)
         if p.returncode in (0, 1):
-            if os.path.exists(rpath):
-                records = [json.loads(line) for line in open(rpath)]
-                os.unlink(rpath)
             break
         # A crash: the first collected case without an outcome is the culprit.
         done = set(outcomes)
         culprit = next((i for i in ids if i not in done and i not in deselect), None)
-        if culprit is None:
+        if culprit is None:  # every case finished: the process died on the way out
+            crashed.append((f"{path} (at interpreter exit, after all cases)", p.returncode,
+                            (p.stdout + p.stderr)[-1500:]))
             break
         crashed.append((culprit, p.returncode, (p.stdout + p.stderr)[-1500:]))
         deselect.append(culprit)
         outcomes = {}
     for c, rc, _ in crashed:
-        outcomes[c] = "crashed"
+        if c in ids:
+            outcomes[c] = "crashed"
     return records, outcomes, crashed, ids
 
 
@@ -111,7 +114,7 @@ def main():
         crashes += crashed
         n_pass = sum(1 for v in outcomes.values() if v == "passed")
         n_fail = sum(1 for v in outcomes.values() if v in ("failed", "error"))
-        per_file[f] = (len(ids), n_pass, n_fail, len(crashed))
+        per_file[f] = (len(ids), n_pass, n_fail, sum(1 for c in crashed if c[0] in ids))
         print(f, per_file[f], flush=True)
 
     failing = [r for r in all_recs if r["stage"] != "passed"]

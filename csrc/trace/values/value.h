@@ -72,6 +72,21 @@ struct Value {
   int findKey(PyObject* key) const;
 
   bool is(Kind k) const { return kind == k; }
+  // The Python object this value *is* (constants, callables, modules, objects from the
+  // program), or null for values that exist only in the trace (tensors, containers and
+  // objects made in the trace — whose `obj` holds their type, not themselves).
+  PyObject* real() const {
+    switch (kind) {
+      case Kind::Constant:
+      case Kind::Callable:
+      case Kind::Module:
+      case Kind::PyModule:
+      case Kind::Object:
+        return obj.get();
+      default:
+        return nullptr;
+    }
+  }
 };
 
 struct FunctionParts {
