@@ -97,7 +97,11 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     v->reg = reg;
   } else if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
-    guards().checkIdentity(reg, obj);
+    // Like TorchDynamo with inline_inbuilt_nn_modules: the module's class is guarded, not
+    // its identity. Everything the trace reads through it (submodules, parameters,
+    // buffers, flags, hook dicts) is loaded live from the object and guarded itself, so
+    // another instance of the same structure reuses the entry.
+    guards().checkType(reg, Py_TYPE(obj));
     v = Value::object(Kind::Module, obj, reg);
   } else if (PyModule_Check(obj)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);

@@ -2,6 +2,7 @@
 import functools
 import os
 import sysconfig
+import weakref
 
 import torch
 
@@ -15,7 +16,7 @@ class CompileConfig:
     different backends keep separate entries.
     """
 
-    __slots__ = ("backend", "fullgraph", "dynamic", "backend_name")
+    __slots__ = ("backend", "fullgraph", "dynamic", "backend_name", "__weakref__")
 
     def __init__(self, backend, fullgraph, dynamic, backend_name):
         self.backend = backend
@@ -82,6 +83,21 @@ class OptimizedModule(torch.nn.Module):
         return f"OptimizedModule({self._orig_mod!r}, {self._cdynamo_config!r})"
 
 
+# One configuration per (backend, fullgraph, dynamic): cache entries belong to a
+# configuration, so two wrappers compiled with the same backend share entries, as
+# torch.compile's do (its cache entries are matched by backend).
+_configs = weakref.WeakValueDictionary()
+
+
+def _config_for(backend, fullgraph, dynamic, name):
+    key = (id(backend), bool(fullgraph), dynamic)
+    cfg = _configs.get(key)
+    if cfg is None or cfg.backend is not backend:
+        cfg = CompileConfig(backend, fullgraph, dynamic, name)
+        _configs[key] = cfg
+    return cfg
+
+
 def _make_backend(backend, mode, options, dynamic):
     if backend == "inductor" and (mode is not None or options is not None):
         return torch._TorchCompileInductorWrapper(mode, options, dynamic)
@@ -109,7 +125,7 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
         raise NotImplementedError("cdynamo: dynamic=True (symbolic shapes) is not supported yet; "
                                   "use dynamic=None or dynamic=False")
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
-    cfg = CompileConfig(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name)
+    cfg = _config_for(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name)
     if isinstance(model, torch.nn.Module):
         return OptimizedModule(model, cfg)
     if not callable(model):
