@@ -34,15 +34,119 @@ const char* builtinName(PyObject* f) {
   return nullptr;
 }
 
-bool allConstant(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
-  for (const ValuePtr& a : args)
-    if (!a->is(Kind::Constant)) return false;
-  for (const auto& kv : kwargs)
-    if (!kv.second->is(Kind::Constant)) return false;
-  return true;
+}  // namespace
+
+Ref Tracer::toPython(const ValuePtr& v) {
+  if (PyObject* r = v->real()) {
+    if (v->is(Kind::Constant) || v->is(Kind::Callable)) return Ref::borrow(r);
+    return Ref();
+  }
+  if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set)) {
+    Ref list = Ref::steal(PyList_New(0));
+    for (const ValuePtr& item : v->items) {
+      Ref p = toPython(item);
+      if (!p) return Ref();
+      PyList_Append(list.get(), p.get());
+    }
+    if (v->is(Kind::Tuple)) return Ref::steal(PyList_AsTuple(list.get()));
+    if (v->is(Kind::Set)) return Ref::steal(PySet_New(list.get()));
+    return list;
+  }
+  if (v->is(Kind::Dict) && v->obj.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
+    Ref d = Ref::steal(PyDict_New());
+    for (size_t i = 0; i < v->keys.size(); ++i) {
+      Ref p = toPython(v->items[i]);
+      if (!p) return Ref();
+      PyDict_SetItem(d.get(), v->keys[i].get(), p.get());
+    }
+    return d;
+  }
+  return Ref();
 }
 
-}  // namespace
+ValuePtr Tracer::fromPython(PyObject* o) {
+  if (isConstantObject(o)) return Value::constant(o);
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+      ValuePtr item = fromPython(PySequence_Fast_GET_ITEM(o, i));
+      if (!item) return nullptr;
+      items.push_back(std::move(item));
+    }
+    return Value::sequence(PyList_CheckExact(o) ? Kind::List : Kind::Tuple, std::move(items));
+  }
+  if (PyDict_CheckExact(o)) {
+    std::vector<Ref> keys;
+    std::vector<ValuePtr> values;
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &k, &val)) {
+      ValuePtr item = fromPython(val);
+      if (!item) return nullptr;
+      keys.push_back(Ref::borrow(k));
+      values.push_back(std::move(item));
+    }
+    return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
+  }
+  if (PyAnySet_CheckExact(o) && !PyFrozenSet_CheckExact(o)) {
+    std::vector<ValuePtr> items;
+    Ref it = Ref::steal(PyObject_GetIter(o));
+    while (PyObject* x = PyIter_Next(it.get())) {
+      items.push_back(Value::constant(x));
+      Py_DECREF(x);
+    }
+    return Value::sequence(Kind::Set, std::move(items));
+  }
+  if (PyType_Check(o) || PyCFunction_Check(o)) return Value::object(Kind::Callable, o);
+  return fail(std::string("a value of type ") + Py_TYPE(o)->tp_name + " computed from constants");
+}
+
+ValuePtr Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
+                                  std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled) {
+  *handled = false;
+  // Which callables are pure functions of their arguments.
+  bool pure = false;
+  if (PyCFunction_Check(fn)) {
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    if (self && PyModule_Check(self)) {
+      const char* m = PyModule_GetName(self);
+      if (!m) return PyErr_Clear(), nullptr;
+      pure = strcmp(m, "math") == 0 || strcmp(m, "cmath") == 0 || strcmp(m, "_operator") == 0;
+    } else if (self && (isConstantObject(self) || PyUnicode_Check(self))) {
+      pure = true;  // a method of an immutable constant: "a.b".split, (1, 2).index, size.numel
+    }
+  } else if (PyType_Check(fn)) {
+    static const char* const kImmutable[] = {"int", "float", "str", "bool", "complex", "tuple", "frozenset", "bytes",
+                                             "range", "slice", "torch.Size", "torch.finfo", "torch.iinfo",
+                                             "torch.device"};
+    const char* n = reinterpret_cast<PyTypeObject*>(fn)->tp_name;
+    for (const char* k : kImmutable) pure = pure || strcmp(n, k) == 0;
+  }
+  if (!pure) return nullptr;
+  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  for (size_t i = 0; i < args.size(); ++i) {
+    Ref p = toPython(args[i]);
+    if (!p) return nullptr;  // not all constants: the caller decides (tensors go to the graph)
+    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return nullptr;  // would run Python code now
+    PyTuple_SET_ITEM(pargs.get(), i, p.release());
+  }
+  Ref kw;
+  if (!kwargs.empty()) {
+    kw = Ref::steal(PyDict_New());
+    for (auto& [k, v] : kwargs) {
+      Ref p = toPython(v);
+      if (!p) return nullptr;
+      PyDict_SetItem(kw.get(), k.get(), p.get());
+    }
+  }
+  *handled = true;
+  Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), kw.get()));
+  if (!r) return failFromPython("a call on constants");
+  // torch.finfo/iinfo results are immutable records: keep them as constants.
+  const char* rt = Py_TYPE(r.get())->tp_name;
+  if (strcmp(rt, "torch.finfo") == 0 || strcmp(rt, "torch.iinfo") == 0) return Value::constant(r.get());
+  return fromPython(r.get());
+}
 
 PyObject* Tracer::typeOf(const ValuePtr& v) {
   switch (v->kind) {
@@ -100,28 +204,35 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("globals") || is("locals") || is("vars") || is("object") || is("delattr") || is("setattr"))
     return fail(std::string(which) + "() is not supported yet");
 
-  // Pure builtins of constants: the real thing.
-  if (allConstant(args, kwargs)) {
-    for (const char* p : kPureOnConstants) {
-      if (!is(p)) continue;
-      Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-      for (size_t i = 0; i < args.size(); ++i) PyTuple_SET_ITEM(pargs.get(), i, args[i]->obj.copy().release());
-      Ref kw;
-      if (!kwargs.empty()) {
-        kw = Ref::steal(PyDict_New());
-        for (auto& [k, v] : kwargs) PyDict_SetItem(kw.get(), k.get(), v->obj.get());
+  // Pure builtins of values made of constants (key=len included): the real thing.
+  for (const char* p : kPureOnConstants) {
+    if (!is(p)) continue;
+    Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    bool materialized = true;
+    for (size_t i = 0; i < args.size() && materialized; ++i) {
+      Ref a = toPython(args[i]);
+      if (!a || (args[i]->is(Kind::Callable) && !PyCFunction_Check(a.get()) && !PyType_Check(a.get()))) {
+        materialized = false;
+        break;
       }
-      Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
-      if (!r) return failFromPython(std::string(which) + "()");
-      if (PyList_CheckExact(r.get())) {  // sorted()
-        std::vector<ValuePtr> items;
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(r.get()); ++i) items.push_back(Value::constant(PyList_GET_ITEM(r.get(), i)));
-        return Value::sequence(Kind::List, std::move(items));
-      }
-      if (PyType_Check(r.get())) return Value::object(Kind::Callable, r.get());
-      if (!isConstantObject(r.get())) return fail(std::string(which) + "() of constants gave a non-constant");
-      return Value::constant(r.get());
+      PyTuple_SET_ITEM(pargs.get(), i, a.release());
     }
+    Ref kw;
+    if (materialized && !kwargs.empty()) {
+      kw = Ref::steal(PyDict_New());
+      for (auto& [k, v] : kwargs) {
+        Ref a = toPython(v);
+        if (!a || (v->is(Kind::Callable) && !PyCFunction_Check(a.get()) && !PyType_Check(a.get()))) {
+          materialized = false;
+          break;
+        }
+        PyDict_SetItem(kw.get(), k.get(), a.get());
+      }
+    }
+    if (!materialized) break;
+    Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
+    if (!r) return failFromPython(std::string(which) + "()");
+    return fromPython(r.get());
   }
 
   if (is("len") && args.size() == 1 && kwargs.empty()) {

@@ -38,7 +38,7 @@ bool isTorchFunction(PyObject* fn) {
 // Torch functions without tensor arguments that return plain values and have no effect
 // on any state: safe to evaluate once at trace time (grad mode is guarded globally).
 bool isPureTorchQuery(PyObject* fn) {
-  static const char* const kNames[] = {"is_grad_enabled", "get_default_dtype", "is_tensor",
+  static const char* const kNames[] = {"is_grad_enabled", "get_default_dtype", "is_tensor", "is_scripting",
                                        "is_floating_point", "is_complex", "result_type",
                                        "promote_types", "can_cast", "is_inference_mode_enabled",
                                        "is_autocast_enabled"};
@@ -63,6 +63,18 @@ bool isTensorFactory(PyObject* fn) {
   for (const char* k : kNames)
     if (strcmp(n, k) == 0) return true;
   return false;
+}
+
+// torch.compiler.is_compiling() and its aliases: True inside a trace.
+bool isCompilingQuery(PyObject* fn) {
+  if (!PyFunction_Check(fn)) return false;
+  PyObject* name = reinterpret_cast<PyFunctionObject*>(fn)->func_qualname;
+  PyObject* mod = reinterpret_cast<PyFunctionObject*>(fn)->func_module;
+  if (!name || !mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(name, "is_compiling") != 0)
+    return false;
+  const char* m = PyUnicode_AsUTF8(mod);
+  return m && (strcmp(m, "torch.compiler") == 0 || strncmp(m, "torch._dynamo", 13) == 0 ||
+               strcmp(m, "torch._utils") == 0);
 }
 
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
@@ -228,6 +240,12 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       ValuePtr r = callBuiltin(f, args, kwargs, &handled);
       if (handled || failed_) return r;
       if (isTorchContextClass(f)) return makeContext(f, args, kwargs);
+      if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
+      r = foldConstantCall(f, args, kwargs, &handled);
+      if (handled || failed_) return r;
+      if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && PyModule_Check(PyCFunction_GET_SELF(f)) &&
+          strcmp(PyModule_GetName(PyCFunction_GET_SELF(f)), "_operator") == 0 && anyTensor(args, kwargs))
+        return recordCall(NodeOp::CallFunction, f, args, kwargs);  // operator.add(x, y) on tensors
       if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__")) return Value::constant(Py_None);
       if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__") && args.size() == 3 &&
           args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
@@ -261,19 +279,6 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         return recordCall(NodeOp::CallFunction, f, args, kwargs);
       }
       if (PyFunction_Check(f)) return inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
-      if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && isConstantObject(PyCFunction_GET_SELF(f))) {
-        // A method of an immutable constant ("{}".format, size.numel): evaluate it.
-        Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-        for (size_t i = 0; i < args.size(); ++i) {
-          if (!args[i]->is(Kind::Constant)) return fail("method of a constant called with a non-constant argument");
-          PyTuple_SET_ITEM(pargs.get(), i, args[i]->obj.copy().release());
-        }
-        if (!kwargs.empty()) return fail("keyword arguments to a method of a constant");
-        Ref r = Ref::steal(PyObject_Call(f, pargs.get(), nullptr));
-        if (!r) return failFromPython("method of a constant");
-        if (!isConstantObject(r.get())) return fail("method of a constant returned a non-constant");
-        return Value::constant(r.get());
-      }
       Ref repr = Ref::steal(PyObject_Repr(f));
       std::string what = repr ? PyUnicode_AsUTF8(repr.get()) : "a callable";
       PyErr_Clear();

@@ -166,6 +166,15 @@ ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
     if (!isConstantObject(r.get())) return fail("operator on constants returned a non-constant");
     return Value::constant(r.get());
   }
+  // Sets, and a constant with a container of constants ("%s=%d" % (name, n)): compute.
+  if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != 13 && op != 18) {
+    Ref pa = toPython(a), pb = pa ? toPython(b) : Ref();
+    if (pa && pb) {
+      Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, pa.get(), pb.get(), nullptr));
+      if (!r) return failFromPython(std::string("operator.") + kBinaryOps[op]);
+      return fromPython(r.get());
+    }
+  }
   std::vector<ValuePtr> left, right;
   const int kAdd = 0, kMul = 5, kIAdd = 13, kIMul = 18;
   if ((op == kAdd || op == kIAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
@@ -228,8 +237,9 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
     return fail("comparison of objects without the special method (TypeError)");
   }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
-  if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
-    Ref r = Ref::steal(PyObject_RichCompare(a->obj.get(), b->obj.get(), op));
+  Ref pa = toPython(a), pb = pa ? toPython(b) : Ref();
+  if (pa && pb) {
+    Ref r = Ref::steal(PyObject_RichCompare(pa.get(), pb.get(), op));
     if (!r) return failFromPython("comparison of constants");
     if (!isConstantObject(r.get())) return fail("comparison returned a non-constant");
     return Value::constant(r.get());

@@ -130,6 +130,15 @@ class Tracer {
                        std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
   // The items an iterable value yields (lists, tuples, dicts' keys, constants, modules).
   bool iterate(const ValuePtr& v, std::vector<ValuePtr>* out);
+  // The real Python object for a value made only of constants (constants, and tuples,
+  // lists, dicts and sets of them), or null (no error set) when it holds anything else.
+  Ref toPython(const ValuePtr& v);
+  // The value for a real Python object made only of constants, or null after fail().
+  ValuePtr fromPython(PyObject* o);
+  // Calls a pure C function (math, operator, a method of an immutable constant, an
+  // immutable type) for real when every argument is made of constants.
+  ValuePtr foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
+                            std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
   // Python type of a value (borrowed), or null.
   PyObject* typeOf(const ValuePtr& v);
 

@@ -36,6 +36,7 @@ def run_file(path):
     """-> (records, outcomes {nodeid: 'passed'|'failed'|'crashed'})"""
     ids = collect(path)
     deselect, records, outcomes, crashed = [], [], {}, []
+    retried_usage = False
     for _ in range(len(ids) + 1):
         with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as tmp:
             rpath = tmp.name
@@ -53,6 +54,13 @@ def run_file(path):
             records = [json.loads(line) for line in open(rpath)]
             os.unlink(rpath)
         if p.returncode in (0, 1):
+            break
+        if 2 <= p.returncode <= 5:  # pytest's own errors (interrupted, internal, usage, nothing collected)
+            if not retried_usage:  # e.g. the extension was being rebuilt while collecting: once more
+                retried_usage = True
+                continue
+            crashed.append((f"{path} (pytest exit status {p.returncode}, not a case crash)", p.returncode,
+                            (p.stdout + p.stderr)[-1500:]))
             break
         # A crash: the first collected case without an outcome is the culprit.
         done = set(outcomes)
