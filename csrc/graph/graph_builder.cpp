@@ -24,7 +24,8 @@ Ref attrOf(const char* module, const char* name) {
 
 // Imported on first use (the hook must not import torch before a trace needs it).
 const TorchRefs* torchRefs() {
-  static TorchRefs refs;
+  // Leaked on purpose (see Note [Python references in statics] in support/pyref.h).
+  static TorchRefs& refs = *new TorchRefs();
   if (!refs.ok) {
     refs.fake_mode_cls = attrOf("torch._subclasses.fake_tensor", "FakeTensorMode");
     if (!refs.fake_mode_cls) return nullptr;

@@ -86,6 +86,29 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
   return nullptr;
 }
 
+bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
+  int rc = 0;
+  switch (e.kind) {
+    case SideEffect::Kind::SetAttr:
+      rc = PyObject_SetAttr(target, e.name.get(), value);
+      break;
+    case SideEffect::Kind::SetItem:
+      rc = PyObject_SetItem(target, e.name.get(), value);
+      break;
+    case SideEffect::Kind::SetCell:
+      rc = PyCell_Set(target, value);
+      break;
+    case SideEffect::Kind::ReplaceList:
+      rc = PyList_SetSlice(target, 0, PyList_GET_SIZE(target), value);
+      break;
+    case SideEffect::Kind::ReplaceDict:
+      PyDict_Clear(target);
+      rc = PyDict_Update(target, value);
+      break;
+  }
+  return rc == 0;
+}
+
 }  // namespace
 
 PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
@@ -127,7 +150,23 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
       return nullptr;
     }
   }
+  // Registers are borrowed from the inputs: build the result and every stored value
+  // before any effect runs (replacing a list's contents can free an object a register
+  // still points to).
   result = build(output, graph_out, regs);
+  if (result && !effects.empty()) {
+    std::vector<Ref> values;
+    values.reserve(effects.size());
+    for (const SideEffect& e : effects) {
+      values.push_back(Ref::steal(build(e.value, graph_out, regs)));
+      if (!values.back()) {
+        Py_CLEAR(result);
+        break;
+      }
+    }
+    for (size_t i = 0; result && i < effects.size(); ++i)
+      if (!applyEffect(effects[i], regs[effects[i].reg], values[i].get())) Py_CLEAR(result);
+  }
   Py_XDECREF(graph_out);
   guards.release(regs);
   return result;

@@ -28,11 +28,27 @@ struct OutputPlan {
   std::vector<Ref> keys;          // Dict keys
 };
 
+// A side effect replayed after the graph ran, in program order.
+struct SideEffect {
+  enum class Kind : uint8_t {
+    SetAttr,      // setattr(regs[reg], name, value)
+    SetItem,      // regs[reg][name] = value (a globals dict)
+    SetCell,      // regs[reg].cell_contents = value
+    ReplaceList,  // regs[reg][:] = value (a List plan)
+    ReplaceDict,  // regs[reg].clear(); regs[reg].update(value) (a Dict plan)
+  };
+  Kind kind;
+  int reg = -1;
+  Ref name;
+  OutputPlan value;
+};
+
 struct CompiledEntry {
   guards::GuardProgram guards;
   std::vector<int> input_regs;  // guard registers passed to the graph, in order
   Ref compiled;                 // the backend's callable; null when the frame had no graph
   OutputPlan output;
+  std::vector<SideEffect> effects;
   Ref config;                   // the compile configuration (backend) this entry belongs to
   Ref graph_module;             // the traced GraphModule (kept for explain and debugging)
   std::string name;             // "fn at file:line", for messages

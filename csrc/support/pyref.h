@@ -51,6 +51,10 @@ class Ref {
   PyObject* p_ = nullptr;
 };
 
+// Note [Python references in statics]: a function-local static that holds Ref members
+// must be heap-allocated and leaked (`static T& t = *new T();`). C++ runs static
+// destructors after Py_Finalize, without the GIL, and a Py_DECREF there aborts the process.
+
 // Interned Python string, created once and kept for the life of the process.
 PyObject* intern(const char* s);
 

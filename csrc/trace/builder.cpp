@@ -138,6 +138,10 @@ ValuePtr Tracer::loadRootLocal(SymbolicFrame& f, int index) {
 }
 
 ValuePtr Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
+  if (!attr_overlay_.empty()) {  // a global stored earlier in the trace
+    int reg = load(LoadKind::Constant, -1, 0, f.globals, "globals");
+    if (ValuePtr v = overlayAttr(reg, name)) return v;
+  }
   PyObject* obj = PyDict_GetItemWithError(f.globals, name);
   if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins, name);
   if (!obj) {

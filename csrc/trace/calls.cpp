@@ -129,6 +129,7 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       return recordCall(NodeOp::CallFunction, builtin("getattr"), {obj, Value::constant(name)}, {});
     }
     case Kind::Module: {
+      if (ValuePtr v = overlayAttr(obj->reg, name)) return v;
       PyObject* m = obj->obj.get();
       PyObject* descr = _PyType_Lookup(Py_TYPE(m), name);
       if (descr && Py_TYPE(descr)->tp_descr_set)

@@ -36,10 +36,7 @@ bool Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
 }
 
 bool Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
-  if (obj->reg >= 0) {
-    fail("item assignment on a container from the program's inputs (a side effect) is not supported yet");
-    return false;
-  }
+  if (!noteContainerMutation(obj)) return false;
   if (obj->is(Kind::List) && index->is(Kind::Constant) && PyLong_Check(index->obj.get())) {
     Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
     Py_ssize_t k = PyLong_AsSsize_t(index->obj.get());
@@ -168,14 +165,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
                                      std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
-  auto noEffect = [&]() {
-    if (self->reg >= 0) {
-      fail(std::string("mutating a ") + kindName(self->kind) + " from the program's inputs (." + n +
-           ") is a side effect, not supported yet");
-      return false;
-    }
-    return true;
-  };
+  auto noEffect = [&]() { return noteContainerMutation(self); };
   auto constInt = [&](size_t i, Py_ssize_t* out) {
     if (i >= args.size() || !args[i]->is(Kind::Constant) || !PyLong_Check(args[i]->obj.get())) return false;
     *out = PyLong_AsSsize_t(args[i]->obj.get());

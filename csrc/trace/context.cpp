@@ -27,7 +27,9 @@ Ref attr(const char* module, const char* name) {
 }
 
 const ContextFns* fns() {
-  static ContextFns f;
+  // Leaked on purpose: a static holding Python references must not be destroyed after
+  // the interpreter has finalized (static destructors run without the GIL).
+  static ContextFns& f = *new ContextFns();
   if (!f.ok) {
     f.no_grad = attr("torch", "no_grad");
     f.enable_grad = attr("torch", "enable_grad");

@@ -52,7 +52,8 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
         if (!runFunctionOpcode(f, load)) return false;
         ValuePtr contents = pop(f);
         ValuePtr cell = newCell(contents);
-        cell->reg = contents->reg >= 0 ? contents->reg : 0;
+        int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
+        cell->obj = Ref::borrow(PyTuple_GET_ITEM(f.closure, j));  // the real cell: stores go to it
         f.locals[arg] = cell;
       }
       if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return fail("LOAD_CLOSURE of a slot that is not a cell"), false;
@@ -66,13 +67,18 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
         f.stack.push_back(slot->items[0]);
         return true;
       }
+      if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made"), false;
+      int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
+      if (!f.closure || j >= PyTuple_GET_SIZE(f.closure)) return fail("free variable without a closure"), false;
+      auto stored = cell_overlay_.find(PyTuple_GET_ITEM(f.closure, j));
+      if (stored != cell_overlay_.end()) {  // assigned earlier in the trace (nonlocal)
+        f.stack.push_back(stored->second);
+        return true;
+      }
       if (slot) {  // a free variable read before (memoized)
         f.stack.push_back(slot);
         return true;
       }
-      if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made"), false;
-      int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-      if (!f.closure || j >= PyTuple_GET_SIZE(f.closure)) return fail("free variable without a closure"), false;
       PyObject* contents = PyCell_GET(PyTuple_GET_ITEM(f.closure, j));
       if (!contents) return fail("free variable referenced before assignment (NameError)"), false;
       PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
@@ -104,10 +110,25 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
     case Op::STORE_DEREF:
     case Op::DELETE_DEREF: {
       ValuePtr slot = f.locals[arg];
-      if (!slot || !slot->is(Kind::Cell) || slot->reg >= 0)
-        return fail("assigning a variable of an enclosing function (nonlocal) outside the trace is not supported yet"), false;
+      PyObject* real_cell = nullptr;  // a cell of a function outside the trace (nonlocal)
+      if (slot && slot->is(Kind::Cell)) {
+        real_cell = slot->obj.get();
+      } else if (isFreeSlot(co, arg) && f.closure) {
+        real_cell = PyTuple_GET_ITEM(f.closure, arg - (co->co_nlocalsplus - co->co_nfreevars));
+        slot = newCell(nullptr);
+        slot->obj = Ref::borrow(real_cell);
+        f.locals[arg] = slot;
+      } else {
+        return fail("STORE_DEREF to a cell that was never made"), false;
+      }
+      if (ins.op == Op::DELETE_DEREF && real_cell) return fail("del of a nonlocal variable outside the trace"), false;
       slot->items.clear();
       if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
+      if (real_cell) {
+        int reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
+        effects_.push_back({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]});
+        cell_overlay_[real_cell] = slot->items[0];
+      }
       return true;
     }
     case Op::MAKE_FUNCTION: {

@@ -349,6 +349,14 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         }
         break;
       }
+      case Op::STORE_GLOBAL: {
+        PyObject* name = PyTuple_GET_ITEM(names, arg);
+        int reg = load(guards::LoadKind::Constant, -1, 0, f.globals, "globals");
+        ValuePtr value = pop(f);
+        effects_.push_back({PendingEffect::Kind::SetItem, reg, Ref::borrow(name), value});
+        setOverlayAttr(reg, name, value);
+        break;
+      }
       case Op::STORE_ATTR: {
         ValuePtr obj = pop(f);
         ValuePtr value = pop(f);

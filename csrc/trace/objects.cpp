@@ -89,6 +89,7 @@ ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
 
 ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
+  if (ValuePtr v = overlayAttr(obj->reg, name)) return v;
   ValuePtr self = obj;
   PyObject* after = nullptr;
   if (obj->is(Kind::Super)) {
@@ -192,8 +193,25 @@ bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& valu
       return fail("a class with its own __setattr__ is not supported yet"), false;
     return storeSubscript(obj->items[0], Value::constant(name), value);
   }
+  bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
+                    PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->obj.get()), Py_TPFLAGS_HEAPTYPE);
+  if ((obj->is(Kind::Object) || obj->is(Kind::Module) || user_class) && obj->reg >= 0) {
+    PyObject* cls = obj->is(Kind::Callable) ? reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()))
+                                            : reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()));
+    PyObject* descr = lookupInMro(cls, name, nullptr);
+    if (descr && Py_TYPE(descr)->tp_descr_set && !obj->is(Kind::Callable))
+      return fail("setting a property or descriptor of an object from outside the trace is not supported yet"), false;
+    if (obj->is(Kind::Object) && lookupInMro(cls, intern("__setattr__"), nullptr) !=
+                                     PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
+      return fail("a class with its own __setattr__ is not supported yet"), false;
+    // Replayed after the graph with setattr (Module.__setattr__ included); reads later in
+    // the trace see the new value.
+    effects_.push_back({PendingEffect::Kind::SetAttr, obj->reg, Ref::borrow(name), value});
+    setOverlayAttr(obj->reg, name, value);
+    return true;
+  }
   fail(std::string("setting an attribute of a ") + kindName(obj->kind) +
-       " that exists outside the trace (a side effect) is not supported yet");
+       " that exists outside the trace is not supported yet");
   return false;
 }
 

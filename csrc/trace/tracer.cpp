@@ -167,6 +167,59 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
   return false;
 }
 
+bool Tracer::noteContainerMutation(const ValuePtr& c) {
+  if (c->reg < 0) return true;  // made in the trace: nothing to replay
+  if (!c->is(Kind::List) && !c->is(Kind::Dict)) {
+    fail(std::string("mutating a ") + kindName(c->kind) + " from outside the trace is not supported yet");
+    return false;
+  }
+  for (const PendingEffect& e : effects_)
+    if (e.kind == PendingEffect::Kind::Container && e.value == c) return true;
+  effects_.push_back({PendingEffect::Kind::Container, c->reg, Ref(), c});
+  return true;
+}
+
+ValuePtr Tracer::overlayAttr(int reg, PyObject* name) {
+  if (reg < 0 || attr_overlay_.empty()) return nullptr;
+  const char* n = PyUnicode_AsUTF8(name);
+  for (auto it = attr_overlay_.rbegin(); it != attr_overlay_.rend(); ++it)
+    if (it->first.first == reg && it->first.second == n) return it->second;
+  return nullptr;
+}
+
+void Tracer::setOverlayAttr(int reg, PyObject* name, ValuePtr value) {
+  attr_overlay_.push_back({{reg, PyUnicode_AsUTF8(name)}, std::move(value)});
+}
+
+bool Tracer::buildEffects() {
+  using K = runtime::SideEffect::Kind;
+  for (const PendingEffect& e : effects_) {
+    runtime::SideEffect out;
+    out.reg = e.reg;
+    out.name = e.name.copy();
+    switch (e.kind) {
+      case PendingEffect::Kind::SetAttr: out.kind = K::SetAttr; break;
+      case PendingEffect::Kind::SetItem: out.kind = K::SetItem; break;
+      case PendingEffect::Kind::SetCell: out.kind = K::SetCell; break;
+      case PendingEffect::Kind::Container: out.kind = e.value->is(Kind::List) ? K::ReplaceList : K::ReplaceDict; break;
+    }
+    if (e.kind == PendingEffect::Kind::Container) {
+      // The container's final contents, as a fresh list/dict to copy from.
+      ValuePtr copy = e.value->is(Kind::List) ? Value::sequence(Kind::List, e.value->items) : nullptr;
+      if (!copy) {
+        std::vector<Ref> keys;
+        for (const Ref& k : e.value->keys) keys.push_back(k.copy());
+        copy = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), e.value->items);
+      }
+      if (!buildOutput(copy, &out.value)) return false;
+    } else if (!buildOutput(e.value, &out.value)) {
+      return false;
+    }
+    entry_->effects.push_back(std::move(out));
+  }
+  return true;
+}
+
 bool Tracer::compileGraph() {
   std::vector<int> inputs_used;
   int op_count = 0;
@@ -239,6 +292,7 @@ TranslateResult Tracer::run() {
   }
   graph_.finish();
   runtime::OutputPlan plan;
+  if (ret && !failed_) buildEffects();
   if (ret && !failed_) buildOutput(ret, &plan);
   if (!failed_) {
     entry_->output = std::move(plan);

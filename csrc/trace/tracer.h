@@ -174,6 +174,29 @@ class Tracer {
   bool user_error_ = false;
   Unsupported unsupported_;
   int instructions_run_ = 0;
+
+  // Side effects on objects that exist outside the trace, replayed after the graph runs
+  // (in program order; mutated containers get their final contents). Reads later in the
+  // trace see the new values through the overlays.
+  struct PendingEffect {
+    enum class Kind : uint8_t { SetAttr, SetItem, SetCell, Container };
+    Kind kind;
+    int reg;         // guard register of the target object (dict for SetItem, cell for SetCell)
+    Ref name;        // attribute name / dict key
+    ValuePtr value;  // the value stored, or the mutated container
+  };
+  std::vector<PendingEffect> effects_;
+  std::vector<std::pair<std::pair<int, std::string>, ValuePtr>> attr_overlay_;  // (reg, name) -> value
+  std::unordered_map<PyObject*, ValuePtr> cell_overlay_;  // real cell -> value stored in the trace
+ public:
+  // Records a mutation of a container read from the program (no-op for containers made
+  // in the trace). Returns false (after fail()) when it cannot be replayed.
+  bool noteContainerMutation(const ValuePtr& container);
+  // The value last stored to attribute `name` of the object in register `reg`, or null.
+  ValuePtr overlayAttr(int reg, PyObject* name);
+  void setOverlayAttr(int reg, PyObject* name, ValuePtr value);
+ private:
+  bool buildEffects();
   bool grad_mode_at_start_ = true;
   struct OpenContext {
     Ref exit_fn;   // real function undoing the state change
