@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "bytecode/opcodes.h"
 #include "cache/code_cache.h"
 #include "frame/eval_frame.h"
 #include "support/pyref.h"
@@ -182,6 +183,18 @@ PyObject* py_cache_entries(PyObject*, PyObject* code) {
   return list.release();
 }
 
+PyObject* py_opcode_counts(PyObject*, PyObject*) {
+  Ref d = Ref::steal(PyDict_New());
+  if (!d) return nullptr;
+  for (int op = 0; op < 256; ++op) {
+    const char* name = cdynamo::bytecode::opName(op);
+    if (!name) continue;
+    Ref n = Ref::steal(PyLong_FromUnsignedLongLong(cdynamo::opcodeCounts()[op]));
+    if (!n || PyDict_SetItemString(d.get(), name, n.get()) < 0) return nullptr;
+  }
+  return d.release();
+}
+
 PyObject* py_set_log_channels(PyObject*, PyObject* arg) {
   unsigned long mask = PyLong_AsUnsignedLong(arg);
   if (PyErr_Occurred()) return nullptr;
@@ -204,6 +217,7 @@ PyMethodDef methods[] = {
     {"stats", py_stats, METH_NOARGS, "counters since the last reset"},
     {"native_frames", py_native_frames, METH_NOARGS, "frames that ran natively, with reasons"},
     {"cache_entries", py_cache_entries, METH_O, "cache_entries(code): the entries of a code object"},
+    {"opcode_counts", py_opcode_counts, METH_NOARGS, "opcode name -> times the interpreter completed it"},
     {"set_log_channels", py_set_log_channels, METH_O, "set the CDYNAMO_LOGS bit mask"},
     {"set_cache_size_limit", py_set_cache_size_limit, METH_O, "entries per code object before running natively"},
     {nullptr, nullptr, 0, nullptr},

@@ -16,4 +16,8 @@ struct Stats {
 
 Stats& stats();
 
+// How many times the symbolic interpreter completed each base opcode (since the last
+// reset): the raw data of the opcode coverage table (docs/opcodes.md).
+uint64_t* opcodeCounts();  // 256 entries
+
 }  // namespace cdynamo

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/check.h"
+#include "support/stats.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -374,6 +375,7 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         break;
       }
       case Op::RETURN_VALUE:
+        ++opcodeCounts()[static_cast<int>(ins.op)];
         if (f.generator) {
           pop(f);
           auto it = std::make_shared<Value>();
@@ -453,6 +455,7 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
                     " is not supported yet");
     }
     if (failed_) return nullptr;
+    ++opcodeCounts()[static_cast<int>(ins.op)];
     f.pc = next_pc;
   }
   return fail("fell off the end of the code object");
