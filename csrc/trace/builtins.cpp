@@ -141,7 +141,7 @@ ValuePtr Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
   }
   *handled = true;
   Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), kw.get()));
-  if (!r) return failFromPython("a call on constants");
+  if (!r) return raisePython();
   // torch.finfo/iinfo results are immutable records: keep them as constants.
   const char* rt = Py_TYPE(r.get())->tp_name;
   if (strcmp(rt, "torch.finfo") == 0 || strcmp(rt, "torch.iinfo") == 0) return Value::constant(r.get());
@@ -231,7 +231,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     }
     if (!materialized) break;
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
-    if (!r) return failFromPython(std::string(which) + "()");
+    if (!r) return raisePython();
     return fromPython(r.get());
   }
 
@@ -349,7 +349,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (!it->is(Kind::Iterator)) return fail("next() of a non-iterator");
     if (it->pos < it->items.size()) return it->items[it->pos++];
     if (args.size() == 2) return args[1];
-    return fail("next() on an exhausted iterator (StopIteration)");
+    PyErr_SetNone(PyExc_StopIteration);
+    return raisePython();
   }
   if (is("enumerate") && !args.empty() && args.size() <= 2) {
     std::vector<ValuePtr> items;

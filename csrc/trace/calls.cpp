@@ -257,6 +257,10 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         }
         return fail("object.__setattr__ on an object from outside the trace (a side effect)");
       }
+      if (PyExceptionClass_Check(f)) {
+        if (!kwargs.empty()) return fail("keyword arguments to an exception class");
+        return makeException(f, args);
+      }
       if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
           !isTorchFunction(f))
         return newObject(f, std::move(args), std::move(kwargs));

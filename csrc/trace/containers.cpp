@@ -197,7 +197,13 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
         if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
         count += eq;
       }
-      if (is("index")) return fail("value is not in list (ValueError)");
+      if (is("index")) {
+        Ref r = toPython(args[0]);
+        Ref s = r ? Ref::steal(PyObject_Repr(r.get())) : Ref();
+        PyErr_Clear();
+        return raiseNew(PyExc_ValueError, std::string(s ? PyUnicode_AsUTF8(s.get()) : "value") +
+                                              (self->is(Kind::List) ? " is not in list" : " is not in tuple"));
+      }
       return Value::constant(Ref::steal(longOf(count)).get());
     }
     if (!list) return fail(std::string("tuple has no method .") + n + "()");
@@ -224,9 +230,9 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     if (is("pop") && args.size() <= 1) {
       Py_ssize_t k = -1, sz = static_cast<Py_ssize_t>(items.size());
       if (!args.empty() && !constInt(0, &k)) return fail("list.pop needs a constant index");
-      if (sz == 0) return fail("pop from empty list (IndexError)");
+      if (sz == 0) return raiseNew(PyExc_IndexError, "pop from empty list");
       if (k < 0) k += sz;
-      if (k < 0 || k >= sz) return fail("pop index out of range (IndexError)");
+      if (k < 0 || k >= sz) return raiseNew(PyExc_IndexError, "pop index out of range");
       ValuePtr v = items[static_cast<size_t>(k)];
       items.erase(items.begin() + k);
       return v;
@@ -240,7 +246,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
           return Value::constant(Py_None);
         }
       }
-      return fail("list.remove(x): x not in list (ValueError)");
+      return raiseNew(PyExc_ValueError, "list.remove(x): x not in list");
     }
     if (is("clear")) {
       items.clear();
@@ -296,7 +302,10 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       if (k == -2) return failFromPython("dict key comparison");
       if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
       if (k >= 0) return values[static_cast<size_t>(k)];
-      if (is("__getitem__")) return fail("KeyError in a dict lookup");
+      if (is("__getitem__")) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return raisePython();
+      }
       return args.size() > 1 ? args[1] : Value::constant(Py_None);
     }
     if (is("copy")) {
@@ -323,7 +332,8 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       if (k == -2) return failFromPython("dict key comparison");
       if (k < 0) {
         if (args.size() > 1) return args[1];
-        return fail("KeyError in dict.pop");
+        PyErr_SetObject(PyExc_KeyError, key);
+        return raisePython();
       }
       ValuePtr v = values[static_cast<size_t>(k)];
       keys.erase(keys.begin() + k);

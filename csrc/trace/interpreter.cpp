@@ -32,6 +32,36 @@ bool isNoneValue(const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get
 }  // namespace
 
 ValuePtr Tracer::runFrame(SymbolicFrame& f) {
+  for (;;) {
+    ValuePtr r = runInstructions(f);
+    if (r || failed_ || !pending_exc_) return r;
+    // An exception in flight at f.pc: find this frame's handler (3.11 exception table).
+    if (!f.handlers_decoded) {
+      PyObject* table = f.code->co_exceptiontable;
+      if (!bytecode::decodeExceptionTable(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table)),
+                                          static_cast<size_t>(PyBytes_GET_SIZE(table)), &f.handlers))
+        return fail("malformed exception table");
+      f.handlers_decoded = true;
+    }
+    int offset = f.instrs[f.pc].offset;
+    const bytecode::ExceptionTableEntry* handler = nullptr;
+    for (const auto& e : f.handlers)
+      if (offset >= e.start && offset < e.end) {
+        handler = &e;
+        break;
+      }
+    if (!handler) return nullptr;  // propagates to the caller
+    int idx = bytecode::indexAtOffset(f.instrs, handler->target);
+    if (idx < 0 || f.stack.size() < static_cast<size_t>(handler->depth)) return fail("bad exception handler");
+    f.stack.resize(static_cast<size_t>(handler->depth));
+    if (handler->lasti) f.stack.push_back(Value::constant(Ref::steal(PyLong_FromLong(offset)).get()));
+    f.stack.push_back(std::move(pending_exc_));
+    pending_exc_.reset();
+    f.pc = static_cast<size_t>(idx);
+  }
+}
+
+ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
   SymbolicFrame* saved = current_;
   current_ = &f;
   struct Restore {
@@ -272,8 +302,11 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         ValuePtr seq = pop(f);
         ValuePtr it = getIter(seq);
         if (!it) return nullptr;
-        if (it->items.size() != static_cast<size_t>(arg))
-          return fail("unpacking a sequence of the wrong length (ValueError)");
+        if (it->items.size() > static_cast<size_t>(arg))
+          return raiseNew(PyExc_ValueError, "too many values to unpack (expected " + std::to_string(arg) + ")");
+        if (it->items.size() < static_cast<size_t>(arg))
+          return raiseNew(PyExc_ValueError, "not enough values to unpack (expected " + std::to_string(arg) +
+                                                ", got " + std::to_string(it->items.size()) + ")");
         for (auto r = it->items.rbegin(); r != it->items.rend(); ++r) f.stack.push_back(*r);
         break;
       }
@@ -350,6 +383,71 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         }
         break;
       }
+      case Op::RAISE_VARARGS: {
+        ValuePtr cause = arg == 2 ? pop(f) : nullptr;
+        if (arg == 0) {
+          if (!current_exc_) return raiseNew(PyExc_RuntimeError, "No active exception to reraise");
+          return raiseValue(current_exc_);
+        }
+        ValuePtr exc = pop(f);
+        if (exc->is(Kind::Callable) && PyExceptionClass_Check(exc->obj.get())) {
+          std::vector<ValuePtr> none;
+          exc = makeException(exc->obj.get(), none);
+          if (!exc) return nullptr;
+        }
+        if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
+          return raiseNew(PyExc_TypeError, "exceptions must derive from BaseException");
+        if (cause) {
+          PyObject* c = cause->real();
+          if (!c) return fail("raise ... from a value made in the trace");
+          if (c != Py_None && PyExceptionClass_Check(c)) return fail("raise ... from an exception class");
+          PyException_SetCause(exc->real(), c == Py_None ? nullptr : Ref::borrow(c).release());
+          // `from None` also suppresses the context, as CPython does.
+          reinterpret_cast<PyBaseExceptionObject*>(exc->real())->suppress_context = 1;
+        }
+        return raiseValue(exc);
+      }
+      case Op::PUSH_EXC_INFO: {
+        ValuePtr v = pop(f);
+        f.stack.push_back(current_exc_ ? current_exc_ : Value::constant(Py_None));
+        current_exc_ = v;
+        f.stack.push_back(std::move(v));
+        break;
+      }
+      case Op::POP_EXCEPT: {
+        ValuePtr v = pop(f);
+        current_exc_ = (v->is(Kind::Constant) && v->obj.get() == Py_None) ? nullptr : v;
+        break;
+      }
+      case Op::CHECK_EXC_MATCH: {
+        ValuePtr right = pop(f);
+        ValuePtr left = f.stack.back();
+        Ref cls = toPython(right);
+        if (!left->real() || !cls) return fail("except clause with values made in the trace");
+        int r = PyErr_GivenExceptionMatches(left->real(), cls.get());
+        f.stack.push_back(Value::constant(r ? Py_True : Py_False));
+        break;
+      }
+      case Op::RERAISE: {
+        // The lasti operand only fixes the traceback's line; the handler is looked up
+        // from RERAISE itself, as ceval's exception_unwind does.
+        return raiseValue(pop(f));
+      }
+      case Op::WITH_EXCEPT_START: {
+        // Stack: exit, lasti, previous exception, exception -> exit(type, value, traceback).
+        ValuePtr exc = f.stack.back();
+        ValuePtr exit = f.stack[f.stack.size() - 4];
+        PyObject* e = exc->real();
+        if (!e) return fail("exception made in the trace reaching a with-block");
+        ValuePtr r = call(exit, {Value::object(Kind::Callable, reinterpret_cast<PyObject*>(Py_TYPE(e))), exc,
+                                 Value::constant(Py_None)}, {});
+        if (!r) return nullptr;
+        f.stack.push_back(std::move(r));
+        break;
+      }
+      case Op::LOAD_ASSERTION_ERROR:
+        f.stack.push_back(Value::object(Kind::Callable, PyExc_AssertionError));
+        break;
       case Op::STORE_GLOBAL: {
         PyObject* name = PyTuple_GET_ITEM(names, arg);
         int reg = load(guards::LoadKind::Constant, -1, 0, f.globals, "globals");

@@ -136,8 +136,11 @@ ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
     if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::object(Kind::Callable, cls);
     if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable))
       return Value::constant(Ref::steal(PyObject_GetAttr(cls, name)).get());
-    return fail(std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name + "' object has no attribute '" + n +
-                "' (AttributeError)");
+    if (self->is(Kind::Callable))
+      return raiseNew(PyExc_AttributeError, std::string("type object '") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                                                "' has no attribute '" + n + "'");
+    return raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                                              "' object has no attribute '" + n + "'");
   }
   if (PyFunction_Check(descr)) {
     if (self->is(Kind::Callable)) return Value::object(Kind::Callable, descr);  // Class.method: plain function

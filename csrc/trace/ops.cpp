@@ -162,7 +162,7 @@ ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->obj.get(), b->obj.get(), nullptr));
-    if (!r) return failFromPython(std::string("operator.") + kBinaryOps[op] + " on constants");
+    if (!r) return raisePython();
     if (!isConstantObject(r.get())) return fail("operator on constants returned a non-constant");
     return Value::constant(r.get());
   }
@@ -240,7 +240,7 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
   Ref pa = toPython(a), pb = pa ? toPython(b) : Ref();
   if (pa && pb) {
     Ref r = Ref::steal(PyObject_RichCompare(pa.get(), pb.get(), op));
-    if (!r) return failFromPython("comparison of constants");
+    if (!r) return raisePython();
     if (!isConstantObject(r.get())) return fail("comparison returned a non-constant");
     return Value::constant(r.get());
   }
@@ -267,7 +267,7 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
       Py_ssize_t k = PyLong_AsSsize_t(i);
       if (k == -1 && PyErr_Occurred()) return failFromPython("index");
       if (k < 0) k += n;
-      if (k < 0 || k >= n) return fail("index out of range (IndexError)");
+      if (k < 0 || k >= n) return raiseNew(PyExc_IndexError, obj->is(Kind::List) ? "list index out of range" : "tuple index out of range");
       return obj->items[static_cast<size_t>(k)];
     }
   }
@@ -306,7 +306,7 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
       key = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
     }
     Ref r = Ref::steal(key ? PyObject_GetItem(obj->obj.get(), key.get()) : nullptr);
-    if (!r) return failFromPython("subscript of a constant");
+    if (!r) return raisePython();
     if (!isConstantObject(r.get())) return fail("subscript of a constant returned a non-constant");
     return Value::constant(r.get());
   }

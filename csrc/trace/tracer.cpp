@@ -292,6 +292,11 @@ TranslateResult Tracer::run() {
   }
   graph_.finish();
   runtime::OutputPlan plan;
+  if (!ret && !failed_ && pending_exc_) {
+    PyObject* e = pending_exc_->real();
+    fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
+         ") escapes the traced frame; it runs natively to raise it");
+  }
   if (ret && !failed_) buildEffects();
   if (ret && !failed_) buildOutput(ret, &plan);
   if (!failed_) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bytecode/instructions.h"
+#include "bytecode/tables.h"
 #include "graph/graph_builder.h"
 #include "guards/guard_program.h"
 #include "runtime/compiled_entry.h"
@@ -42,6 +43,9 @@ struct SymbolicFrame {
   int function_reg = -1;         // guard register of the function (inlined frames), or -1
   bool generator = false;        // a generator run to completion: YIELD_VALUE collects
   std::vector<ValuePtr> yielded;
+  // co_exceptiontable, decoded on the first exception raised in this frame.
+  std::vector<bytecode::ExceptionTableEntry> handlers;
+  bool handlers_decoded = false;
 };
 
 // Where tracing stopped and why (for logs, stats, explain and fullgraph errors).
@@ -82,7 +86,21 @@ class Tracer {
   guards::GuardProgram& guards() { return entry_->guards; }
   graph::GraphBuilder& graph() { return graph_; }
 
+  // Runs a frame to its return; an exception raised in it (pending_exc_) is delivered to
+  // the frame's handlers through its exception table, or propagates (null result, no
+  // failure) to the caller's CALL instruction.
   ValuePtr runFrame(SymbolicFrame& f);
+
+  // ---- exceptions raised inside the trace (modelled, never real Python errors) ----
+  // Raises the pending Python error as an exception of the traced program.
+  std::nullptr_t raisePython();
+  // Raises `type(message)` in the traced program.
+  std::nullptr_t raiseNew(PyObject* type, const std::string& message);
+  std::nullptr_t raiseValue(ValuePtr exc);
+  bool exceptionPending() const { return pending_exc_ != nullptr; }
+  // An instance of an exception class, made for real when its construction runs no
+  // Python code (builtin exceptions and subclasses without __init__/__new__).
+  ValuePtr makeException(PyObject* cls, std::vector<ValuePtr>& args);
   ValuePtr getAttr(const ValuePtr& obj, PyObject* name);
   ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
   ValuePtr binaryOp(int op, const ValuePtr& a, const ValuePtr& b);
@@ -174,6 +192,9 @@ class Tracer {
   bool user_error_ = false;
   Unsupported unsupported_;
   int instructions_run_ = 0;
+  ValuePtr pending_exc_;        // an exception in flight (being delivered to a handler)
+  ValuePtr current_exc_;        // the exception being handled (sys.exc_info()), or null
+  ValuePtr runInstructions(SymbolicFrame& f);
 
   // Side effects on objects that exist outside the trace, replayed after the graph runs
   // (in program order; mutated containers get their final contents). Reads later in the
