@@ -38,12 +38,14 @@ const char* builtinName(PyObject* f) {
 
 Ref Tracer::toPython(const ValuePtr& v) {
   if (PyObject* r = v->real()) {
-    if (v->is(Kind::Constant) || v->is(Kind::Callable)) return Ref::borrow(r);
+    // Objects made in the trace for real (exceptions) have no source and nothing to guard.
+    if (v->is(Kind::Constant) || v->is(Kind::Callable) || (v->is(Kind::Object) && v->reg < 0)) return Ref::borrow(r);
     return Ref();
   }
-  if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set)) {
+  if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set) || v->is(Kind::Iterator)) {
     Ref list = Ref::steal(PyList_New(0));
-    for (const ValuePtr& item : v->items) {
+    for (size_t i = v->is(Kind::Iterator) ? v->pos : 0; i < v->items.size(); ++i) {
+      const ValuePtr& item = v->items[i];
       Ref p = toPython(item);
       if (!p) return Ref();
       PyList_Append(list.get(), p.get());
@@ -115,6 +117,10 @@ ValuePtr Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
     } else if (self && (isConstantObject(self) || PyUnicode_Check(self))) {
       pure = true;  // a method of an immutable constant: "a.b".split, (1, 2).index, size.numel
     }
+  } else if (strcmp(Py_TYPE(fn)->tp_name, "method-wrapper") == 0) {
+    Ref self = Ref::steal(PyObject_GetAttrString(fn, "__self__"));
+    PyErr_Clear();
+    pure = self && isConstantObject(self.get());  // "ab".__len__
   } else if (PyType_Check(fn)) {
     static const char* const kImmutable[] = {"int", "float", "str", "bool", "complex", "tuple", "frozenset", "bytes",
                                              "range", "slice", "torch.Size", "torch.finfo", "torch.iinfo",
@@ -177,6 +183,7 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
     case Kind::Cell:
     case Kind::Context:
     case Kind::Super:
+    case Kind::Partial:
       break;
   }
   return nullptr;
@@ -232,6 +239,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (!materialized) break;
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
     if (!r) return raisePython();
+    for (const ValuePtr& a : args)
+      if (a->is(Kind::Iterator)) a->pos = a->items.size();  // consumed, as the real call did
     return fromPython(r.get());
   }
 
@@ -243,10 +252,10 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set))
       return constInt(static_cast<long>(v->items.size()));
     if (v->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, f, args, {});
-    if (v->is(Kind::Module)) {
-      Py_ssize_t n = PyObject_Length(v->obj.get());
-      if (n < 0) return failFromPython("len()");
-      return constInt(static_cast<long>(n));
+    if (isModuleContainer(v)) {
+      std::vector<std::pair<Ref, ValuePtr>> children;
+      if (!moduleContainerItems(v, &children)) return nullptr;
+      return constInt(static_cast<long>(children.size()));
     }
   }
   if ((is("isinstance") || is("issubclass")) && args.size() == 2) {

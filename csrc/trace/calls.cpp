@@ -77,6 +77,18 @@ bool isCompilingQuery(PyObject* fn) {
                strcmp(m, "torch._utils") == 0);
 }
 
+// The class `name` of module `module` (borrowed, kept for the process), or null.
+PyObject* typeObject(const char* module, const char* name) {
+  Ref m = Ref::steal(PyImport_ImportModule(module));
+  if (!m) return PyErr_Clear(), nullptr;
+  PyObject* t = PyObject_GetAttrString(m.get(), name);
+  if (!t) PyErr_Clear();
+  if (t) Py_DECREF(t);  // the module keeps it alive
+  return t;
+}
+
+bool isType(PyObject* f, const char* module, const char* name) { return f == typeObject(module, name); }
+
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   auto has = [](const ValuePtr& v, auto&& self) -> bool {
     if (v->is(Kind::Tensor)) return true;
@@ -199,6 +211,7 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
     case Kind::Method:
     case Kind::Cell:
     case Kind::Function:
+    case Kind::Partial:
       break;
     case Kind::Context:
       return Value::namedMethod(obj, name);
@@ -257,6 +270,51 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         }
         return fail("object.__setattr__ on an object from outside the trace (a side effect)");
       }
+      if (isType(f, "functools", "partial")) {
+        if (args.empty()) return fail("partial() needs a function (TypeError)");
+        auto p = std::make_shared<Value>();
+        p->kind = Kind::Partial;
+        p->items.push_back(args[0]);
+        p->items.push_back(Value::sequence(Kind::Tuple, std::vector<ValuePtr>(args.begin() + 1, args.end())));
+        ValuePtr kw = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+        for (auto& [k, v] : kwargs) {
+          kw->keys.push_back(k.copy());
+          kw->items.push_back(v);
+        }
+        p->items.push_back(kw);
+        return p;
+      }
+      if (Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(typeObject("functools", "partial"))) {
+        // A partial object from the program: immutable (func, args, keywords), guarded by identity.
+        Ref func = Ref::steal(PyObject_GetAttrString(f, "func"));
+        Ref pargs = Ref::steal(PyObject_GetAttrString(f, "args"));
+        Ref pkw = Ref::steal(PyObject_GetAttrString(f, "keywords"));
+        if (!func || !pargs || !pkw) return failFromPython("functools.partial");
+        ValuePtr fv = wrap(func.get(), -1);
+        if (!fv) return nullptr;
+        std::vector<ValuePtr> all;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i) {
+          ValuePtr a = wrap(PyTuple_GET_ITEM(pargs.get(), i), -1);
+          if (!a) return nullptr;
+          all.push_back(a);
+        }
+        all.insert(all.end(), args.begin(), args.end());
+        std::vector<std::pair<Ref, ValuePtr>> kw;
+        PyObject *k, *v;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(pkw.get(), &pos, &k, &v)) {
+          ValuePtr w = wrap(v, -1);
+          if (!w) return nullptr;
+          kw.emplace_back(Ref::borrow(k), w);
+        }
+        for (auto& kv : kwargs) kw.push_back(std::move(kv));
+        return call(fv, std::move(all), std::move(kw));
+      }
+      if (isType(f, "collections", "OrderedDict")) {
+        ValuePtr d = Value::dict(f, {}, {});
+        if (!callContainerMethod(d, intern("update"), args, kwargs)) return nullptr;
+        return d;
+      }
       if (PyExceptionClass_Check(f)) {
         if (!kwargs.empty()) return fail("keyword arguments to an exception class");
         return makeException(f, args);
@@ -305,6 +363,23 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       ValuePtr r = callDunder(fn, "__call__", std::move(args), &found);
       if (found || failed_) return r;
       break;
+    }
+    case Kind::Partial: {
+      std::vector<ValuePtr> all = fn->items[1]->items;
+      all.insert(all.end(), args.begin(), args.end());
+      std::vector<std::pair<Ref, ValuePtr>> kw;
+      const ValuePtr& bound = fn->items[2];
+      for (size_t i = 0; i < bound->keys.size(); ++i) kw.emplace_back(bound->keys[i].copy(), bound->items[i]);
+      for (auto& kv : kwargs) {
+        bool replaced = false;
+        for (auto& existing : kw)
+          if (PyUnicode_Compare(existing.first.get(), kv.first.get()) == 0) {
+            existing.second = kv.second;
+            replaced = true;
+          }
+        if (!replaced) kw.push_back(std::move(kv));
+      }
+      return call(fn->items[0], std::move(all), std::move(kw));
     }
     case Kind::Cell:
     case Kind::Context:

@@ -23,6 +23,15 @@ ValuePtr pop(SymbolicFrame& f) {
 
 bool isHashableConstant(const ValuePtr& v) { return v->is(Kind::Constant) && PyObject_Hash(v->obj.get()) != -1; }
 
+// Set members the trace can compare: hashable constants, and modules (hashed and compared
+// by identity, as nn.Module does: named_modules() keeps a set of them).
+bool isSetMember(const ValuePtr& v) {
+  if (v->is(Kind::Module)) return true;
+  if (isHashableConstant(v)) return true;
+  PyErr_Clear();
+  return false;
+}
+
 PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
 
 }  // namespace
@@ -375,13 +384,15 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     std::vector<ValuePtr>& items = self->items;
     auto contains = [&](PyObject* o) -> int {
       for (const ValuePtr& v : items) {
+        if (v->obj.get() == o) return 1;
+        if (v->is(Kind::Module) || !PyObject_TypeCheck(o, &PyBaseObject_Type)) continue;
         int eq = PyObject_RichCompareBool(v->obj.get(), o, Py_EQ);
         if (eq != 0) return eq;
       }
       return 0;
     };
     if (is("__contains__")) {
-      if (args.size() != 1 || !isHashableConstant(args[0])) return PyErr_Clear(), fail("set membership needs a constant");
+      if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant or a module");
       int c = contains(args[0]->obj.get());
       if (c < 0) return failFromPython("set membership");
       return Value::constant(c ? Py_True : Py_False);
@@ -389,7 +400,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     if (is("copy")) return Value::sequence(Kind::Set, items);
     if (!noEffect()) return nullptr;
     if (is("add") && args.size() == 1) {
-      if (!isHashableConstant(args[0])) return PyErr_Clear(), fail("set items must be constants");
+      if (!isSetMember(args[0])) return fail("set items must be constants or modules");
       int c = contains(args[0]->obj.get());
       if (c < 0) return failFromPython("set add");
       if (!c) items.push_back(args[0]);

@@ -227,7 +227,12 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr container = pop(f);
         ValuePtr item = pop(f);
         int r;
-        if (isUserObject(container)) {
+        if (isModuleContainer(container) && item->is(Kind::Constant)) {
+          std::vector<std::pair<Ref, ValuePtr>> children;
+          if (!moduleContainerItems(container, &children)) return nullptr;
+          r = 0;
+          for (auto& kv : children) r = r || PyObject_RichCompareBool(kv.first.get(), item->obj.get(), Py_EQ) == 1;
+        } else if (isUserObject(container)) {
           bool found = false;
           ValuePtr c = callDunder(container, "__contains__", {item}, &found);
           if (failed_) return nullptr;
@@ -384,6 +389,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         break;
       }
       case Op::RAISE_VARARGS: {
+        ++opcodeCounts()[static_cast<int>(ins.op)];  // counted here: raising leaves the loop
         ValuePtr cause = arg == 2 ? pop(f) : nullptr;
         if (arg == 0) {
           if (!current_exc_) return raiseNew(PyExc_RuntimeError, "No active exception to reraise");
@@ -431,6 +437,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::RERAISE: {
         // The lasti operand only fixes the traceback's line; the handler is looked up
         // from RERAISE itself, as ceval's exception_unwind does.
+        ++opcodeCounts()[static_cast<int>(ins.op)];
         return raiseValue(pop(f));
       }
       case Op::WITH_EXCEPT_START: {
@@ -464,6 +471,17 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       }
       case Op::BEFORE_WITH: {
         ValuePtr ctx = pop(f);
+        if (isUserObject(ctx)) {
+          ValuePtr exit = getAttr(ctx, intern("__exit__"));
+          if (!exit) return nullptr;
+          bool found = false;
+          ValuePtr entered = callDunder(ctx, "__enter__", {}, &found);
+          if (!found && !failed_) return fail("`with` on an object without __enter__ (TypeError)");
+          if (!entered) return nullptr;
+          f.stack.push_back(std::move(exit));
+          f.stack.push_back(std::move(entered));
+          break;
+        }
         if (!ctx->is(Kind::Context))
           return fail(std::string("`with` on a ") + kindName(ctx->kind) + " is not supported yet");
         ValuePtr entered = enterContext(ctx);

@@ -77,6 +77,7 @@ bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
     case Kind::Context:
     case Kind::NewObject:
     case Kind::Super:
+    case Kind::Partial:
       break;
   }
   fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
@@ -248,7 +249,52 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
               " is not supported yet");
 }
 
+ValuePtr Tracer::moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out) {
+  // nn.Sequential / ModuleList / ModuleDict hold their children in _modules; their
+  // indexing, len and membership are answered from it, with its keys guarded.
+  PyObject** dictptr = _PyObject_GetDictPtr(m->obj.get());
+  PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
+  int mreg = load(guards::LoadKind::InstanceDict, m->reg, 0, intern("_modules"), guards().sourceName(m->reg) + "._modules");
+  guards().checkDictKeys(mreg, modules);
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &key, &value)) {
+    int reg = load(guards::LoadKind::DictItem, mreg, 0, key,
+                   guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
+    ValuePtr v = wrap(value, reg);
+    if (!v) return nullptr;
+    out->emplace_back(Ref::borrow(key), std::move(v));
+  }
+  return Value::constant(Py_None);
+}
+
+bool Tracer::isModuleContainer(const ValuePtr& m) {
+  if (!m->is(Kind::Module)) return false;
+  for (PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(m->obj.get())); t;
+       t = reinterpret_cast<PyObject*>(reinterpret_cast<PyTypeObject*>(t)->tp_base)) {
+    const char* n = reinterpret_cast<PyTypeObject*>(t)->tp_name;
+    if (strcmp(n, "Sequential") == 0 || strcmp(n, "ModuleList") == 0 || strcmp(n, "ModuleDict") == 0) return true;
+    if (t == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) break;
+  }
+  return false;
+}
+
 ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
+  if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+    std::vector<std::pair<Ref, ValuePtr>> children;
+    if (!moduleContainerItems(obj, &children)) return nullptr;
+    if (index->is(Kind::Constant) && PyUnicode_Check(index->obj.get())) {
+      for (auto& [k, v] : children)
+        if (PyUnicode_Compare(k.get(), index->obj.get()) == 0) return v;
+      PyErr_SetObject(PyExc_KeyError, index->obj.get());
+      return raisePython();
+    }
+    std::vector<ValuePtr> mods;
+    for (auto& kv : children) mods.push_back(kv.second);
+    ValuePtr list = Value::sequence(Kind::List, std::move(mods));
+    return subscript(list, index);
+  }
   if (isUserObject(obj)) {
     bool found = false;
     ValuePtr r = callDunder(obj, "__getitem__", {index}, &found);
@@ -402,6 +448,7 @@ int Tracer::truthValue(const ValuePtr& v) {
       return 1;
     }
     case Kind::Super:
+    case Kind::Partial:
       return 1;
     case Kind::Tensor:
       fail("control flow depends on a tensor's value (data-dependent branch)");

@@ -161,6 +161,7 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Function:
     case Kind::Context:
     case Kind::Super:
+    case Kind::Partial:
       break;
   }
   fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");

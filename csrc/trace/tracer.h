@@ -157,6 +157,9 @@ class Tracer {
   // immutable type) for real when every argument is made of constants.
   ValuePtr foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
                             std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
+  // Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
+  bool isModuleContainer(const ValuePtr& m);
+  ValuePtr moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
   // Python type of a value (borrowed), or null.
   PyObject* typeOf(const ValuePtr& v);
 

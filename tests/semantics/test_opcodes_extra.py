@@ -65,6 +65,29 @@ def pop_jump_backward_if_none(x, xs):
     return x + v + i
 
 
+@case(with_args(1))
+def reraise_through_finally(x, k):
+    # RERAISE: the exception path of `finally` re-raises to the outer handler; and a bare `raise`
+    # (RAISE_VARARGS 0) in an `except` clause, caught one level up.
+    y = x
+    try:
+        try:
+            raise ValueError("inner")
+        finally:
+            y = y + k
+    except ValueError:
+        y = y * 2
+    try:
+        try:
+            raise KeyError("again")
+        except KeyError:
+            y = y - 1
+            raise
+    except KeyError:
+        y = y + 10
+    return y
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_opcodes_extra(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

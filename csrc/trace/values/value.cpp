@@ -96,6 +96,7 @@ const char* kindName(Kind k) {
     case Kind::Function: return "function";
     case Kind::Object: return "object";
     case Kind::Context: return "context manager";
+    case Kind::Partial: return "functools.partial";
     case Kind::NewObject: return "object";
     case Kind::Super: return "super()";
   }

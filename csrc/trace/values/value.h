@@ -36,6 +36,7 @@ enum class Kind : uint8_t {
   Object,    // obj: a user object read from the program (attributes read live, guarded)
   NewObject, // obj: the class of an object made in the trace; items[0]: its attributes (Dict)
   Super,     // obj: the class after which lookup starts (super()); items[0]: the instance
+  Partial,   // functools.partial made in the trace: items = [function, args (Tuple), keywords (Dict)]
   Context,   // obj: a torch context-manager class (no_grad, autocast, ...); items: its
              // constant arguments; node: the graph node of its enter handle; pos: saved mode
 };
