@@ -36,6 +36,11 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
         else
           PyList_SET_ITEM(seq, i, item);
       }
+      if (tuple && p.constant) {  // a namedtuple: tuple.__new__(cls, items)
+        PyObject* nt = PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", p.constant.get(), seq);
+        Py_DECREF(seq);
+        return nt;
+      }
       return seq;
     }
     case OutputPlan::Kind::Dict: {

@@ -51,7 +51,8 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   } else if (isConstantObject(obj)) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
-  } else if (PyTuple_Check(obj) || PyList_Check(obj)) {
+  } else if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
+             PyList_CheckExact(obj)) {
     bool tuple = PyTuple_Check(obj);
     if (reg >= 0) {
       guards().checkType(reg, Py_TYPE(obj));
@@ -69,6 +70,7 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       items.push_back(std::move(item));
     }
     v = Value::sequence(tuple ? Kind::Tuple : Kind::List, std::move(items), reg);
+    if (tuple && !PyTuple_CheckExact(obj)) v->obj = Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   } else if (PyDict_Check(obj) && (PyDict_CheckExact(obj) || !PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) ||
                                     strcmp(Py_TYPE(obj)->tp_name, "collections.OrderedDict") == 0)) {
     // A dict read from the program: its type and exact key order are guarded, each value
@@ -106,7 +108,8 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   } else if (PyModule_Check(obj)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::object(Kind::PyModule, obj, reg);
-  } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj))) {
+  } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
+                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::object(Kind::Callable, obj, reg);
   } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
@@ -128,8 +131,6 @@ ValuePtr Tracer::loadRootLocal(SymbolicFrame& f, int index) {
   if (index >= nargs || index >= root_view_.nfast) return nullptr;
   PyObject* obj = root_view_.fast[index];
   if (!obj) return nullptr;
-  if ((co->co_flags & CO_VARKEYWORDS) && index == nargs - 1)
-    return fail("**kwargs arguments are not supported yet");
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
   int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
   ValuePtr v = wrap(obj, reg);

@@ -169,7 +169,7 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
     case Kind::PyModule:
     case Kind::Object:
       return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
-    case Kind::Tuple: return reinterpret_cast<PyObject*>(&PyTuple_Type);
+    case Kind::Tuple: return v->obj ? v->obj.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     case Kind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
     case Kind::Dict: return v->obj.get();
     case Kind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);

@@ -201,6 +201,14 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
     }
     case Kind::Tuple:
+      if (obj->obj) {  // a namedtuple: fields by position
+        Ref fields = Ref::steal(PyObject_GetAttrString(obj->obj.get(), "_fields"));
+        if (!fields) return failFromPython("namedtuple fields");
+        if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+          if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return obj->items[static_cast<size_t>(i)];
+      }
+      return Value::namedMethod(obj, name);
     case Kind::List:
     case Kind::Dict:
     case Kind::Set:
@@ -309,6 +317,34 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         }
         for (auto& kv : kwargs) kw.push_back(std::move(kv));
         return call(fv, std::move(all), std::move(kw));
+      }
+      if (isNamedTupleClass(f)) {
+        PyObject* fields = PyObject_GetAttrString(f, "_fields");
+        Ref hold = Ref::steal(fields);
+        if (!fields) return failFromPython("namedtuple fields");
+        Py_ssize_t n = PyTuple_GET_SIZE(fields);
+        std::vector<ValuePtr> items(static_cast<size_t>(n));
+        if (args.size() > static_cast<size_t>(n)) return fail("too many arguments to a namedtuple (TypeError)");
+        for (size_t i = 0; i < args.size(); ++i) items[i] = args[i];
+        for (auto& [k, v] : kwargs) {
+          Py_ssize_t at = -1;
+          for (Py_ssize_t i = 0; i < n; ++i)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), k.get()) == 0) at = i;
+          if (at < 0 || items[static_cast<size_t>(at)]) return fail("bad namedtuple keyword (TypeError)");
+          items[static_cast<size_t>(at)] = v;
+        }
+        Ref defaults = Ref::steal(PyObject_GetAttrString(f, "_field_defaults"));
+        PyErr_Clear();
+        for (Py_ssize_t i = 0; i < n; ++i) {
+          if (items[static_cast<size_t>(i)]) continue;
+          PyObject* d = defaults && PyDict_Check(defaults.get()) ? PyDict_GetItem(defaults.get(), PyTuple_GET_ITEM(fields, i)) : nullptr;
+          if (!d) return fail("missing a namedtuple field (TypeError)");
+          items[static_cast<size_t>(i)] = wrap(d, -1);
+          if (!items[static_cast<size_t>(i)]) return nullptr;
+        }
+        ValuePtr t = Value::sequence(Kind::Tuple, std::move(items));
+        t->obj = Ref::borrow(f);
+        return t;
       }
       if (isType(f, "collections", "OrderedDict")) {
         ValuePtr d = Value::dict(f, {}, {});

@@ -191,9 +191,31 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       return *eq = 0, true;
     return false;
   };
-  if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")))
+  if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")) &&
+      !(self->is(Kind::Tuple) && is("_replace")))
     return fail(std::string("keyword arguments to .") + n + "() are not supported yet");
 
+  if (self->is(Kind::Tuple) && self->obj && (is("_replace") || is("_asdict"))) {
+    Ref fields = Ref::steal(PyObject_GetAttrString(self->obj.get(), "_fields"));
+    if (!fields) return failFromPython("namedtuple fields");
+    if (is("_asdict")) {
+      std::vector<Ref> keys;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) keys.push_back(Ref::borrow(PyTuple_GET_ITEM(fields.get(), i)));
+      return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), self->items);
+    }
+    ValuePtr t = Value::sequence(Kind::Tuple, self->items);
+    t->obj = self->obj.copy();
+    for (auto& [k, v] : kwargs) {
+      bool found = false;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), k.get()) == 0) {
+          t->items[static_cast<size_t>(i)] = v;
+          found = true;
+        }
+      if (!found) return fail("_replace() got an unexpected field (ValueError)");
+    }
+    return t;
+  }
   if (self->is(Kind::List) || self->is(Kind::Tuple)) {
     bool list = self->is(Kind::List);
     std::vector<ValuePtr>& items = self->items;
@@ -359,6 +381,23 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     if (is("clear")) {
       keys.clear();
       values.clear();
+      return Value::constant(Py_None);
+    }
+    if (is("move_to_end") && !args.empty()) {
+      PyObject* key = keyOf(0);
+      if (!key) return fail("dict keys must be constants");
+      int k = self->findKey(key);
+      if (k < 0) {
+        PyErr_SetObject(PyExc_KeyError, key);
+        return raisePython();
+      }
+      bool last = args.size() < 2 || PyObject_IsTrue(args[1]->obj.get());
+      Ref kk = std::move(keys[static_cast<size_t>(k)]);
+      ValuePtr vv = values[static_cast<size_t>(k)];
+      keys.erase(keys.begin() + k);
+      values.erase(values.begin() + k);
+      keys.insert(last ? keys.end() : keys.begin(), std::move(kk));
+      values.insert(last ? values.end() : values.begin(), vv);
       return Value::constant(Py_None);
     }
     if (is("update")) {

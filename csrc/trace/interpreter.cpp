@@ -500,6 +500,25 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
           return it;
         }
         return pop(f);
+      case Op::GET_YIELD_FROM_ITER: {
+        ValuePtr it = getIter(pop(f));
+        if (!it) return nullptr;
+        f.stack.push_back(std::move(it));
+        break;
+      }
+      case Op::SEND: {
+        // `yield from it` in a generator run to completion: every remaining item is
+        // yielded now; the expression's value is None (iterators return nothing).
+        pop(f);
+        ValuePtr& receiver = f.stack.back();
+        if (!f.generator || !receiver->is(Kind::Iterator)) return fail("SEND outside a generator run in place");
+        for (size_t k = receiver->pos; k < receiver->items.size(); ++k) f.yielded.push_back(receiver->items[k]);
+        receiver->pos = receiver->items.size();
+        receiver = Value::constant(Py_None);
+        if (!jumpTo(ins.jumpTarget())) return nullptr;
+        next_pc = f.pc;
+        break;
+      }
       case Op::RETURN_GENERATOR:
         // A generator is run to completion where it is called: its values are collected
         // and handed to the consumer as an iterator.

@@ -49,6 +49,12 @@ bool isPlainPythonClass(PyObject* cls) {
 
 }  // namespace
 
+bool Tracer::isNamedTupleClass(PyObject* cls) {
+  if (!PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), &PyTuple_Type)) return false;
+  PyObject* fields = lookupInMro(cls, intern("_fields"), nullptr);
+  return fields && PyTuple_Check(fields);
+}
+
 ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
   SymbolicFrame* f = current_;
   if (!f) return fail("super() outside a frame");

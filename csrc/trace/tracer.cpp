@@ -120,6 +120,7 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Tuple:
     case Kind::List:
       plan->kind = v->is(Kind::Tuple) ? K::Tuple : K::List;
+      if (v->is(Kind::Tuple) && v->obj) plan->constant = v->obj.copy();  // a namedtuple class
       plan->items.resize(v->items.size());
       for (size_t i = 0; i < v->items.size(); ++i)
         if (!buildOutput(v->items[i], &plan->items[i])) return false;

@@ -140,6 +140,8 @@ class Tracer {
   // (*found = false otherwise, with nothing done).
   ValuePtr callDunder(const ValuePtr& obj, const char* name, std::vector<ValuePtr> args, bool* found);
   ValuePtr makeSuper(std::vector<ValuePtr>& args);
+  // A class made by collections.namedtuple (a tuple subclass with _fields).
+  static bool isNamedTupleClass(PyObject* cls);
   bool isUserObject(const ValuePtr& v) const {
     return v->is(Kind::Object) || v->is(Kind::NewObject);
   }
