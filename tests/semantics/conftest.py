@@ -8,6 +8,15 @@ import torch._dynamo
 import cdynamo
 
 from . import harness
+from .known_gaps import KNOWN_GAPS
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        key = item.nodeid.split("::")[-1]
+        if key in KNOWN_GAPS:
+            item.add_marker(pytest.mark.xfail(strict=True, raises=harness.NotCaptured,
+                                              reason=f"not captured yet: {KNOWN_GAPS[key]}"))
 
 
 @pytest.fixture(autouse=True)

@@ -43,6 +43,10 @@ RECORDS = []
 CURRENT = {"nodeid": None}
 
 
+class NotCaptured(AssertionError):
+    """The outcome equals eager, but cdynamo did not capture the case as expected."""
+
+
 class Call:
     """Positional and keyword arguments for one call, from a make_args factory."""
 
@@ -384,8 +388,12 @@ def _check(fn, make_args, expect_graphs, dynamo_reference, rec):
         # Still record what dynamo does, for the report (cheap; never fails the case itself).
         rec["dynamo"] = _dynamo_reference(fn, make_args, eager)
     if problems:
-        raise AssertionError("\n".join(problems) + f"\n(stats: { {k: v for k, v in st.items() if k != 'native_frames'} })\n"
-                             + _native_report(st))
+        # Outcome problems (wrong result, state, exception) are plain AssertionErrors; a
+        # case whose outcome is right but was not captured as expected raises NotCaptured,
+        # the only failure a known gap (known_gaps.py) may excuse.
+        error = NotCaptured if rec["stage"] in ("graph-count", "dynamo-reference") else AssertionError
+        raise error("\n".join(problems) + f"\n(stats: { {k: v for k, v in st.items() if k != 'native_frames'} })\n"
+                    + _native_report(st))
 
 
 # ----------------------------------------------------------------------------- case helpers
