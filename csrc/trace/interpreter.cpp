@@ -455,6 +455,28 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::LOAD_ASSERTION_ERROR:
         f.stack.push_back(Value::object(Kind::Callable, PyExc_AssertionError));
         break;
+      case Op::IMPORT_NAME: {
+        // `import m` of a module that is already imported (the common case inside
+        // forward): the statement only reads sys.modules, so it is evaluated now. A first
+        // import runs module code and is left to CPython.
+        ValuePtr fromlist = pop(f);
+        ValuePtr level = pop(f);
+        PyObject* name = PyTuple_GET_ITEM(names, arg);
+        PyObject* modules = PyImport_GetModuleDict();
+        if (!level->is(Kind::Constant) || PyLong_AsLong(level->obj.get()) != 0 || !fromlist->is(Kind::Constant))
+          return fail("relative imports inside the trace are not supported yet");
+        if (!PyDict_GetItemWithError(modules, name)) return fail("an import that would load a new module");
+        Ref mod = Ref::steal(PyImport_ImportModuleLevelObject(name, f.globals, nullptr, fromlist->obj.get(), 0));
+        if (!mod) return raisePython();
+        f.stack.push_back(Value::object(Kind::PyModule, mod.get()));
+        break;
+      }
+      case Op::IMPORT_FROM: {
+        ValuePtr v = getAttr(f.stack.back(), PyTuple_GET_ITEM(names, arg));
+        if (!v) return nullptr;
+        f.stack.push_back(std::move(v));
+        break;
+      }
       case Op::STORE_GLOBAL: {
         PyObject* name = PyTuple_GET_ITEM(names, arg);
         int reg = load(guards::LoadKind::Constant, -1, 0, f.globals, "globals");

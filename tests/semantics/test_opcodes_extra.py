@@ -10,6 +10,14 @@ from .harness import Cases, check, with_args
 case = Cases()
 
 
+@case(with_args(2))
+def import_name_from_inside_function(x, k):
+    # IMPORT_NAME / IMPORT_FROM: imports of already-loaded modules inside the traced code.
+    import math
+    from torch.nn import functional as F
+    return F.relu(x) * math.sqrt(k * 8)
+
+
 @case(with_args(3))
 def load_assertion_error_failing_assert_caught(x, n):
     # LOAD_ASSERTION_ERROR (+ RAISE_VARARGS): the failure path of `assert`, caught in the frame.
