@@ -51,6 +51,8 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   } else if (isConstantObject(obj)) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
+  } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
+    v = Value::object(Kind::Object, obj, reg);  // an exception object reached from one made in the trace
   } else if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
              PyList_CheckExact(obj)) {
     bool tuple = PyTuple_Check(obj);

@@ -198,6 +198,10 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       if (isConstantObject(v.get())) return Value::constant(v.get());
       if (obj->is(Kind::Constant) && PyCallable_Check(v.get()))
         return Value::object(Kind::Callable, v.get());  // a method of an immutable constant
+      if (obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
+          !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->obj.get()), Py_TPFLAGS_HEAPTYPE) &&
+          PyCallable_Check(v.get()))
+        return Value::object(Kind::Callable, v.get());  // object.__setattr__, dict.fromkeys, ...
       return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
     }
     case Kind::Tuple:

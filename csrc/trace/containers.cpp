@@ -46,6 +46,25 @@ bool Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
 
 bool Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
   if (!noteContainerMutation(obj)) return false;
+  if (obj->is(Kind::List) && index->is(Kind::Slice)) {
+    Ref parts[3];
+    for (int k = 0; k < 3; ++k) {
+      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants"), false;
+      parts[k] = index->items[k]->obj.copy();
+    }
+    Ref slice = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+    Py_ssize_t start, stop, step, len;
+    if (!slice || PySlice_GetIndicesEx(slice.get(), static_cast<Py_ssize_t>(obj->items.size()), &start, &stop, &step,
+                                       &len) < 0)
+      return raisePython(), false;
+    if (step != 1) return fail("extended slice assignment is not supported yet"), false;
+    std::vector<ValuePtr> repl;
+    if (value && !iterate(value, &repl)) return false;
+    if (stop < start) stop = start;
+    obj->items.erase(obj->items.begin() + start, obj->items.begin() + stop);
+    obj->items.insert(obj->items.begin() + start, repl.begin(), repl.end());
+    return true;
+  }
   if (obj->is(Kind::List) && index->is(Kind::Constant) && PyLong_Check(index->obj.get())) {
     Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
     Py_ssize_t k = PyLong_AsSsize_t(index->obj.get());
@@ -149,6 +168,7 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       std::vector<std::pair<Ref, ValuePtr>> kw;
       if (obj->is(Kind::Dict)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
       if (obj->is(Kind::List) && index->is(Kind::Constant)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
+      if (obj->is(Kind::List) && index->is(Kind::Slice)) return storeSubscript(obj, index, nullptr);  // del xs[a:b]
       return fail(std::string("del on an item of a ") + kindName(obj->kind) + " is not supported yet"), false;
     }
     case Op::UNPACK_EX: {
