@@ -13,6 +13,16 @@ struct TorchRefs {
   Ref fx_graph_cls;    // torch.fx.Graph
   Ref graph_module_cls;
   Ref module_cls;      // torch.nn.Module
+  // For the output-metadata memo.
+  Ref fake_tensor_cls;     // FakeTensor
+  Ref empty_strided;       // torch.empty_strided
+  Ref disable_dispatch;    // torch._C._DisableTorchDispatch
+  Ref meta_device;         // torch.device("meta")
+  Ref is_grad_enabled;     // torch.is_grad_enabled
+  Ref dtype_type;          // torch.dtype
+  Ref device_type;         // torch.device
+  Ref memo_functions;      // set of callables known to return one new tensor
+  Ref memo_methods;        // set of Tensor method names known to return one new tensor
   bool ok = false;
 };
 
@@ -20,6 +30,40 @@ Ref attrOf(const char* module, const char* name) {
   Ref m = Ref::steal(PyImport_ImportModule(module));
   if (!m) return Ref();
   return Ref::steal(PyObject_GetAttrString(m.get(), name));
+}
+
+// Ops whose fake result is one fresh tensor determined by the inputs' metadata and the
+// constant arguments: no aliasing (no views, no `x.float()` that may return x), no
+// in-place variants, no `inplace=` flags, no data-dependent output shapes.
+const char* const kMemoTorch[] = {
+    "add", "sub", "mul", "div", "true_divide", "sin", "cos", "tan", "exp", "exp2", "expm1", "log",
+    "log2", "log1p", "sigmoid", "tanh", "relu", "neg", "abs", "sqrt", "rsqrt", "reciprocal",
+    "square", "erf", "floor", "ceil", "sign", "matmul", "mm", "bmm", "addmm", "pow", "maximum",
+    "minimum", "softmax", "log_softmax", "layer_norm"};
+const char* const kMemoOperator[] = {"add", "sub", "mul", "truediv", "floordiv", "matmul", "neg",
+                                     "pow", "mod"};
+const char* const kMemoFunctional[] = {"linear", "layer_norm", "gelu", "softmax", "log_softmax"};
+const char* const kMemoCNN[] = {"linear", "gelu"};
+const char* const kMemoMethods[] = {
+    "add", "sub", "mul", "div", "true_divide", "sin", "cos", "tan", "exp", "exp2", "expm1", "log",
+    "log2", "log1p", "sigmoid", "tanh", "relu", "neg", "abs", "sqrt", "rsqrt", "reciprocal",
+    "square", "erf", "floor", "ceil", "sign", "matmul", "mm", "bmm", "pow", "maximum", "minimum",
+    "softmax", "log_softmax", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
+    "__truediv__", "__rtruediv__", "__matmul__", "__neg__", "__pow__"};
+
+template <size_t N>
+bool addAll(PyObject* set, const char* module, const char* const (&names)[N]) {
+  Ref m = Ref::steal(PyImport_ImportModule(module));
+  if (!m) return false;
+  for (const char* name : names) {
+    Ref f = Ref::steal(PyObject_GetAttrString(m.get(), name));
+    if (!f) {  // absent in this torch version: simply not memoized
+      PyErr_Clear();
+      continue;
+    }
+    if (PySet_Add(set, f.get()) < 0) return false;
+  }
+  return true;
 }
 
 // Imported on first use (the hook must not import torch before a trace needs it).
@@ -35,6 +79,30 @@ const TorchRefs* torchRefs() {
     if (!refs.graph_module_cls) return nullptr;
     refs.module_cls = attrOf("torch.nn", "Module");
     if (!refs.module_cls) return nullptr;
+    refs.fake_tensor_cls = attrOf("torch._subclasses.fake_tensor", "FakeTensor");
+    if (!refs.fake_tensor_cls) return nullptr;
+    refs.empty_strided = attrOf("torch", "empty_strided");
+    if (!refs.empty_strided) return nullptr;
+    refs.disable_dispatch = attrOf("torch._C", "_DisableTorchDispatch");
+    if (!refs.disable_dispatch) return nullptr;
+    refs.is_grad_enabled = attrOf("torch", "is_grad_enabled");
+    if (!refs.is_grad_enabled) return nullptr;
+    refs.dtype_type = attrOf("torch", "dtype");
+    if (!refs.dtype_type) return nullptr;
+    refs.device_type = attrOf("torch", "device");
+    if (!refs.device_type) return nullptr;
+    refs.meta_device = Ref::steal(PyObject_CallFunction(refs.device_type.get(), "s", "meta"));
+    if (!refs.meta_device) return nullptr;
+    refs.memo_functions = Ref::steal(PySet_New(nullptr));
+    if (!refs.memo_functions || !addAll(refs.memo_functions.get(), "torch", kMemoTorch) ||
+        !addAll(refs.memo_functions.get(), "operator", kMemoOperator) ||
+        !addAll(refs.memo_functions.get(), "torch.nn.functional", kMemoFunctional) ||
+        !addAll(refs.memo_functions.get(), "torch._C._nn", kMemoCNN))
+      return nullptr;
+    refs.memo_methods = Ref::steal(PySet_New(nullptr));
+    if (!refs.memo_methods) return nullptr;
+    for (const char* name : kMemoMethods)
+      if (PySet_Add(refs.memo_methods.get(), intern(name)) < 0) return nullptr;
     refs.ok = true;
   }
   return &refs;
@@ -161,33 +229,55 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
 
-  // Run the call on fake values.
-  Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
-  if (!fargs) return -1;
-  for (size_t i = 0; i < n.args.size(); ++i) {
-    Ref v = materialize(n.args[i], false, nullptr);
-    if (!v) return -1;
-    PyTuple_SET_ITEM(fargs.get(), i, v.release());
-  }
-  Ref fkwargs;
-  if (!n.kwargs.empty()) {
-    fkwargs = Ref::steal(PyDict_New());
-    if (!fkwargs) return -1;
-    for (auto& [k, v] : n.kwargs) {
-      Ref val = materialize(v, false, nullptr);
-      if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return -1;
+  // The memo first: an identical op on identically shaped inputs makes its result directly.
+  Ref key = memoKey(op, target, n.args, n.kwargs);
+  if (key) {
+    PyObject* entry = PyDict_GetItemWithError(memo_.get(), key.get());
+    if (entry) {
+      n.fake = memoMake(entry);
+      if (!n.fake) PyErr_Clear();  // fall back to running it
+      else {
+        // The new node's own signature is known: (dtype, device, shape, stride, False).
+        n.sig = Ref::steal(PyTuple_Pack(5, PyTuple_GET_ITEM(entry, 2), PyTuple_GET_ITEM(entry, 3),
+                                        PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1), Py_False));
+        if (!n.sig) PyErr_Clear();
+      }
+    } else if (PyErr_Occurred()) {
+      PyErr_Clear();
+      key = Ref();
     }
   }
-  if (op == NodeOp::CallMethod) {
-    // target is the method name; args[0] is the receiver.
-    CDYNAMO_CHECK(PyTuple_GET_SIZE(fargs.get()) >= 1, "method call without receiver");
-    Ref method = Ref::steal(PyObject_GetAttr(PyTuple_GET_ITEM(fargs.get(), 0), target));
-    if (!method) return -1;
-    Ref rest = Ref::steal(PyTuple_GetSlice(fargs.get(), 1, PyTuple_GET_SIZE(fargs.get())));
-    if (!rest) return -1;
-    n.fake = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
-  } else {
-    n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
+
+  if (!n.fake) {
+    // Run the call on fake values.
+    Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
+    if (!fargs) return -1;
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      Ref v = materialize(n.args[i], false, nullptr);
+      if (!v) return -1;
+      PyTuple_SET_ITEM(fargs.get(), i, v.release());
+    }
+    Ref fkwargs;
+    if (!n.kwargs.empty()) {
+      fkwargs = Ref::steal(PyDict_New());
+      if (!fkwargs) return -1;
+      for (auto& [k, v] : n.kwargs) {
+        Ref val = materialize(v, false, nullptr);
+        if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return -1;
+      }
+    }
+    if (op == NodeOp::CallMethod) {
+      // target is the method name; args[0] is the receiver.
+      CDYNAMO_CHECK(PyTuple_GET_SIZE(fargs.get()) >= 1, "method call without receiver");
+      Ref method = Ref::steal(PyObject_GetAttr(PyTuple_GET_ITEM(fargs.get(), 0), target));
+      if (!method) return -1;
+      Ref rest = Ref::steal(PyTuple_GetSlice(fargs.get(), 1, PyTuple_GET_SIZE(fargs.get())));
+      if (!rest) return -1;
+      n.fake = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
+    } else {
+      n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
+    }
+    if (n.fake && key) memoStore(key.get(), n.fake.get(), n.args);
   }
   if (!n.fake) return -1;
   n.impure = isMutating(op, target);
@@ -201,11 +291,222 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   return numNodes() - 1;
 }
 
+// ----------------------------------------------------------------------------- memo
+
+namespace {
+
+// A constant that may appear in a memo key: compared by type and value.
+bool memoConstOk(PyObject* o, const TorchRefs* t) {
+  PyTypeObject* tp = Py_TYPE(o);
+  if (o == Py_None || tp == &PyBool_Type || tp == &PyLong_Type || tp == &PyFloat_Type ||
+      tp == &PyUnicode_Type || reinterpret_cast<PyObject*>(tp) == t->dtype_type.get() ||
+      reinterpret_cast<PyObject*>(tp) == t->device_type.get())
+    return true;
+  if (tp == &PyTuple_Type) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!memoConstOk(PyTuple_GET_ITEM(o, i), t)) return false;
+    return true;
+  }
+  return false;
+}
+
+// A key part for a constant: (type, value), with tuples made of such parts (1 == 1.0 ==
+// True in Python, not in type promotion).
+Ref memoConst(PyObject* o) {
+  if (PyTuple_CheckExact(o)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(o);
+    Ref parts = Ref::steal(PyTuple_New(n));
+    if (!parts) return Ref();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      Ref p = memoConst(PyTuple_GET_ITEM(o, i));
+      if (!p) return Ref();
+      PyTuple_SET_ITEM(parts.get(), i, p.release());
+    }
+    return Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(&PyTuple_Type), parts.get()));
+  }
+  return Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(Py_TYPE(o)), o));
+}
+
+}  // namespace
+
+PyObject* GraphBuilder::nodeSig(int id) {
+  Node& n = nodes_[id];
+  if (n.sig) return n.sig.get();
+  const TorchRefs* t = torchRefs();
+  n.sig = Ref::borrow(Py_None);
+  PyObject* f = n.fake.get();
+  if (!t || !f || reinterpret_cast<PyObject*>(Py_TYPE(f)) != t->fake_tensor_cls.get()) {
+    PyErr_Clear();
+    return Py_None;
+  }
+  // A fake tensor holding a constant (torch.tensor([...]) literals) propagates it: not memoized.
+  Ref constant = Ref::steal(PyObject_GetAttrString(f, "constant"));
+  Ref dtype = Ref::steal(PyObject_GetAttrString(f, "dtype"));
+  Ref device = Ref::steal(PyObject_GetAttrString(f, "device"));
+  Ref shape = Ref::steal(PyObject_GetAttrString(f, "shape"));
+  Ref stride = Ref::steal(PyObject_CallMethod(f, "stride", nullptr));
+  Ref rg = Ref::steal(PyObject_GetAttrString(f, "requires_grad"));
+  if (!constant || constant.get() != Py_None || !dtype || !device || !shape || !stride || !rg) {
+    PyErr_Clear();
+    return Py_None;
+  }
+  Ref sig = Ref::steal(PyTuple_Pack(5, dtype.get(), device.get(), shape.get(), stride.get(), rg.get()));
+  if (!sig) {
+    PyErr_Clear();
+    return Py_None;
+  }
+  n.sig = std::move(sig);
+  return n.sig.get();
+}
+
+bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
+  switch (a.kind) {
+    case Arg::Kind::Node: {
+      PyObject* sig = nodeSig(a.node);
+      return sig != Py_None && PyList_Append(out, sig) == 0;
+    }
+    case Arg::Kind::Const: {
+      if (!memoConstOk(a.constant.get(), torchRefs())) return false;
+      Ref c = memoConst(a.constant.get());
+      return c && PyList_Append(out, c.get()) == 0;
+    }
+    case Arg::Kind::Tuple:
+    case Arg::Kind::List: {
+      Ref items = Ref::steal(PyList_New(0));
+      if (!items) return false;
+      for (const Arg& i : a.items)
+        if (!argSig(i, items.get())) return false;
+      Ref tup = Ref::steal(PyList_AsTuple(items.get()));
+      Ref kind = Ref::steal(PyLong_FromLong(static_cast<long>(a.kind)));
+      if (!tup || !kind) return false;
+      Ref part = Ref::steal(PyTuple_Pack(2, kind.get(), tup.get()));
+      return part && PyList_Append(out, part.get()) == 0;
+    }
+    case Arg::Kind::Slice:
+      return false;
+  }
+  return false;
+}
+
+Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
+                          const std::vector<std::pair<Ref, Arg>>& kwargs) {
+  const TorchRefs* t = torchRefs();
+  if (!t || !mode_) {
+    PyErr_Clear();
+    return Ref();
+  }
+  PyObject* allowed = op == NodeOp::CallMethod ? t->memo_methods.get() : t->memo_functions.get();
+  if (op == NodeOp::Placeholder) return Ref();
+  int known = PySet_Contains(allowed, target);
+  if (known != 1) {
+    PyErr_Clear();  // unhashable target: not memoized
+    return Ref();
+  }
+  if (!memo_) {
+    memo_ = Ref::steal(PyDict_New());
+    if (!memo_) {
+      PyErr_Clear();
+      return Ref();
+    }
+  }
+  Ref grad = Ref::steal(PyObject_CallNoArgs(t->is_grad_enabled.get()));
+  Ref parts = Ref::steal(PyList_New(0));
+  Ref opn = Ref::steal(PyLong_FromLong(static_cast<long>(op)));
+  if (!grad || !parts || !opn || PyList_Append(parts.get(), opn.get()) < 0 ||
+      PyList_Append(parts.get(), target) < 0 || PyList_Append(parts.get(), grad.get()) < 0) {
+    PyErr_Clear();
+    return Ref();
+  }
+  for (const Arg& a : args)
+    if (!argSig(a, parts.get())) {
+      PyErr_Clear();
+      return Ref();
+    }
+  for (const auto& [name, value] : kwargs) {
+    // `out=` writes into (and returns) an existing tensor.
+    if (PyUnicode_Check(name.get()) && PyUnicode_CompareWithASCIIString(name.get(), "out") == 0)
+      return Ref();
+    if (PyList_Append(parts.get(), name.get()) < 0 || !argSig(value, parts.get())) {
+      PyErr_Clear();
+      return Ref();
+    }
+  }
+  Ref key = Ref::steal(PyList_AsTuple(parts.get()));
+  if (!key) PyErr_Clear();
+  return key;
+}
+
+void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const std::vector<Arg>& args) {
+  const TorchRefs* t = torchRefs();
+  if (!t || reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get()) {
+    PyErr_Clear();
+    return;
+  }
+  // Only a fresh tensor: never one of the inputs, at offset 0, not requiring grad (so that a
+  // made-up leaf is exactly what the op gives), holding no propagated constant.
+  for (const Arg& a : args)
+    if (a.kind == Arg::Kind::Node && nodes_[a.node].fake.get() == fake) return;
+  Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+  Ref constant = Ref::steal(PyObject_GetAttrString(fake, "constant"));
+  Ref offset = Ref::steal(PyObject_CallMethod(fake, "storage_offset", nullptr));
+  Ref conj = Ref::steal(PyObject_CallMethod(fake, "is_conj", nullptr));
+  Ref neg = Ref::steal(PyObject_CallMethod(fake, "is_neg", nullptr));
+  Ref layout = Ref::steal(PyObject_GetAttrString(fake, "layout"));
+  Ref strided = attrOf("torch", "strided");
+  if (!rg || !constant || !offset || !conj || !neg || !layout || !strided || rg.get() != Py_False ||
+      constant.get() != Py_None || PyLong_AsLong(offset.get()) != 0 || conj.get() != Py_False ||
+      neg.get() != Py_False || layout.get() != strided.get()) {
+    PyErr_Clear();
+    return;
+  }
+  Ref shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+  Ref stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
+  Ref dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+  Ref device = Ref::steal(PyObject_GetAttrString(fake, "device"));
+  if (!shape || !stride || !dtype || !device) {
+    PyErr_Clear();
+    return;
+  }
+  Ref entry = Ref::steal(PyTuple_Pack(4, shape.get(), stride.get(), dtype.get(), device.get()));
+  if (!entry || PyDict_SetItem(memo_.get(), key, entry.get()) < 0) PyErr_Clear();
+}
+
+Ref GraphBuilder::memoMake(PyObject* entry) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  // As FakeTensorMode's own cache does: an empty meta tensor with the metadata, wrapped in
+  // a FakeTensor of this mode; made with the mode's dispatch off (it is entered for the trace).
+  Ref guard = Ref::steal(PyObject_CallNoArgs(t->disable_dispatch.get()));
+  if (!guard) return Ref();
+  Ref entered = Ref::steal(PyObject_CallMethod(guard.get(), "__enter__", nullptr));
+  if (!entered) return Ref();
+  Ref result;
+  {
+    Ref kw = Ref::steal(PyDict_New());
+    Ref pos = Ref::steal(PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1)));
+    if (kw && pos && PyDict_SetItemString(kw.get(), "dtype", PyTuple_GET_ITEM(entry, 2)) == 0 &&
+        PyDict_SetItemString(kw.get(), "device", t->meta_device.get()) == 0) {
+      Ref empty = Ref::steal(PyObject_Call(t->empty_strided.get(), pos.get(), kw.get()));
+      if (empty)
+        result = Ref::steal(PyObject_CallFunctionObjArgs(t->fake_tensor_cls.get(), mode_.get(), empty.get(),
+                                                         PyTuple_GET_ITEM(entry, 3), nullptr));
+    }
+  }
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Ref exited = Ref::steal(PyObject_CallMethod(guard.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+  if (!exited) PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+  return result;
+}
+
 int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
   Node n{NodeOp::CallFunction};
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.impure = true;
+  // An effect changes global state that fake results depend on (grad mode, autocast).
+  if (memo_) PyDict_Clear(memo_.get());
   Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
   if (!fargs) return -1;
   for (size_t i = 0; i < n.args.size(); ++i) {
@@ -244,6 +545,11 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
 
   Ref graph = Ref::steal(PyObject_CallNoArgs(t->fx_graph_cls.get()));
   if (!graph) return Ref();
+  // Bound methods looked up once per graph, called without format strings.
+  Ref placeholder = Ref::steal(PyObject_GetAttrString(graph.get(), "placeholder"));
+  Ref call_function = Ref::steal(PyObject_GetAttrString(graph.get(), "call_function"));
+  Ref call_method = Ref::steal(PyObject_GetAttrString(graph.get(), "call_method"));
+  if (!placeholder || !call_function || !call_method) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
   PyObject* meta_key = intern("meta");
   PyObject* example_key = intern("example_value");
@@ -258,7 +564,10 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     if ((n.op == NodeOp::Placeholder) != (pass == 0)) continue;
     Ref fxn;
     if (n.op == NodeOp::Placeholder) {
-      fxn = Ref::steal(PyObject_CallMethod(graph.get(), "placeholder", "s", n.name.c_str()));
+      Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+      if (!name) return Ref();
+      PyObject* argv[] = {name.get()};
+      fxn = Ref::steal(PyObject_Vectorcall(placeholder.get(), argv, 1, nullptr));
       inputs_used->push_back(i);
     } else {
       Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
@@ -274,9 +583,9 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
         Ref val = materialize(v, true, &fx_nodes);
         if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
       }
-      const char* method = n.op == NodeOp::CallMethod ? "call_method" : "call_function";
-      fxn = Ref::steal(PyObject_CallMethod(graph.get(), method, "OOO", n.target.get(), fargs.get(),
-                                           fkwargs.get()));
+      PyObject* argv[] = {n.target.get(), fargs.get(), fkwargs.get()};
+      fxn = Ref::steal(PyObject_Vectorcall(
+          (n.op == NodeOp::CallMethod ? call_method : call_function).get(), argv, 3, nullptr));
       ++*op_count;
     }
     if (!fxn) return Ref();

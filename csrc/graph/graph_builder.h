@@ -56,6 +56,7 @@ struct Node {
   std::vector<std::pair<Ref, Arg>> kwargs;  // name (str) -> value
   Ref fake;            // fake result (FakeTensor, or a tuple of them)
   bool impure = false; // mutates its inputs: kept even when its result is unused
+  Ref sig;             // memo signature of `fake` (see GraphBuilder::memoKey); null: not read yet
 };
 
 class GraphBuilder {
@@ -97,7 +98,21 @@ class GraphBuilder {
  private:
   Ref materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes);
 
+  // Output-metadata memo (the fake-propagation shortcut of DESIGN.md): for a known-functional
+  // op whose tensor inputs carry the same metadata (dtype, device, sizes, strides,
+  // requires_grad) and whose constants are equal, a fresh FakeTensor with the remembered
+  // output metadata is made directly instead of dispatching through FakeTensorMode again.
+  // Only results that are one new tensor not requiring grad are remembered (so the
+  // fake result is a leaf either way). Cleared by every effect (grad mode, autocast).
+  Ref memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
+              const std::vector<std::pair<Ref, Arg>>& kwargs);
+  bool argSig(const Arg& a, PyObject* out_list);
+  PyObject* nodeSig(int id);
+  Ref memoMake(PyObject* entry);
+  void memoStore(PyObject* key, PyObject* fake, const std::vector<Arg>& args);
+
   Ref mode_;
+  Ref memo_;  // dict: memo key -> (shape, stride, dtype, device)
   bool entered_ = false;
   std::vector<Node> nodes_;
 };

@@ -1,54 +1,12 @@
-// Tensor guard through the Python API: a handful of attribute reads per tensor.
-// (The faster route, reading at::TensorImpl, belongs in this file alone.)
+// The tensor guard's cold half: readable descriptions and mismatch reasons. The hot check
+// and the capture read at::TensorImpl in tensor_check_torch.cpp (the only unit compiled
+// against torch's C++ headers).
 #include "guards/tensor_check.h"
 
 #include <sstream>
 
 namespace cdynamo::guards {
 namespace {
-
-struct Names {
-  PyObject* dtype = intern("dtype");
-  PyObject* device = intern("device");
-  PyObject* shape = intern("shape");
-  PyObject* stride = intern("stride");
-  PyObject* requires_grad = intern("requires_grad");
-};
-const Names& names() {
-  static const Names n;
-  return n;
-}
-
-// Reads a tuple of ints (torch.Size or tuple) into `out`. False with error set on failure.
-bool readInts(PyObject* seq, std::vector<int64_t>* out) {
-  if (!PyTuple_Check(seq)) {
-    PyErr_SetString(PyExc_TypeError, "expected a tuple of ints");
-    return false;
-  }
-  Py_ssize_t n = PyTuple_GET_SIZE(seq);
-  out->resize(n);
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    long long v = PyLong_AsLongLong(PyTuple_GET_ITEM(seq, i));
-    if (v == -1 && PyErr_Occurred()) return false;
-    (*out)[i] = v;
-  }
-  return true;
-}
-
-// Compares a tuple of ints with `expected` without allocating.
-bool intsEqual(PyObject* seq, const std::vector<int64_t>& expected) {
-  if (!PyTuple_Check(seq) || PyTuple_GET_SIZE(seq) != static_cast<Py_ssize_t>(expected.size()))
-    return false;
-  for (size_t i = 0; i < expected.size(); ++i) {
-    int overflow = 0;
-    long long v = PyLong_AsLongLongAndOverflow(PyTuple_GET_ITEM(seq, i), &overflow);
-    if (overflow || v != expected[i]) {
-      PyErr_Clear();
-      return false;
-    }
-  }
-  return true;
-}
 
 std::string intsText(const std::vector<int64_t>& v) {
   std::ostringstream s;
@@ -59,50 +17,21 @@ std::string intsText(const std::vector<int64_t>& v) {
 }
 
 std::string reprOf(PyObject* o) {
+  if (!o) return "?";
   Ref r = Ref::steal(PyObject_Str(o));
   if (!r) {
     PyErr_Clear();
     return "?";
   }
-  return PyUnicode_AsUTF8(r.get());
+  const char* s = PyUnicode_AsUTF8(r.get());
+  if (!s) {
+    PyErr_Clear();
+    return "?";
+  }
+  return s;
 }
 
 }  // namespace
-
-bool captureTensorSpec(PyObject* t, TensorSpec* out) {
-  const Names& n = names();
-  out->type = Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(t)));
-  out->dtype = Ref::steal(PyObject_GetAttr(t, n.dtype));
-  if (!out->dtype) return false;
-  out->device = Ref::steal(PyObject_GetAttr(t, n.device));
-  if (!out->device) return false;
-  Ref rg = Ref::steal(PyObject_GetAttr(t, n.requires_grad));
-  if (!rg) return false;
-  out->requires_grad = rg.get() == Py_True;
-  Ref shape = Ref::steal(PyObject_GetAttr(t, n.shape));
-  if (!shape || !readInts(shape.get(), &out->sizes)) return false;
-  Ref stride = Ref::steal(PyObject_CallMethodNoArgs(t, n.stride));
-  if (!stride || !readInts(stride.get(), &out->strides)) return false;
-  return true;
-}
-
-bool tensorMatches(const TensorSpec& spec, PyObject* t) {
-  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != spec.type.get()) return false;
-  const Names& n = names();
-  Ref dtype = Ref::steal(PyObject_GetAttr(t, n.dtype));
-  if (dtype.get() != spec.dtype.get()) return PyErr_Clear(), false;
-  Ref rg = Ref::steal(PyObject_GetAttr(t, n.requires_grad));
-  if (!rg || (rg.get() == Py_True) != spec.requires_grad) return PyErr_Clear(), false;
-  Ref shape = Ref::steal(PyObject_GetAttr(t, n.shape));
-  if (!shape || !intsEqual(shape.get(), spec.sizes)) return PyErr_Clear(), false;
-  Ref stride = Ref::steal(PyObject_CallMethodNoArgs(t, n.stride));
-  if (!stride || !intsEqual(stride.get(), spec.strides)) return PyErr_Clear(), false;
-  Ref device = Ref::steal(PyObject_GetAttr(t, n.device));
-  if (!device) return PyErr_Clear(), false;
-  int eq = PyObject_RichCompareBool(device.get(), spec.device.get(), Py_EQ);
-  if (eq != 1) return PyErr_Clear(), false;
-  return true;
-}
 
 std::string tensorMismatch(const TensorSpec& spec, PyObject* t) {
   if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != spec.type.get())
@@ -113,7 +42,7 @@ std::string tensorMismatch(const TensorSpec& spec, PyObject* t) {
     PyErr_Clear();
     return "could not read tensor metadata";
   }
-  if (now.dtype.get() != spec.dtype.get())
+  if (now.scalar_type != spec.scalar_type)
     return "dtype is " + reprOf(now.dtype.get()) + ", expected " + reprOf(spec.dtype.get());
   if (now.requires_grad != spec.requires_grad)
     return std::string("requires_grad is ") + (now.requires_grad ? "True" : "False") +
@@ -122,11 +51,11 @@ std::string tensorMismatch(const TensorSpec& spec, PyObject* t) {
     return "size is " + intsText(now.sizes) + ", expected " + intsText(spec.sizes);
   if (now.strides != spec.strides)
     return "stride is " + intsText(now.strides) + ", expected " + intsText(spec.strides);
-  int eq = PyObject_RichCompareBool(now.device.get(), spec.device.get(), Py_EQ);
-  if (eq != 1) {
-    PyErr_Clear();
+  if (now.device_type != spec.device_type || now.device_index != spec.device_index)
     return "device is " + reprOf(now.device.get()) + ", expected " + reprOf(spec.device.get());
-  }
+  if (now.dispatch_keys != spec.dispatch_keys)
+    return "dispatch keys are " + detail::dispatchKeysText(now.dispatch_keys) + ", expected " +
+           detail::dispatchKeysText(spec.dispatch_keys);
   return "";
 }
 

@@ -1,6 +1,7 @@
 // The per-tensor guard: what a graph compiled for one tensor assumes about the next one.
-// Isolated so that it can later read at::TensorImpl directly (DESIGN.md) without the rest
-// of the guards depending on torch's C++ headers.
+// The hot check (tensorMatches) and the capture read at::TensorImpl directly and live in
+// tensor_check_torch.cpp, the one translation unit compiled against torch's C++ headers;
+// nothing else in cdynamo includes them. The cold descriptions live in tensor_check.cpp.
 #pragma once
 #include <Python.h>
 
@@ -14,20 +15,33 @@ namespace cdynamo::guards {
 
 struct TensorSpec {
   Ref type;     // exact Python type (torch.Tensor, torch.nn.Parameter)
-  Ref dtype;    // torch.dtype singleton
-  Ref device;   // torch.device
+  Ref dtype;    // torch.dtype singleton (for descriptions)
+  Ref device;   // torch.device (for descriptions)
   bool requires_grad = false;
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
+  // What the fast check compares, read from at::TensorImpl: c10::ScalarType,
+  // c10::DeviceType, c10::DeviceIndex, and the tensor's DispatchKeySet (raw), which
+  // tells apart inference tensors, conjugate/negative views and the like, as
+  // torch._dynamo's TENSOR_MATCH does.
+  int scalar_type = -1;
+  int device_type = -1;
+  int device_index = -1;
+  uint64_t dispatch_keys = 0;
 };
 
 // Reads the spec of a real tensor. Returns false with a Python error set on failure.
 bool captureTensorSpec(PyObject* tensor, TensorSpec* out);
-// True when `obj` matches `spec`. Never leaves a Python error set.
+// True when `obj` matches `spec`. Never leaves a Python error set; allocates nothing.
 bool tensorMatches(const TensorSpec& spec, PyObject* obj);
 // Cold: why `obj` does not match (empty if it does).
 std::string tensorMismatch(const TensorSpec& spec, PyObject* obj);
 // Cold: "Tensor(dtype=float32, device=cpu, size=[2, 3], stride=[3, 1], requires_grad=False)".
 std::string describeTensorSpec(const TensorSpec& spec);
+
+namespace detail {
+// Cold, for descriptions: c10's name of a raw DispatchKeySet.
+std::string dispatchKeysText(uint64_t raw);
+}  // namespace detail
 
 }  // namespace cdynamo::guards

@@ -30,6 +30,43 @@ def test_tensor_properties_recompile():
     assert cnt.frame_count == len(variants)
 
 
+def test_tensor_dispatch_keys_recompile(caplog):
+    # Same dtype, shape, strides and device, different dispatch keys: an inference tensor,
+    # a conjugate view. Checked as torch._dynamo's TENSOR_MATCH does.
+    import logging
+
+    cf, cnt = compiled(lambda x: x * 2)
+    x = torch.randn(2, 3)
+    cf(x)
+    with torch.inference_mode():
+        xi = torch.randn(2, 3)
+    cdynamo.set_logs("recompiles")
+    try:
+        with caplog.at_level(logging.INFO, logger="cdynamo"):
+            cdynamo._logging.log.propagate = True
+            torch.testing.assert_close(cf(xi), xi * 2)
+    finally:
+        cdynamo._logging.log.propagate = False
+        cdynamo.set_logs("")
+    assert cnt.frame_count == 2
+    assert "dispatch keys are" in "\n".join(r.getMessage() for r in caplog.records)
+    cf(x), cf(xi)
+    assert cnt.frame_count == 2
+
+    cc, cnt = compiled(lambda x: x * 2)
+    c = torch.randn(2, 3, dtype=torch.complex64)
+    cc(c)
+    torch.testing.assert_close(cc(c.conj()), c.conj() * 2)
+    assert cnt.frame_count == 2
+
+
+def test_tensor_without_strides_is_not_a_crash():
+    cf, cnt = compiled(lambda x: x * 2)
+    s = torch.eye(3).to_sparse()
+    torch.testing.assert_close(cf(s).to_dense(), torch.eye(3) * 2)
+    torch.testing.assert_close(cf(s).to_dense(), torch.eye(3) * 2)
+
+
 def test_guard_failure_reasons_are_readable():
     cf, cnt = compiled(lambda x, k: x * k)
     x = torch.randn(2, 3)

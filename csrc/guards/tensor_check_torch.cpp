@@ -1,0 +1,120 @@
+// The tensor guard's hot half, reading at::TensorImpl directly (DESIGN.md: "the part of
+// the guard evaluator that reads tensor metadata may compile against the C++ headers that
+// ship inside the torch wheel, in one isolated translation unit"). This is that unit; it is
+// compiled with torch's include paths and ABI flags (CMakeLists.txt) and links libc10 only.
+//
+// A tensor check is then: exact Python type, one pointer load to the TensorImpl, a compare
+// of dispatch keys / dtype / device, sizes and strides compared in place, and
+// requires_grad — tens of nanoseconds, no Python attribute access, no allocation.
+//
+// Layout assumption: every instance of a Python type that subclasses torch._C.TensorBase
+// is a THPVariable (torch/csrc/autograd/python_variable.h). captureTensorSpec verifies the
+// type is such a subclass, and the check compares the exact type first, so the cast below
+// only ever sees THPVariables.
+#include <ATen/core/Tensor.h>
+#include <c10/core/TensorImpl.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "guards/tensor_check.h"
+
+namespace cdynamo::guards {
+namespace {
+
+// torch._C.TensorBase, looked up once through Python (so that this unit needs no symbol
+// of libtorch_python). Borrowed for the life of the process: torch._C is never unloaded.
+PyObject* tensorBaseType() {
+  static PyObject* type = [] () -> PyObject* {
+    Ref mod = Ref::steal(PyImport_ImportModule("torch._C"));
+    if (!mod) return nullptr;
+    return PyObject_GetAttrString(mod.get(), "TensorBase");  // kept for the process
+  }();
+  return type;
+}
+
+inline c10::TensorImpl* implOf(PyObject* obj) {
+  return reinterpret_cast<THPVariable*>(obj)->cdata.unsafeGetTensorImpl();
+}
+
+inline bool sameInts(c10::IntArrayRef now, const std::vector<int64_t>& expected) {
+  if (now.size() != expected.size()) return false;
+  for (size_t i = 0; i < expected.size(); ++i)
+    if (now[i] != expected[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+bool captureTensorSpec(PyObject* t, TensorSpec* out) {
+  PyObject* base = tensorBaseType();
+  if (!base) return false;
+  int is_tensor = PyObject_IsInstance(t, base);
+  if (is_tensor < 0) return false;
+  if (!is_tensor) {
+    PyErr_Format(PyExc_TypeError, "expected a torch.Tensor, got %s", Py_TYPE(t)->tp_name);
+    return false;
+  }
+  // Python objects kept for descriptions only (cold).
+  out->dtype = Ref::steal(PyObject_GetAttrString(t, "dtype"));
+  if (!out->dtype) return false;
+  out->device = Ref::steal(PyObject_GetAttrString(t, "device"));
+  if (!out->device) return false;
+  try {
+    const at::Tensor& tensor = reinterpret_cast<THPVariable*>(t)->cdata;
+    if (!tensor.defined()) {
+      PyErr_SetString(PyExc_TypeError, "undefined tensor");
+      return false;
+    }
+    c10::TensorImpl* impl = tensor.unsafeGetTensorImpl();
+    // sizes()/strides() throw for layouts without them (sparse, nested) and for symbolic
+    // shapes: such a tensor gets no tensor check (the caller makes the guard fail).
+    c10::IntArrayRef sizes = impl->sizes();
+    c10::IntArrayRef strides = impl->strides();
+    out->sizes.assign(sizes.begin(), sizes.end());
+    out->strides.assign(strides.begin(), strides.end());
+    out->scalar_type = static_cast<int>(c10::typeMetaToScalarType(impl->dtype()));
+    c10::Device device = impl->device();
+    out->device_type = static_cast<int>(device.type());
+    out->device_index = static_cast<int>(device.index());
+    out->requires_grad = impl->requires_grad();
+    out->dispatch_keys = impl->key_set().raw_repr();
+  } catch (const std::exception& e) {
+    PyErr_Format(PyExc_RuntimeError, "cannot read tensor metadata: %s", e.what());
+    return false;
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "cannot read tensor metadata");
+    return false;
+  }
+  out->type = Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(t)));
+  return true;
+}
+
+bool tensorMatches(const TensorSpec& spec, PyObject* t) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(t)) != spec.type.get()) return false;
+  try {
+    const c10::TensorImpl* impl = implOf(t);
+    if (impl == nullptr) return false;
+    if (impl->key_set().raw_repr() != spec.dispatch_keys) return false;
+    if (static_cast<int>(c10::typeMetaToScalarType(impl->dtype())) != spec.scalar_type) return false;
+    if (!sameInts(impl->sizes(), spec.sizes)) return false;
+    if (!sameInts(impl->strides(), spec.strides)) return false;
+    c10::Device device = impl->device();
+    if (static_cast<int>(device.type()) != spec.device_type ||
+        static_cast<int>(device.index()) != spec.device_index)
+      return false;
+    return impl->requires_grad() == spec.requires_grad;
+  } catch (...) {
+    return false;
+  }
+}
+
+namespace detail {
+std::string dispatchKeysText(uint64_t raw) {
+  try {
+    return c10::toString(c10::DispatchKeySet(c10::DispatchKeySet::RAW, raw));
+  } catch (...) {
+    return "?";
+  }
+}
+}  // namespace detail
+
+}  // namespace cdynamo::guards
