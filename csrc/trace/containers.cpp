@@ -14,13 +14,6 @@ using bytecode::Op;
 
 namespace {
 
-ValuePtr pop(SymbolicFrame& f) {
-  CDYNAMO_CHECK(!f.stack.empty(), "symbolic stack underflow");
-  ValuePtr v = std::move(f.stack.back());
-  f.stack.pop_back();
-  return v;
-}
-
 bool isHashableConstant(const ValuePtr& v) { return v->is(Kind::Constant) && PyObject_Hash(v->obj.get()) != -1; }
 
 // Set members the trace can compare: hashable constants, and modules (hashed and compared

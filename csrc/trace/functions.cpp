@@ -12,13 +12,6 @@ using bytecode::Op;
 
 namespace {
 
-ValuePtr pop(SymbolicFrame& f) {
-  CDYNAMO_CHECK(!f.stack.empty(), "symbolic stack underflow");
-  ValuePtr v = std::move(f.stack.back());
-  f.stack.pop_back();
-  return v;
-}
-
 ValuePtr newCell(ValuePtr contents) {
   auto c = std::make_shared<Value>();
   c->kind = Kind::Cell;

@@ -13,20 +13,6 @@ using bytecode::Op;
 
 namespace {
 
-ValuePtr pop(SymbolicFrame& f) {
-  CDYNAMO_CHECK(!f.stack.empty(), "symbolic stack underflow");
-  ValuePtr v = std::move(f.stack.back());
-  f.stack.pop_back();
-  return v;
-}
-
-std::vector<ValuePtr> popN(SymbolicFrame& f, size_t n) {
-  CDYNAMO_CHECK(f.stack.size() >= n, "symbolic stack underflow");
-  std::vector<ValuePtr> out(f.stack.end() - n, f.stack.end());
-  f.stack.resize(f.stack.size() - n);
-  return out;
-}
-
 bool isNoneValue(const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get() == Py_None; }
 
 }  // namespace

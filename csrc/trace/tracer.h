@@ -21,6 +21,7 @@
 #include "graph/graph_builder.h"
 #include "guards/guard_program.h"
 #include "runtime/compiled_entry.h"
+#include "support/check.h"
 #include "support/frame_view.h"
 #include "trace/values/value.h"
 
@@ -47,6 +48,22 @@ struct SymbolicFrame {
   std::vector<bytecode::ExceptionTableEntry> handlers;
   bool handlers_decoded = false;
 };
+
+// Stack helpers shared by the opcode handlers; underflow is a broken invariant (the
+// bytecode's own stack discipline guarantees the items are there).
+inline ValuePtr pop(SymbolicFrame& f) {
+  CDYNAMO_CHECK(!f.stack.empty(), "symbolic stack underflow");
+  ValuePtr v = std::move(f.stack.back());
+  f.stack.pop_back();
+  return v;
+}
+
+inline std::vector<ValuePtr> popN(SymbolicFrame& f, size_t n) {
+  CDYNAMO_CHECK(f.stack.size() >= n, "symbolic stack underflow");
+  std::vector<ValuePtr> out(f.stack.end() - static_cast<std::ptrdiff_t>(n), f.stack.end());
+  f.stack.resize(f.stack.size() - n);
+  return out;
+}
 
 // Where tracing stopped and why (for logs, stats, explain and fullgraph errors).
 struct Unsupported {
