@@ -194,8 +194,13 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
           !isModuleClass(obj->obj.get()))
         return objectGetAttr(obj, name);  // attributes of a user class: methods, classmethods, constants
       Ref v = Ref::steal(PyObject_GetAttr(obj->obj.get(), name));
-      if (!v) return failFromPython(std::string("attribute '") + n + "'");
+      if (!v) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) return raisePython();
+        return failFromPython(std::string("attribute '") + n + "'");
+      }
       if (isConstantObject(v.get())) return Value::constant(v.get());
+      if (obj->is(Kind::Callable) && PyFunction_Check(obj->obj.get()) && PyDict_CheckExact(v.get()))
+        return wrap(v.get(), -1);  // a function's __dict__ / __annotations__, read (functools.wraps)
       if (obj->is(Kind::Constant) && PyCallable_Check(v.get()))
         return Value::object(Kind::Callable, v.get());  // a method of an immutable constant
       if (obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
@@ -221,8 +226,9 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
     case Kind::Slice:
     case Kind::Iterator:
     case Kind::Method:
-    case Kind::Cell:
     case Kind::Function:
+      return functionAttr(obj, name);
+    case Kind::Cell:
     case Kind::Partial:
       break;
     case Kind::Context:

@@ -189,7 +189,34 @@ ValuePtr Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args, std::vecto
   return obj;
 }
 
+ValuePtr Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
+  FunctionParts& p = *fn->fn;
+  if (!p.attrs) p.attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  int k = p.attrs->findKey(name);
+  if (k >= 0) return p.attrs->items[static_cast<size_t>(k)];
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(p.code.get());
+  const char* n = PyUnicode_AsUTF8(name);
+  if (strcmp(n, "__name__") == 0) return Value::constant(co->co_name);
+  if (strcmp(n, "__qualname__") == 0) return Value::constant(p.qualname.get());
+  if (strcmp(n, "__module__") == 0) {
+    PyObject* m = PyDict_GetItemString(p.globals, "__name__");
+    return Value::constant(m ? m : Py_None);
+  }
+  if (strcmp(n, "__doc__") == 0) {  // 3.11: a function's first constant is its docstring or None
+    PyObject* c0 = PyTuple_GET_SIZE(co->co_consts) ? PyTuple_GET_ITEM(co->co_consts, 0) : Py_None;
+    return Value::constant(PyUnicode_Check(c0) ? c0 : Py_None);
+  }
+  if (strcmp(n, "__dict__") == 0) return p.attrs;
+  if (strcmp(n, "__annotations__") == 0) return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  return raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
+}
+
 bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+  if (obj->is(Kind::Function)) {  // attributes of a function made in the trace (functools.wraps)
+    if (!obj->fn->attrs) obj->fn->attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fail("replacing a function's __dict__"), false;
+    return storeSubscript(obj->fn->attrs, Value::constant(name), value);
+  }
   if (obj->is(Kind::NewObject)) {
     PyObject* descr = lookupInMro(obj->obj.get(), name, nullptr);
     if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {

@@ -157,6 +157,8 @@ class Tracer {
   // (*found = false otherwise, with nothing done).
   ValuePtr callDunder(const ValuePtr& obj, const char* name, std::vector<ValuePtr> args, bool* found);
   ValuePtr makeSuper(std::vector<ValuePtr>& args);
+  // Attributes of a function made in the trace: its name, module, doc, and those set on it.
+  ValuePtr functionAttr(const ValuePtr& fn, PyObject* name);
   // A class made by collections.namedtuple (a tuple subclass with _fields).
   static bool isNamedTupleClass(PyObject* cls);
   bool isUserObject(const ValuePtr& v) const {

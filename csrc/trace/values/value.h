@@ -98,6 +98,7 @@ struct FunctionParts {
   ValuePtr defaults;             // Tuple or null
   ValuePtr kwdefaults;           // Dict or null
   std::vector<ValuePtr> closure; // Cell values
+  ValuePtr attrs;                // Dict of attributes set in the trace (functools.wraps), or null
 };
 
 // Readable kind name for messages.
