@@ -375,6 +375,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           // query; anything else may change global state (torch.set_grad_enabled(False),
           // torch.manual_seed) and must not run here.
           if (isPureTorchQuery(f)) return recordCall(NodeOp::CallFunction, f, args, kwargs);
+          // A Python helper of torch (F._none_or_dtype, F._canonical_mask, ...) is traced
+          // like user code: its effects, if any, are then modelled instead of run.
+          if (PyFunction_Check(f)) return inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
           if (!isTensorFactory(f)) {
             Ref name = Ref::steal(PyObject_GetAttrString(f, "__qualname__"));
             PyErr_Clear();
