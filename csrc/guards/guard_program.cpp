@@ -124,6 +124,13 @@ void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
 
+void GuardProgram::checkNoModuleHooks(int reg) {
+  Check c{CheckKind::NoHooks, reg};
+  c.what = names_[reg];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
 void GuardProgram::checkGradMode(bool enabled) {
   for (const Check& c : checks_)
     if (c.kind == CheckKind::GradMode) return;
@@ -210,6 +217,20 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     }
     case CheckKind::DictEmpty:
       return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0;
+    case CheckKind::NoHooks: {
+      // One read of the module's __dict__ for its four hook dicts (a module is called
+      // inline only while none of its hooks would run).
+      static PyObject* const kHooks[] = {intern("_forward_hooks"), intern("_forward_pre_hooks"),
+                                         intern("_backward_hooks"), intern("_backward_pre_hooks")};
+      PyObject** dictptr = _PyObject_GetDictPtr(v);
+      if (!dictptr || !*dictptr) return false;
+      for (PyObject* name : kHooks) {
+        PyObject* d = PyDict_GetItemWithError(*dictptr, name);
+        if (d && (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 0)) return false;
+        if (!d && PyErr_Occurred()) return PyErr_Clear(), false;
+      }
+      return true;
+    }
     case CheckKind::DictKeys: {
       PyObject* keys = c.obj.get();
       if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(keys)) return false;
@@ -272,6 +293,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return "not " + c.what;
     case CheckKind::DictKeys:
       return "list(" + c.what + ".keys()) == " + reprOf(c.obj.get());
+    case CheckKind::NoHooks:
+      return c.what + " has no module hooks";
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
   }

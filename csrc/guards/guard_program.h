@@ -41,6 +41,7 @@ enum class CheckKind : uint8_t {
   Length,     // len(reg) == index (tuple/list/dict)
   DictEmpty,  // reg is a dict with no items (module hook dicts)
   DictKeys,   // reg is a dict whose keys are obj's, in the same order
+  NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
 };
 
@@ -78,6 +79,7 @@ class GuardProgram {
   void checkLength(int reg, Py_ssize_t n);
   void checkDictEmpty(int reg);
   void checkDictKeys(int reg, PyObject* dict);
+  void checkNoModuleHooks(int reg);
   void checkGradMode(bool enabled);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }

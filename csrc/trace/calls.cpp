@@ -447,11 +447,10 @@ ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
                                            "_backward_pre_hooks"};
   for (const char* h : kHookDicts) {
     PyObject* d = instanceDictItem(m, h);
-    if (!d) continue;
-    if (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 0) return fail(std::string("module has ") + h + " (hooks are not supported yet)");
-    int reg = load(LoadKind::InstanceDict, module->reg, 0, intern(h), guards().sourceName(module->reg) + "." + h);
-    guards().checkDictEmpty(reg);
+    if (d && (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 0))
+      return fail(std::string("module has ") + h + " (hooks are not supported yet)");
   }
+  guards().checkNoModuleHooks(module->reg);
   static const char* const kGlobalHooks[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
                                              "_global_backward_hooks", "_global_backward_pre_hooks"};
   Ref mm = Ref::steal(PyImport_ImportModule("torch.nn.modules.module"));
