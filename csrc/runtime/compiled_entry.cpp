@@ -36,6 +36,11 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
         else
           PyList_SET_ITEM(seq, i, item);
       }
+      if (!tuple && p.constant) {  // a deque: deque(items, maxlen)
+        PyObject* dq = PyObject_CallFunctionObjArgs(p.constant.get(), seq, p.ctor_arg ? p.ctor_arg.get() : Py_None, nullptr);
+        Py_DECREF(seq);
+        return dq;
+      }
       if (tuple && p.constant) {  // a namedtuple: tuple.__new__(cls, items)
         PyObject* nt = PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", p.constant.get(), seq);
         Py_DECREF(seq);
@@ -45,7 +50,8 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
     }
     case OutputPlan::Kind::Dict: {
       PyObject* d = p.constant.get() == reinterpret_cast<PyObject*>(&PyDict_Type) ? PyDict_New()
-                                                                                  : PyObject_CallNoArgs(p.constant.get());
+                    : p.ctor_arg ? PyObject_CallOneArg(p.constant.get(), p.ctor_arg.get())  // defaultdict(factory)
+                                 : PyObject_CallNoArgs(p.constant.get());
       if (!d) return nullptr;
       for (size_t i = 0; i < p.items.size(); ++i) {
         PyObject* v = build(p.items[i], graph_out, regs);

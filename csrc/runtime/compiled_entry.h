@@ -26,6 +26,7 @@ struct OutputPlan {
   Ref constant;      // Constant; Dict: the dict type (dict, OrderedDict)
   std::vector<OutputPlan> items;  // Tuple / List / Set items; Dict values
   std::vector<Ref> keys;          // Dict keys
+  Ref ctor_arg;                   // List: a deque class in `constant`, maxlen here; Dict: a defaultdict factory
 };
 
 // A side effect replayed after the graph ran, in program order.

@@ -356,6 +356,63 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         t->obj = Ref::borrow(f);
         return t;
       }
+      if (isType(f, "collections", "deque")) {
+        ValuePtr q = Value::sequence(Kind::List, {});
+        q->obj = Ref::borrow(f);
+        ValuePtr maxlen = args.size() > 1 ? args[1] : nullptr;
+        for (auto& [k, v] : kwargs)
+          if (PyUnicode_CompareWithASCIIString(k.get(), "maxlen") == 0) maxlen = v;
+        if (maxlen && !(maxlen->is(Kind::Constant) && (maxlen->obj.get() == Py_None || PyLong_Check(maxlen->obj.get()))))
+          return fail("deque maxlen must be a constant int");
+        if (maxlen && maxlen->obj.get() != Py_None) q->ctor_arg = maxlen->obj.copy();
+        if (!args.empty()) {
+          std::vector<ValuePtr> a{args[0]};
+          std::vector<std::pair<Ref, ValuePtr>> kw;
+          if (!callContainerMethod(q, intern("extend"), a, kw)) return nullptr;
+        }
+        return q;
+      }
+      if (isType(f, "collections", "defaultdict")) {
+        ValuePtr d = Value::dict(f, {}, {});
+        if (!args.empty()) {
+          if (!args[0]->real() || !PyCallable_Check(args[0]->real())) return fail("defaultdict factory must be a callable");
+          d->ctor_arg = Ref::borrow(args[0]->real());
+          std::vector<ValuePtr> rest(args.begin() + 1, args.end());
+          if (!callContainerMethod(d, intern("update"), rest, kwargs)) return nullptr;
+        }
+        return d;
+      }
+      if (isType(f, "operator", "itemgetter") || isType(f, "operator", "attrgetter")) {
+        Ref made = toPython(Value::sequence(Kind::Tuple, args));
+        if (!made || !kwargs.empty()) return fail("itemgetter/attrgetter of non-constants");
+        Ref obj = Ref::steal(PyObject_Call(f, made.get(), nullptr));
+        if (!obj) return raisePython();
+        return Value::object(Kind::Callable, obj.get());
+      }
+      if (isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), "operator", "itemgetter") ||
+          isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), "operator", "attrgetter")) {
+        // operator.itemgetter(k...)(obj) / attrgetter("a.b")(obj): their keys are in __reduce__.
+        if (args.size() != 1 || !kwargs.empty()) return fail("getter called with several arguments");
+        Ref red = Ref::steal(PyObject_CallMethod(f, "__reduce__", nullptr));
+        if (!red || !PyTuple_Check(red.get()) || PyTuple_GET_SIZE(red.get()) < 2) return failFromPython("getter keys");
+        PyObject* keys = PyTuple_GET_ITEM(red.get(), 1);
+        bool item = isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), "operator", "itemgetter");
+        std::vector<ValuePtr> got;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
+          PyObject* key = PyTuple_GET_ITEM(keys, i);
+          ValuePtr v = args[0];
+          if (item) {
+            v = subscript(v, Value::constant(key));
+          } else {
+            Ref parts = Ref::steal(PyUnicode_Split(key, Ref::steal(PyUnicode_FromString(".")).get(), -1));
+            for (Py_ssize_t k = 0; v && parts && k < PyList_GET_SIZE(parts.get()); ++k)
+              v = getAttr(v, PyList_GET_ITEM(parts.get(), k));
+          }
+          if (!v) return nullptr;
+          got.push_back(v);
+        }
+        return got.size() == 1 ? got[0] : Value::sequence(Kind::Tuple, std::move(got));
+      }
       if (isType(f, "collections", "OrderedDict")) {
         ValuePtr d = Value::dict(f, {}, {});
         if (!callContainerMethod(d, intern("update"), args, kwargs)) return nullptr;
@@ -428,10 +485,35 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           }
         if (!replaced) kw.push_back(std::move(kv));
       }
+      if (fn->items.size() > 3) {  // a function decorated with a torch context manager
+        const ValuePtr& tmpl = fn->items[3];
+        std::vector<ValuePtr> ctx_args = tmpl->items;
+        std::vector<std::pair<Ref, ValuePtr>> no_kw;
+        for (ValuePtr& a : ctx_args)
+          if (!a) a = Value::constant(Py_None);
+        ValuePtr ctx = makeContext(tmpl->obj.get(), ctx_args, no_kw);
+        if (!ctx || !enterContext(ctx)) return nullptr;
+        ValuePtr r = call(fn->items[0], std::move(all), std::move(kw));
+        if (!r && !exceptionPending()) return nullptr;
+        ValuePtr pending = std::move(pending_exc_);
+        pending_exc_.reset();
+        if (!exitContext(ctx)) return nullptr;
+        if (pending) return raiseValue(std::move(pending));
+        return r;
+      }
       return call(fn->items[0], std::move(all), std::move(kw));
     }
+    case Kind::Context: {
+      // @torch.no_grad() on a function: a function that enters a fresh copy of the
+      // context around each call.
+      if (args.size() != 1 || !kwargs.empty()) return fail("calling a context manager with these arguments");
+      auto p = std::make_shared<Value>();
+      p->kind = Kind::Partial;
+      p->items = {args[0], Value::sequence(Kind::Tuple, {}), Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {})};
+      p->items.push_back(fn);  // items[3]: the context template
+      return p;
+    }
     case Kind::Cell:
-    case Kind::Context:
     case Kind::Super:
       break;
   }

@@ -229,6 +229,48 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     }
     return t;
   }
+  if (self->is(Kind::List) && self->obj) {  // a deque
+    std::vector<ValuePtr>& items = self->items;
+    long maxlen = self->ctor_arg ? PyLong_AsLong(self->ctor_arg.get()) : -1;
+    auto trim = [&](bool from_left) {
+      while (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
+        items.erase(from_left ? items.begin() : items.end() - 1);
+    };
+    if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
+      if (!noEffect()) return nullptr;
+      if ((is("append") || is("appendleft")) && args.size() == 1) {
+        if (is("append")) {
+          items.push_back(args[0]);
+          trim(true);
+        } else {
+          items.insert(items.begin(), args[0]);
+          trim(false);
+        }
+        return Value::constant(Py_None);
+      }
+      if ((is("extend") || is("extendleft")) && args.size() == 1) {
+        std::vector<ValuePtr> more;
+        if (!iterate(args[0], &more)) return nullptr;
+        for (const ValuePtr& m : more) {
+          if (is("extend")) {
+            items.push_back(m);
+            trim(true);
+          } else {
+            items.insert(items.begin(), m);
+            trim(false);
+          }
+        }
+        return Value::constant(Py_None);
+      }
+      if ((is("pop") || is("popleft")) && args.empty()) {
+        if (items.empty()) return raiseNew(PyExc_IndexError, is("pop") ? "pop from an empty deque" : "pop from an empty deque");
+        ValuePtr v = is("pop") ? items.back() : items.front();
+        items.erase(is("pop") ? items.end() - 1 : items.begin());
+        return v;
+      }
+    }
+    if (is("insert") || is("sort") || is("copy")) return fail(std::string("deque.") + n + "() is not supported yet");
+  }
   if (self->is(Kind::List) || self->is(Kind::Tuple)) {
     bool list = self->is(Kind::List);
     std::vector<ValuePtr>& items = self->items;
@@ -346,6 +388,14 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       if (k == -2) return failFromPython("dict key comparison");
       if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
       if (k >= 0) return values[static_cast<size_t>(k)];
+      if (is("__getitem__") && self->ctor_arg) {  // defaultdict: the factory makes the value
+        if (!noEffect()) return nullptr;
+        ValuePtr v = call(Value::object(Kind::Callable, self->ctor_arg.get()), {}, {});
+        if (!v) return nullptr;
+        keys.push_back(Ref::borrow(key));
+        values.push_back(v);
+        return v;
+      }
       if (is("__getitem__")) {
         PyErr_SetObject(PyExc_KeyError, key);
         return raisePython();

@@ -120,6 +120,7 @@ ValuePtr Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
 }
 
 ValuePtr Tracer::enterContext(const ValuePtr& ctx) {
+  if (inGenerator()) return fail("a context manager inside a generator that is run in place");
   const ContextFns* f = fns();
   switch (kindOf(ctx->obj.get())) {
     case Ctx::NoGrad:

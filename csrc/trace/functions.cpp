@@ -119,7 +119,7 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
       if (real_cell) {
         int reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
-        effects_.push_back({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]});
+        if (!recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]})) return false;
         cell_overlay_[real_cell] = slot->items[0];
       }
       return true;
@@ -260,7 +260,11 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
     if (!v) return failed_ ? nullptr : fail("missing a required keyword-only argument (TypeError)");
     f.locals[i] = v;
   }
-  return runFrame(f);
+  if (!f.generator) return runFrame(f);
+  ++generator_depth_;
+  ValuePtr r = runFrame(f);
+  --generator_depth_;
+  return r;
 }
 
 }  // namespace cdynamo::trace

@@ -467,7 +467,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         PyObject* name = PyTuple_GET_ITEM(names, arg);
         int reg = load(guards::LoadKind::Constant, -1, 0, f.globals, "globals");
         ValuePtr value = pop(f);
-        effects_.push_back({PendingEffect::Kind::SetItem, reg, Ref::borrow(name), value});
+        if (!recordEffect({PendingEffect::Kind::SetItem, reg, Ref::borrow(name), value})) return nullptr;
         setOverlayAttr(reg, name, value);
         break;
       }

@@ -107,6 +107,10 @@ ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   else if (isUserObject(self)) cls = classOf(self);
   else if (self->is(Kind::Callable) && PyType_Check(self->obj.get())) cls = self->obj.get();  // classmethod's cls
   if (!cls) return fail(std::string("super() of a ") + kindName(self->kind));
+  if (!obj->is(Kind::Super) && !self->is(Kind::Callable)) {
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::object(Kind::Callable, cls);
+    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0 && self->is(Kind::NewObject)) return self->items[0];
+  }
   PyObject* descr = lookupInMro(cls, name, after);
 
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
@@ -165,6 +169,12 @@ ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   if (descr == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__"))
     return Value::object(Kind::Callable, descr);  // object.__init__: a no-op on our objects
   if (isConstantObject(descr) || PyType_Check(descr)) return wrap(descr, -1);
+  if (PyList_CheckExact(descr) || PyDict_CheckExact(descr) || PyTuple_CheckExact(descr)) {
+    // A container on the class (a registry): read live through the class, guarded.
+    int creg = load(LoadKind::Constant, -1, 0, cls, std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name));
+    int reg = load(LoadKind::Attr, creg, 0, name, guards().sourceName(creg) + "." + n);
+    return wrap(descr, reg);
+  }
   return fail(std::string("class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name + " is not supported yet");
 }
 
@@ -242,7 +252,7 @@ bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& valu
       return fail("a class with its own __setattr__ is not supported yet"), false;
     // Replayed after the graph with setattr (Module.__setattr__ included); reads later in
     // the trace see the new value.
-    effects_.push_back({PendingEffect::Kind::SetAttr, obj->reg, Ref::borrow(name), value});
+    if (!recordEffect({PendingEffect::Kind::SetAttr, obj->reg, Ref::borrow(name), value})) return false;
     setOverlayAttr(obj->reg, name, value);
     return true;
   }

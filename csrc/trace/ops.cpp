@@ -112,6 +112,8 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
     }
     return failFromPython("running " + what + " on fake tensors");
   }
+  if (inGenerator() && graph_.node(node).impure)
+    return fail("an in-place tensor operation inside a generator that is run in place");
   PyObject* fake = graph_.fake(node);
   if (isTensor(fake)) return Value::tensor(node);
   if (!holdsTensorResult(fake)) return Value::constant(isConstantObject(fake) ? fake : Py_None);
@@ -150,15 +152,19 @@ ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
     std::string base = inplace ? name.substr(1) : name;
     bool found = false;
     ValuePtr r;
+    // A method that returns NotImplemented passes the turn to the next candidate.
+    auto answered = [&]() {
+      return failed_ || (found && (!r || !(r->is(Kind::Constant) && r->obj.get() == Py_NotImplemented)));
+    };
     if (inplace) {
       r = callDunder(a, ("__" + name + "__").c_str(), {b}, &found);
-      if (found || failed_) return r;
+      if (answered()) return r;
     }
     r = callDunder(a, ("__" + base + "__").c_str(), {b}, &found);
-    if (found || failed_) return r;
+    if (answered()) return r;
     r = callDunder(b, ("__r" + base + "__").c_str(), {a}, &found);
-    if (found || failed_) return r;
-    return fail("unsupported operand types for " + base + " (TypeError)");
+    if (answered()) return r;
+    return raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
@@ -225,14 +231,37 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
   PyObject* fn = operatorFunction(kCompareOps[op]);
   if (!fn) return failFromPython("operator lookup");
   if (isUserObject(a) || isUserObject(b)) {
+    // Python's rich comparison: a.__op__(b), then b.__reflected__(a), skipping
+    // NotImplemented; != falls back to inverting ==; == and != finally to identity.
     static const char* const kReflected[] = {"gt", "ge", "eq", "ne", "lt", "le"};
-    bool found = false;
-    ValuePtr r = callDunder(a, (std::string("__") + kCompareOps[op] + "__").c_str(), {b}, &found);
-    if (found || failed_) return r;
-    r = callDunder(b, (std::string("__") + kReflected[op] + "__").c_str(), {a}, &found);
-    if (found || failed_) return r;
+    auto isNotImplemented = [](const ValuePtr& v) {
+      return v && v->is(Kind::Constant) && v->obj.get() == Py_NotImplemented;
+    };
+    auto tryPair = [&](int cmp, bool* done) -> ValuePtr {
+      *done = false;
+      bool found = false;
+      ValuePtr r = callDunder(a, (std::string("__") + kCompareOps[cmp] + "__").c_str(), {b}, &found);
+      if (failed_ || (found && !r)) return *done = true, nullptr;
+      if (found && !isNotImplemented(r)) return *done = true, r;
+      r = callDunder(b, (std::string("__") + kReflected[cmp] + "__").c_str(), {a}, &found);
+      if (failed_ || (found && !r)) return *done = true, nullptr;
+      if (found && !isNotImplemented(r)) return *done = true, r;
+      return nullptr;
+    };
+    bool done = false;
+    ValuePtr r = tryPair(op, &done);
+    if (done) return r;
+    if (op == Py_NE) {
+      r = tryPair(Py_EQ, &done);
+      if (done) {
+        if (!r) return nullptr;
+        int t = truthValue(r);
+        if (t < 0) return nullptr;
+        return Value::constant(t ? Py_False : Py_True);
+      }
+    }
     if (op == Py_EQ || op == Py_NE) {  // identity comparison, as object.__eq__ does
-      bool same = a == b || (a->obj && a->obj.get() == b->obj.get());
+      bool same = a == b || (a->real() && a->real() == b->real());
       return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
     }
     return fail("comparison of objects without the special method (TypeError)");

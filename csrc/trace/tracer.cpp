@@ -120,7 +120,8 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Tuple:
     case Kind::List:
       plan->kind = v->is(Kind::Tuple) ? K::Tuple : K::List;
-      if (v->is(Kind::Tuple) && v->obj) plan->constant = v->obj.copy();  // a namedtuple class
+      if (v->obj) plan->constant = v->obj.copy();  // a namedtuple class, or deque
+      plan->ctor_arg = v->ctor_arg.copy();
       plan->items.resize(v->items.size());
       for (size_t i = 0; i < v->items.size(); ++i)
         if (!buildOutput(v->items[i], &plan->items[i])) return false;
@@ -129,6 +130,7 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Set:
       plan->kind = v->is(Kind::Dict) ? K::Dict : K::Set;
       plan->constant = v->obj.copy();
+      plan->ctor_arg = v->ctor_arg.copy();
       plan->items.resize(v->items.size());
       for (const Ref& k : v->keys) plan->keys.push_back(k.copy());
       for (size_t i = 0; i < v->items.size(); ++i)
@@ -169,6 +171,15 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
   return false;
 }
 
+bool Tracer::recordEffect(PendingEffect e) {
+  if (generator_depth_ > 0) {
+    fail("a side effect inside a generator that is run in place (its order against the consumer would change)");
+    return false;
+  }
+  effects_.push_back(std::move(e));
+  return true;
+}
+
 bool Tracer::noteContainerMutation(const ValuePtr& c) {
   if (c->reg < 0) return true;  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict)) {
@@ -177,8 +188,7 @@ bool Tracer::noteContainerMutation(const ValuePtr& c) {
   }
   for (const PendingEffect& e : effects_)
     if (e.kind == PendingEffect::Kind::Container && e.value == c) return true;
-  effects_.push_back({PendingEffect::Kind::Container, c->reg, Ref(), c});
-  return true;
+  return recordEffect({PendingEffect::Kind::Container, c->reg, Ref(), c});
 }
 
 ValuePtr Tracer::overlayAttr(int reg, PyObject* name) {

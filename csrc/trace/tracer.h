@@ -231,6 +231,14 @@ class Tracer {
     ValuePtr value;  // the value stored, or the mutated container
   };
   std::vector<PendingEffect> effects_;
+  // Generators are run to completion where they are called; that is only the program's
+  // order of events while the generator itself changes nothing outside the trace.
+  int generator_depth_ = 0;
+ public:
+  // Records a side effect to replay (false after fail() inside a generator run in place).
+  bool recordEffect(PendingEffect e);
+  bool inGenerator() const { return generator_depth_ > 0; }
+ private:
   std::vector<std::pair<std::pair<int, std::string>, ValuePtr>> attr_overlay_;  // (reg, name) -> value
   std::unordered_map<PyObject*, ValuePtr> cell_overlay_;  // real cell -> value stored in the trace
  public:

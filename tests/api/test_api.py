@@ -212,3 +212,32 @@ def test_hook_is_off_outside_compiled_calls():
 
     plain(torch.randn(1))
     assert cdynamo.stats()["frames_seen"] == before
+
+
+STEP = 0
+
+
+def test_generator_with_side_effects_is_not_reordered():
+    # A generator is run to completion where it is called; if it changed state between
+    # its yields, the consumer would see the final state instead of each step's. Such a
+    # frame must run natively (and say why), never give the reordered result.
+    def steps(n):
+        global STEP
+        for i in range(n):
+            STEP = i
+            yield i
+
+    def f(x):
+        out = x
+        for i in steps(3):
+            out = out + STEP * i
+        return out
+
+    cnt = CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt)
+    x = torch.zeros(2)
+    torch.testing.assert_close(cf(x), f(x))
+    torch.testing.assert_close(cf(x), torch.full((2,), 5.0))
+    assert cnt.frame_count == 0
+    reasons = [nf["reason"] for nf in cdynamo.stats()["native_frames"]]
+    assert any("generator" in r for r in reasons), reasons

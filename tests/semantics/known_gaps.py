@@ -7,20 +7,10 @@ give a wrong result (the harness checks outcomes before graph counts).
 """
 
 KNOWN_GAPS = {
-    "test_builtins[operator_getitem_itemgetter]": "creating an instance of operator.itemgetter (custom __new__ or a builtin base) is not supported yet",
-    "test_builtins[operator_attrgetter_on_tensor]": "creating an instance of operator.attrgetter (custom __new__ or a builtin base) is not supported yet",
     "test_builtins[id_equality_of_same_object]": "id() depends on object addresses, unknown at trace time",
-    "test_containers[deque_basics]": "call of <class 'collections.deque'> is not supported yet",
-    "test_containers[deque_maxlen]": "call of <class 'collections.deque'> is not supported yet",
-    "test_containers[defaultdict_counting]": "call of <class 'collections.defaultdict'> is not supported yet",
-    "test_context_managers[no_grad_as_decorator_of_inner]": "calling a context manager is not supported",
     "test_context_managers[contextlib_contextmanager]": "attribute '__module__' of a function is not supported yet",
     "test_exceptions[except_base_class_catches_subclass]": "an exception class with a Python __init__ is not supported yet",
     "test_exceptions[isinstance_on_caught_exception]": "an exception class with a Python __init__ is not supported yet",
     "test_modules[named_parameters_loop]": "set membership needs a constant or a module",
     "test_modules[parameters_sum]": "set membership needs a constant or a module",
-    "test_objects[dataclass_fields_and_asdict]": "attribute '__setattr__' of a callable is not supported yet",
-    "test_objects[dataclass_eq]": "attribute '__setattr__' of a callable is not supported yet",
-    "test_objects[instance_dict_attribute]": "class attribute '__dict__' of type getset_descriptor is not supported yet",
-    "test_objects[class_level_mutable_read]": "class attribute 'items' of type list is not supported yet",
 }

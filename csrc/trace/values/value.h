@@ -54,6 +54,7 @@ struct Value {
   Ref name;
   std::vector<ValuePtr> items;
   std::vector<Ref> keys;  // Dict: one constant key per item
+  Ref ctor_arg;           // List of a deque: maxlen (or null); Dict of a defaultdict: its factory
   size_t pos = 0;
   int reg = -1;
   std::shared_ptr<FunctionParts> fn;
