@@ -84,6 +84,9 @@ def show(name, eager_fn, args):
 
 def main():
     torch.manual_seed(0)
+    # One intra-op thread: on a small shared machine, spinning OpenMP workers make
+    # per-call timings of tiny graphs swing by orders of magnitude.
+    torch.set_num_threads(1)
     with torch.no_grad():
         show("MLP (nn.Sequential inside a module)", MLP().eval(), (torch.randn(8, 32),))
         show("CNN (conv, batchnorm, linear)", CNN().eval(), (torch.randn(4, 3, 16, 16),))
