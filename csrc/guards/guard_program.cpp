@@ -124,6 +124,14 @@ void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
 
+void GuardProgram::checkAliasing(int reg, int other, bool same) {
+  Check c{CheckKind::Aliasing, reg, other};
+  c.obj = Ref::borrow(same ? Py_True : Py_False);
+  c.what = names_[reg] + (same ? " is " : " is not ") + names_[other];
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
 void GuardProgram::checkNoModuleHooks(int reg) {
   Check c{CheckKind::NoHooks, reg};
   c.what = names_[reg];
@@ -217,6 +225,8 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     }
     case CheckKind::DictEmpty:
       return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0;
+    case CheckKind::Aliasing:
+      return (v == regs[c.index]) == (c.obj.get() == Py_True);
     case CheckKind::NoHooks: {
       // One read of the module's __dict__ for its four hook dicts (a module is called
       // inline only while none of its hooks would run).
@@ -295,6 +305,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return "list(" + c.what + ".keys()) == " + reprOf(c.obj.get());
     case CheckKind::NoHooks:
       return c.what + " has no module hooks";
+    case CheckKind::Aliasing:
+      return c.what;
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
   }

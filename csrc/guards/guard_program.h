@@ -42,6 +42,7 @@ enum class CheckKind : uint8_t {
   DictEmpty,  // reg is a dict with no items (module hook dicts)
   DictKeys,   // reg is a dict whose keys are obj's, in the same order
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
+  Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
 };
 
@@ -80,6 +81,7 @@ class GuardProgram {
   void checkDictEmpty(int reg);
   void checkDictKeys(int reg, PyObject* dict);
   void checkNoModuleHooks(int reg);
+  void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }

@@ -19,7 +19,7 @@ bool isHashableConstant(const ValuePtr& v) { return v->is(Kind::Constant) && PyO
 // Set members the trace can compare: hashable constants, and modules (hashed and compared
 // by identity, as nn.Module does: named_modules() keeps a set of them).
 bool isSetMember(const ValuePtr& v) {
-  if (v->is(Kind::Module)) return true;
+  if (v->is(Kind::Module) || v->is(Kind::Tensor)) return true;
   if (isHashableConstant(v)) return true;
   PyErr_Clear();
   return false;
@@ -493,17 +493,27 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       }
       return 0;
     };
+    // Tensors are hashed by identity: two graph inputs are the same object exactly when
+    // they alias at trace time (shared parameters), which a guard then pins.
+    auto containsTensor = [&](const ValuePtr& t) -> int {
+      for (const ValuePtr& v : items) {
+        if (!v->is(Kind::Tensor)) continue;
+        int same = sameTensorObject(v, t);
+        if (same != 0) return same;
+      }
+      return 0;
+    };
     if (is("__contains__")) {
-      if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant or a module");
-      int c = contains(args[0]->obj.get());
+      if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant, module or tensor");
+      int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
       if (c < 0) return failFromPython("set membership");
       return Value::constant(c ? Py_True : Py_False);
     }
     if (is("copy")) return Value::sequence(Kind::Set, items);
     if (!noEffect()) return nullptr;
     if (is("add") && args.size() == 1) {
-      if (!isSetMember(args[0])) return fail("set items must be constants or modules");
-      int c = contains(args[0]->obj.get());
+      if (!isSetMember(args[0])) return fail("set items must be constants, modules or tensors");
+      int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
       if (c < 0) return failFromPython("set add");
       if (!c) items.push_back(args[0]);
       return Value::constant(Py_None);

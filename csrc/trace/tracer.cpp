@@ -171,6 +171,15 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
   return false;
 }
 
+int Tracer::sameTensorObject(const ValuePtr& a, const ValuePtr& b) {
+  if (a->node == b->node) return 1;
+  auto ia = example_of_node_.find(a->node), ib = example_of_node_.find(b->node);
+  if (ia == example_of_node_.end() || ib == example_of_node_.end()) return 0;  // a computed tensor is new
+  bool same = ia->second.get() == ib->second.get();
+  guards().checkAliasing(input_reg_of_node_.at(a->node), input_reg_of_node_.at(b->node), same);
+  return same ? 1 : 0;
+}
+
 bool Tracer::recordEffect(PendingEffect e) {
   if (generator_depth_ > 0) {
     fail("a side effect inside a generator that is run in place (its order against the consumer would change)");

@@ -181,6 +181,9 @@ class Tracer {
   // Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
   bool isModuleContainer(const ValuePtr& m);
   ValuePtr moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
+  // Whether two tensor values are the same Python object: 1, 0, or -1 after fail().
+  // Graph inputs compare their objects at trace time, guarded (aliasing can change).
+  int sameTensorObject(const ValuePtr& a, const ValuePtr& b);
   // Python type of a value (borrowed), or null.
   PyObject* typeOf(const ValuePtr& v);
 

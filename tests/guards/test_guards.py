@@ -187,3 +187,25 @@ def test_list_argument_structure_is_guarded():
     torch.testing.assert_close(cf([a, b, c]), a + b)  # length changed
     torch.testing.assert_close(cf((a, c)), a + c)     # tuple instead of list
     assert cnt.frame_count == 3
+
+
+def test_shared_parameters_are_deduplicated_and_aliasing_is_guarded():
+    class Tied(nn.Module):
+        def __init__(self, tie):
+            super().__init__()
+            self.a = nn.Linear(3, 3, bias=False)
+            self.b = nn.Linear(3, 3, bias=False)
+            if tie:
+                self.b.weight = self.a.weight
+
+        def forward(self, x):
+            # parameters() yields a shared weight once (it keeps a set of seen tensors).
+            return x * sum(p.sum() for p in self.parameters())
+
+    cnt = CompileCounter()
+    x = torch.ones(3)
+    tied, untied = Tied(True), Tied(False)
+    for m in (tied, untied, tied, untied):
+        torch.testing.assert_close(cdynamo.compile(m, backend=cnt)(x), m(x))
+    assert cnt.frame_count == 2  # one entry per aliasing pattern
+    assert any(" is not " in e["guards"] for e in cdynamo.cache_entries(Tied.forward))

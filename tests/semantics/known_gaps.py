@@ -11,6 +11,4 @@ KNOWN_GAPS = {
     "test_context_managers[contextlib_contextmanager]": "attribute '__module__' of a function is not supported yet",
     "test_exceptions[except_base_class_catches_subclass]": "an exception class with a Python __init__ is not supported yet",
     "test_exceptions[isinstance_on_caught_exception]": "an exception class with a Python __init__ is not supported yet",
-    "test_modules[named_parameters_loop]": "set membership needs a constant or a module",
-    "test_modules[parameters_sum]": "set membership needs a constant or a module",
 }
