@@ -46,6 +46,11 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
   return static_cast<int>(loads_.size() - 1);
 }
 
+void GuardProgram::addCheck(Check c) {
+  checks_.push_back(std::move(c));
+  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+}
+
 void GuardProgram::checkTensor(int reg, PyObject* tensor) {
   Check c{CheckKind::Tensor, reg};
   if (!captureTensorSpec(tensor, &c.tensor)) {
@@ -55,16 +60,14 @@ void GuardProgram::checkTensor(int reg, PyObject* tensor) {
     c.obj = Ref::borrow(Py_None);
   }
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkType(int reg, PyTypeObject* type) {
   Check c{CheckKind::Type, reg};
   c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkIdentity(int reg, PyObject* obj) {
@@ -81,30 +84,26 @@ void GuardProgram::checkIdentity(int reg, PyObject* obj) {
     c.weak = false;
   }
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkEquals(int reg, PyObject* constant) {
   Check c{CheckKind::Equals, reg};
   c.obj = Ref::borrow(constant);
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkLength(int reg, Py_ssize_t n) {
   Check c{CheckKind::Length, reg, static_cast<int>(n)};
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkDictEmpty(int reg) {
   Check c{CheckKind::DictEmpty, reg};
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
@@ -120,23 +119,20 @@ void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
     c.obj = Ref::borrow(Py_None);
   }
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkAliasing(int reg, int other, bool same) {
   Check c{CheckKind::Aliasing, reg, other};
   c.obj = Ref::borrow(same ? Py_True : Py_False);
   c.what = names_[reg] + (same ? " is " : " is not ") + names_[other];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkNoModuleHooks(int reg) {
   Check c{CheckKind::NoHooks, reg};
   c.what = names_[reg];
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 void GuardProgram::checkGradMode(bool enabled) {
@@ -152,8 +148,7 @@ void GuardProgram::checkGradMode(bool enabled) {
     c.reg = -1;
   }
   c.what = "torch.is_grad_enabled()";
-  checks_.push_back(std::move(c));
-  steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
+  addCheck(std::move(c));
 }
 
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {

@@ -104,6 +104,7 @@ class GuardProgram {
     bool is_load;
     int index;  // into loads_ or checks_
   };
+  void addCheck(Check c);  // appends a check and its step
   bool runLoad(const Load& ld, const FrameView& f, PyObject** regs) const;
   bool runCheck(const Check& c, PyObject** regs) const;
   std::string describeCheck(const Check& c) const;

@@ -3,8 +3,9 @@
 namespace cdynamo::runtime {
 namespace {
 
-// Small fixed buffers keep the hit path free of allocation for typical frames.
-constexpr int kInlineSlots = 64;
+// Fixed buffers keep the hit path free of allocation for frames of up to 256 guard
+// registers / graph inputs (2 KiB of stack each).
+constexpr int kInlineSlots = 256;
 
 PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs) {
   switch (p.kind) {
