@@ -268,6 +268,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
     case Kind::Callable: {
       PyObject* f = fn->obj.get();
+      if (fn->owned) {  // a C method bound to an object the trace made: run it on constants
+        Ref pargs = toPython(Value::sequence(Kind::Tuple, args));
+        if (!pargs || !kwargs.empty()) return fail("a method of an object made in the trace called with non-constants");
+        Ref r = Ref::steal(PyObject_Call(f, pargs.get(), nullptr));
+        if (!r) return raisePython();
+        return fromPython(r.get());
+      }
       bool handled = false;
       ValuePtr r = callBuiltin(f, args, kwargs, &handled);
       if (handled || failed_) return r;

@@ -33,16 +33,16 @@ std::nullptr_t Tracer::raiseNew(PyObject* type, const std::string& message) {
 }
 
 ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
-  // Only classes whose construction is C code: any __init__/__new__ written in Python
-  // would run now, at trace time, outside the trace.
+  // The instance is made by C code (BaseException.__new__); a Python __init__ is then
+  // traced on it like any method. A Python __new__ would run outside the trace: refused.
+  PyObject* init = nullptr;
   PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
     PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
-    for (const char* m : {"__init__", "__new__"}) {
-      PyObject* f = dict ? PyDict_GetItemString(dict, m) : nullptr;
-      if (f && PyFunction_Check(f))
-        return fail(std::string("an exception class with a Python ") + m + " is not supported yet");
-    }
+    PyObject* n = dict ? PyDict_GetItemString(dict, "__new__") : nullptr;
+    if (n && PyFunction_Check(n)) return fail("an exception class with a Python __new__ is not supported yet");
+    PyObject* f = dict ? PyDict_GetItemString(dict, "__init__") : nullptr;
+    if (f && !init) init = f;
   }
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   for (size_t i = 0; i < args.size(); ++i) {
@@ -50,9 +50,21 @@ ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
     if (!p) return fail("exception arguments must be constants");
     PyTuple_SET_ITEM(pargs.get(), i, p.release());
   }
-  Ref exc = Ref::steal(PyObject_Call(cls, pargs.get(), nullptr));
+  bool python_init = init && PyFunction_Check(init);
+  Ref exc = Ref::steal(python_init ? reinterpret_cast<PyTypeObject*>(cls)->tp_new(reinterpret_cast<PyTypeObject*>(cls),
+                                                                                  pargs.get(), nullptr)
+                                   : PyObject_Call(cls, pargs.get(), nullptr));
   if (!exc) return failFromPython("making an exception");
-  return Value::object(Kind::Object, exc.get());
+  ValuePtr v = Value::object(Kind::Object, exc.get());
+  v->owned = true;
+  if (python_init) {
+    std::vector<ValuePtr> init_args{v};
+    init_args.insert(init_args.end(), args.begin(), args.end());
+    ValuePtr r = inlineFunction(init, -1, std::move(init_args), {});
+    if (!r) return nullptr;
+    if (!(r->is(Kind::Constant) && r->obj.get() == Py_None)) return fail("__init__() should return None (TypeError)");
+  }
+  return v;
 }
 
 }  // namespace cdynamo::trace

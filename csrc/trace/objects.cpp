@@ -168,6 +168,15 @@ ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   }
   if (descr == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__"))
     return Value::object(Kind::Callable, descr);  // object.__init__: a no-op on our objects
+  if (self->is(Kind::Object) && self->owned && Py_TYPE(descr)->tp_descr_get) {
+    // A C method of an object the trace made (BaseException.__init__ through super()):
+    // bound and later called for real, on constants only.
+    Ref bound = Ref::steal(Py_TYPE(descr)->tp_descr_get(descr, self->obj.get(), cls));
+    if (!bound) return failFromPython("binding a method");
+    ValuePtr m = Value::object(Kind::Callable, bound.get());
+    m->owned = true;
+    return m;
+  }
   if (isConstantObject(descr) || PyType_Check(descr)) return wrap(descr, -1);
   if (PyList_CheckExact(descr) || PyDict_CheckExact(descr) || PyTuple_CheckExact(descr)) {
     // A container on the class (a registry): read live through the class, guarded.
@@ -222,6 +231,12 @@ ValuePtr Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
 }
 
 bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+  if (obj->is(Kind::Object) && obj->owned) {  // e.g. self.code = code in an exception's __init__
+    Ref v = toPython(value);
+    if (!v) return fail("storing a non-constant on an object made in the trace"), false;
+    if (PyObject_SetAttr(obj->obj.get(), name, v.get()) < 0) return raisePython(), false;
+    return true;
+  }
   if (obj->is(Kind::Function)) {  // attributes of a function made in the trace (functools.wraps)
     if (!obj->fn->attrs) obj->fn->attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
     if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fail("replacing a function's __dict__"), false;

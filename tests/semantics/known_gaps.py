@@ -9,6 +9,4 @@ give a wrong result (the harness checks outcomes before graph counts).
 KNOWN_GAPS = {
     "test_builtins[id_equality_of_same_object]": "id() depends on object addresses, unknown at trace time",
     "test_context_managers[contextlib_contextmanager]": "attribute '__module__' of a function is not supported yet",
-    "test_exceptions[except_base_class_catches_subclass]": "an exception class with a Python __init__ is not supported yet",
-    "test_exceptions[isinstance_on_caught_exception]": "an exception class with a Python __init__ is not supported yet",
 }

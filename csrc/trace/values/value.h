@@ -57,6 +57,9 @@ struct Value {
   Ref ctor_arg;           // List of a deque: maxlen (or null); Dict of a defaultdict: its factory
   size_t pos = 0;
   int reg = -1;
+  // A real object made by the trace itself (an exception instance, or a method bound to
+  // one): nothing outside the trace sees it yet, so it may be changed for real.
+  bool owned = false;
   std::shared_ptr<FunctionParts> fn;
 
   static ValuePtr null();
