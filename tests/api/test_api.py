@@ -241,3 +241,28 @@ def test_generator_with_side_effects_is_not_reordered():
     assert cnt.frame_count == 0
     reasons = [nf["reason"] for nf in cdynamo.stats()["native_frames"]]
     assert any("generator" in r for r in reasons), reasons
+
+
+def test_explain_reports_graphs_ops_guards_and_reasons():
+    def captured(x, y):
+        return (x @ y).relu() + 1
+
+    report = cdynamo.explain(captured)(torch.randn(2, 2), torch.randn(2, 2))
+    assert (report.graph_count, report.graph_break_count, report.op_count) == (1, 0, 3)
+    assert report.ops_per_graph == [["matmul", "relu", "add"]]
+    assert any("L['x'] matches Tensor" in g for g in report.guards)
+    assert "Graph Count: 1" in str(report)
+
+    def branchy(x):
+        if x.sum() > 0:
+            return x + 1
+        return x - 1
+
+    x = torch.ones(2)
+    report = cdynamo.explain(branchy)(x)
+    torch.testing.assert_close(report.out, branchy(x))
+    assert (report.graph_count, report.graph_break_count) == (0, 1)
+    (reason,) = report.break_reasons
+    assert "data-dependent" in reason.reason
+    assert reason.filename == __file__ and reason.lineno == branchy.__code__.co_firstlineno + 1
+    assert "Break Reason 1" in str(report)
