@@ -35,6 +35,17 @@ bool isTorchFunction(PyObject* fn) {
   return strncmp(m, "torch._dynamo", 13) != 0 && strncmp(m, "torch.compiler", 14) != 0;
 }
 
+// True when fn.__name__ is one of `names` (cold: trace time only).
+template <size_t N>
+bool nameIn(PyObject* fn, const char* const (&names)[N]) {
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), false;
+  const char* n = PyUnicode_AsUTF8(name.get());
+  for (const char* k : names)
+    if (strcmp(n, k) == 0) return true;
+  return false;
+}
+
 // Torch functions without tensor arguments that return plain values and have no effect
 // on any state: safe to evaluate once at trace time (grad mode is guarded globally).
 bool isPureTorchQuery(PyObject* fn) {
@@ -42,12 +53,7 @@ bool isPureTorchQuery(PyObject* fn) {
                                        "is_floating_point", "is_complex", "result_type",
                                        "promote_types", "can_cast", "is_inference_mode_enabled",
                                        "is_autocast_enabled"};
-  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
-  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), false;
-  const char* n = PyUnicode_AsUTF8(name.get());
-  for (const char* k : kNames)
-    if (strcmp(n, k) == 0) return true;
-  return false;
+  return nameIn(fn, kNames);
 }
 
 // torch's tensor factories: C functions of the torch namespace that make a new tensor
@@ -57,12 +63,7 @@ bool isTensorFactory(PyObject* fn) {
                                        "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like",
                                        "empty_like", "full_like", "empty_strided", "tril_indices", "triu_indices"};
   if (!PyCFunction_Check(fn)) return false;
-  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
-  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), false;
-  const char* n = PyUnicode_AsUTF8(name.get());
-  for (const char* k : kNames)
-    if (strcmp(n, k) == 0) return true;
-  return false;
+  return nameIn(fn, kNames);
 }
 
 // torch.compiler.is_compiling() and its aliases: True inside a trace.
