@@ -9,6 +9,7 @@
 #include "bytecode/opcodes.h"
 #include "cache/code_cache.h"
 #include "frame/eval_frame.h"
+#include "runtime/continuation.h"
 #include "support/pyref.h"
 #include "support/stats.h"
 
@@ -144,14 +145,14 @@ PyObject* py_reset(PyObject*, PyObject*) {
 
 PyObject* py_stats(PyObject*, PyObject*) {
   const cdynamo::Stats& s = cdynamo::stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
                        s.frames_captured, "frames_native", s.frames_native, "graphs_compiled", s.graphs_compiled,
+                       "graph_breaks", s.graph_breaks,
                        "cache_hits", s.cache_hits, "cache_misses", s.cache_misses, "recompiles", s.recompiles,
                        "cache_entries", static_cast<Py_ssize_t>(cdynamo::cache::numEntries()));
 }
 
-PyObject* py_native_frames(PyObject*, PyObject*) {
-  const auto& frames = cdynamo::frame::nativeFrames();
+PyObject* framesToList(const std::vector<cdynamo::frame::NativeFrame>& frames) {
   Ref list = Ref::steal(PyList_New(0));
   if (!list) return nullptr;
   for (const auto& f : frames) {
@@ -162,6 +163,11 @@ PyObject* py_native_frames(PyObject*, PyObject*) {
   }
   return list.release();
 }
+
+PyObject* py_native_frames(PyObject*, PyObject*) { return framesToList(cdynamo::frame::nativeFrames()); }
+PyObject* py_graph_breaks(PyObject*, PyObject*) { return framesToList(cdynamo::frame::graphBreaks()); }
+
+PyObject* py_resume_codes(PyObject*, PyObject* table) { return cdynamo::runtime::resumeTableCodes(table); }
 
 PyObject* py_cache_entries(PyObject*, PyObject* code) {
   if (!PyCode_Check(code)) {
@@ -216,6 +222,8 @@ PyMethodDef methods[] = {
     {"reset", py_reset, METH_NOARGS, "drop every cache entry, per-code decision and counter"},
     {"stats", py_stats, METH_NOARGS, "counters since the last reset"},
     {"native_frames", py_native_frames, METH_NOARGS, "frames that ran natively, with reasons"},
+    {"graph_breaks", py_graph_breaks, METH_NOARGS, "graph breaks compiled, with reasons"},
+    {"resume_codes", py_resume_codes, METH_O, "the resume code objects of a break's resume table"},
     {"cache_entries", py_cache_entries, METH_O, "cache_entries(code): the entries of a code object"},
     {"opcode_counts", py_opcode_counts, METH_NOARGS, "opcode name -> times the interpreter completed it"},
     {"set_log_channels", py_set_log_channels, METH_O, "set the CDYNAMO_LOGS bit mask"},

@@ -11,6 +11,7 @@
 
 #include <pythread.h>
 
+#include "bytecode/resume.h"
 #include "cache/code_cache.h"
 #include "support/pyref.h"
 #include "support/stats.h"
@@ -29,6 +30,7 @@ int cache_size_limit = 8;
 // (path prefix, trace?) rules; the longest matching prefix decides; no match: trace.
 std::vector<std::pair<std::string, bool>> file_rules;
 std::vector<NativeFrame> native_frames;
+std::vector<NativeFrame> graph_breaks;
 
 // Clears the thread's compile context for a scope (guards, graphs and the tracer run
 // their own Python code, which must not be intercepted).
@@ -97,6 +99,23 @@ void recordNative(cache::CodeExtra* extra, PyCodeObject* code, const trace::Unsu
                                 ":" + std::to_string(u.line) + "\n" + u.user_stack);
 }
 
+// Cold: a new entry ends in a graph break. Recorded for explain/stats, and logged.
+void recordBreak(PyCodeObject* code, const runtime::CompiledEntry& entry) {
+  ContextOff off;  // logging runs Python code: never intercepted (the compile lock is held)
+  const runtime::GraphBreakInfo& b = entry.break_info;
+  graph_breaks.push_back(NativeFrame{codeName(code), b.filename, b.reason, b.user_stack, b.line});
+  if (log_channels & kLogGraphBreaks)
+    emitLog("graph_breaks", "Graph break in " + codeName(code) + ": " + b.reason + "\n  at " + b.filename + ":" +
+                                std::to_string(b.line) + "\n" + b.user_stack);
+  if (log_channels & kLogBytecode) {
+    Ref mod = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
+    Ref r = mod ? Ref::steal(PyObject_CallMethod(mod.get(), "emit_bytecode", "OOO", code, entry.brk->break_code.get(),
+                                                 entry.brk->resume_table.get()))
+                : Ref();
+    if (!r) PyErr_Clear();
+  }
+}
+
 PyObject* evalDefault(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
   return _PyEval_EvalFrameDefault(ts, frame, throw_flag);
 }
@@ -152,7 +171,7 @@ PyObject* runEntry(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExt
     ContextOff off;
     result = entry->tryRun(view, &matched);
   }
-  if (matched) return result;
+  if (matched) return result && entry->brk ? entry->continueAfterBreak(view, result) : result;
   for (size_t i = 0; i < extra->entries.size(); ++i)
     if (extra->entries[i] == entry) extra->entries.erase(extra->entries.begin() + i);
   trace::Unsupported u;
@@ -208,6 +227,7 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
     return nullptr;
   }
   ++stats().frames_captured;
+  if (r.entry->brk) recordBreak(code, *r.entry);
   extra->state = cache::CodeState::Active;
   extra->entries.insert(extra->entries.begin(), r.entry);
   if (log_channels & kLogGuards) emitLog("guards", "guards of " + r.entry->name + ":\n" + r.entry->guards.describe());
@@ -224,7 +244,7 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
       extra = cache::getOrCreate(code);
       if (!extra) return nullptr;
     }
-    extra->state = shouldSkip(code) ? cache::CodeState::Skip : cache::CodeState::Active;
+    extra->state = shouldSkip(code) || bytecode::isBreakCode(code) ? cache::CodeState::Skip : cache::CodeState::Active;
   }
   if (extra->state != cache::CodeState::Active) return evalDefault(ts, frame, throw_flag);
   // A frame that already ran (a resumed generator) is never replaced.
@@ -245,6 +265,9 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     if (matched) {
       ++stats().cache_hits;
       if (i < extra->entries.size() && extra->entries[i] == entry) cache::touch(extra, i);
+      // A graph break: the rest of the frame runs with the context on (resume functions
+      // are captured).
+      if (result && entry->brk) return entry->continueAfterBreak(view, result);
       return result;
     }
   }
@@ -293,11 +316,14 @@ void setFileRules(std::vector<std::pair<std::string, bool>> rules) { file_rules 
 
 void reset() {
   cache::resetAll();
+  bytecode::clearGenerated();
   native_frames.clear();
+  graph_breaks.clear();
   stats() = Stats{};
 }
 
 const std::vector<NativeFrame>& nativeFrames() { return native_frames; }
+const std::vector<NativeFrame>& graphBreaks() { return graph_breaks; }
 void setLogChannels(unsigned mask) { log_channels = mask; }
 void setCacheSizeLimit(int limit) { cache_size_limit = limit; }
 

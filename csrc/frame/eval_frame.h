@@ -33,6 +33,8 @@ struct NativeFrame {
   int line = 0;
 };
 const std::vector<NativeFrame>& nativeFrames();
+// Graph breaks compiled since the last reset (one per break entry), same fields.
+const std::vector<NativeFrame>& graphBreaks();
 
 // Log channels (bit mask), set from CDYNAMO_LOGS by the Python package.
 enum LogChannel : unsigned {
@@ -40,6 +42,7 @@ enum LogChannel : unsigned {
   kLogGraphBreaks = 1u << 1,
   kLogGuards = 1u << 2,
   kLogGraphCode = 1u << 3,
+  kLogBytecode = 1u << 4,
 };
 void setLogChannels(unsigned mask);
 void setCacheSizeLimit(int limit);

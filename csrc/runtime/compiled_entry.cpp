@@ -1,5 +1,7 @@
 #include "runtime/compiled_entry.h"
 
+#include "runtime/continuation.h"
+
 namespace cdynamo::runtime {
 namespace {
 
@@ -79,6 +81,22 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       }
       Py_XSETREF(*dictptr, attrs);
       return obj;
+    }
+    case OutputPlan::Kind::Call: {
+      Py_ssize_t n = static_cast<Py_ssize_t>(p.items.size());
+      PyObject* args = PyTuple_New(n);
+      if (!args) return nullptr;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = build(p.items[static_cast<size_t>(i)], graph_out, regs);
+        if (!item) {
+          Py_DECREF(args);
+          return nullptr;
+        }
+        PyTuple_SET_ITEM(args, i, item);
+      }
+      PyObject* r = PyObject_Call(p.constant.get(), args, nullptr);
+      Py_DECREF(args);
+      return r;
     }
     case OutputPlan::Kind::Set: {
       PyObject* s = PySet_New(nullptr);
@@ -181,7 +199,28 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
   }
   Py_XDECREF(graph_out);
   guards.release(regs);
+  if (result && brk) {
+    // The program's grad mode at the break (the backend may not replay the graph's own
+    // mode changes as side effects).
+    PyObject* r = PyObject_CallOneArg(brk->set_grad_enabled.get(), brk->grad_mode ? Py_True : Py_False);
+    if (!r) Py_CLEAR(result);
+    Py_XDECREF(r);
+  }
   return result;
+}
+
+PyObject* CompiledEntry::continueAfterBreak(const FrameView& frame, PyObject* args) const {
+  Ref held = Ref::steal(args);
+  PyObject* fn = makeFunction(brk->break_code.get(), frame.globals, frame.closure);
+  if (!fn) return nullptr;
+  Py_ssize_t n = PyTuple_GET_SIZE(args);
+  std::vector<PyObject*> argv(static_cast<size_t>(n) + 1);
+  for (Py_ssize_t i = 0; i < n; ++i) argv[static_cast<size_t>(i)] = PyTuple_GET_ITEM(args, i);
+  argv[static_cast<size_t>(n)] = brk->resume_table.get();
+  PyObject* r = PyObject_Vectorcall(fn, argv.data(), static_cast<size_t>(n) + 1, nullptr);
+  Py_DECREF(fn);
+  if (!r || brk->in_resume_code) return r;
+  return runContinuations(r, frame.globals, frame.closure);
 }
 
 bool CompiledEntry::matches(const FrameView& frame) const {

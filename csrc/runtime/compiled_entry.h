@@ -7,6 +7,7 @@
 #pragma once
 #include <Python.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -20,7 +21,9 @@ namespace cdynamo::runtime {
 struct OutputPlan {
   // NewObject: an object made in the trace that escapes: object.__new__(constant) with
   // its __dict__ updated from items[0] (a Dict plan).
-  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set, NewObject };
+  // Call: constant(*items), for values rebuilt by a call (a bound method, a slice, an
+  // iterator over what is left, a context manager's __exit__).
+  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set, NewObject, Call };
   Kind kind = Kind::Constant;
   int index = 0;     // GraphOutput: position in the graph's output tuple; Register: guard register
   Ref constant;      // Constant; Dict: the dict type (dict, OrderedDict)
@@ -44,6 +47,29 @@ struct SideEffect {
   OutputPlan value;
 };
 
+// What a frame with a graph break does after its graph: the output plan built the break
+// code's arguments (locals, then the stack); the runtime sets the grad mode the traced
+// program had at the break, then calls the break code (bytecode/resume.h), which runs
+// the breaking instruction natively and continues in a resume function.
+struct BreakPlan {
+  Ref break_code;
+  Ref resume_table;         // runtime/continuation.h
+  Ref set_grad_enabled;     // torch._C._set_grad_enabled
+  bool grad_mode = true;    // torch.is_grad_enabled() at the break
+  // The frame is itself a resume function: its continuation goes back to the loop of the
+  // frame that started the chain (continuation.h) instead of being followed here.
+  bool in_resume_code = false;
+};
+
+// Why a frame has a graph break, where, and through which inlined calls (for logs,
+// explain and stats).
+struct GraphBreakInfo {
+  std::string reason;
+  std::string filename;
+  int line = 0;
+  std::string user_stack;
+};
+
 struct CompiledEntry {
   guards::GuardProgram guards;
   std::vector<int> input_regs;  // guard registers passed to the graph, in order
@@ -53,6 +79,13 @@ struct CompiledEntry {
   Ref config;                   // the compile configuration (backend) this entry belongs to
   Ref graph_module;             // the traced GraphModule (kept for explain and debugging)
   std::string name;             // "fn at file:line", for messages
+  std::shared_ptr<const BreakPlan> brk;  // set when the frame ends in a graph break
+  GraphBreakInfo break_info;
+
+  // After tryRun() returned the break code's arguments (stolen): runs the break code with
+  // the frame's globals and closure, then any continuations; returns the frame's result.
+  // Runs with the compile context on: the resume functions it calls are captured.
+  PyObject* continueAfterBreak(const FrameView& frame, PyObject* args) const;
 
   // Runs the guards against `frame`. When they pass, sets *matched, runs the graph and
   // returns the frame's result (new reference, or null with the graph's error set).

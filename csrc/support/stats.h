@@ -9,6 +9,7 @@ struct Stats {
   uint64_t frames_captured = 0;    // translations that produced a cache entry
   uint64_t frames_native = 0;      // translations that failed: frame ran natively
   uint64_t graphs_compiled = 0;    // backend calls
+  uint64_t graph_breaks = 0;       // translations that ended in a graph break
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
   uint64_t recompiles = 0;         // misses on a code object that already had entries

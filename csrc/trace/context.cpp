@@ -80,6 +80,31 @@ bool gradEnabled() {
 
 bool Tracer::isTorchContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; }
 
+bool Tracer::currentGradMode() { return gradEnabled(); }
+
+bool Tracer::buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan) {
+  // The bound __exit__ of a real context object that restores the mode saved on entry:
+  // cdynamo._resume.grad_mode_exit(cls, prev).
+  Ctx k = kindOf(ctx->obj.get());
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) {
+    fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
+    return false;
+  }
+  Ref helper = attr("cdynamo._resume", "grad_mode_exit");
+  if (!helper) {
+    failFromPython("cdynamo._resume.grad_mode_exit");
+    return false;
+  }
+  plan->kind = runtime::OutputPlan::Kind::Call;
+  plan->constant = std::move(helper);
+  plan->items.resize(2);
+  plan->items[0].kind = runtime::OutputPlan::Kind::Constant;
+  plan->items[0].constant = ctx->obj.copy();
+  plan->items[1].kind = runtime::OutputPlan::Kind::Constant;
+  plan->items[1].constant = Ref::borrow(ctx->pos ? Py_True : Py_False);
+  return true;
+}
+
 ValuePtr Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
                              std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   Ctx k = kindOf(cls);

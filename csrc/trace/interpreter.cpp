@@ -71,6 +71,15 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
 
   while (f.pc < f.instrs.size()) {
     if (++instructions_run_ > kMaxInstructions) return fail("trace is too long (instruction budget exhausted)");
+    if (f.root) {
+      int visit = ++root_visits_[f.pc];
+      if (static_cast<int>(f.pc) == break_target_.index && visit == break_target_.visit) {
+        // The graph break: stop before this instruction with the state intact.
+        stopped_at_break_ = true;
+        grad_mode_at_break_ = currentGradMode();
+        return nullptr;
+      }
+    }
     const bytecode::Instruction& ins = f.instrs[f.pc];
     size_t next_pc = f.pc + 1;
     const int arg = ins.arg;
@@ -85,7 +94,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
 
       case Op::LOAD_FAST: {
         ValuePtr v = f.locals[arg];
-        if (!v && f.root) v = loadRootLocal(f, arg);
+        if (!v && f.root && !f.deleted[arg]) v = loadRootLocal(f, arg);
         if (!v) {
           if (failed_) return nullptr;
           return fail("local variable referenced before assignment (UnboundLocalError)");
@@ -97,7 +106,12 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         f.locals[arg] = pop(f);
         break;
       case Op::DELETE_FAST:
+        if (!f.locals[arg] && !(f.root && !f.deleted[arg] && loadRootLocal(f, arg))) {
+          if (failed_) return nullptr;
+          return fail("deleting an unbound local variable (UnboundLocalError)");
+        }
         f.locals[arg] = nullptr;
+        if (f.root) f.deleted[arg] = 1;
         break;
       case Op::LOAD_CONST:
         f.stack.push_back(Value::constant(PyTuple_GET_ITEM(consts, arg)));

@@ -47,8 +47,22 @@ std::nullptr_t Tracer::fail(std::string reason) {
     failed_ = true;
     unsupported_.reason = std::move(reason);
     setLocation(&unsupported_);
+    const SymbolicFrame* root = current_;
+    while (root && root->parent) root = root->parent;
+    if (root && root->root && !stopped_at_break_ && root->pc < root->instrs.size()) {
+      fail_index_ = static_cast<int>(root->pc);
+      fail_visit_ = root_visits_[root->pc];
+    }
   }
   return nullptr;
+}
+
+BreakTarget Tracer::failedAt() const {
+  BreakTarget t;
+  t.index = fail_index_;
+  t.visit = fail_visit_;
+  t.why = unsupported_;
+  return t;
 }
 
 std::nullptr_t Tracer::failFromPython(const std::string& what) {
@@ -156,10 +170,48 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
       plan->constant = v->obj.copy();
       plan->items.resize(1);
       return buildOutput(v->items[0], &plan->items[0]);
-    case Kind::Null:
     case Kind::Slice:
-    case Kind::Iterator:
-    case Kind::Method:
+    case Kind::Iterator: {
+      // slice(start, stop, step); an iterator becomes iter() over the items it has left.
+      plan->kind = K::Call;
+      if (v->is(Kind::Slice)) {
+        plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PySlice_Type));
+        plan->items.resize(v->items.size());
+        for (size_t i = 0; i < v->items.size(); ++i)
+          if (!buildOutput(v->items[i], &plan->items[i])) return false;
+        return true;
+      }
+      plan->constant = Ref::steal(PyObject_GetAttrString(PyImport_AddModule("builtins"), "iter"));
+      if (!plan->constant) {
+        failFromPython("builtins.iter");
+        return false;
+      }
+      std::vector<ValuePtr> rest(v->items.begin() + static_cast<std::ptrdiff_t>(std::min(v->pos, v->items.size())), v->items.end());
+      plan->items.resize(1);
+      return buildOutput(Value::sequence(Kind::Tuple, std::move(rest)), &plan->items[0]);
+    }
+    case Kind::Method: {
+      const ValuePtr& receiver = v->items[0];
+      if (receiver->is(Kind::Context) && !v->obj && PyUnicode_CompareWithASCIIString(v->name.get(), "__exit__") == 0)
+        return buildContextExit(receiver, plan);
+      plan->kind = K::Call;
+      plan->items.resize(2);
+      if (v->obj) {  // types.MethodType(function, receiver)
+        plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyMethod_Type));
+        plan->items[0].kind = K::Constant;
+        plan->items[0].constant = v->obj.copy();
+        return buildOutput(receiver, &plan->items[1]);
+      }
+      plan->constant = Ref::steal(PyObject_GetAttrString(PyImport_AddModule("builtins"), "getattr"));
+      if (!plan->constant) {
+        failFromPython("builtins.getattr");
+        return false;
+      }
+      plan->items[1].kind = K::Constant;
+      plan->items[1].constant = v->name.copy();
+      return buildOutput(receiver, &plan->items[0]);
+    }
+    case Kind::Null:
     case Kind::Cell:
     case Kind::Function:
     case Kind::Context:
@@ -293,7 +345,9 @@ TranslateResult Tracer::run() {
   root.closure = root_view_.closure;
   root.instrs = bytecode::decode(co);
   root.locals.resize(co->co_nlocalsplus);
+  root.deleted.resize(co->co_nlocalsplus);
   root.root = true;
+  root_visits_.assign(root.instrs.size(), 0);
 
   ValuePtr ret;
   if (!graph_.begin()) {
@@ -313,13 +367,16 @@ TranslateResult Tracer::run() {
   }
   graph_.finish();
   runtime::OutputPlan plan;
-  if (!ret && !failed_ && pending_exc_) {
+  if (stopped_at_break_ && !failed_) {
+    if (buildEffects()) buildBreak(root, &plan);
+  } else if (!ret && !failed_ && pending_exc_) {
     PyObject* e = pending_exc_->real();
     fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
          ") escapes the traced frame; it runs natively to raise it");
   }
   if (ret && !failed_) buildEffects();
   if (ret && !failed_) buildOutput(ret, &plan);
+  if (!ret && !failed_ && !stopped_at_break_) fail("internal: the trace ended without a result");
   if (!failed_) {
     entry_->output = std::move(plan);
     compileGraph();
@@ -346,11 +403,6 @@ TranslateResult Tracer::run() {
   }
   result.entry = entry_;
   return result;
-}
-
-TranslateResult translate(const FrameView& frame, PyObject* config) {
-  Tracer tracer(frame, config);
-  return tracer.run();
 }
 
 }  // namespace cdynamo::trace

@@ -35,6 +35,7 @@ struct SymbolicFrame {
   PyObject* closure = nullptr;
   std::vector<bytecode::Instruction> instrs;
   std::vector<ValuePtr> locals;
+  std::vector<char> deleted;     // root frame: locals deleted in the trace (not re-read from the frame)
   std::vector<ValuePtr> stack;
   Ref kwnames;                   // set by KW_NAMES for the next CALL
   size_t pc = 0;                 // index into instrs of the instruction being run
@@ -82,12 +83,29 @@ struct TranslateResult {
 
 // Translates the frame seen through `frame` under compile configuration `config`
 // (a cdynamo config object: .backend, .fullgraph). Runs with the hook disabled.
+//
+// Graph breaks (graph_break.cpp): when tracing stops at an instruction of the root frame
+// (or inside a call it inlines), the frame is traced again up to that instruction, which
+// becomes the break: the graph so far, then the instruction run natively, then a resume
+// function for the rest.
 TranslateResult translate(const FrameView& frame, PyObject* config);
+
+// Where a re-trace stops for a graph break: the `visit`-th time the root frame reaches
+// instruction `index`.
+struct BreakTarget {
+  int index = -1;
+  int visit = 0;
+  Unsupported why;  // what stopped the first trace there
+};
 
 class Tracer {
  public:
-  Tracer(const FrameView& frame, PyObject* config) : root_view_(frame), config_(config) {}
+  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {})
+      : root_view_(frame), config_(config), break_target_(std::move(target)) {}
   TranslateResult run();
+  // After a failed run(): the root instruction the failure happened in (index -1 when it
+  // did not happen inside an instruction of the root frame).
+  BreakTarget failedAt() const;
 
   // ---- used by the opcode handlers (interpreter.cpp, calls.cpp, builder.cpp) ----
   // Stops the trace; returns null so handlers can `return fail(...)`.
@@ -205,6 +223,10 @@ class Tracer {
   bool buildOutput(const ValuePtr& v, runtime::OutputPlan* plan);
   bool compileGraph();
   void setLocation(Unsupported* u);
+  // graph_break.cpp: turns the state at the break target into the entry's break plan
+  // and the break code's arguments.
+  bool buildBreak(SymbolicFrame& root, runtime::OutputPlan* args);
+  bool buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
 
   FrameView root_view_;
   PyObject* config_;
@@ -219,6 +241,12 @@ class Tracer {
   bool user_error_ = false;
   Unsupported unsupported_;
   int instructions_run_ = 0;
+  BreakTarget break_target_;
+  std::vector<int> root_visits_;   // root instruction index -> times reached
+  int fail_index_ = -1;            // root instruction running when fail() was first called
+  int fail_visit_ = 0;
+  bool stopped_at_break_ = false;
+  bool grad_mode_at_break_ = true;
   ValuePtr pending_exc_;        // an exception in flight (being delivered to a handler)
   ValuePtr current_exc_;        // the exception being handled (sys.exc_info()), or null
   ValuePtr runInstructions(SymbolicFrame& f);
@@ -254,6 +282,9 @@ class Tracer {
  private:
   bool buildEffects();
   bool grad_mode_at_start_ = true;
+ public:
+  bool currentGradMode();
+ private:
   struct OpenContext {
     Ref exit_fn;   // real function undoing the state change
     Ref handle;    // its argument (the enter function's result)

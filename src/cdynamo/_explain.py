@@ -1,9 +1,9 @@
 """cdynamo.explain(fn)(*args, **kwargs): what compiling `fn` captured, and why not more.
 
 Runs `fn` once under cdynamo with a recording backend (graphs run as captured, eagerly)
-on a fresh cache, and reports the graphs, the frames that could not be captured with
-their reasons and source locations, and the guards of each cache entry. Until graph
-breaks exist, every frame that could not be captured whole counts as one break.
+on a fresh cache, and reports the graphs, the graph breaks and the frames that could not
+be captured at all (each counts as one break, as TorchDynamo counts a skipped frame),
+with their reasons and source locations, and the guards of each cache entry.
 """
 import dataclasses
 
@@ -78,7 +78,7 @@ def explain(fn):
         _C.reset()
         compiled = _compile(target, backend=recording_backend)
         out = compiled(*args, **kwargs)
-        natives = _C.native_frames()
+        natives = _C.graph_breaks() + _C.native_frames()
         guards = [e["guards"] for e in _C.cache_entries(code)] if code is not None else []
         ops = [[str(n.target if n.op == "call_method" else getattr(n.target, "__name__", n.target))
                 for n in g.graph.nodes if "call" in n.op] for g in graphs]

@@ -9,7 +9,7 @@ import os
 
 from . import _C
 
-CHANNELS = {"recompiles": 1, "graph_breaks": 2, "guards": 4, "graph_code": 8}
+CHANNELS = {"recompiles": 1, "graph_breaks": 2, "guards": 4, "graph_code": 8, "bytecode": 16}
 
 log = logging.getLogger("cdynamo")
 _enabled = set()
@@ -48,6 +48,27 @@ def enabled(channel):
 def emit(channel, message):
     """Called by the C++ core (cold path) for an enabled channel."""
     log.info(message, extra={"channel": channel})
+
+
+def _disassembly(code):
+    import dis
+    import io
+
+    buf = io.StringIO()
+    dis.dis(code, file=buf, depth=0)
+    return buf.getvalue()
+
+
+def emit_bytecode(original, break_code, resume_table):
+    """The `bytecode` channel: a frame's original bytecode and what a graph break generated
+    for it (the break code and each resume function)."""
+    parts = [f"ORIGINAL BYTECODE {original.co_qualname} {original.co_filename}:{original.co_firstlineno}",
+             _disassembly(original),
+             f"BREAK CODE (runs the breaking instruction natively) {break_code.co_qualname}",
+             _disassembly(break_code)]
+    for code in _C.resume_codes(resume_table):
+        parts += [f"RESUME FUNCTION {code.co_name}", _disassembly(code)]
+    emit("bytecode", "\n".join(parts))
 
 
 set_logs(os.environ.get("CDYNAMO_LOGS", ""))

@@ -145,6 +145,7 @@ def stats():
     """Counters since the last reset, plus the frames that ran natively and why."""
     s = _C.stats()
     s["native_frames"] = _C.native_frames()
+    s["graph_break_reasons"] = _C.graph_breaks()
     return s
 
 

@@ -1,0 +1,360 @@
+// Resume and break code generation (see resume.h for the calling convention).
+#include "bytecode/resume.h"
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "bytecode/assembler.h"
+
+namespace cdynamo::bytecode {
+namespace {
+
+// Generated code objects and the originals they copy, all held until clearGenerated().
+// Keys start with the original's address; the original is held too, so it stays unique.
+struct Registry {
+  std::unordered_map<std::string, Ref> generated;
+  std::unordered_map<PyCodeObject*, Ref> originals;
+  std::unordered_map<PyCodeObject*, ResumeOrigin> origins;  // resume code -> origin
+  std::unordered_set<PyCodeObject*> breaks;
+};
+
+// Leaked on purpose: Note [Python references in statics].
+Registry& registry() {
+  static Registry& r = *new Registry();
+  return r;
+}
+
+bool fail(std::string* error, std::string msg) {
+  if (error) *error = std::move(msg);
+  return false;
+}
+
+std::string utf8(PyObject* s) {
+  const char* c = s && PyUnicode_Check(s) ? PyUnicode_AsUTF8(s) : nullptr;
+  if (!c) PyErr_Clear();
+  return c ? c : "?";
+}
+
+// Instructions whose argument is an index into localsplus past co_varnames (cells and
+// free variables): they move when names are added to co_varnames.
+bool indexesCells(Op op) { return opHasFlag(static_cast<int>(op), 'F'); }
+
+// What every generated code needs: the original's symbolic form and its entry point.
+struct Original {
+  PyCodeObject* code;
+  Assembly asm_;
+  int resumeIndex = -1;  // index of the RESUME that ends the frame set-up
+  int nvarnames = 0;
+};
+
+bool loadOriginal(PyCodeObject* co, Original* o, std::string* error) {
+  o->code = co;
+  if (!disassemble(co, &o->asm_, error)) return false;
+  for (size_t i = 0; i < o->asm_.instrs.size(); ++i)
+    if (o->asm_.instrs[i].op == Op::RESUME) {
+      o->resumeIndex = static_cast<int>(i);
+      break;
+    }
+  if (o->resumeIndex < 0) return fail(error, "code without RESUME");
+  o->nvarnames = co->co_nlocals;
+  return true;
+}
+
+// The names, argument count and constants a generated code adds to the original's.
+struct Layout {
+  std::vector<std::string> extraNames;  // names added after co_varnames
+  int argcount = 0;
+  std::vector<PyObject*> extraConsts;   // borrowed; appended to co_consts
+};
+
+// The copy of the original: its instructions (cell/free indices moved by `shift`, the
+// names added before them) with `prologue` emitted right after RESUME, `inlineTail`
+// right after instruction `last` (if >= 0), and `endTail` appended. `prologue` receives
+// a label bound to original instruction `entry`. Instruction `last`, if a jump, is
+// retargeted to `jumpLabel` (which `endTail` binds).
+template <typename Prologue, typename Inline, typename End>
+Assembly copyWithInsertions(const Original& o, int shift, int entry, int last, bool retarget, Prologue prologue,
+                            Inline inlineTail, End endTail) {
+  const Assembly& a = o.asm_;
+  const size_t n = a.instrs.size();
+  Assembly out;
+  out.labelAt.assign(a.labelAt.size(), -1);
+  out.handlers = a.handlers;
+  const int entryLabel = out.newLabel();
+  const int jumpLabel = retarget ? out.newLabel() : -1;
+  std::vector<int> newIndex(n + 1, -1);
+  for (size_t i = 0; i < n; ++i) {
+    AsmInstr ins = a.instrs[i];
+    if (indexesCells(ins.op) && ins.arg >= o.nvarnames) ins.arg += shift;
+    if (static_cast<int>(i) == last && retarget) ins.label = jumpLabel;
+    newIndex[i] = static_cast<int>(out.instrs.size());
+    out.instrs.push_back(ins);
+    if (static_cast<int>(i) == o.resumeIndex) prologue(out, entryLabel);
+    if (static_cast<int>(i) == last) inlineTail(out);
+  }
+  newIndex[n] = static_cast<int>(out.instrs.size());
+  endTail(out, jumpLabel);
+  for (size_t l = 0; l < a.labelAt.size(); ++l)
+    if (a.labelAt[l] >= 0) out.labelAt[l] = newIndex[static_cast<size_t>(a.labelAt[l])];
+  out.labelAt[static_cast<size_t>(entryLabel)] = newIndex[static_cast<size_t>(entry)];
+  return out;
+}
+
+Ref tupleOfStrings(PyObject* base, const std::vector<std::string>& extra) {
+  Py_ssize_t n = PyTuple_GET_SIZE(base);
+  Ref t = Ref::steal(PyTuple_New(n + static_cast<Py_ssize_t>(extra.size())));
+  if (!t) return Ref();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* s = PyTuple_GET_ITEM(base, i);
+    Py_INCREF(s);
+    PyTuple_SET_ITEM(t.get(), i, s);
+  }
+  for (size_t i = 0; i < extra.size(); ++i) {
+    PyObject* s = PyUnicode_InternFromString(extra[i].c_str());
+    if (!s) return Ref();
+    PyTuple_SET_ITEM(t.get(), n + static_cast<Py_ssize_t>(i), s);
+  }
+  return t;
+}
+
+Ref makeCode(PyCodeObject* orig, const Assembly& a, const Layout& layout, const std::string& name,
+             const std::string& qualname, std::string* error) {
+  AssembledCode parts;
+  if (!assemble(a, orig->co_firstlineno, &parts, error)) return Ref();
+  Ref origNames = Ref::steal(PyCode_GetVarnames(orig));
+  if (!origNames) return Ref();
+  Ref varnames = tupleOfStrings(origNames.get(), layout.extraNames);
+  Py_ssize_t nconsts = PyTuple_GET_SIZE(orig->co_consts);
+  Ref consts = Ref::steal(PyTuple_New(nconsts + static_cast<Py_ssize_t>(layout.extraConsts.size())));
+  if (!varnames || !consts) return Ref();
+  for (Py_ssize_t i = 0; i < nconsts; ++i) {
+    PyObject* c = PyTuple_GET_ITEM(orig->co_consts, i);
+    Py_INCREF(c);
+    PyTuple_SET_ITEM(consts.get(), i, c);
+  }
+  for (size_t i = 0; i < layout.extraConsts.size(); ++i) {
+    Py_INCREF(layout.extraConsts[i]);
+    PyTuple_SET_ITEM(consts.get(), nconsts + static_cast<Py_ssize_t>(i), layout.extraConsts[i]);
+  }
+  Ref extra = Ref::steal(PyDict_New());
+  if (!extra) return Ref();
+  int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  struct Field {
+    const char* key;
+    Ref value;
+  } fields[] = {
+      {"co_varnames", std::move(varnames)},
+      {"co_consts", std::move(consts)},
+      {"co_argcount", Ref::steal(PyLong_FromLong(layout.argcount))},
+      {"co_posonlyargcount", Ref::steal(PyLong_FromLong(0))},
+      {"co_kwonlyargcount", Ref::steal(PyLong_FromLong(0))},
+      {"co_nlocals", Ref::steal(PyLong_FromSsize_t(orig->co_nlocals + static_cast<Py_ssize_t>(layout.extraNames.size())))},
+      {"co_flags", Ref::steal(PyLong_FromLong(flags))},
+      {"co_name", Ref::steal(PyUnicode_FromString(name.c_str()))},
+      {"co_qualname", Ref::steal(PyUnicode_FromString(qualname.c_str()))},
+  };
+  for (Field& f : fields)
+    if (!f.value || PyDict_SetItemString(extra.get(), f.key, f.value.get()) < 0) return Ref();
+  Ref code = buildCode(reinterpret_cast<PyObject*>(orig), parts, orig->co_firstlineno, extra.get());
+  if (!code) {
+    PyObject *t, *v, *tb;
+    PyErr_Fetch(&t, &v, &tb);
+    Ref s = Ref::steal(v ? PyObject_Str(v) : nullptr);
+    PyErr_Clear();
+    Py_XDECREF(t);
+    Py_XDECREF(v);
+    Py_XDECREF(tb);
+    fail(error, "building the code object: " + (s ? utf8(s.get()) : std::string("?")));
+  }
+  return code;
+}
+
+std::string slotName(int s) { return "___stack" + std::to_string(s); }
+
+// The names added for a frame whose stack is `at`: one argument per non-NULL slot.
+// Returns the local index of each slot's argument (-1 for NULL slots).
+std::vector<int> addStackArgs(const Original& o, const FrameLayout& at, Layout* layout) {
+  std::vector<int> local(at.stack_null.size(), -1);
+  for (size_t s = 0; s < at.stack_null.size(); ++s) {
+    if (at.stack_null[s]) continue;
+    local[s] = o.nvarnames + static_cast<int>(layout->extraNames.size());
+    layout->extraNames.push_back(slotName(static_cast<int>(s)));
+  }
+  return local;
+}
+
+// Prologue: delete unbound locals, push the stack (NULLs and arguments), jump to `target`.
+void emitPrologue(Assembly& out, const FrameLayout& at, const std::vector<int>& slotLocal, int targetLabel,
+                  Position pos) {
+  for (size_t i = 0; i < at.unbound.size(); ++i)
+    if (at.unbound[i]) out.emit(Op::DELETE_FAST, static_cast<int>(i), pos);
+  for (size_t s = 0; s < at.stack_null.size(); ++s) {
+    if (at.stack_null[s])
+      out.emit(Op::PUSH_NULL, 0, pos);
+    else
+      out.emit(Op::LOAD_FAST, slotLocal[s], pos);
+  }
+  out.emitJump(Op::JUMP_FORWARD, targetLabel, pos);
+}
+
+int lineOf(const Original& o, int index) {
+  int line = o.asm_.instrs[static_cast<size_t>(index)].pos.line;
+  return line >= 0 ? line : o.code->co_firstlineno;
+}
+
+}  // namespace
+
+std::string FrameLayout::key() const {
+  std::string k = std::to_string(index) + ":";
+  for (bool b : stack_null) k += b ? 'N' : 'v';
+  k += ":";
+  for (bool b : unbound) k += b ? 'u' : 'b';
+  return k;
+}
+
+int FrameLayout::passedStack() const {
+  int n = 0;
+  for (bool b : stack_null) n += b ? 0 : 1;
+  return n;
+}
+
+bool canResume(PyCodeObject* orig, std::string* why) {
+  if (orig->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
+    return fail(why, "graph break in a generator or coroutine");
+  if (orig->co_ncellvars > 0)
+    return fail(why, "graph break in a function whose locals are captured by an inner function (cell variables)");
+  if (resumeOrigin(orig) == nullptr && isBreakCode(orig)) return fail(why, "graph break in generated code");
+  return true;
+}
+
+Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
+  Registry& r = registry();
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(orig)) + "/R/" + at.key();
+  auto it = r.generated.find(key);
+  if (it != r.generated.end()) return it->second.copy();
+  Original o;
+  if (!loadOriginal(orig, &o, error)) return Ref();
+  if (at.index <= o.resumeIndex || at.index >= static_cast<int>(o.asm_.instrs.size()))
+    return fail(error, "resume point outside the function body"), Ref();
+  if (static_cast<int>(at.unbound.size()) != o.nvarnames) return fail(error, "layout does not match co_varnames"), Ref();
+  Layout layout;
+  std::vector<int> slotLocal = addStackArgs(o, at, &layout);
+  layout.argcount = o.nvarnames + static_cast<int>(layout.extraNames.size());
+  Position pos = o.asm_.instrs[static_cast<size_t>(at.index)].pos;
+  int prologueLength = 0;
+  Assembly out = copyWithInsertions(
+      o, static_cast<int>(layout.extraNames.size()), at.index, -1, false,
+      [&](Assembly& dst, int entryLabel) {
+        size_t before = dst.instrs.size();
+        emitPrologue(dst, at, slotLocal, entryLabel, pos);
+        prologueLength = static_cast<int>(dst.instrs.size() - before);
+      },
+      [](Assembly&) {}, [](Assembly&, int) {});
+  int line = lineOf(o, at.index);
+  std::string name = "cdynamo_resume_in_" + utf8(orig->co_name) + "_at_" + std::to_string(line);
+  std::string qualname = utf8(orig->co_qualname) + ".<resume at line " + std::to_string(line) + ">";
+  Ref code = makeCode(orig, out, layout, name, qualname, error);
+  if (!code) return Ref();
+  auto* rc = reinterpret_cast<PyCodeObject*>(code.get());
+  // The prologue sits right after RESUME; instructions after it are the original's.
+  r.origins[rc] = ResumeOrigin{orig, prologueLength, o.resumeIndex + 1 + prologueLength};
+  r.originals.emplace(orig, Ref::borrow(reinterpret_cast<PyObject*>(orig)));
+  r.generated.emplace(key, code.copy());
+  return code;
+}
+
+Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::vector<FrameLayout>& successors,
+              std::string* error) {
+  Registry& r = registry();
+  std::string key = std::to_string(reinterpret_cast<uintptr_t>(orig)) + "/B/" + at.key() + "/" + std::to_string(last);
+  for (const FrameLayout& s : successors) key += "/" + s.key();
+  auto it = r.generated.find(key);
+  if (it != r.generated.end()) return it->second.copy();
+  Original o;
+  if (!loadOriginal(orig, &o, error)) return Ref();
+  const int n = static_cast<int>(o.asm_.instrs.size());
+  if (at.index <= o.resumeIndex || last < at.index || last >= n || successors.empty() || successors.size() > 2)
+    return fail(error, "break point outside the function body"), Ref();
+  bool isJump = opHasFlag(static_cast<int>(o.asm_.instrs[static_cast<size_t>(last)].op), 'J');
+  if (isJump != (successors.size() == 2)) return fail(error, "successors do not match the breaking instruction"), Ref();
+
+  Layout layout;
+  std::vector<int> slotLocal = addStackArgs(o, at, &layout);
+  const int continuationLocal = o.nvarnames + static_cast<int>(layout.extraNames.size());
+  layout.extraNames.push_back("___continuation");
+  layout.argcount = o.nvarnames + static_cast<int>(layout.extraNames.size());
+  // Temporaries for the stack at each successor (the epilogue pops the stack into them).
+  size_t maxDepth = 0;
+  for (const FrameLayout& s : successors) maxDepth = std::max(maxDepth, s.stack_null.size());
+  std::vector<int> temp(maxDepth);
+  for (size_t s = 0; s < maxDepth; ++s) {
+    temp[s] = o.nvarnames + static_cast<int>(layout.extraNames.size());
+    layout.extraNames.push_back("___tmp" + std::to_string(s));
+  }
+  const int noneConst = static_cast<int>(PyTuple_GET_SIZE(orig->co_consts));
+  layout.extraConsts.push_back(Py_None);
+  Ref k0 = Ref::steal(PyLong_FromLong(0)), k1 = Ref::steal(PyLong_FromLong(1));
+  layout.extraConsts.push_back(k0.get());
+  layout.extraConsts.push_back(k1.get());
+
+  Position breakPos = o.asm_.instrs[static_cast<size_t>(last)].pos;
+  auto epilogue = [&](Assembly& out, size_t k) {
+    const FrameLayout& s = successors[k];
+    for (size_t i = s.stack_null.size(); i > 0; --i) out.emit(Op::STORE_FAST, temp[i - 1], breakPos);
+    out.emit(Op::PUSH_NULL, 0, breakPos);
+    out.emit(Op::LOAD_FAST, continuationLocal, breakPos);
+    out.emit(Op::LOAD_CONST, noneConst + 1 + static_cast<int>(k), breakPos);
+    for (size_t i = 0; i < s.unbound.size(); ++i)
+      out.emit(s.unbound[i] ? Op::LOAD_CONST : Op::LOAD_FAST, s.unbound[i] ? noneConst : static_cast<int>(i), breakPos);
+    for (size_t i = 0; i < s.stack_null.size(); ++i)
+      if (!s.stack_null[i]) out.emit(Op::LOAD_FAST, temp[i], breakPos);
+    int argc = 1 + static_cast<int>(s.unbound.size()) + s.passedStack();
+    out.emit(Op::PRECALL, argc, breakPos);
+    out.emit(Op::CALL, argc, breakPos);
+    out.emit(Op::RETURN_VALUE, 0, breakPos);
+  };
+
+  Position pos = o.asm_.instrs[static_cast<size_t>(at.index)].pos;
+  Assembly out = copyWithInsertions(
+      o, static_cast<int>(layout.extraNames.size()), at.index, last, isJump,
+      [&](Assembly& dst, int entryLabel) { emitPrologue(dst, at, slotLocal, entryLabel, pos); },
+      [&](Assembly& dst) { epilogue(dst, 0); },
+      [&](Assembly& dst, int jumpLabel) {
+        if (!isJump) return;
+        dst.bind(jumpLabel);
+        epilogue(dst, 1);
+      });
+  std::string name = utf8(orig->co_name);
+  std::string qualname = utf8(orig->co_qualname);
+  Ref code = makeCode(orig, out, layout, name, qualname, error);
+  if (!code) return Ref();
+  r.breaks.insert(reinterpret_cast<PyCodeObject*>(code.get()));
+  r.originals.emplace(orig, Ref::borrow(reinterpret_cast<PyObject*>(orig)));
+  r.generated.emplace(key, code.copy());
+  return code;
+}
+
+const ResumeOrigin* resumeOrigin(PyCodeObject* code) {
+  Registry& r = registry();
+  if (r.origins.empty()) return nullptr;
+  auto it = r.origins.find(code);
+  return it == r.origins.end() ? nullptr : &it->second;
+}
+
+bool isBreakCode(PyCodeObject* code) {
+  Registry& r = registry();
+  return !r.breaks.empty() && r.breaks.count(code) > 0;
+}
+
+void clearGenerated() {
+  Registry& r = registry();
+  r.origins.clear();
+  r.breaks.clear();
+  std::unordered_map<std::string, Ref> generated;
+  generated.swap(r.generated);
+  std::unordered_map<PyCodeObject*, Ref> originals;
+  originals.swap(r.originals);
+  // Destroyed here, after the registry is consistent (a code object's death may re-enter).
+}
+
+}  // namespace cdynamo::bytecode

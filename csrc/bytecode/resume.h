@@ -1,0 +1,72 @@
+// Code generated at a graph break (DESIGN.md "unsupported -> graph break"): the code that
+// runs the breaking instruction natively, and the resume functions that continue the
+// frame after it and are themselves captured when CPython calls them.
+//
+// Both are copies of the original code object with a short prologue after RESUME that
+// rebuilds the value stack from arguments and jumps to the instruction where execution
+// goes on. Keeping the whole original body keeps every exception-table range, loop and
+// line number intact: a break inside a try block is still inside it, a loop still loops.
+//
+// Calling convention (one layout for both, so a frame's locals keep their indices):
+//   arguments = co_varnames of the original (all of them, positional; one the frame has
+//               not bound is passed as None and deleted by the prologue), then the
+//               value-stack slots that do not hold the call convention's NULL (bottom
+//               first; NULL slots are pushed by the prologue), then, for a break code
+//               only, the continuation factory.
+// A break code runs the breaking instruction and, for each way it can continue (the
+// next instruction; the jump target of a conditional jump), calls
+// `continuation(k, *locals, *stack)` and returns what that returns: the runtime turns it
+// into a call of the k-th resume function (runtime/continuation.h). An exception raised
+// by the instruction is handled by the copied body as the original would handle it.
+//
+// Generated code objects are memoized per (original code, position, layout) and kept
+// until clearGenerated() (cdynamo.reset()), so a break inside a loop reuses one resume
+// function, whose cache entries then hit.
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <vector>
+
+#include "support/pyref.h"
+
+namespace cdynamo::bytecode {
+
+// The frame's state at an instruction boundary, as far as generated code needs it.
+struct FrameLayout {
+  int index = 0;                 // instruction index in the original code (decode() order)
+  std::vector<bool> stack_null;  // value stack, bottom first: true where a slot is NULL
+  std::vector<bool> unbound;     // one per co_varnames entry: true where the local is unbound
+  std::string key() const;
+  int passedStack() const;       // number of non-NULL stack slots
+};
+
+// Where a generated resume code came from: instruction i of the resume code (for i >=
+// prologueEnd) is instruction i - shift of `original`.
+struct ResumeOrigin {
+  PyCodeObject* original = nullptr;  // kept alive by the registry
+  int shift = 0;
+  int prologueEnd = 0;
+};
+
+// The resume function body that continues `orig` at `at`. Null with `error` set (and no
+// Python error) when the code cannot be generated.
+Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error);
+
+// The break code: starts at `at` (the first instruction of the breaking sequence, e.g.
+// KW_NAMES/PRECALL before a CALL), runs up to and including instruction `last`, then
+// continues through successors[0] (the instruction after `last`) and, for a conditional
+// jump, successors[1] (its target).
+Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::vector<FrameLayout>& successors,
+              std::string* error);
+
+// The origin of a resume code, or null for any other code object.
+const ResumeOrigin* resumeOrigin(PyCodeObject* code);
+// Whether `code` is a generated break code (never traced: it is the native part).
+bool isBreakCode(PyCodeObject* code);
+// Whether cdynamo can generate resume code for `orig` at all; `why` says why not.
+bool canResume(PyCodeObject* orig, std::string* why);
+// Forgets every generated code object (cdynamo.reset()).
+void clearGenerated();
+
+}  // namespace cdynamo::bytecode

@@ -1,0 +1,254 @@
+// Graph breaks: what happens when the trace cannot go on.
+//
+// The first trace runs until something is unsupported. If that happened while the root
+// frame was running instruction I (directly, or inside a call it inlines), and I is an
+// instruction that can run natively on its own, the frame is traced again and stopped
+// right before I (the same visit of I, for loops). That second trace has the state the
+// break needs, untouched by the failed attempt: the graph of everything before I, the
+// symbolic stack and locals, the side effects so far. The entry then
+//   1. runs the graph and replays the side effects,
+//   2. rebuilds the locals and the value stack as real objects (output plans),
+//   3. calls the break code, which runs I natively and continues in a resume function
+//      per successor of I (bytecode/resume.h), captured in turn when it is called.
+// A failure inside an inlined call breaks the root frame at the CALL: the callee then runs
+// natively and is captured as a frame of its own, as in TorchDynamo.
+#include <string>
+
+#include "bytecode/resume.h"
+#include "runtime/continuation.h"
+#include "support/stats.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using bytecode::Op;
+
+namespace {
+
+// How the breaking instruction changes the stack on each way out of it.
+struct Successor {
+  int index;   // instruction index (in the traced code) where execution continues
+  int pops;
+  int pushes;  // values pushed (never NULL)
+};
+
+struct BreakShape {
+  int first;  // first instruction of the breaking sequence (KW_NAMES/PRECALL before CALL)
+  std::vector<Successor> successors;
+};
+
+// The instructions that may run natively as a graph break: their effect on the stack is
+// fixed and they do not touch locals or the block structure. Others (loads of NULL, the
+// loop and exception machinery, returns) make the frame run natively instead.
+bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* why) {
+  const bytecode::Instruction& ins = f.instrs[pc];
+  const int arg = ins.arg;
+  int idx = static_cast<int>(pc);
+  out->first = idx;
+  auto straight = [&](int pops, int pushes) {
+    out->successors.push_back({idx + 1, pops, pushes});
+    return true;
+  };
+  auto jumpTarget = [&]() { return bytecode::indexAtOffset(f.instrs, ins.jumpTarget()); };
+  switch (ins.op) {
+    case Op::CALL:
+      if (idx > 0 && f.instrs[static_cast<size_t>(idx - 1)].op == Op::PRECALL) out->first = idx - 1;
+      if (out->first > 0 && f.instrs[static_cast<size_t>(out->first - 1)].op == Op::KW_NAMES) out->first -= 1;
+      return straight(arg + 2, 1);
+    case Op::POP_JUMP_FORWARD_IF_FALSE:
+    case Op::POP_JUMP_FORWARD_IF_TRUE:
+    case Op::POP_JUMP_FORWARD_IF_NONE:
+    case Op::POP_JUMP_FORWARD_IF_NOT_NONE:
+    case Op::POP_JUMP_BACKWARD_IF_FALSE:
+    case Op::POP_JUMP_BACKWARD_IF_TRUE:
+    case Op::POP_JUMP_BACKWARD_IF_NONE:
+    case Op::POP_JUMP_BACKWARD_IF_NOT_NONE: {
+      int t = jumpTarget();
+      if (t < 0) break;
+      out->successors.push_back({idx + 1, 1, 0});
+      out->successors.push_back({t, 1, 0});
+      return true;
+    }
+    case Op::JUMP_IF_FALSE_OR_POP:
+    case Op::JUMP_IF_TRUE_OR_POP: {
+      int t = jumpTarget();
+      if (t < 0) break;
+      out->successors.push_back({idx + 1, 1, 0});
+      out->successors.push_back({t, 0, 0});
+      return true;
+    }
+    case Op::BINARY_OP:
+    case Op::COMPARE_OP:
+    case Op::BINARY_SUBSCR:
+    case Op::IS_OP:
+    case Op::CONTAINS_OP:
+    case Op::IMPORT_NAME:
+      return straight(2, 1);
+    case Op::UNARY_POSITIVE:
+    case Op::UNARY_NEGATIVE:
+    case Op::UNARY_NOT:
+    case Op::UNARY_INVERT:
+    case Op::LOAD_ATTR:
+    case Op::GET_ITER:
+      return straight(1, 1);
+    case Op::STORE_ATTR:
+    case Op::DELETE_SUBSCR:
+      return straight(2, 0);
+    case Op::STORE_SUBSCR:
+      return straight(3, 0);
+    case Op::STORE_GLOBAL:
+    case Op::DELETE_ATTR:
+      return straight(1, 0);
+    case Op::FORMAT_VALUE:
+      return straight((arg & 0x04) ? 2 : 1, 1);
+    case Op::BUILD_STRING:
+    case Op::BUILD_TUPLE:
+    case Op::BUILD_LIST:
+    case Op::BUILD_SET:
+      return straight(arg, 1);
+    case Op::UNPACK_SEQUENCE:
+      return straight(1, arg);
+    default:
+      break;
+  }
+  const char* name = bytecode::opName(static_cast<int>(ins.op));
+  *why = std::string("cannot break the graph at ") + (name ? name : "?");
+  return false;
+}
+
+}  // namespace
+
+bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
+  using K = runtime::OutputPlan::Kind;
+  if (pending_exc_ || current_exc_) {
+    fail("graph break while an exception is being handled");
+    return false;
+  }
+  if (!open_contexts_.empty()) {
+    fail("graph break inside inference_mode or autocast");
+    return false;
+  }
+  // The code the generated functions copy: the original, also when this frame is a
+  // resume function (its instructions past the prologue are the original's, shifted).
+  PyCodeObject* orig = f.code;
+  int shift = 0;
+  const bytecode::ResumeOrigin* origin = bytecode::resumeOrigin(f.code);
+  if (origin) {
+    if (static_cast<int>(f.pc) < origin->prologueEnd) {
+      fail("graph break in a resume function's prologue");
+      return false;
+    }
+    orig = origin->original;
+    shift = origin->shift;
+  }
+  std::string why;
+  if (!bytecode::canResume(orig, &why)) {
+    fail(why);
+    return false;
+  }
+  BreakShape shape;
+  if (!shapeOf(f, f.pc, &shape, &why)) {
+    fail(why);
+    return false;
+  }
+  for (const Successor& s : shape.successors)
+    if (s.index < shift) {
+      fail("graph break jumping into a resume function's prologue");
+      return false;
+    }
+
+  // Locals: every co_varnames entry of the original, bound or not.
+  const int nvar = orig->co_nlocals;
+  bytecode::FrameLayout at;
+  at.index = shape.first - shift;
+  at.unbound.assign(static_cast<size_t>(nvar), false);
+  args->kind = K::Tuple;
+  for (int i = 0; i < nvar; ++i) {
+    ValuePtr v = f.locals[static_cast<size_t>(i)];
+    if (!v && !f.deleted[static_cast<size_t>(i)]) {
+      v = loadRootLocal(f, i);
+      if (failed_) return false;
+    }
+    runtime::OutputPlan p;
+    if (!v) {
+      at.unbound[static_cast<size_t>(i)] = true;
+      p.kind = K::Constant;
+      p.constant = Ref::borrow(Py_None);
+    } else if (!buildOutput(v, &p)) {
+      return false;
+    }
+    args->items.push_back(std::move(p));
+  }
+  for (const ValuePtr& v : f.stack) {
+    at.stack_null.push_back(v->is(Kind::Null));
+    if (v->is(Kind::Null)) continue;
+    runtime::OutputPlan p;
+    if (!buildOutput(v, &p)) return false;
+    args->items.push_back(std::move(p));
+  }
+
+  std::vector<bytecode::FrameLayout> successors;
+  std::vector<Ref> resume_codes;
+  for (const Successor& s : shape.successors) {
+    bytecode::FrameLayout l;
+    l.index = s.index - shift;
+    l.unbound = at.unbound;
+    if (static_cast<size_t>(s.pops) > at.stack_null.size()) {
+      fail("internal: graph break pops more than the stack holds");
+      return false;
+    }
+    l.stack_null.assign(at.stack_null.begin(), at.stack_null.end() - s.pops);
+    for (int k = 0; k < s.pushes; ++k) l.stack_null.push_back(false);
+    Ref code = bytecode::resumeCode(orig, l, &why);
+    if (!code) {
+      fail("generating the resume function: " + why);
+      return false;
+    }
+    resume_codes.push_back(std::move(code));
+    successors.push_back(std::move(l));
+  }
+  const int last = static_cast<int>(f.pc) - shift;
+  Ref break_code = bytecode::breakCode(orig, at, last, successors, &why);
+  if (!break_code) {
+    fail("generating the break code: " + why);
+    return false;
+  }
+  auto plan = std::make_shared<runtime::BreakPlan>();
+  plan->break_code = std::move(break_code);
+  plan->resume_table = runtime::makeResumeTable(std::move(resume_codes));
+  Ref c = Ref::steal(PyImport_ImportModule("torch._C"));
+  plan->set_grad_enabled = c ? Ref::steal(PyObject_GetAttrString(c.get(), "_set_grad_enabled")) : Ref();
+  if (!plan->resume_table || !plan->set_grad_enabled) {
+    failFromPython("setting up the graph break");
+    return false;
+  }
+  plan->grad_mode = grad_mode_at_break_;
+  plan->in_resume_code = origin != nullptr;
+  entry_->brk = std::move(plan);
+  const Unsupported& u = break_target_.why;
+  entry_->break_info = {u.reason, u.filename, u.line, u.user_stack};
+  return true;
+}
+
+TranslateResult translate(const FrameView& frame, PyObject* config) {
+  TranslateResult first;
+  BreakTarget target;
+  {
+    Tracer tracer(frame, config);
+    first = tracer.run();
+    if (first.entry || first.error) return first;
+    target = tracer.failedAt();
+  }
+  if (target.index < 0) return first;
+  Tracer retrace(frame, config, target);
+  TranslateResult second = retrace.run();
+  if (second.entry || second.error) {
+    if (second.entry) ++stats().graph_breaks;
+    return second;
+  }
+  // No break possible there: the frame runs natively, for the first reason.
+  first.unsupported.reason += " (and no graph break is possible there: " + second.unsupported.reason + ")";
+  return first;
+}
+
+}  // namespace cdynamo::trace
