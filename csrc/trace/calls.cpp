@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "cache/code_cache.h"
 #include "support/torch_types.h"
 #include "trace/tracer.h"
 
@@ -123,6 +124,20 @@ PyObject* instanceDictItem(PyObject* obj, const char* name) {
   PyObject** dictptr = _PyObject_GetDictPtr(obj);
   if (!dictptr || !*dictptr) return nullptr;
   return PyDict_GetItemString(*dictptr, name);
+}
+
+// cdynamo.disable marks code objects in the code cache (the wrapper's code; with
+// recursive=False also the function's own code). A call of such code is never traced:
+// the reason names the function as the user wrote it (the wrapper carries its
+// __qualname__ through functools.wraps).
+bool isDisabledCode(PyObject* code) {
+  return code && PyCode_Check(code) && cache::isDisabled(reinterpret_cast<PyCodeObject*>(code));
+}
+
+std::string disabledReason(PyObject* qualname) {
+  const char* q = qualname && PyUnicode_Check(qualname) ? PyUnicode_AsUTF8(qualname) : nullptr;
+  if (!q) PyErr_Clear();
+  return std::string("call to ") + (q ? q : "a function") + ", which is wrapped by cdynamo.disable";
 }
 
 }  // namespace
@@ -264,11 +279,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
     case Kind::Function: {
       const FunctionParts& p = *fn->fn;
+      if (isDisabledCode(p.code.get())) return fail(disabledReason(p.qualname.get()));
       return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals, p.builtins, nullptr, &p.closure,
                         nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args), std::move(kwargs));
     }
     case Kind::Callable: {
       PyObject* f = fn->obj.get();
+      // Before anything that looks at the callable's name or module: functools.wraps gives
+      // a disabled wrapper the __module__ of what it wraps (a torch function, say).
+      if (PyFunction_Check(f) && isDisabledCode(PyFunction_GET_CODE(f)))
+        return fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
       if (fn->owned) {  // a C method bound to an object the trace made: run it on constants
         Ref pargs = toPython(Value::sequence(Kind::Tuple, args));
         if (!pargs || !kwargs.empty()) return fail("a method of an object made in the trace called with non-constants");
@@ -568,6 +588,7 @@ ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
 ValuePtr Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
                                 std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  if (isDisabledCode(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,
                     fo->func_closure, nullptr, fo->func_defaults, fo->func_kwdefaults, nullptr, nullptr, func_reg,
                     std::move(args), std::move(kwargs));
