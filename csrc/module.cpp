@@ -11,6 +11,7 @@
 #include "frame/eval_frame.h"
 #include "support/pyref.h"
 #include "support/stats.h"
+#include "trace/disabled.h"
 
 using cdynamo::Ref;
 
@@ -260,6 +261,8 @@ PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "cdynamo._C", "cdynamo C++ core"
 PyMODINIT_FUNC PyInit__C(void) {
   Ref m = Ref::steal(PyModule_Create(&moduledef));
   if (!m) return nullptr;
+  // The tracer asks the code cache which code cdynamo.disable marked (see trace/disabled.h).
+  cdynamo::trace::setDisabledCodeQuery([](PyCodeObject* code) { return cdynamo::cache::isDisabled(code); });
   PyObject* type = PyType_FromSpec(&compiledSpec);
   if (!type || PyModule_AddObject(m.get(), "CompiledFunction", type) < 0) {
     Py_XDECREF(type);

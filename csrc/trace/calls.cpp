@@ -3,8 +3,8 @@
 #include <cstring>
 #include <string>
 
-#include "cache/code_cache.h"
 #include "support/torch_types.h"
+#include "trace/disabled.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -126,12 +126,14 @@ PyObject* instanceDictItem(PyObject* obj, const char* name) {
   return PyDict_GetItemString(*dictptr, name);
 }
 
-// cdynamo.disable marks code objects in the code cache (the wrapper's code; with
-// recursive=False also the function's own code). A call of such code is never traced:
-// the reason names the function as the user wrote it (the wrapper carries its
-// __qualname__ through functools.wraps).
-bool isDisabledCode(PyObject* code) {
-  return code && PyCode_Check(code) && cache::isDisabled(reinterpret_cast<PyCodeObject*>(code));
+DisabledCodeQuery disabled_query = nullptr;
+
+// cdynamo.disable marks code objects (the wrapper's code; with recursive=False also the
+// function's own code). A call of such code is never traced: the reason names the
+// function as the user wrote it (the wrapper carries its __qualname__ through
+// functools.wraps).
+bool isDisabledCodeObject(PyObject* code) {
+  return code && PyCode_Check(code) && isDisabledCode(reinterpret_cast<PyCodeObject*>(code));
 }
 
 std::string disabledReason(PyObject* qualname) {
@@ -141,6 +143,9 @@ std::string disabledReason(PyObject* qualname) {
 }
 
 }  // namespace
+
+void setDisabledCodeQuery(DisabledCodeQuery query) { disabled_query = query; }
+bool isDisabledCode(PyCodeObject* code) { return disabled_query && disabled_query(code); }
 
 ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
@@ -279,7 +284,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
     case Kind::Function: {
       const FunctionParts& p = *fn->fn;
-      if (isDisabledCode(p.code.get())) return fail(disabledReason(p.qualname.get()));
+      if (isDisabledCodeObject(p.code.get())) return fail(disabledReason(p.qualname.get()));
       return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals, p.builtins, nullptr, &p.closure,
                         nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args), std::move(kwargs));
     }
@@ -287,7 +292,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       PyObject* f = fn->obj.get();
       // Before anything that looks at the callable's name or module: functools.wraps gives
       // a disabled wrapper the __module__ of what it wraps (a torch function, say).
-      if (PyFunction_Check(f) && isDisabledCode(PyFunction_GET_CODE(f)))
+      if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
         return fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
       if (fn->owned) {  // a C method bound to an object the trace made: run it on constants
         Ref pargs = toPython(Value::sequence(Kind::Tuple, args));
@@ -588,7 +593,7 @@ ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
 ValuePtr Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
                                 std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
-  if (isDisabledCode(fo->func_code)) return fail(disabledReason(fo->func_qualname));
+  if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,
                     fo->func_closure, nullptr, fo->func_defaults, fo->func_kwdefaults, nullptr, nullptr, func_reg,
                     std::move(args), std::move(kwargs));
