@@ -5,6 +5,7 @@
 
 #include "support/torch_types.h"
 #include "trace/disabled.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -151,6 +152,8 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   switch (obj->kind) {
     case Kind::Tensor: {
+      if (isScalarValue(*this, obj))  // a number read from a tensor: not a tensor's attributes
+        return fail(std::string("attribute '") + n + "' of a value read from a tensor (Tensor.item()) is not supported yet");
       PyObject* tt = tensorType();
       if (!tt) return failFromPython("torch.Tensor");
       PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
@@ -273,6 +276,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           return fail(std::string("context manager method ") + m + " is not supported");
         }
         if (!self->is(Kind::Tensor)) return callContainerMethod(self, fn->name.get(), args, kwargs);
+        // Reading the tensor's value into Python: stops the trace, or (with
+        // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
+        static const char* const kValueReads[][2] = {
+            {"item", "item"}, {"tolist", "tolist"}, {"__bool__", "bool"}, {"__int__", "int"}, {"__float__", "float"}};
+        if (args.empty() && kwargs.empty())
+          for (const auto& read : kValueReads)
+            if (PyUnicode_CompareWithASCIIString(fn->name.get(), read[0]) == 0) return readTensorValue(*this, self, read[1]);
         // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers
         // as a constant).
         args.insert(args.begin(), self);
