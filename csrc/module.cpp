@@ -12,6 +12,7 @@
 #include "runtime/continuation.h"
 #include "support/pyref.h"
 #include "support/stats.h"
+#include "trace/disabled.h"
 
 using cdynamo::Ref;
 
@@ -124,6 +125,32 @@ PyObject* py_call_compiled(PyObject*, PyObject* const* args, Py_ssize_t nargs, P
   return cdynamo::frame::callCompiled(args[0], args[1], args + 2, static_cast<size_t>(nargs - 2), kwnames);
 }
 
+PyObject* py_call_disabled(PyObject*, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  // call_disabled(fn, *args, **kwargs)
+  if (nargs < 1) {
+    PyErr_SetString(PyExc_TypeError, "call_disabled(fn, *args, **kwargs)");
+    return nullptr;
+  }
+  return cdynamo::frame::callDisabled(args[0], args + 1, static_cast<size_t>(nargs - 1), kwnames);
+}
+
+PyObject* py_mark_disabled(PyObject*, PyObject* code) {
+  if (!PyCode_Check(code)) {
+    PyErr_SetString(PyExc_TypeError, "mark_disabled(code)");
+    return nullptr;
+  }
+  if (!cdynamo::cache::markDisabled(reinterpret_cast<PyCodeObject*>(code))) return nullptr;
+  Py_RETURN_NONE;
+}
+
+PyObject* py_is_disabled(PyObject*, PyObject* code) {
+  if (!PyCode_Check(code)) {
+    PyErr_SetString(PyExc_TypeError, "is_disabled(code)");
+    return nullptr;
+  }
+  return PyBool_FromLong(cdynamo::cache::isDisabled(reinterpret_cast<PyCodeObject*>(code)));
+}
+
 PyObject* py_set_file_rules(PyObject*, PyObject* arg) {
   Ref seq = Ref::steal(PySequence_Fast(arg, "set_file_rules([(prefix, traced), ...])"));
   if (!seq) return nullptr;
@@ -218,6 +245,10 @@ PyObject* py_set_cache_size_limit(PyObject*, PyObject* arg) {
 PyMethodDef methods[] = {
     {"call_compiled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_call_compiled)),
      METH_FASTCALL | METH_KEYWORDS, "call_compiled(config, fn, *args, **kwargs): call with the frame hook on"},
+    {"call_disabled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_call_disabled)),
+     METH_FASTCALL | METH_KEYWORDS, "call_disabled(fn, *args, **kwargs): call with no compile context (cdynamo.disable)"},
+    {"mark_disabled", py_mark_disabled, METH_O, "mark_disabled(code): never trace this code; survives reset()"},
+    {"is_disabled", py_is_disabled, METH_O, "is_disabled(code): whether mark_disabled was applied"},
     {"set_file_rules", py_set_file_rules, METH_O, "set_file_rules([(path_prefix, traced), ...]): longest prefix wins"},
     {"reset", py_reset, METH_NOARGS, "drop every cache entry, per-code decision and counter"},
     {"stats", py_stats, METH_NOARGS, "counters since the last reset"},
@@ -238,6 +269,8 @@ PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "cdynamo._C", "cdynamo C++ core"
 PyMODINIT_FUNC PyInit__C(void) {
   Ref m = Ref::steal(PyModule_Create(&moduledef));
   if (!m) return nullptr;
+  // The tracer asks the code cache which code cdynamo.disable marked (see trace/disabled.h).
+  cdynamo::trace::setDisabledCodeQuery([](PyCodeObject* code) { return cdynamo::cache::isDisabled(code); });
   PyObject* type = PyType_FromSpec(&compiledSpec);
   if (!type || PyModule_AddObject(m.get(), "CompiledFunction", type) < 0) {
     Py_XDECREF(type);

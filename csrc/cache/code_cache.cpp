@@ -75,10 +75,24 @@ void resetAll() {
     if (!registry().count(e)) continue;
     for (auto& entry : e->entries) graveyard.push_back(std::move(entry));
     e->entries.clear();
-    e->state = CodeState::Unknown;
+    e->state = e->disabled ? CodeState::Skip : CodeState::Unknown;
     e->native_reason.clear();
   }
   graveyard.clear();
+}
+
+bool markDisabled(PyCodeObject* code) {
+  CodeExtra* e = getOrCreate(code);
+  if (!e) return false;
+  e->disabled = true;
+  e->state = CodeState::Skip;  // the hook evaluates Skip code with CPython, untouched
+  e->native_reason.clear();
+  // Entries made before the code was disabled are never run again; the caller's frame may
+  // hold one (EntryPtr), so destroying them here is safe.
+  std::vector<EntryPtr> graveyard = std::move(e->entries);
+  e->entries.clear();
+  graveyard.clear();
+  return true;
 }
 
 size_t numCodes() { return registry().size(); }

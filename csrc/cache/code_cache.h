@@ -23,6 +23,11 @@ using EntryPtr = std::shared_ptr<const runtime::CompiledEntry>;
 struct CodeExtra {
   PyCodeObject* code = nullptr;  // borrowed: the extra dies with its code object
   CodeState state = CodeState::Unknown;
+  // Marked by cdynamo.disable (the wrapper's code, or a function's own code with
+  // recursive=False): the code is never traced, and a trace that reaches a call of it
+  // stops there. Unlike `state`, this survives resetAll(): it is the user's decision,
+  // not a cached one.
+  bool disabled = false;
   std::string native_reason;
   // Entries, most recently hit first. Iterate by index and hold an EntryPtr while using
   // one: a backend may release the GIL while compiling, and another thread may insert.
@@ -35,8 +40,14 @@ CodeExtra* lookup(PyCodeObject* code);
 CodeExtra* getOrCreate(PyCodeObject* code);
 // Moves entry `i` to the front (most recently hit first).
 void touch(CodeExtra* extra, size_t i);
-// Forgets every decision and entry of every code object (cdynamo.reset()).
+// Forgets every decision and entry of every code object (cdynamo.reset()); disabled
+// code stays disabled.
 void resetAll();
+// Marks `code` as never traced (cdynamo.disable), dropping any entry it had. False with
+// an error set on failure.
+bool markDisabled(PyCodeObject* code);
+// Whether `code` was marked by markDisabled (cheap; never sets an error).
+inline bool isDisabled(PyCodeObject* code);
 // Number of code objects with state and total cache entries (for stats and tests).
 size_t numCodes();
 size_t numEntries();
@@ -45,6 +56,11 @@ template <typename Fn>
 void forEach(Fn&& fn);
 
 std::vector<CodeExtra*> snapshot();
+
+inline bool isDisabled(PyCodeObject* code) {
+  CodeExtra* e = lookup(code);
+  return e && e->disabled;
+}
 
 template <typename Fn>
 void forEach(Fn&& fn) {

@@ -312,6 +312,11 @@ PyObject* callCompiled(PyObject* config, PyObject* fn, PyObject* const* args, si
   return result;
 }
 
+PyObject* callDisabled(PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  ContextOff off;
+  return PyObject_Vectorcall(fn, args, nargsf, kwnames);
+}
+
 void setFileRules(std::vector<std::pair<std::string, bool>> rules) { file_rules = std::move(rules); }
 
 void reset() {

@@ -19,6 +19,11 @@ namespace cdynamo::frame {
 PyObject* callCompiled(PyObject* config, PyObject* fn, PyObject* const* args, size_t nargsf,
                        PyObject* kwnames);
 
+// Calls fn(*args, **kwnames) with no compile context on this thread (cdynamo.disable with
+// recursive=True): fn and everything it calls run as plain Python, except a compiled
+// function called inside, which sets its own context. Restores the context on every path.
+PyObject* callDisabled(PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames);
+
 // Which files are traced: (co_filename prefix, traced?) rules where the longest matching
 // prefix decides and no match means traced (e.g. torch/ skipped, torch/nn/modules/
 // traced, torch/nn/modules/module.py skipped). Set once by the Python package.

@@ -23,6 +23,11 @@ struct TorchRefs {
   Ref device_type;         // torch.device
   Ref memo_functions;      // set of callables known to return one new tensor
   Ref memo_methods;        // set of Tensor method names known to return one new tensor
+  // For capture_scalar_outputs.
+  Ref shape_env_cls;       // torch.fx.experimental.symbolic_shapes.ShapeEnv
+  Ref sym_int, sym_float, sym_bool;  // torch.SymInt / SymFloat / SymBool
+  Ref compute_unbacked_bindings;     // torch.fx.experimental.symbolic_shapes.compute_unbacked_bindings
+  Ref tracing, tracing_context;      // torch._guards.tracing / TracingContext
   bool ok = false;
 };
 
@@ -99,6 +104,16 @@ const TorchRefs* torchRefs() {
         !addAll(refs.memo_functions.get(), "torch.nn.functional", kMemoFunctional) ||
         !addAll(refs.memo_functions.get(), "torch._C._nn", kMemoCNN))
       return nullptr;
+    refs.shape_env_cls = attrOf("torch.fx.experimental.symbolic_shapes", "ShapeEnv");
+    if (!refs.shape_env_cls) return nullptr;
+    refs.sym_int = attrOf("torch", "SymInt");
+    refs.sym_float = attrOf("torch", "SymFloat");
+    refs.sym_bool = attrOf("torch", "SymBool");
+    if (!refs.sym_int || !refs.sym_float || !refs.sym_bool) return nullptr;
+    refs.compute_unbacked_bindings = attrOf("torch.fx.experimental.symbolic_shapes", "compute_unbacked_bindings");
+    refs.tracing = attrOf("torch._guards", "tracing");
+    refs.tracing_context = attrOf("torch._guards", "TracingContext");
+    if (!refs.compute_unbacked_bindings || !refs.tracing || !refs.tracing_context) return nullptr;
     refs.memo_methods = Ref::steal(PySet_New(nullptr));
     if (!refs.memo_methods) return nullptr;
     for (const char* name : kMemoMethods)
@@ -158,10 +173,42 @@ Arg Arg::clone() const {
 
 GraphBuilder::~GraphBuilder() { finish(); }
 
+namespace {
+
+// cdynamo.config.<name> as a bool; -1 with an error set.
+int configFlag(const char* name) {
+  Ref config = Ref::steal(PyImport_ImportModule("cdynamo.config"));
+  if (!config) return -1;
+  Ref v = Ref::steal(PyObject_GetAttrString(config.get(), name));
+  return v ? PyObject_IsTrue(v.get()) : -1;
+}
+
+bool isSymScalar(PyObject* o, const TorchRefs* t) {
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
+  return type == t->sym_int.get() || type == t->sym_float.get() || type == t->sym_bool.get();
+}
+
+}  // namespace
+
 bool GraphBuilder::begin() {
   const TorchRefs* t = torchRefs();
   if (!t) return false;
-  mode_ = Ref::steal(PyObject_CallNoArgs(t->fake_mode_cls.get()));
+  int capture = configFlag("capture_scalar_outputs");
+  if (capture < 0) return false;
+  capture_scalars_ = capture == 1;
+  if (capture_scalars_) {
+    // As torch._dynamo does with capture_scalar_outputs: a ShapeEnv that allows scalar
+    // outputs (Tensor.item() -> an unbacked symbol). Inputs stay static: this version
+    // has no dynamic shapes, and the tensor guards pin every size.
+    shape_env_ = Ref::steal(PyObject_CallNoArgs(t->shape_env_cls.get()));
+    if (!shape_env_) return false;
+    Ref kw = Ref::steal(Py_BuildValue("{s:O,s:O}", "shape_env", shape_env_.get(), "static_shapes", Py_True));
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (!kw || !no_args) return false;
+    mode_ = Ref::steal(PyObject_Call(t->fake_mode_cls.get(), no_args.get(), kw.get()));
+  } else {
+    mode_ = Ref::steal(PyObject_CallNoArgs(t->fake_mode_cls.get()));
+  }
   if (!mode_) return false;
   Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__enter__", nullptr));
   if (!r) return false;
@@ -280,15 +327,55 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     if (n.fake && key) memoStore(key.get(), n.fake.get(), n.args);
   }
   if (!n.fake) return -1;
+  if (shape_env_) {
+    // A deferred runtime assert (torch._check(s > 0), or `s >= 0` assumed by an op using
+    // s as a size) would have to become a graph node checked on every call; until it is,
+    // such a call is not captured (never silently dropped).
+    Ref count = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "num_deferred_runtime_asserts"));
+    if (!count) return -1;
+    Py_ssize_t n_asserts = PyLong_AsSsize_t(count.get());
+    if (n_asserts < 0 && PyErr_Occurred()) return -1;
+    if (n_asserts != runtime_asserts_) {
+      runtime_asserts_ = n_asserts;
+      PyErr_SetString(PyExc_NotImplementedError,
+                      "it makes an assumption about a value read from a tensor (Tensor.item()) that would need a "
+                      "runtime check in the graph (not supported yet)");
+      return -1;
+    }    // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
+    // records them for each node: a backend that re-traces the graph (AOT autograd) needs
+    // them, and it consumes the ShapeEnv's pending symbols.
+    Ref pending = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "pending_fresh_unbacked_symbols"));
+    if (!pending) return -1;
+    int any = PyObject_IsTrue(pending.get());
+    if (any < 0) return -1;
+    if (any) {
+      const TorchRefs* t = torchRefs();
+      if (!t) return -1;
+      n.unbacked_bindings = Ref::steal(PyObject_CallFunctionObjArgs(t->compute_unbacked_bindings.get(),
+                                                                    shape_env_.get(), n.fake.get(), nullptr));
+      if (!n.unbacked_bindings) return -1;
+      if (n.unbacked_bindings.get() == Py_None) n.unbacked_bindings = Ref();
+    }
+  }
   n.impure = isMutating(op, target);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
-  // no tensor in its result is a metadata query and leaves no node.
-  if (!n.impure && !holdsTensor(n.fake.get())) {
+  // no tensor in its result is a metadata query and leaves no node. A symbolic scalar
+  // (Tensor.item() and arithmetic on it, under capture_scalar_outputs) is a node: its
+  // value is only known when the graph runs.
+  const TorchRefs* t = torchRefs();
+  if (!t) return -1;
+  if (!n.impure && !holdsTensor(n.fake.get()) && !isSymScalar(n.fake.get(), t)) {
     *plain_result = std::move(n.fake);
     return kNoTensorResult;
   }
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
+}
+
+bool GraphBuilder::isScalar(int id) const {
+  const TorchRefs* t = torchRefs();
+  PyObject* f = nodes_[id].fake.get();
+  return t && f && isSymScalar(f, t);
 }
 
 // ----------------------------------------------------------------------------- memo
@@ -520,6 +607,27 @@ int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
   return numNodes() - 1;
 }
 
+Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example_inputs) {
+  if (!shape_env_) return Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  Ref context = Ref::steal(PyObject_CallOneArg(t->tracing_context.get(), mode_.get()));
+  Ref manager = context ? Ref::steal(PyObject_CallOneArg(t->tracing.get(), context.get())) : Ref();
+  Ref entered = manager ? Ref::steal(PyObject_CallMethod(manager.get(), "__enter__", nullptr)) : Ref();
+  if (!entered) return Ref();
+  Ref result = Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
+  // Leave the context on every path, keeping the backend's error (if any) as the one set.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Ref exited = Ref::steal(PyObject_CallMethod(manager.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+  if (!exited) {
+    if (type) PyErr_Clear();
+    else return Ref();  // leaving failed after a success: report that
+  }
+  PyErr_Restore(type, value, tb);
+  return result;
+}
+
 Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<int>* inputs_used,
                                    int* op_count) {
   const TorchRefs* t = torchRefs();
@@ -591,6 +699,8 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     if (!fxn) return Ref();
     Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), meta_key));
     if (!meta || PyDict_SetItem(meta.get(), example_key, n.fake.get()) < 0) return Ref();
+    if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
+      return Ref();
     fx_nodes[i] = std::move(fxn);
   }
   Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));

@@ -57,6 +57,7 @@ struct Node {
   Ref fake;            // fake result (FakeTensor, or a tuple of them)
   bool impure = false; // mutates its inputs: kept even when its result is unused
   Ref sig;             // memo signature of `fake` (see GraphBuilder::memoKey); null: not read yet
+  Ref unbacked_bindings;  // the unbacked symbols this node's result binds (meta["unbacked_bindings"]), or null
 };
 
 class GraphBuilder {
@@ -66,8 +67,12 @@ class GraphBuilder {
   GraphBuilder(const GraphBuilder&) = delete;
   GraphBuilder& operator=(const GraphBuilder&) = delete;
 
-  // Creates a fake-tensor mode and enters it until finish() or destruction.
+  // Creates a fake-tensor mode and enters it until finish() or destruction. With
+  // cdynamo.config.capture_scalar_outputs set (read here, once per trace) the mode gets a
+  // ShapeEnv, so that Tensor.item() gives an unbacked SymInt/SymFloat/SymBool as in
+  // torch._dynamo; shapes stay static (static_shapes=True) either way.
   bool begin();
+  bool capturesScalars() const { return capture_scalars_; }
   // Leaves the fake mode (idempotent). Must run before calling a backend.
   void finish();
 
@@ -76,7 +81,11 @@ class GraphBuilder {
   // A call; runs it on fake values to get the result's metadata. Returns the node id,
   // -1 with an error set, or kNoTensorResult when the result holds no tensor (a metadata
   // query such as x.size() or x.dim()): then no node is recorded and the plain result is
-  // stored in *plain_result.
+  // stored in *plain_result. A symbolic scalar result (Tensor.item() under
+  // capture_scalar_outputs, and arithmetic on it) is a node: see isScalar. A call that
+  // makes the fake mode's ShapeEnv defer a runtime assert (torch._check on such a
+  // scalar, or an op assuming one is a valid size) fails: those asserts are not put in
+  // the graph yet, and dropping them could hide an error eager execution raises.
   static constexpr int kNoTensorResult = -2;
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
               std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
@@ -86,8 +95,18 @@ class GraphBuilder {
   int addEffect(PyObject* target, std::vector<Arg> args);
 
   const Node& node(int id) const { return nodes_[id]; }
+  // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or
+  // SymBool): a Python number read from a tensor, known only when the graph runs.
+  bool isScalar(int id) const;
   PyObject* fake(int id) const { return nodes_[id].fake.get(); }
   int numNodes() const { return static_cast<int>(nodes_.size()); }
+
+  // Calls backend(gm, example_inputs). When the graph may hold symbolic scalars, the call
+  // runs inside a torch._guards.TracingContext of this trace's fake mode, as torch._dynamo
+  // calls backends: AOT autograd (aot_eager, inductor) then re-traces with the same
+  // ShapeEnv instead of a fresh fake mode that cannot run Tensor.item(). New reference,
+  // or null with the backend's error set.
+  Ref callBackend(PyObject* backend, PyObject* gm, PyObject* example_inputs);
 
   // Builds the GraphModule returning the tuple of `outputs`, with dead nodes dropped.
   // `inputs_used` receives the placeholder node ids kept, in graph-input order.
@@ -112,6 +131,9 @@ class GraphBuilder {
   void memoStore(PyObject* key, PyObject* fake, const std::vector<Arg>& args);
 
   Ref mode_;
+  Ref shape_env_;                      // set when capturing scalar outputs
+  Py_ssize_t runtime_asserts_ = 0;     // the ShapeEnv's deferred asserts seen so far
+  bool capture_scalars_ = false;
   Ref memo_;  // dict: memo key -> (shape, stride, dtype, device)
   bool entered_ = false;
   std::vector<Node> nodes_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "support/torch_types.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -157,6 +158,7 @@ ValuePtr Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
 PyObject* Tracer::typeOf(const ValuePtr& v) {
   switch (v->kind) {
     case Kind::Tensor: {
+      if (isScalarValue(*this, v)) return scalarType(*this, v);  // float, int or bool when the graph runs
       auto ex = example_of_node_.find(v->node);
       if (ex != example_of_node_.end()) return reinterpret_cast<PyObject*>(Py_TYPE(ex->second.get()));
       Ref torch = Ref::steal(PyImport_ImportModule("torch"));
@@ -342,7 +344,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   }
   if (is("hasattr") && args.size() == 2 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
     PyObject* probe = args[0]->real();
-    if (args[0]->is(Kind::Tensor)) probe = graph_.fake(args[0]->node);
+    if (args[0]->is(Kind::Tensor))
+      probe = isScalarValue(*this, args[0]) ? scalarType(*this, args[0]) : graph_.fake(args[0]->node);
     if (args[0]->is(Kind::NewObject)) {
       bool has = args[0]->items[0]->findKey(args[1]->obj.get()) >= 0 ||
                  PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
@@ -485,6 +488,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     }
     return fail(std::string(which) + "() over tensors depends on their values");
   }
+  if ((is("float") || is("int") || is("bool")) && args.size() == 1 && kwargs.empty() && args[0]->is(Kind::Tensor))
+    return readTensorValue(*this, args[0], which);  // scalars.h
   if ((is("abs") || is("pow") || is("divmod") || is("round") || is("float") || is("int") || is("bool")) &&
       !args.empty() && args[0]->is(Kind::Tensor)) {
     if (is("abs")) return recordCall(NodeOp::CallFunction, operatorFunction("abs"), args, {});

@@ -4,6 +4,8 @@
 #include <string>
 
 #include "support/torch_types.h"
+#include "trace/disabled.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -125,12 +127,33 @@ PyObject* instanceDictItem(PyObject* obj, const char* name) {
   return PyDict_GetItemString(*dictptr, name);
 }
 
+DisabledCodeQuery disabled_query = nullptr;
+
+// cdynamo.disable marks code objects (the wrapper's code; with recursive=False also the
+// function's own code). A call of such code is never traced: the reason names the
+// function as the user wrote it (the wrapper carries its __qualname__ through
+// functools.wraps).
+bool isDisabledCodeObject(PyObject* code) {
+  return code && PyCode_Check(code) && isDisabledCode(reinterpret_cast<PyCodeObject*>(code));
+}
+
+std::string disabledReason(PyObject* qualname) {
+  const char* q = qualname && PyUnicode_Check(qualname) ? PyUnicode_AsUTF8(qualname) : nullptr;
+  if (!q) PyErr_Clear();
+  return std::string("call to ") + (q ? q : "a function") + ", which is wrapped by cdynamo.disable";
+}
+
 }  // namespace
+
+void setDisabledCodeQuery(DisabledCodeQuery query) { disabled_query = query; }
+bool isDisabledCode(PyCodeObject* code) { return disabled_query && disabled_query(code); }
 
 ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   switch (obj->kind) {
     case Kind::Tensor: {
+      if (isScalarValue(*this, obj))  // a number read from a tensor: not a tensor's attributes
+        return fail(std::string("attribute '") + n + "' of a value read from a tensor (Tensor.item()) is not supported yet");
       PyObject* tt = tensorType();
       if (!tt) return failFromPython("torch.Tensor");
       PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
@@ -253,6 +276,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           return fail(std::string("context manager method ") + m + " is not supported");
         }
         if (!self->is(Kind::Tensor)) return callContainerMethod(self, fn->name.get(), args, kwargs);
+        // Reading the tensor's value into Python: stops the trace, or (with
+        // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
+        static const char* const kValueReads[][2] = {
+            {"item", "item"}, {"tolist", "tolist"}, {"__bool__", "bool"}, {"__int__", "int"}, {"__float__", "float"}};
+        if (args.empty() && kwargs.empty())
+          for (const auto& read : kValueReads)
+            if (PyUnicode_CompareWithASCIIString(fn->name.get(), read[0]) == 0) return readTensorValue(*this, self, read[1]);
         // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers
         // as a constant).
         args.insert(args.begin(), self);
@@ -264,11 +294,16 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     }
     case Kind::Function: {
       const FunctionParts& p = *fn->fn;
+      if (isDisabledCodeObject(p.code.get())) return fail(disabledReason(p.qualname.get()));
       return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals, p.builtins, nullptr, &p.closure,
                         nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args), std::move(kwargs));
     }
     case Kind::Callable: {
       PyObject* f = fn->obj.get();
+      // Before anything that looks at the callable's name or module: functools.wraps gives
+      // a disabled wrapper the __module__ of what it wraps (a torch function, say).
+      if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
+        return fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
       if (fn->owned) {  // a C method bound to an object the trace made: run it on constants
         Ref pargs = toPython(Value::sequence(Kind::Tuple, args));
         if (!pargs || !kwargs.empty()) return fail("a method of an object made in the trace called with non-constants");
@@ -568,6 +603,7 @@ ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
 ValuePtr Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
                                 std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,
                     fo->func_closure, nullptr, fo->func_defaults, fo->func_kwdefaults, nullptr, nullptr, func_reg,
                     std::move(args), std::move(kwargs));

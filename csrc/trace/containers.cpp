@@ -6,6 +6,7 @@
 #include <string>
 
 #include "support/check.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -503,6 +504,9 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       }
       return 0;
     };
+    // A number read from a tensor hashes and compares by its value, unknown until the graph runs.
+    if (!args.empty() && isScalarValue(*this, args[0]))
+      return fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
     if (is("__contains__")) {
       if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant, module or tensor");
       int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());

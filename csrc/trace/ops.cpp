@@ -5,6 +5,7 @@
 #include <string>
 
 #include "support/torch_types.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -41,7 +42,71 @@ bool holdsTensorResult(PyObject* o) {
   return (PyTuple_Check(o) || PyList_Check(o));
 }
 
+// torch.<name> (borrowed, kept for the process), or null with an error set.
+PyObject* torchFunction(const char* name) {
+  Ref torch = Ref::steal(PyImport_ImportModule("torch"));
+  if (!torch) return nullptr;
+  PyObject* f = PyObject_GetAttrString(torch.get(), name);
+  if (f) Py_DECREF(f);  // torch keeps it alive
+  return f;
+}
+
 }  // namespace
+
+// ------------------------------------------------- numbers read from tensors (scalars.h)
+
+bool isScalarValue(Tracer& t, const ValuePtr& v) { return v->is(Kind::Tensor) && t.graph().isScalar(v->node); }
+
+PyObject* scalarType(Tracer& t, const ValuePtr& v) {
+  const char* n = Py_TYPE(t.graph().fake(v->node))->tp_name;
+  if (strcmp(n, "SymFloat") == 0) return reinterpret_cast<PyObject*>(&PyFloat_Type);
+  if (strcmp(n, "SymBool") == 0) return reinterpret_cast<PyObject*>(&PyBool_Type);
+  return reinterpret_cast<PyObject*>(&PyLong_Type);
+}
+
+ValuePtr readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
+  auto is = [how](const char* n) { return strcmp(how, n) == 0; };
+  std::string op = is("item") ? "Tensor.item()" : std::string(how) + "() of a tensor";
+  std::string reads = is("item") ? " reads a tensor's value" : " reads its value";
+  if (is("tolist"))  // torch._dynamo does not capture it either
+    return t.fail("Tensor.tolist() reads a tensor's values into Python lists (not capturable)");
+  bool scalar = isScalarValue(t, v);
+  if (!scalar && !t.graph().capturesScalars())
+    return t.fail(op + reads + " (set cdynamo.config.capture_scalar_outputs=True to keep it in the graph)");
+  ValuePtr s = v;
+  if (!scalar) {
+    s = t.recordCall(NodeOp::CallMethod, intern("item"), {v}, {});
+    if (!s) return nullptr;
+  }
+  if (is("item")) return s;
+  if (s->is(Kind::Constant)) {  // the fake tensor held a constant (torch.tensor(2.0) made in the trace)
+    PyTypeObject* type = is("int") ? &PyLong_Type : is("float") ? &PyFloat_Type : &PyBool_Type;
+    Ref r = Ref::steal(PyObject_CallOneArg(reinterpret_cast<PyObject*>(type), s->obj.get()));
+    if (!r) return t.raisePython();
+    return Value::constant(r.get());
+  }
+  if (!isScalarValue(t, s)) return t.fail(op + ": Tensor.item() did not give a number");
+  // The conversions torch._dynamo records: int() of a float is torch.sym_int, float() of
+  // an int torch.sym_float, bool() of a number `!= 0`; of the same type, nothing.
+  PyObject* type = scalarType(t, s);
+  PyObject* target = nullptr;
+  std::vector<ValuePtr> args{s};
+  if (is("float")) {
+    if (type == reinterpret_cast<PyObject*>(&PyFloat_Type)) return s;
+    target = torchFunction("sym_float");
+  } else if (is("int")) {
+    if (type == reinterpret_cast<PyObject*>(&PyLong_Type)) return s;
+    target = torchFunction("sym_int");
+  } else if (is("bool")) {
+    if (type == reinterpret_cast<PyObject*>(&PyBool_Type)) return s;
+    target = operatorFunction("ne");
+    args.push_back(Value::constant(Ref::steal(PyLong_FromLong(0)).get()));
+  } else {
+    return t.fail(std::string("reading a tensor's value as ") + how + " is not supported");
+  }
+  if (!target) return t.failFromPython(op);
+  return t.recordCall(NodeOp::CallFunction, target, args, {});
+}
 
 bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
   switch (v->kind) {
@@ -116,6 +181,7 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
     return fail("an in-place tensor operation inside a generator that is run in place");
   PyObject* fake = graph_.fake(node);
   if (isTensor(fake)) return Value::tensor(node);
+  if (graph_.isScalar(node)) return Value::tensor(node);  // a number read from a tensor (scalars.h)
   if (!holdsTensorResult(fake)) return Value::constant(isConstantObject(fake) ? fake : Py_None);
   // A tuple or list of tensors (torch.split, x.chunk, torch.max(x, dim), ...): one
   // getitem node per element, as FX does.
@@ -480,7 +546,10 @@ int Tracer::truthValue(const ValuePtr& v) {
     case Kind::Partial:
       return 1;
     case Kind::Tensor:
-      fail("control flow depends on a tensor's value (data-dependent branch)");
+      if (isScalarValue(*this, v))
+        fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
+      else
+        fail("control flow depends on a tensor's value (data-dependent branch)");
       return -1;
     case Kind::Callable:
     case Kind::PyModule:

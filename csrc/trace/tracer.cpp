@@ -315,7 +315,7 @@ bool Tracer::compileGraph() {
     return false;
   }
   ++stats().graphs_compiled;
-  Ref compiled = Ref::steal(PyObject_CallFunctionObjArgs(backend.get(), gm.get(), example_inputs.get(), nullptr));
+  Ref compiled = graph_.callBackend(backend.get(), gm.get(), example_inputs.get());
   if (!compiled) {
     user_error_ = true;
     raiseChained("BackendCompilerFailed", "backend compiler failed on the graph of " + entry_->name);

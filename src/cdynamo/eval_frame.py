@@ -135,8 +135,116 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
     return compiled
 
 
+def _innermost(fn):
+    """What a cdynamo (or torch) compiled wrapper wraps: disable(compile(f)) disables f."""
+    while True:
+        if isinstance(fn, OptimizedModule):
+            fn = fn._orig_mod
+        elif isinstance(fn, DisabledModule):
+            fn = fn._orig_mod
+        elif getattr(fn, "_torchdynamo_orig_callable", None) is not None and not isinstance(fn, torch.nn.Module):
+            fn = fn._torchdynamo_orig_callable
+        else:
+            return fn
+
+
+def _own_code(fn):
+    """The code object that runs when `fn` is called, when it is plain Python (else None)."""
+    fn = getattr(fn, "__func__", fn)  # a bound method
+    code = getattr(fn, "__code__", None)
+    return code if isinstance(code, type(_own_code.__code__)) else None
+
+
+def disable(fn=None, recursive=True):
+    """Never trace ``fn``: the counterpart of ``torch._dynamo.disable``.
+
+    Usable as ``@cdynamo.disable``, ``@cdynamo.disable(recursive=False)`` or
+    ``cdynamo.disable(fn)``; returns a wrapper (``functools.wraps``) that calls ``fn``
+    natively. With ``recursive=True`` nothing under the call is traced (the compile
+    context is off while ``fn`` runs; a function compiled explicitly and called inside
+    still is). With ``recursive=False`` only ``fn``'s own frame is skipped: its code object
+    is marked, so every call of that code runs natively, and the functions it calls are
+    still captured. A traced frame that calls a disabled function stops there, with the
+    reason "call to <qualname>, which is wrapped by cdynamo.disable". The marks survive
+    ``cdynamo.reset()``.
+
+    ``cdynamo.disable(module)`` returns a module (as torch's does: the original is
+    ``_orig_mod``) whose calls run the original module natively, hooks included; put it
+    where the original was (``model.block = cdynamo.disable(model.block)``).
+    """
+    if fn is None:
+        return functools.partial(disable, recursive=recursive)
+    fn = _innermost(fn)
+    if isinstance(fn, torch.nn.Module):
+        if not recursive:
+            raise NotImplementedError("cdynamo.disable(module, recursive=False): disable the methods it "
+                                      "should not trace instead")
+        return DisabledModule(fn)
+    if isinstance(fn, type):
+        raise TypeError("cdynamo.disable: expected a function, method or nn.Module instance, got the class "
+                        f"{fn.__qualname__} (disable its methods instead)")
+    if not callable(fn):
+        raise TypeError(f"cdynamo.disable: expected a callable, got {type(fn).__name__}")
+    return _disabled_wrapper(fn, recursive)
+
+
+def _disabled_wrapper(fn, recursive):
+    """The wrapper disable() returns for a callable `fn` (see disable)."""
+    if recursive:
+        def cdynamo_disabled(*args, **kwargs):
+            return _C.call_disabled(fn, *args, **kwargs)
+    else:
+        # fn's own frame is skipped through its code; what it calls is traced as usual.
+        # (A callable without Python code of its own, a C function or an object with
+        # __call__, is only covered through the wrapper.)
+        code = _own_code(fn)
+        if code is not None:
+            _C.mark_disabled(code)
+
+        def cdynamo_disabled(*args, **kwargs):
+            return fn(*args, **kwargs)
+    # A module's __dict__ (parameters, submodules) is not copied onto the wrapper.
+    functools.update_wrapper(cdynamo_disabled, fn, updated=() if isinstance(fn, torch.nn.Module) else ("__dict__",))
+    if not hasattr(fn, "__qualname__"):
+        cdynamo_disabled.__qualname__ = type(fn).__qualname__  # a callable object: name its class
+    # The wrapper's frame is never traced either, and a trace that calls it stops with the
+    # reason naming fn (by the __qualname__ copied above). Both wrapper codes are marked
+    # once each; marking again is a no-op.
+    _C.mark_disabled(cdynamo_disabled.__code__)
+    cdynamo_disabled._cdynamo_disable_recursive = bool(recursive)
+    return cdynamo_disabled
+
+
+class DisabledModule(torch.nn.Module):
+    """What ``cdynamo.disable(module)`` returns: calling it runs the original module
+    (``_orig_mod``) natively, its hooks included; a traced frame that calls it stops there.
+
+    ``forward`` is an instance attribute (a disabled wrapper of the original module), which
+    is where a trace looks first when it calls a module. Attribute reads fall through to
+    the original module, and ``state_dict`` keys carry the ``_orig_mod.`` prefix, as with
+    torch's ``torch._dynamo.disable(module)``.
+    """
+
+    def __init__(self, mod):
+        super().__init__()
+        self._orig_mod = mod
+        forward = _disabled_wrapper(mod, True)  # wraps the module's __call__: its hooks run as they would
+        forward.__qualname__ = f"{type(mod).__qualname__}.forward"
+        self.__dict__["forward"] = forward
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+    def __repr__(self):
+        return f"DisabledModule({self._orig_mod!r})"
+
+
 def reset():
-    """Drop every cache entry, every per-code decision and all counters."""
+    """Drop every cache entry, every per-code decision and all counters (not the marks of
+    cdynamo.disable: those are the user's decisions)."""
     _C.reset()
     _C.set_cache_size_limit(_config.cache_size_limit)
 
