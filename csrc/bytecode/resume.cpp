@@ -315,11 +315,20 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   };
 
   Position pos = o.asm_.instrs[static_cast<size_t>(at.index)].pos;
+  // The epilogues go after the whole body, outside every exception range: inside one
+  // (a `with` or `try` body) the handler's stack depth would not hold once the epilogue
+  // has popped the stack. The breaking instruction jumps (or falls through a jump) there.
+  int fallLabel = -1;
   Assembly out = copyWithInsertions(
       o, static_cast<int>(layout.extraNames.size()), at.index, last, isJump,
       [&](Assembly& dst, int entryLabel) { emitPrologue(dst, at, slotLocal, entryLabel, pos); },
-      [&](Assembly& dst) { epilogue(dst, 0); },
+      [&](Assembly& dst) {
+        fallLabel = dst.newLabel();
+        dst.emitJump(Op::JUMP_FORWARD, fallLabel, breakPos);
+      },
       [&](Assembly& dst, int jumpLabel) {
+        dst.bind(fallLabel);
+        epilogue(dst, 0);
         if (!isJump) return;
         dst.bind(jumpLabel);
         epilogue(dst, 1);

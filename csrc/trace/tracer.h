@@ -164,6 +164,10 @@ class Tracer {
   bool isTorchContextClass(PyObject* cls);
   ValuePtr makeContext(PyObject* cls, std::vector<ValuePtr>& args, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   ValuePtr enterContext(const ValuePtr& ctx);
+  // The bound __exit__ of a real grad-mode context object (a `with` block continued in a
+  // resume function): the same Value BEFORE_WITH pushes. *handled = false (nothing done)
+  // for any other method.
+  ValuePtr wrapContextExit(PyObject* self, PyObject* func, int self_reg, bool* handled);
   ValuePtr exitContext(const ValuePtr& ctx);
   void restoreGlobalState();
   // objects.cpp: user-defined classes — objects read from the program (Object), objects
