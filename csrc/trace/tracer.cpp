@@ -108,6 +108,27 @@ void Tracer::setLocation(Unsupported* u) {
 
 bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
   using K = runtime::OutputPlan::Kind;
+  const bool container = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::Tuple);
+  if (container && v->reg >= 0) {
+    // A container read from the program is handed back as the object itself (its
+    // mutations are replayed on it as effects).
+    plan->kind = K::Register;
+    plan->index = v->reg;
+    return true;
+  }
+  if (v->reg < 0 && (container || v->is(Kind::NewObject) || v->is(Kind::Iterator))) {
+    // A mutable value made in the trace is one object however often it is reachable.
+    auto it = memo_slot_.find(v.get());
+    if (it != memo_slot_.end()) {
+      plan->kind = K::Memo;
+      plan->index = it->second.first;
+      return true;
+    }
+    if (!v->is(Kind::Tuple)) {
+      plan->memo = entry_->memo_slots++;
+      memo_slot_.emplace(v.get(), std::make_pair(plan->memo, v));
+    }
+  }
   switch (v->kind) {
     case Kind::Tensor: {
       auto in = input_reg_of_node_.find(v->node);
@@ -368,14 +389,15 @@ TranslateResult Tracer::run() {
   graph_.finish();
   runtime::OutputPlan plan;
   if (stopped_at_break_ && !failed_) {
-    if (buildEffects()) buildBreak(root, &plan);
+    if (buildBreak(root, &plan)) buildEffects();
   } else if (!ret && !failed_ && pending_exc_) {
     PyObject* e = pending_exc_->real();
     fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
          ") escapes the traced frame; it runs natively to raise it");
   }
-  if (ret && !failed_) buildEffects();
+  // The result's plan first: the runtime builds it first (memo slots are filled in order).
   if (ret && !failed_) buildOutput(ret, &plan);
+  if (ret && !failed_) buildEffects();
   if (!ret && !failed_ && !stopped_at_break_) fail("internal: the trace ended without a result");
   if (!failed_) {
     entry_->output = std::move(plan);

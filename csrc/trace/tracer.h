@@ -240,6 +240,9 @@ class Tracer {
   std::unordered_map<int, int> input_reg_of_node_;  // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;    // placeholder node -> real tensor
   std::vector<int> outputs_;                         // graph output node ids
+  // Value made in the trace -> output memo slot (the map holds the value: a temporary's
+  // address must not be reused while it is a key).
+  std::unordered_map<const Value*, std::pair<int, ValuePtr>> memo_slot_;
   SymbolicFrame* current_ = nullptr;
   bool failed_ = false;
   bool user_error_ = false;
