@@ -9,11 +9,16 @@
 namespace cdynamo::bytecode {
 namespace {
 
-// Generated code objects and the originals they copy, all held until clearGenerated().
-// Keys start with the original's address; the original is held too, so it stays unique.
+// Generated code objects, per original code object. An original is held through a weak
+// reference whose callback forgets what was generated for it, so generated code lives
+// exactly as long as the function it was made for (or until clearGenerated()).
+struct PerOriginal {
+  Ref weak;
+  std::unordered_map<std::string, Ref> codes;  // layout key -> generated code
+};
+
 struct Registry {
-  std::unordered_map<std::string, Ref> generated;
-  std::unordered_map<PyCodeObject*, Ref> originals;
+  std::unordered_map<PyCodeObject*, PerOriginal> byOriginal;
   std::unordered_map<PyCodeObject*, ResumeOrigin> origins;  // resume code -> origin
   std::unordered_set<PyCodeObject*> breaks;
 };
@@ -22,6 +27,42 @@ struct Registry {
 Registry& registry() {
   static Registry& r = *new Registry();
   return r;
+}
+
+void forget(PyCodeObject* orig) {
+  Registry& r = registry();
+  auto it = r.byOriginal.find(orig);
+  if (it == r.byOriginal.end()) return;
+  PerOriginal gone = std::move(it->second);
+  r.byOriginal.erase(it);
+  for (auto& [key, code] : gone.codes) {
+    auto* c = reinterpret_cast<PyCodeObject*>(code.get());
+    r.origins.erase(c);
+    r.breaks.erase(c);
+  }
+  // `gone` is destroyed here, after the registry is consistent (a code object's death
+  // may run other callbacks).
+}
+
+PyObject* forgetCallback(PyObject* self, PyObject* /*weakref*/) {
+  forget(static_cast<PyCodeObject*>(PyLong_AsVoidPtr(self)));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef forgetDef = {"cdynamo_forget_generated_code", forgetCallback, METH_O, nullptr};
+
+// The generated codes of `orig`, made on first use (null with a Python error on failure).
+PerOriginal* perOriginal(PyCodeObject* orig) {
+  Registry& r = registry();
+  auto it = r.byOriginal.find(orig);
+  if (it != r.byOriginal.end()) return &it->second;
+  Ref key = Ref::steal(PyLong_FromVoidPtr(orig));
+  Ref callback = key ? Ref::steal(PyCFunction_New(&forgetDef, key.get())) : Ref();
+  Ref weak = callback ? Ref::steal(PyWeakref_NewRef(reinterpret_cast<PyObject*>(orig), callback.get())) : Ref();
+  if (!weak) return nullptr;
+  PerOriginal& p = r.byOriginal[orig];
+  p.weak = std::move(weak);
+  return &p;
 }
 
 bool fail(std::string* error, std::string msg) {
@@ -229,9 +270,14 @@ bool canResume(PyCodeObject* orig, std::string* why) {
 
 Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
   Registry& r = registry();
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(orig)) + "/R/" + at.key();
-  auto it = r.generated.find(key);
-  if (it != r.generated.end()) return it->second.copy();
+  PerOriginal* memo = perOriginal(orig);
+  if (!memo) {
+    PyErr_Clear();
+    return fail(error, "the code object cannot be weakly referenced"), Ref();
+  }
+  std::string key = "R/" + at.key();
+  auto it = memo->codes.find(key);
+  if (it != memo->codes.end()) return it->second.copy();
   Original o;
   if (!loadOriginal(orig, &o, error)) return Ref();
   if (at.index <= o.resumeIndex || at.index >= static_cast<int>(o.asm_.instrs.size()))
@@ -258,18 +304,22 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
   auto* rc = reinterpret_cast<PyCodeObject*>(code.get());
   // The prologue sits right after RESUME; instructions after it are the original's.
   r.origins[rc] = ResumeOrigin{orig, prologueLength, o.resumeIndex + 1 + prologueLength};
-  r.originals.emplace(orig, Ref::borrow(reinterpret_cast<PyObject*>(orig)));
-  r.generated.emplace(key, code.copy());
+  memo->codes.emplace(key, code.copy());
   return code;
 }
 
 Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::vector<FrameLayout>& successors,
               std::string* error) {
   Registry& r = registry();
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(orig)) + "/B/" + at.key() + "/" + std::to_string(last);
+  PerOriginal* memo = perOriginal(orig);
+  if (!memo) {
+    PyErr_Clear();
+    return fail(error, "the code object cannot be weakly referenced"), Ref();
+  }
+  std::string key = "B/" + at.key() + "/" + std::to_string(last);
   for (const FrameLayout& s : successors) key += "/" + s.key();
-  auto it = r.generated.find(key);
-  if (it != r.generated.end()) return it->second.copy();
+  auto it = memo->codes.find(key);
+  if (it != memo->codes.end()) return it->second.copy();
   Original o;
   if (!loadOriginal(orig, &o, error)) return Ref();
   const int n = static_cast<int>(o.asm_.instrs.size());
@@ -338,8 +388,7 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   Ref code = makeCode(orig, out, layout, name, qualname, error);
   if (!code) return Ref();
   r.breaks.insert(reinterpret_cast<PyCodeObject*>(code.get()));
-  r.originals.emplace(orig, Ref::borrow(reinterpret_cast<PyObject*>(orig)));
-  r.generated.emplace(key, code.copy());
+  memo->codes.emplace(key, code.copy());
   return code;
 }
 
@@ -357,13 +406,9 @@ bool isBreakCode(PyCodeObject* code) {
 
 void clearGenerated() {
   Registry& r = registry();
-  r.origins.clear();
-  r.breaks.clear();
-  std::unordered_map<std::string, Ref> generated;
-  generated.swap(r.generated);
-  std::unordered_map<PyCodeObject*, Ref> originals;
-  originals.swap(r.originals);
-  // Destroyed here, after the registry is consistent (a code object's death may re-enter).
+  std::vector<PyCodeObject*> originals;
+  for (auto& [orig, p] : r.byOriginal) originals.push_back(orig);
+  for (PyCodeObject* orig : originals) forget(orig);
 }
 
 }  // namespace cdynamo::bytecode

@@ -19,9 +19,9 @@
 // into a call of the k-th resume function (runtime/continuation.h). An exception raised
 // by the instruction is handled by the copied body as the original would handle it.
 //
-// Generated code objects are memoized per (original code, position, layout) and kept
-// until clearGenerated() (cdynamo.reset()), so a break inside a loop reuses one resume
-// function, whose cache entries then hit.
+// Generated code objects are memoized per (original code, position, layout) while the
+// original lives (weak reference) or until clearGenerated() (cdynamo.reset()), so a break
+// inside a loop reuses one resume function, whose cache entries then hit.
 #pragma once
 #include <Python.h>
 
@@ -44,7 +44,7 @@ struct FrameLayout {
 // Where a generated resume code came from: instruction i of the resume code (for i >=
 // prologueEnd) is instruction i - shift of `original`.
 struct ResumeOrigin {
-  PyCodeObject* original = nullptr;  // kept alive by the registry
+  PyCodeObject* original = nullptr;  // borrowed: its resume codes are forgotten when it dies
   int shift = 0;
   int prologueEnd = 0;
 };
