@@ -65,6 +65,8 @@ PerOriginal* perOriginal(PyCodeObject* orig) {
   return &p;
 }
 
+std::string utf8(PyObject* s);
+
 bool fail(std::string* error, std::string msg) {
   if (error) *error = std::move(msg);
   return false;
@@ -86,6 +88,13 @@ struct Original {
   Assembly asm_;
   int resumeIndex = -1;  // index of the RESUME that ends the frame set-up
   int nvarnames = 0;
+  // localsplus index -> cell ordinal (cells of this frame, arguments captured by inner
+  // functions included), or -1; and the free variables' first index.
+  std::vector<int> cellOrdinal;
+  int ncells = 0;
+  int firstFree = 0;
+  bool hasCopyFreeVars = false;
+  std::vector<std::string> cellNames, freeNames;
 };
 
 bool loadOriginal(PyCodeObject* co, Original* o, std::string* error) {
@@ -98,6 +107,20 @@ bool loadOriginal(PyCodeObject* co, Original* o, std::string* error) {
     }
   if (o->resumeIndex < 0) return fail(error, "code without RESUME");
   o->nvarnames = co->co_nlocals;
+  o->cellOrdinal.assign(static_cast<size_t>(co->co_nlocalsplus), -1);
+  o->firstFree = co->co_nlocalsplus - co->co_nfreevars;
+  const char* kinds = PyBytes_AS_STRING(co->co_localspluskinds);
+  for (int i = 0; i < co->co_nlocalsplus; ++i) {
+    std::string name = utf8(PyTuple_GET_ITEM(co->co_localsplusnames, i));
+    if (kinds[i] & 0x40) {  // CO_FAST_CELL
+      o->cellOrdinal[static_cast<size_t>(i)] = o->ncells++;
+      o->cellNames.push_back(name);
+    } else if (i >= o->firstFree) {
+      o->freeNames.push_back(name);
+    }
+  }
+  for (const AsmInstr& ins : o->asm_.instrs)
+    if (ins.op == Op::COPY_FREE_VARS) o->hasCopyFreeVars = true;
   return true;
 }
 
@@ -108,8 +131,19 @@ struct Layout {
   std::vector<PyObject*> extraConsts;   // borrowed; appended to co_consts
 };
 
-// The copy of the original: its instructions (cell/free indices moved by `shift`, the
-// names added before them) with `prologue` emitted right after RESUME, `inlineTail`
+// Generated code has no cell variables: the original's cells (arguments captured by inner
+// functions too) become its first free variables, so the break code and every resume
+// function share the frame's cells through their closure (cells, then the original's
+// free variables). The index of cell or free slot `i` of the original in that layout.
+int remapCellSlot(const Original& o, int i, int added) {
+  int base = o.nvarnames + added;
+  int k = o.cellOrdinal[static_cast<size_t>(i)];
+  if (k >= 0) return base + k;
+  return base + o.ncells + (i - o.firstFree);
+}
+
+// The copy of the original: its instructions (cell/free indices remapped, the names
+// `shift` added before them; MAKE_CELL gone, COPY_FREE_VARS copying cells too) with `prologue` emitted right after RESUME, `inlineTail`
 // right after instruction `last` (if >= 0), and `endTail` appended. `prologue` receives
 // a label bound to original instruction `entry`. Instruction `last`, if a jump, is
 // retargeted to `jumpLabel` (which `endTail` binds).
@@ -126,7 +160,17 @@ Assembly copyWithInsertions(const Original& o, int shift, int entry, int last, b
   std::vector<int> newIndex(n + 1, -1);
   for (size_t i = 0; i < n; ++i) {
     AsmInstr ins = a.instrs[i];
-    if (indexesCells(ins.op) && ins.arg >= o.nvarnames) ins.arg += shift;
+    if (ins.op == Op::MAKE_CELL) {
+      // The cells come from the closure. The first MAKE_CELL copies them when the
+      // original had no free variables (and so no COPY_FREE_VARS).
+      bool first = !o.hasCopyFreeVars && (i == 0 || a.instrs[i - 1].op != Op::MAKE_CELL);
+      ins.op = first ? Op::COPY_FREE_VARS : Op::NOP;
+      ins.arg = first ? o.ncells : 0;
+    } else if (ins.op == Op::COPY_FREE_VARS) {
+      ins.arg += o.ncells;
+    } else if (indexesCells(ins.op)) {
+      ins.arg = remapCellSlot(o, ins.arg, shift);
+    }
     if (static_cast<int>(i) == last && retarget) ins.label = jumpLabel;
     newIndex[i] = static_cast<int>(out.instrs.size());
     out.instrs.push_back(ins);
@@ -158,8 +202,9 @@ Ref tupleOfStrings(PyObject* base, const std::vector<std::string>& extra) {
   return t;
 }
 
-Ref makeCode(PyCodeObject* orig, const Assembly& a, const Layout& layout, const std::string& name,
+Ref makeCode(const Original& o, const Assembly& a, const Layout& layout, const std::string& name,
              const std::string& qualname, std::string* error) {
+  PyCodeObject* orig = o.code;
   AssembledCode parts;
   if (!assemble(a, orig->co_firstlineno, &parts, error)) return Ref();
   Ref origNames = Ref::steal(PyCode_GetVarnames(orig));
@@ -177,14 +222,21 @@ Ref makeCode(PyCodeObject* orig, const Assembly& a, const Layout& layout, const 
     Py_INCREF(layout.extraConsts[i]);
     PyTuple_SET_ITEM(consts.get(), nconsts + static_cast<Py_ssize_t>(i), layout.extraConsts[i]);
   }
+  Ref noNames = Ref::steal(PyTuple_New(0));
+  if (!noNames) return Ref();
+  std::vector<std::string> freeNames = o.cellNames;
+  freeNames.insert(freeNames.end(), o.freeNames.begin(), o.freeNames.end());
+  Ref freevars = tupleOfStrings(noNames.get(), freeNames);
   Ref extra = Ref::steal(PyDict_New());
-  if (!extra) return Ref();
+  if (!extra || !freevars) return Ref();
   int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
   struct Field {
     const char* key;
     Ref value;
   } fields[] = {
       {"co_varnames", std::move(varnames)},
+      {"co_cellvars", Ref::borrow(noNames.get())},
+      {"co_freevars", std::move(freevars)},
       {"co_consts", std::move(consts)},
       {"co_argcount", Ref::steal(PyLong_FromLong(layout.argcount))},
       {"co_posonlyargcount", Ref::steal(PyLong_FromLong(0))},
@@ -259,11 +311,17 @@ int FrameLayout::passedStack() const {
   return n;
 }
 
+std::vector<int> cellSlots(PyCodeObject* code) {
+  std::vector<int> out;
+  const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+  for (int i = 0; i < code->co_nlocalsplus; ++i)
+    if (kinds[i] & 0x40) out.push_back(i);  // CO_FAST_CELL
+  return out;
+}
+
 bool canResume(PyCodeObject* orig, std::string* why) {
   if (orig->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     return fail(why, "graph break in a generator or coroutine");
-  if (orig->co_ncellvars > 0)
-    return fail(why, "graph break in a function whose locals are captured by an inner function (cell variables)");
   if (resumeOrigin(orig) == nullptr && isBreakCode(orig)) return fail(why, "graph break in generated code");
   return true;
 }
@@ -299,7 +357,7 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
   int line = lineOf(o, at.index);
   std::string name = "cdynamo_resume_in_" + utf8(orig->co_name) + "_at_" + std::to_string(line);
   std::string qualname = utf8(orig->co_qualname) + ".<resume at line " + std::to_string(line) + ">";
-  Ref code = makeCode(orig, out, layout, name, qualname, error);
+  Ref code = makeCode(o, out, layout, name, qualname, error);
   if (!code) return Ref();
   auto* rc = reinterpret_cast<PyCodeObject*>(code.get());
   // The prologue sits right after RESUME; instructions after it are the original's.
@@ -385,7 +443,7 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
       });
   std::string name = utf8(orig->co_name);
   std::string qualname = utf8(orig->co_qualname);
-  Ref code = makeCode(orig, out, layout, name, qualname, error);
+  Ref code = makeCode(o, out, layout, name, qualname, error);
   if (!code) return Ref();
   r.breaks.insert(reinterpret_cast<PyCodeObject*>(code.get()));
   memo->codes.emplace(key, code.copy());

@@ -240,16 +240,28 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
 
 PyObject* CompiledEntry::continueAfterBreak(const FrameView& frame, PyObject* args) const {
   Ref held = Ref::steal(args);
-  PyObject* fn = makeFunction(brk->break_code.get(), frame.globals, frame.closure);
+  Py_ssize_t n = PyTuple_GET_SIZE(args) - brk->ncells;
+  // The closure of the generated functions: the frame's cells, then its own closure.
+  Ref closure = Ref::borrow(frame.closure);
+  if (brk->ncells > 0) {
+    Py_ssize_t nfree = frame.closure ? PyTuple_GET_SIZE(frame.closure) : 0;
+    closure = Ref::steal(PyTuple_New(brk->ncells + nfree));
+    if (!closure) return nullptr;
+    for (Py_ssize_t i = 0; i < brk->ncells + nfree; ++i) {
+      PyObject* c = i < brk->ncells ? PyTuple_GET_ITEM(args, n + i) : PyTuple_GET_ITEM(frame.closure, i - brk->ncells);
+      Py_INCREF(c);
+      PyTuple_SET_ITEM(closure.get(), i, c);
+    }
+  }
+  PyObject* fn = makeFunction(brk->break_code.get(), frame.globals, closure.get());
   if (!fn) return nullptr;
-  Py_ssize_t n = PyTuple_GET_SIZE(args);
   std::vector<PyObject*> argv(static_cast<size_t>(n) + 1);
   for (Py_ssize_t i = 0; i < n; ++i) argv[static_cast<size_t>(i)] = PyTuple_GET_ITEM(args, i);
   argv[static_cast<size_t>(n)] = brk->resume_table.get();
   PyObject* r = PyObject_Vectorcall(fn, argv.data(), static_cast<size_t>(n) + 1, nullptr);
   Py_DECREF(fn);
   if (!r || brk->in_resume_code) return r;
-  return runContinuations(r, frame.globals, frame.closure);
+  return runContinuations(r, frame.globals, closure.get());
 }
 
 bool CompiledEntry::matches(const FrameView& frame) const {

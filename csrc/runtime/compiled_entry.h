@@ -59,6 +59,9 @@ struct BreakPlan {
   Ref resume_table;         // runtime/continuation.h
   Ref set_grad_enabled;     // torch._C._set_grad_enabled
   bool grad_mode = true;    // torch.is_grad_enabled() at the break
+  // The frame's cells, rebuilt as the last `ncells` arguments: generated code gets them
+  // (then the frame's closure) as its closure. A resume function's cells already are.
+  int ncells = 0;
   // The frame is itself a resume function: its continuation goes back to the loop of the
   // frame that started the chain (continuation.h) instead of being followed here.
   bool in_resume_code = false;

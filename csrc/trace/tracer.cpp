@@ -116,7 +116,8 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     plan->index = v->reg;
     return true;
   }
-  if (v->reg < 0 && (container || v->is(Kind::NewObject) || v->is(Kind::Iterator))) {
+  if (v->reg < 0 && (container || v->is(Kind::NewObject) || v->is(Kind::Iterator) || v->is(Kind::Cell) ||
+                     v->is(Kind::Function))) {
     // A mutable value made in the trace is one object however often it is reachable.
     auto it = memo_slot_.find(v.get());
     if (it != memo_slot_.end()) {
@@ -232,9 +233,58 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
       plan->items[1].constant = v->name.copy();
       return buildOutput(receiver, &plan->items[0]);
     }
-    case Kind::Null:
     case Kind::Cell:
-    case Kind::Function:
+      // A cell made in the trace (a local captured by an inner function).
+      if (v->obj) break;  // a cell of an enclosing function: not rebuilt (yet)
+      plan->kind = K::Call;
+      plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyCell_Type));
+      if (!v->items.empty()) {
+        plan->items.resize(1);
+        return buildOutput(v->items[0], &plan->items[0]);
+      }
+      return true;
+    case Kind::Function: {
+      // A function made in the trace: cdynamo._resume.make_function(code, globals,
+      // qualname, defaults, kwdefaults, closure, attrs), its cells shared through the memo.
+      const FunctionParts& fp = *v->fn;
+      Ref helper = Ref::steal(PyImport_ImportModule("cdynamo._resume"));
+      if (helper) helper = Ref::steal(PyObject_GetAttrString(helper.get(), "make_function"));
+      if (!helper) {
+        failFromPython("cdynamo._resume.make_function");
+        return false;
+      }
+      plan->kind = K::Call;
+      plan->constant = std::move(helper);
+      plan->items.resize(7);
+      auto constant = [&](size_t i, PyObject* o) {
+        plan->items[i].kind = K::Constant;
+        plan->items[i].constant = Ref::borrow(o ? o : Py_None);
+      };
+      constant(0, fp.code.get());
+      constant(1, fp.globals);
+      constant(2, fp.qualname.get());
+      if (fp.defaults) {
+        if (!buildOutput(fp.defaults, &plan->items[3])) return false;
+      } else {
+        constant(3, nullptr);
+      }
+      if (fp.kwdefaults) {
+        if (!buildOutput(fp.kwdefaults, &plan->items[4])) return false;
+      } else {
+        constant(4, nullptr);
+      }
+      plan->items[5].kind = K::Tuple;
+      plan->items[5].items.resize(fp.closure.size());
+      for (size_t i = 0; i < fp.closure.size(); ++i)
+        if (!buildOutput(fp.closure[i], &plan->items[5].items[i])) return false;
+      if (fp.attrs) {
+        if (!buildOutput(fp.attrs, &plan->items[6])) return false;
+      } else {
+        constant(6, nullptr);
+      }
+      return true;
+    }
+    case Kind::Null:
     case Kind::Context:
     case Kind::Super:
     case Kind::Partial:
