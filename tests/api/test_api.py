@@ -78,6 +78,26 @@ def test_data_dependent_branch_is_a_graph_break_with_reason_and_line():
     assert f"{__file__}:{gb['line']} in {f.__qualname__}" in gb["user_stack"]
 
 
+@pytest.mark.xfail(strict=True, reason="at a graph break, a list or dict argument is rebuilt as a new "
+                   "container for the resume function (Tracer::buildOutput), so changes made to it after "
+                   "the break are lost and returning it gives a copy")
+def test_graph_break_keeps_the_callers_containers():
+    def f(x, log, cfg):
+        y = x * 2
+        if y.sum() > 0:  # graph break
+            log.append("positive")
+            cfg["sign"] = 1
+        return y, log, cfg
+
+    cf = cdynamo.compile(f, backend="eager")
+    log, cfg = [], {}
+    out = cf(torch.ones(2), log, cfg)
+    assert cdynamo.stats()["graph_breaks"] == 1
+    torch.testing.assert_close(out[0], torch.full((2,), 2.0))
+    assert (log, cfg) == (["positive"], {"sign": 1}), "eager changes the caller's list and dict"
+    assert out[1] is log and out[2] is cfg
+
+
 def test_frame_that_cannot_be_resumed_runs_natively_and_is_reported():
     # f's local y is captured by g (a cell variable): cdynamo cannot generate a resume
     # function for such a frame yet, so the break at the branch makes f run natively.
