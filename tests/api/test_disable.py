@@ -335,14 +335,14 @@ def test_function_made_in_the_trace_from_disabled_code():
     x = torch.randn(3)
     torch.testing.assert_close(cf(x), outer(x))
     torch.testing.assert_close(cf(x), outer(x))
-    # No graph break is possible at that call: inner, made in the trace, would have to be
-    # rebuilt as a real function for the resume function, which cdynamo cannot do yet. So
-    # outer runs natively as a whole (and inner, skipped, is not captured either).
-    assert break_reasons() == []
-    assert native_reasons() == ["call to test_function_made_in_the_trace_from_disabled_code.<locals>.outer.<locals>.inner, "
-                                "which is wrapped by cdynamo.disable (and no graph break is possible there: "
-                                "returning a function is not supported yet)"]
-    assert cnt.frame_count == 0
+    # A graph break at that call: inner, made in the trace, is rebuilt as a real function
+    # for the break code, runs natively (its code is disabled), and outer's resume
+    # function captures the `* 2`.
+    assert break_reasons() == ["call to test_function_made_in_the_trace_from_disabled_code.<locals>.outer.<locals>.inner, "
+                               "which is wrapped by cdynamo.disable"]
+    assert native_reasons() == []
+    assert cnt.frame_count == 1
+    assert [n.target.__name__ for n in cnt.graphs[0].graph.nodes if n.op == "call_function"] == ["mul"]
 
 
 class Block(torch.nn.Module):
