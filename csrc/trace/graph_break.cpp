@@ -55,6 +55,8 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
       if (idx > 0 && f.instrs[static_cast<size_t>(idx - 1)].op == Op::PRECALL) out->first = idx - 1;
       if (out->first > 0 && f.instrs[static_cast<size_t>(out->first - 1)].op == Op::KW_NAMES) out->first -= 1;
       return straight(arg + 2, 1);
+    case Op::CALL_FUNCTION_EX:  // [NULL, callable, args (, kwargs)] -> result
+      return straight((arg & 1) + 3, 1);
     case Op::POP_JUMP_FORWARD_IF_FALSE:
     case Op::POP_JUMP_FORWARD_IF_TRUE:
     case Op::POP_JUMP_FORWARD_IF_NONE:
