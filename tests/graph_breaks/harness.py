@@ -170,6 +170,37 @@ def _run_all(fn, factories, shared_args, world):
     return results
 
 
+def _alias_pattern(root):
+    """Which mutable objects reachable from `root` are the same object, as first-occurrence indices
+    in a fixed traversal order (lists, tuples, dict values, instance __dict__ values, tensors)."""
+    seen, pattern = {}, []
+
+    def walk(o, depth):
+        if depth > 30 or isinstance(o, (int, float, complex, bool, str, bytes, type(None), type, range, slice,
+                                        torch.dtype, torch.device, torch.Size, BaseException, types.ModuleType)) \
+                or callable(o) and not isinstance(o, torch.nn.Module):
+            return
+        if id(o) in seen:
+            pattern.append(seen[id(o)])
+            return
+        seen[id(o)] = len(seen)
+        pattern.append(-1)
+        if isinstance(o, (list, tuple, deque)):
+            for v in o:
+                walk(v, depth + 1)
+        elif isinstance(o, dict):
+            for v in o.values():
+                walk(v, depth + 1)
+        elif isinstance(o, (set, frozenset, torch.Tensor, torch.nn.Module)):
+            return
+        elif hasattr(o, "__dict__"):
+            for v in vars(o).values():
+                walk(v, depth + 1)
+
+    walk(root, 0)
+    return pattern
+
+
 def _reasons(st):
     return [r.get("reason", "") for r in st.get("graph_break_reasons", [])]
 
@@ -254,6 +285,13 @@ def check_breaks(fn, make_args, *, calls=2, expect_graphs=None, expect_breaks=No
         e_outcome, e_state, e_printed, e_gstate, e_world = eager[i]
         try:
             _compare_outcome(tag, e_outcome, e_state, outcome, state)
+            # Identity inside the result and between it and the arguments' contents (two names for
+            # one list must stay one list), on the snapshots, which keep identities.
+            ep = _alias_pattern((e_outcome[1] if e_outcome[0] == "ok" else None, e_state))
+            gp = _alias_pattern((outcome[1] if outcome[0] == "ok" else None, state))
+            if ep != gp:
+                raise AssertionError(f"{tag}: WRONG RESULT: objects that are one object in eager are distinct (or the "
+                                     f"reverse) in the result and the arguments: identity pattern {gp} != eager {ep}")
             if printed != e_printed:
                 raise AssertionError(f"{tag}: WRONG OUTPUT on stdout: {printed!r:.500}, eager printed {e_printed!r:.500}")
             if gstate != e_gstate:
