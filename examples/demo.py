@@ -82,6 +82,26 @@ def show(name, eager_fn, args):
           f"torch.compile {r:.1f} us ({r / e:.2f}x eager)")
 
 
+def data_dependent(x):
+    # TorchDynamo's documentation example: the branch depends on a tensor's value.
+    y = x * 2
+    if y.sum() > 0:
+        z = y.relu()
+    else:
+        z = y.tanh()
+    return z + 1
+
+
+def show_graph_break():
+    print("\n== graph break: data-dependent branch ==")
+    report = cdynamo.explain(data_dependent)(torch.randn(8))
+    print("\n".join("    " + line for line in str(report).splitlines()[:12]))
+    compiled = cdynamo.compile(data_dependent, backend="eager")
+    for x in (torch.ones(8), -torch.ones(8)):
+        assert torch.allclose(compiled(x), data_dependent(x))
+    print("    results equal eager for a positive and a negative input")
+
+
 def main():
     torch.manual_seed(0)
     # One intra-op thread: on a small shared machine, spinning OpenMP workers make
@@ -91,9 +111,11 @@ def main():
         show("MLP (nn.Sequential inside a module)", MLP().eval(), (torch.randn(8, 32),))
         show("CNN (conv, batchnorm, linear)", CNN().eval(), (torch.randn(4, 3, 16, 16),))
         show("plain function", gelu_mix, (torch.randn(16, 16), torch.randn(16, 16), 0.5))
+    show_graph_break()
     s = cdynamo.stats()
     print(f"\ncdynamo stats: {s['frames_captured']} frames captured, {s['frames_native']} native, "
-          f"{s['graphs_compiled']} graphs, {s['cache_hits']} cache hits, {s['cache_misses']} misses")
+          f"{s['graphs_compiled']} graphs, {s['graph_breaks']} graph breaks, {s['cache_hits']} cache hits, "
+          f"{s['cache_misses']} misses")
     for nf in s["native_frames"]:
         print(f"  native: {nf['function']} at {nf['filename']}:{nf['line']}: {nf['reason']}")
 

@@ -9,11 +9,16 @@
 namespace cdynamo::bytecode {
 namespace {
 
-// Generated code objects and the originals they copy, all held until clearGenerated().
-// Keys start with the original's address; the original is held too, so it stays unique.
+// Generated code objects, per original code object. An original is held through a weak
+// reference whose callback forgets what was generated for it, so generated code lives
+// exactly as long as the function it was made for (or until clearGenerated()).
+struct PerOriginal {
+  Ref weak;
+  std::unordered_map<std::string, Ref> codes;  // layout key -> generated code
+};
+
 struct Registry {
-  std::unordered_map<std::string, Ref> generated;
-  std::unordered_map<PyCodeObject*, Ref> originals;
+  std::unordered_map<PyCodeObject*, PerOriginal> byOriginal;
   std::unordered_map<PyCodeObject*, ResumeOrigin> origins;  // resume code -> origin
   std::unordered_set<PyCodeObject*> breaks;
 };
@@ -23,6 +28,44 @@ Registry& registry() {
   static Registry& r = *new Registry();
   return r;
 }
+
+void forget(PyCodeObject* orig) {
+  Registry& r = registry();
+  auto it = r.byOriginal.find(orig);
+  if (it == r.byOriginal.end()) return;
+  PerOriginal gone = std::move(it->second);
+  r.byOriginal.erase(it);
+  for (auto& [key, code] : gone.codes) {
+    auto* c = reinterpret_cast<PyCodeObject*>(code.get());
+    r.origins.erase(c);
+    r.breaks.erase(c);
+  }
+  // `gone` is destroyed here, after the registry is consistent (a code object's death
+  // may run other callbacks).
+}
+
+PyObject* forgetCallback(PyObject* self, PyObject* /*weakref*/) {
+  forget(static_cast<PyCodeObject*>(PyLong_AsVoidPtr(self)));
+  Py_RETURN_NONE;
+}
+
+PyMethodDef forgetDef = {"cdynamo_forget_generated_code", forgetCallback, METH_O, nullptr};
+
+// The generated codes of `orig`, made on first use (null with a Python error on failure).
+PerOriginal* perOriginal(PyCodeObject* orig) {
+  Registry& r = registry();
+  auto it = r.byOriginal.find(orig);
+  if (it != r.byOriginal.end()) return &it->second;
+  Ref key = Ref::steal(PyLong_FromVoidPtr(orig));
+  Ref callback = key ? Ref::steal(PyCFunction_New(&forgetDef, key.get())) : Ref();
+  Ref weak = callback ? Ref::steal(PyWeakref_NewRef(reinterpret_cast<PyObject*>(orig), callback.get())) : Ref();
+  if (!weak) return nullptr;
+  PerOriginal& p = r.byOriginal[orig];
+  p.weak = std::move(weak);
+  return &p;
+}
+
+std::string utf8(PyObject* s);
 
 bool fail(std::string* error, std::string msg) {
   if (error) *error = std::move(msg);
@@ -45,6 +88,13 @@ struct Original {
   Assembly asm_;
   int resumeIndex = -1;  // index of the RESUME that ends the frame set-up
   int nvarnames = 0;
+  // localsplus index -> cell ordinal (cells of this frame, arguments captured by inner
+  // functions included), or -1; and the free variables' first index.
+  std::vector<int> cellOrdinal;
+  int ncells = 0;
+  int firstFree = 0;
+  bool hasCopyFreeVars = false;
+  std::vector<std::string> cellNames, freeNames;
 };
 
 bool loadOriginal(PyCodeObject* co, Original* o, std::string* error) {
@@ -57,6 +107,20 @@ bool loadOriginal(PyCodeObject* co, Original* o, std::string* error) {
     }
   if (o->resumeIndex < 0) return fail(error, "code without RESUME");
   o->nvarnames = co->co_nlocals;
+  o->cellOrdinal.assign(static_cast<size_t>(co->co_nlocalsplus), -1);
+  o->firstFree = co->co_nlocalsplus - co->co_nfreevars;
+  const char* kinds = PyBytes_AS_STRING(co->co_localspluskinds);
+  for (int i = 0; i < co->co_nlocalsplus; ++i) {
+    std::string name = utf8(PyTuple_GET_ITEM(co->co_localsplusnames, i));
+    if (kinds[i] & 0x40) {  // CO_FAST_CELL
+      o->cellOrdinal[static_cast<size_t>(i)] = o->ncells++;
+      o->cellNames.push_back(name);
+    } else if (i >= o->firstFree) {
+      o->freeNames.push_back(name);
+    }
+  }
+  for (const AsmInstr& ins : o->asm_.instrs)
+    if (ins.op == Op::COPY_FREE_VARS) o->hasCopyFreeVars = true;
   return true;
 }
 
@@ -67,8 +131,19 @@ struct Layout {
   std::vector<PyObject*> extraConsts;   // borrowed; appended to co_consts
 };
 
-// The copy of the original: its instructions (cell/free indices moved by `shift`, the
-// names added before them) with `prologue` emitted right after RESUME, `inlineTail`
+// Generated code has no cell variables: the original's cells (arguments captured by inner
+// functions too) become its first free variables, so the break code and every resume
+// function share the frame's cells through their closure (cells, then the original's
+// free variables). The index of cell or free slot `i` of the original in that layout.
+int remapCellSlot(const Original& o, int i, int added) {
+  int base = o.nvarnames + added;
+  int k = o.cellOrdinal[static_cast<size_t>(i)];
+  if (k >= 0) return base + k;
+  return base + o.ncells + (i - o.firstFree);
+}
+
+// The copy of the original: its instructions (cell/free indices remapped, the names
+// `shift` added before them; MAKE_CELL gone, COPY_FREE_VARS copying cells too) with `prologue` emitted right after RESUME, `inlineTail`
 // right after instruction `last` (if >= 0), and `endTail` appended. `prologue` receives
 // a label bound to original instruction `entry`. Instruction `last`, if a jump, is
 // retargeted to `jumpLabel` (which `endTail` binds).
@@ -85,7 +160,17 @@ Assembly copyWithInsertions(const Original& o, int shift, int entry, int last, b
   std::vector<int> newIndex(n + 1, -1);
   for (size_t i = 0; i < n; ++i) {
     AsmInstr ins = a.instrs[i];
-    if (indexesCells(ins.op) && ins.arg >= o.nvarnames) ins.arg += shift;
+    if (ins.op == Op::MAKE_CELL) {
+      // The cells come from the closure. The first MAKE_CELL copies them when the
+      // original had no free variables (and so no COPY_FREE_VARS).
+      bool first = !o.hasCopyFreeVars && (i == 0 || a.instrs[i - 1].op != Op::MAKE_CELL);
+      ins.op = first ? Op::COPY_FREE_VARS : Op::NOP;
+      ins.arg = first ? o.ncells : 0;
+    } else if (ins.op == Op::COPY_FREE_VARS) {
+      ins.arg += o.ncells;
+    } else if (indexesCells(ins.op)) {
+      ins.arg = remapCellSlot(o, ins.arg, shift);
+    }
     if (static_cast<int>(i) == last && retarget) ins.label = jumpLabel;
     newIndex[i] = static_cast<int>(out.instrs.size());
     out.instrs.push_back(ins);
@@ -117,8 +202,9 @@ Ref tupleOfStrings(PyObject* base, const std::vector<std::string>& extra) {
   return t;
 }
 
-Ref makeCode(PyCodeObject* orig, const Assembly& a, const Layout& layout, const std::string& name,
+Ref makeCode(const Original& o, const Assembly& a, const Layout& layout, const std::string& name,
              const std::string& qualname, std::string* error) {
+  PyCodeObject* orig = o.code;
   AssembledCode parts;
   if (!assemble(a, orig->co_firstlineno, &parts, error)) return Ref();
   Ref origNames = Ref::steal(PyCode_GetVarnames(orig));
@@ -136,14 +222,21 @@ Ref makeCode(PyCodeObject* orig, const Assembly& a, const Layout& layout, const 
     Py_INCREF(layout.extraConsts[i]);
     PyTuple_SET_ITEM(consts.get(), nconsts + static_cast<Py_ssize_t>(i), layout.extraConsts[i]);
   }
+  Ref noNames = Ref::steal(PyTuple_New(0));
+  if (!noNames) return Ref();
+  std::vector<std::string> freeNames = o.cellNames;
+  freeNames.insert(freeNames.end(), o.freeNames.begin(), o.freeNames.end());
+  Ref freevars = tupleOfStrings(noNames.get(), freeNames);
   Ref extra = Ref::steal(PyDict_New());
-  if (!extra) return Ref();
+  if (!extra || !freevars) return Ref();
   int flags = orig->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
   struct Field {
     const char* key;
     Ref value;
   } fields[] = {
       {"co_varnames", std::move(varnames)},
+      {"co_cellvars", Ref::borrow(noNames.get())},
+      {"co_freevars", std::move(freevars)},
       {"co_consts", std::move(consts)},
       {"co_argcount", Ref::steal(PyLong_FromLong(layout.argcount))},
       {"co_posonlyargcount", Ref::steal(PyLong_FromLong(0))},
@@ -218,20 +311,31 @@ int FrameLayout::passedStack() const {
   return n;
 }
 
+std::vector<int> cellSlots(PyCodeObject* code) {
+  std::vector<int> out;
+  const char* kinds = PyBytes_AS_STRING(code->co_localspluskinds);
+  for (int i = 0; i < code->co_nlocalsplus; ++i)
+    if (kinds[i] & 0x40) out.push_back(i);  // CO_FAST_CELL
+  return out;
+}
+
 bool canResume(PyCodeObject* orig, std::string* why) {
   if (orig->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     return fail(why, "graph break in a generator or coroutine");
-  if (orig->co_ncellvars > 0)
-    return fail(why, "graph break in a function whose locals are captured by an inner function (cell variables)");
   if (resumeOrigin(orig) == nullptr && isBreakCode(orig)) return fail(why, "graph break in generated code");
   return true;
 }
 
 Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
   Registry& r = registry();
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(orig)) + "/R/" + at.key();
-  auto it = r.generated.find(key);
-  if (it != r.generated.end()) return it->second.copy();
+  PerOriginal* memo = perOriginal(orig);
+  if (!memo) {
+    PyErr_Clear();
+    return fail(error, "the code object cannot be weakly referenced"), Ref();
+  }
+  std::string key = "R/" + at.key();
+  auto it = memo->codes.find(key);
+  if (it != memo->codes.end()) return it->second.copy();
   Original o;
   if (!loadOriginal(orig, &o, error)) return Ref();
   if (at.index <= o.resumeIndex || at.index >= static_cast<int>(o.asm_.instrs.size()))
@@ -253,23 +357,27 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
   int line = lineOf(o, at.index);
   std::string name = "cdynamo_resume_in_" + utf8(orig->co_name) + "_at_" + std::to_string(line);
   std::string qualname = utf8(orig->co_qualname) + ".<resume at line " + std::to_string(line) + ">";
-  Ref code = makeCode(orig, out, layout, name, qualname, error);
+  Ref code = makeCode(o, out, layout, name, qualname, error);
   if (!code) return Ref();
   auto* rc = reinterpret_cast<PyCodeObject*>(code.get());
   // The prologue sits right after RESUME; instructions after it are the original's.
   r.origins[rc] = ResumeOrigin{orig, prologueLength, o.resumeIndex + 1 + prologueLength};
-  r.originals.emplace(orig, Ref::borrow(reinterpret_cast<PyObject*>(orig)));
-  r.generated.emplace(key, code.copy());
+  memo->codes.emplace(key, code.copy());
   return code;
 }
 
 Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::vector<FrameLayout>& successors,
               std::string* error) {
   Registry& r = registry();
-  std::string key = std::to_string(reinterpret_cast<uintptr_t>(orig)) + "/B/" + at.key() + "/" + std::to_string(last);
+  PerOriginal* memo = perOriginal(orig);
+  if (!memo) {
+    PyErr_Clear();
+    return fail(error, "the code object cannot be weakly referenced"), Ref();
+  }
+  std::string key = "B/" + at.key() + "/" + std::to_string(last);
   for (const FrameLayout& s : successors) key += "/" + s.key();
-  auto it = r.generated.find(key);
-  if (it != r.generated.end()) return it->second.copy();
+  auto it = memo->codes.find(key);
+  if (it != memo->codes.end()) return it->second.copy();
   Original o;
   if (!loadOriginal(orig, &o, error)) return Ref();
   const int n = static_cast<int>(o.asm_.instrs.size());
@@ -315,22 +423,30 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   };
 
   Position pos = o.asm_.instrs[static_cast<size_t>(at.index)].pos;
+  // The epilogues go after the whole body, outside every exception range: inside one
+  // (a `with` or `try` body) the handler's stack depth would not hold once the epilogue
+  // has popped the stack. The breaking instruction jumps (or falls through a jump) there.
+  int fallLabel = -1;
   Assembly out = copyWithInsertions(
       o, static_cast<int>(layout.extraNames.size()), at.index, last, isJump,
       [&](Assembly& dst, int entryLabel) { emitPrologue(dst, at, slotLocal, entryLabel, pos); },
-      [&](Assembly& dst) { epilogue(dst, 0); },
+      [&](Assembly& dst) {
+        fallLabel = dst.newLabel();
+        dst.emitJump(Op::JUMP_FORWARD, fallLabel, breakPos);
+      },
       [&](Assembly& dst, int jumpLabel) {
+        dst.bind(fallLabel);
+        epilogue(dst, 0);
         if (!isJump) return;
         dst.bind(jumpLabel);
         epilogue(dst, 1);
       });
   std::string name = utf8(orig->co_name);
   std::string qualname = utf8(orig->co_qualname);
-  Ref code = makeCode(orig, out, layout, name, qualname, error);
+  Ref code = makeCode(o, out, layout, name, qualname, error);
   if (!code) return Ref();
   r.breaks.insert(reinterpret_cast<PyCodeObject*>(code.get()));
-  r.originals.emplace(orig, Ref::borrow(reinterpret_cast<PyObject*>(orig)));
-  r.generated.emplace(key, code.copy());
+  memo->codes.emplace(key, code.copy());
   return code;
 }
 
@@ -348,13 +464,9 @@ bool isBreakCode(PyCodeObject* code) {
 
 void clearGenerated() {
   Registry& r = registry();
-  r.origins.clear();
-  r.breaks.clear();
-  std::unordered_map<std::string, Ref> generated;
-  generated.swap(r.generated);
-  std::unordered_map<PyCodeObject*, Ref> originals;
-  originals.swap(r.originals);
-  // Destroyed here, after the registry is consistent (a code object's death may re-enter).
+  std::vector<PyCodeObject*> originals;
+  for (auto& [orig, p] : r.byOriginal) originals.push_back(orig);
+  for (PyCodeObject* orig : originals) forget(orig);
 }
 
 }  // namespace cdynamo::bytecode

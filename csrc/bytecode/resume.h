@@ -13,15 +13,19 @@
 //               value-stack slots that do not hold the call convention's NULL (bottom
 //               first; NULL slots are pushed by the prologue), then, for a break code
 //               only, the continuation factory.
+// Generated code has no cell variables: the frame's cells (also arguments captured by
+// inner functions) are its first free variables, so the function objects the runtime
+// makes for it get closure = (the frame's cells..., the original's closure...). The
+// argument slot of a captured argument is unused (passed None).
 // A break code runs the breaking instruction and, for each way it can continue (the
 // next instruction; the jump target of a conditional jump), calls
 // `continuation(k, *locals, *stack)` and returns what that returns: the runtime turns it
 // into a call of the k-th resume function (runtime/continuation.h). An exception raised
 // by the instruction is handled by the copied body as the original would handle it.
 //
-// Generated code objects are memoized per (original code, position, layout) and kept
-// until clearGenerated() (cdynamo.reset()), so a break inside a loop reuses one resume
-// function, whose cache entries then hit.
+// Generated code objects are memoized per (original code, position, layout) while the
+// original lives (weak reference) or until clearGenerated() (cdynamo.reset()), so a break
+// inside a loop reuses one resume function, whose cache entries then hit.
 #pragma once
 #include <Python.h>
 
@@ -44,7 +48,7 @@ struct FrameLayout {
 // Where a generated resume code came from: instruction i of the resume code (for i >=
 // prologueEnd) is instruction i - shift of `original`.
 struct ResumeOrigin {
-  PyCodeObject* original = nullptr;  // kept alive by the registry
+  PyCodeObject* original = nullptr;  // borrowed: its resume codes are forgotten when it dies
   int shift = 0;
   int prologueEnd = 0;
 };
@@ -64,6 +68,9 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
 const ResumeOrigin* resumeOrigin(PyCodeObject* code);
 // Whether `code` is a generated break code (never traced: it is the native part).
 bool isBreakCode(PyCodeObject* code);
+// The localsplus indices of `code`'s cells, in the order they appear in generated code's
+// closure.
+std::vector<int> cellSlots(PyCodeObject* code);
 // Whether cdynamo can generate resume code for `orig` at all; `why` says why not.
 bool canResume(PyCodeObject* orig, std::string* why);
 // Forgets every generated code object (cdynamo.reset()).

@@ -9,8 +9,26 @@ namespace {
 // registers / graph inputs (2 KiB of stack each).
 constexpr int kInlineSlots = 256;
 
-PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs) {
+// `memo` holds (borrowed) the objects already built for plans with a memo slot: a value
+// made in the trace that is reachable twice is rebuilt once (aliasing, self-reference).
+PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs, PyObject** memo);
+
+PyObject* remember(const OutputPlan& p, PyObject* obj, PyObject** memo) {
+  if (obj && p.memo >= 0) memo[p.memo] = obj;
+  return obj;
+}
+
+PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs, PyObject** memo) {
   switch (p.kind) {
+    case OutputPlan::Kind::Memo: {
+      PyObject* o = memo[p.index];
+      if (!o) {
+        PyErr_SetString(PyExc_RuntimeError, "cdynamo: cannot rebuild a container that contains itself");
+        return nullptr;
+      }
+      Py_INCREF(o);
+      return o;
+    }
     case OutputPlan::Kind::GraphOutput: {
       PyObject* o = PySequence_Fast_GET_ITEM(graph_out, p.index);
       Py_INCREF(o);
@@ -28,8 +46,9 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       bool tuple = p.kind == OutputPlan::Kind::Tuple;
       PyObject* seq = tuple ? PyTuple_New(n) : PyList_New(n);
       if (!seq) return nullptr;
+      if (!tuple && !p.constant) remember(p, seq, memo);
       for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = build(p.items[i], graph_out, regs);
+        PyObject* item = build(p.items[i], graph_out, regs, memo);
         if (!item) {
           Py_DECREF(seq);
           return nullptr;
@@ -42,7 +61,7 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       if (!tuple && p.constant) {  // a deque: deque(items, maxlen)
         PyObject* dq = PyObject_CallFunctionObjArgs(p.constant.get(), seq, p.ctor_arg ? p.ctor_arg.get() : Py_None, nullptr);
         Py_DECREF(seq);
-        return dq;
+        return remember(p, dq, memo);
       }
       if (tuple && p.constant) {  // a namedtuple: tuple.__new__(cls, items)
         PyObject* nt = PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", p.constant.get(), seq);
@@ -56,8 +75,9 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
                     : p.ctor_arg ? PyObject_CallOneArg(p.constant.get(), p.ctor_arg.get())  // defaultdict(factory)
                                  : PyObject_CallNoArgs(p.constant.get());
       if (!d) return nullptr;
+      remember(p, d, memo);
       for (size_t i = 0; i < p.items.size(); ++i) {
-        PyObject* v = build(p.items[i], graph_out, regs);
+        PyObject* v = build(p.items[i], graph_out, regs, memo);
         if (!v || PyObject_SetItem(d, p.keys[i].get(), v) < 0) {
           Py_XDECREF(v);
           Py_DECREF(d);
@@ -71,7 +91,8 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(p.constant.get());
       PyObject* obj = cls->tp_alloc(cls, 0);
       if (!obj) return nullptr;
-      PyObject* attrs = build(p.items[0], graph_out, regs);
+      remember(p, obj, memo);
+      PyObject* attrs = build(p.items[0], graph_out, regs, memo);
       PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj) : nullptr;
       if (!attrs || !dictptr) {
         Py_XDECREF(attrs);
@@ -87,7 +108,7 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       PyObject* args = PyTuple_New(n);
       if (!args) return nullptr;
       for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = build(p.items[static_cast<size_t>(i)], graph_out, regs);
+        PyObject* item = build(p.items[static_cast<size_t>(i)], graph_out, regs, memo);
         if (!item) {
           Py_DECREF(args);
           return nullptr;
@@ -96,13 +117,14 @@ PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs)
       }
       PyObject* r = PyObject_Call(p.constant.get(), args, nullptr);
       Py_DECREF(args);
-      return r;
+      return remember(p, r, memo);
     }
     case OutputPlan::Kind::Set: {
       PyObject* s = PySet_New(nullptr);
       if (!s) return nullptr;
+      remember(p, s, memo);
       for (const OutputPlan& item : p.items) {
-        PyObject* v = build(item, graph_out, regs);
+        PyObject* v = build(item, graph_out, regs, memo);
         if (!v || PySet_Add(s, v) < 0) {
           Py_XDECREF(v);
           Py_DECREF(s);
@@ -182,13 +204,20 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
   }
   // Registers are borrowed from the inputs: build the result and every stored value
   // before any effect runs (replacing a list's contents can free an object a register
-  // still points to).
-  result = build(output, graph_out, regs);
+  // still points to). Same order as the tracer assigned memo slots: result, then effects.
+  PyObject* inline_memo[16] = {};
+  std::vector<PyObject*> heap_memo;
+  PyObject** memo = inline_memo;
+  if (memo_slots > 16) {
+    heap_memo.assign(static_cast<size_t>(memo_slots), nullptr);
+    memo = heap_memo.data();
+  }
+  result = build(output, graph_out, regs, memo);
   if (result && !effects.empty()) {
     std::vector<Ref> values;
     values.reserve(effects.size());
     for (const SideEffect& e : effects) {
-      values.push_back(Ref::steal(build(e.value, graph_out, regs)));
+      values.push_back(Ref::steal(build(e.value, graph_out, regs, memo)));
       if (!values.back()) {
         Py_CLEAR(result);
         break;
@@ -211,16 +240,28 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
 
 PyObject* CompiledEntry::continueAfterBreak(const FrameView& frame, PyObject* args) const {
   Ref held = Ref::steal(args);
-  PyObject* fn = makeFunction(brk->break_code.get(), frame.globals, frame.closure);
+  Py_ssize_t n = PyTuple_GET_SIZE(args) - brk->ncells;
+  // The closure of the generated functions: the frame's cells, then its own closure.
+  Ref closure = Ref::borrow(frame.closure);
+  if (brk->ncells > 0) {
+    Py_ssize_t nfree = frame.closure ? PyTuple_GET_SIZE(frame.closure) : 0;
+    closure = Ref::steal(PyTuple_New(brk->ncells + nfree));
+    if (!closure) return nullptr;
+    for (Py_ssize_t i = 0; i < brk->ncells + nfree; ++i) {
+      PyObject* c = i < brk->ncells ? PyTuple_GET_ITEM(args, n + i) : PyTuple_GET_ITEM(frame.closure, i - brk->ncells);
+      Py_INCREF(c);
+      PyTuple_SET_ITEM(closure.get(), i, c);
+    }
+  }
+  PyObject* fn = makeFunction(brk->break_code.get(), frame.globals, closure.get());
   if (!fn) return nullptr;
-  Py_ssize_t n = PyTuple_GET_SIZE(args);
   std::vector<PyObject*> argv(static_cast<size_t>(n) + 1);
   for (Py_ssize_t i = 0; i < n; ++i) argv[static_cast<size_t>(i)] = PyTuple_GET_ITEM(args, i);
   argv[static_cast<size_t>(n)] = brk->resume_table.get();
   PyObject* r = PyObject_Vectorcall(fn, argv.data(), static_cast<size_t>(n) + 1, nullptr);
   Py_DECREF(fn);
   if (!r || brk->in_resume_code) return r;
-  return runContinuations(r, frame.globals, frame.closure);
+  return runContinuations(r, frame.globals, closure.get());
 }
 
 bool CompiledEntry::matches(const FrameView& frame) const {

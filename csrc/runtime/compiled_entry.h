@@ -23,13 +23,16 @@ struct OutputPlan {
   // its __dict__ updated from items[0] (a Dict plan).
   // Call: constant(*items), for values rebuilt by a call (a bound method, a slice, an
   // iterator over what is left, a context manager's __exit__).
-  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set, NewObject, Call };
+  // Memo: the object built earlier for memo slot `index` (a value made in the trace that
+  // is reachable more than once is one object, as in the program).
+  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set, NewObject, Call, Memo };
   Kind kind = Kind::Constant;
   int index = 0;     // GraphOutput: position in the graph's output tuple; Register: guard register
   Ref constant;      // Constant; Dict: the dict type (dict, OrderedDict)
   std::vector<OutputPlan> items;  // Tuple / List / Set items; Dict values
   std::vector<Ref> keys;          // Dict keys
   Ref ctor_arg;                   // List: a deque class in `constant`, maxlen here; Dict: a defaultdict factory
+  int memo = -1;                  // memo slot the built object is recorded in, or -1
 };
 
 // A side effect replayed after the graph ran, in program order.
@@ -56,6 +59,9 @@ struct BreakPlan {
   Ref resume_table;         // runtime/continuation.h
   Ref set_grad_enabled;     // torch._C._set_grad_enabled
   bool grad_mode = true;    // torch.is_grad_enabled() at the break
+  // The frame's cells, rebuilt as the last `ncells` arguments: generated code gets them
+  // (then the frame's closure) as its closure. A resume function's cells already are.
+  int ncells = 0;
   // The frame is itself a resume function: its continuation goes back to the loop of the
   // frame that started the chain (continuation.h) instead of being followed here.
   bool in_resume_code = false;
@@ -76,6 +82,7 @@ struct CompiledEntry {
   Ref compiled;                 // the backend's callable; null when the frame had no graph
   OutputPlan output;
   std::vector<SideEffect> effects;
+  int memo_slots = 0;           // OutputPlan memo slots used by output, effects
   Ref config;                   // the compile configuration (backend) this entry belongs to
   Ref graph_module;             // the traced GraphModule (kept for explain and debugging)
   std::string name;             // "fn at file:line", for messages

@@ -110,6 +110,27 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   } else if (PyModule_Check(obj)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::object(Kind::PyModule, obj, reg);
+  } else if (PyMethod_Check(obj)) {
+    // A bound method (e.g. rebuilt on a resume function's stack): the receiver and the
+    // function are sources of their own, so a new method object of the same pair matches.
+    PyObject* self = PyMethod_GET_SELF(obj);
+    PyObject* func = PyMethod_GET_FUNCTION(obj);
+    int self_reg = -1, func_reg = -1;
+    if (reg >= 0) {
+      guards().checkType(reg, Py_TYPE(obj));
+      self_reg = load(LoadKind::Attr, reg, 0, intern("__self__"), guards().sourceName(reg) + ".__self__");
+      func_reg = load(LoadKind::Attr, reg, 0, intern("__func__"), guards().sourceName(reg) + ".__func__");
+    }
+    bool handled = false;
+    v = wrapContextExit(self, func, self_reg, &handled);
+    if (!handled) {
+      ValuePtr receiver = wrap(self, self_reg);
+      if (!receiver) return nullptr;
+      ValuePtr function = wrap(func, func_reg);
+      if (!function) return nullptr;
+      v = Value::boundMethod(receiver, func);
+    }
+    if (!v) return nullptr;
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);

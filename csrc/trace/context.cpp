@@ -82,6 +82,30 @@ bool Tracer::isTorchContextClass(PyObject* cls) { return kindOf(cls) != Ctx::Non
 
 bool Tracer::currentGradMode() { return gradEnabled(); }
 
+ValuePtr Tracer::wrapContextExit(PyObject* self, PyObject* func, int self_reg, bool* handled) {
+  *handled = false;
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(self));
+  Ctx k = kindOf(cls);
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) return nullptr;
+  Ref exit = Ref::steal(PyObject_GetAttrString(cls, "__exit__"));
+  if (!exit) PyErr_Clear();
+  if (exit.get() != func) return nullptr;
+  *handled = true;
+  PyObject** dict = _PyObject_GetDictPtr(self);
+  PyObject* prev = dict && *dict ? PyDict_GetItemString(*dict, "prev") : nullptr;
+  if (!prev || !PyBool_Check(prev)) return fail("a grad-mode context's __exit__ before its __enter__");
+  if (self_reg >= 0) {
+    guards().checkType(self_reg, Py_TYPE(self));
+    int prev_reg = load(guards::LoadKind::InstanceDict, self_reg, 0, intern("prev"), guards().sourceName(self_reg) + ".prev");
+    guards().checkEquals(prev_reg, prev);
+  }
+  auto ctx = std::make_shared<Value>();
+  ctx->kind = Kind::Context;
+  ctx->obj = Ref::borrow(cls);
+  ctx->pos = prev == Py_True ? 1 : 0;
+  return Value::namedMethod(ctx, intern("__exit__"));
+}
+
 bool Tracer::buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan) {
   // The bound __exit__ of a real context object that restores the mode saved on entry:
   // cdynamo._resume.grad_mode_exit(cls, prev).

@@ -163,7 +163,20 @@ bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   at.index = shape.first - shift;
   at.unbound.assign(static_cast<size_t>(nvar), false);
   args->kind = K::Tuple;
+  const std::vector<int> cells = bytecode::cellSlots(orig);
+  auto isCell = [&](int i) {
+    for (int c : cells)
+      if (c == i) return true;
+    return false;
+  };
   for (int i = 0; i < nvar; ++i) {
+    if (isCell(i)) {  // an argument captured by an inner function: it travels as a cell
+      runtime::OutputPlan p;
+      p.kind = K::Constant;
+      p.constant = Ref::borrow(Py_None);
+      args->items.push_back(std::move(p));
+      continue;
+    }
     ValuePtr v = f.locals[static_cast<size_t>(i)];
     if (!v && !f.deleted[static_cast<size_t>(i)]) {
       v = loadRootLocal(f, i);
@@ -185,6 +198,23 @@ bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
     runtime::OutputPlan p;
     if (!buildOutput(v, &p)) return false;
     args->items.push_back(std::move(p));
+  }
+
+  // The frame's cells, after everything else (the runtime makes them the closure). A
+  // resume function's cells are its closure already.
+  int ncells = 0;
+  if (!origin) {
+    for (int slot : cells) {
+      ValuePtr cell = f.locals[static_cast<size_t>(slot)];
+      if (!cell || !cell->is(Kind::Cell) || cell->obj) {
+        fail("internal: a cell variable without its cell at a graph break");
+        return false;
+      }
+      runtime::OutputPlan p;  // shared (memo) with the closures made in the trace
+      if (!buildOutput(cell, &p)) return false;
+      args->items.push_back(std::move(p));
+      ++ncells;
+    }
   }
 
   std::vector<bytecode::FrameLayout> successors;
@@ -224,6 +254,7 @@ bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   }
   plan->grad_mode = grad_mode_at_break_;
   plan->in_resume_code = origin != nullptr;
+  plan->ncells = ncells;
   entry_->brk = std::move(plan);
   const Unsupported& u = break_target_.why;
   entry_->break_info = {u.reason, u.filename, u.line, u.user_stack};

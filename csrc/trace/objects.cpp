@@ -67,6 +67,10 @@ ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
     PyCodeObject* co = f->code;
     if (co->co_argcount == 0) return fail("super(): no arguments (RuntimeError)");
     self = f->locals[0];
+    if (!self && f->root && !f->deleted[0]) {  // a root argument not read yet
+      self = loadRootLocal(*f, 0);
+      if (failed_) return nullptr;
+    }
     if (self && self->is(Kind::Cell)) self = self->items.empty() ? nullptr : self->items[0];
     for (int i = 0; i < co->co_nlocalsplus; ++i) {
       if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") != 0) continue;

@@ -108,6 +108,28 @@ void Tracer::setLocation(Unsupported* u) {
 
 bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
   using K = runtime::OutputPlan::Kind;
+  const bool container = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::Tuple);
+  if (container && v->reg >= 0) {
+    // A container read from the program is handed back as the object itself (its
+    // mutations are replayed on it as effects).
+    plan->kind = K::Register;
+    plan->index = v->reg;
+    return true;
+  }
+  if (v->reg < 0 && (container || v->is(Kind::NewObject) || v->is(Kind::Iterator) || v->is(Kind::Cell) ||
+                     v->is(Kind::Function))) {
+    // A mutable value made in the trace is one object however often it is reachable.
+    auto it = memo_slot_.find(v.get());
+    if (it != memo_slot_.end()) {
+      plan->kind = K::Memo;
+      plan->index = it->second.first;
+      return true;
+    }
+    if (!v->is(Kind::Tuple)) {
+      plan->memo = entry_->memo_slots++;
+      memo_slot_.emplace(v.get(), std::make_pair(plan->memo, v));
+    }
+  }
   switch (v->kind) {
     case Kind::Tensor: {
       auto in = input_reg_of_node_.find(v->node);
@@ -211,9 +233,58 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
       plan->items[1].constant = v->name.copy();
       return buildOutput(receiver, &plan->items[0]);
     }
-    case Kind::Null:
     case Kind::Cell:
-    case Kind::Function:
+      // A cell made in the trace (a local captured by an inner function).
+      if (v->obj) break;  // a cell of an enclosing function: not rebuilt (yet)
+      plan->kind = K::Call;
+      plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyCell_Type));
+      if (!v->items.empty()) {
+        plan->items.resize(1);
+        return buildOutput(v->items[0], &plan->items[0]);
+      }
+      return true;
+    case Kind::Function: {
+      // A function made in the trace: cdynamo._resume.make_function(code, globals,
+      // qualname, defaults, kwdefaults, closure, attrs), its cells shared through the memo.
+      const FunctionParts& fp = *v->fn;
+      Ref helper = Ref::steal(PyImport_ImportModule("cdynamo._resume"));
+      if (helper) helper = Ref::steal(PyObject_GetAttrString(helper.get(), "make_function"));
+      if (!helper) {
+        failFromPython("cdynamo._resume.make_function");
+        return false;
+      }
+      plan->kind = K::Call;
+      plan->constant = std::move(helper);
+      plan->items.resize(7);
+      auto constant = [&](size_t i, PyObject* o) {
+        plan->items[i].kind = K::Constant;
+        plan->items[i].constant = Ref::borrow(o ? o : Py_None);
+      };
+      constant(0, fp.code.get());
+      constant(1, fp.globals);
+      constant(2, fp.qualname.get());
+      if (fp.defaults) {
+        if (!buildOutput(fp.defaults, &plan->items[3])) return false;
+      } else {
+        constant(3, nullptr);
+      }
+      if (fp.kwdefaults) {
+        if (!buildOutput(fp.kwdefaults, &plan->items[4])) return false;
+      } else {
+        constant(4, nullptr);
+      }
+      plan->items[5].kind = K::Tuple;
+      plan->items[5].items.resize(fp.closure.size());
+      for (size_t i = 0; i < fp.closure.size(); ++i)
+        if (!buildOutput(fp.closure[i], &plan->items[5].items[i])) return false;
+      if (fp.attrs) {
+        if (!buildOutput(fp.attrs, &plan->items[6])) return false;
+      } else {
+        constant(6, nullptr);
+      }
+      return true;
+    }
+    case Kind::Null:
     case Kind::Context:
     case Kind::Super:
     case Kind::Partial:
@@ -368,14 +439,15 @@ TranslateResult Tracer::run() {
   graph_.finish();
   runtime::OutputPlan plan;
   if (stopped_at_break_ && !failed_) {
-    if (buildEffects()) buildBreak(root, &plan);
+    if (buildBreak(root, &plan)) buildEffects();
   } else if (!ret && !failed_ && pending_exc_) {
     PyObject* e = pending_exc_->real();
     fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
          ") escapes the traced frame; it runs natively to raise it");
   }
-  if (ret && !failed_) buildEffects();
+  // The result's plan first: the runtime builds it first (memo slots are filled in order).
   if (ret && !failed_) buildOutput(ret, &plan);
+  if (ret && !failed_) buildEffects();
   if (!ret && !failed_ && !stopped_at_break_) fail("internal: the trace ended without a result");
   if (!failed_) {
     entry_->output = std::move(plan);

@@ -164,6 +164,10 @@ class Tracer {
   bool isTorchContextClass(PyObject* cls);
   ValuePtr makeContext(PyObject* cls, std::vector<ValuePtr>& args, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   ValuePtr enterContext(const ValuePtr& ctx);
+  // The bound __exit__ of a real grad-mode context object (a `with` block continued in a
+  // resume function): the same Value BEFORE_WITH pushes. *handled = false (nothing done)
+  // for any other method.
+  ValuePtr wrapContextExit(PyObject* self, PyObject* func, int self_reg, bool* handled);
   ValuePtr exitContext(const ValuePtr& ctx);
   void restoreGlobalState();
   // objects.cpp: user-defined classes — objects read from the program (Object), objects
@@ -236,6 +240,9 @@ class Tracer {
   std::unordered_map<int, int> input_reg_of_node_;  // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;    // placeholder node -> real tensor
   std::vector<int> outputs_;                         // graph output node ids
+  // Value made in the trace -> output memo slot (the map holds the value: a temporary's
+  // address must not be reused while it is a key).
+  std::unordered_map<const Value*, std::pair<int, ValuePtr>> memo_slot_;
   SymbolicFrame* current_ = nullptr;
   bool failed_ = false;
   bool user_error_ = false;

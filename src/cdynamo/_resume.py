@@ -1,5 +1,5 @@
 """Helpers the runtime calls when it rebuilds a frame's state at a graph break."""
-import torch
+import types
 
 
 def grad_mode_exit(cls, prev):
@@ -11,4 +11,16 @@ def grad_mode_exit(cls, prev):
     return ctx.__exit__
 
 
-__all__ = ["grad_mode_exit"]
+def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs):
+    """A function made by the traced program (MAKE_FUNCTION), rebuilt at a graph break with
+    the same code, defaults and closure cells (shared with the frame and other closures)."""
+    fn = types.FunctionType(code, globals, code.co_name, defaults, closure or None)
+    fn.__qualname__ = qualname
+    if kwdefaults:
+        fn.__kwdefaults__ = kwdefaults
+    if attrs:
+        fn.__dict__.update(attrs)
+    return fn
+
+
+__all__ = ["grad_mode_exit", "make_function"]

@@ -55,7 +55,18 @@ _C.set_file_rules(_file_rules())
 _C.set_cache_size_limit(_config.cache_size_limit)
 
 
-class OptimizedModule(torch.nn.Module):
+class _WrapperModule(torch.nn.Module):
+    """A module standing for `_orig_mod` (its state_dict names carry the `_orig_mod.`
+    prefix, as torch's wrappers do): attributes it does not have are the wrapped module's."""
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._modules["_orig_mod"], name)
+
+
+class OptimizedModule(_WrapperModule):
     """An nn.Module compiled by cdynamo (the counterpart of torch's OptimizedModule).
 
     The original module is ``_orig_mod`` (so ``state_dict`` keys carry the ``_orig_mod.``
@@ -72,12 +83,6 @@ class OptimizedModule(torch.nn.Module):
 
     def forward(self, *args, **kwargs):
         return _C.call_compiled(self._cdynamo_config, self._orig_mod, *args, **kwargs)
-
-    def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["_orig_mod"], name)
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r}, {self._cdynamo_config!r})"
@@ -215,7 +220,7 @@ def _disabled_wrapper(fn, recursive):
     return cdynamo_disabled
 
 
-class DisabledModule(torch.nn.Module):
+class DisabledModule(_WrapperModule):
     """What ``cdynamo.disable(module)`` returns: calling it runs the original module
     (``_orig_mod``) natively, its hooks included; a traced frame that calls it stops there.
 
@@ -231,12 +236,6 @@ class DisabledModule(torch.nn.Module):
         forward = _disabled_wrapper(mod, True)  # wraps the module's __call__: its hooks run as they would
         forward.__qualname__ = f"{type(mod).__qualname__}.forward"
         self.__dict__["forward"] = forward
-
-    def __getattr__(self, name):
-        try:
-            return super().__getattr__(name)
-        except AttributeError:
-            return getattr(self._modules["_orig_mod"], name)
 
     def __repr__(self):
         return f"DisabledModule({self._orig_mod!r})"

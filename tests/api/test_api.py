@@ -4,6 +4,7 @@ import threading
 
 import pytest
 import torch
+import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
@@ -38,26 +39,89 @@ def test_compiled_method_binds_self():
     torch.testing.assert_close(Holder().scale(x), x * 2)
 
 
-def test_unsupported_construct_runs_natively_and_is_reported():
+def dynamo_frame_count(fn, *argsets):
+    """How many graphs torch._dynamo compiles running fn on each argument tuple in turn."""
+    ref = torch._dynamo.testing.CompileCounter()
+    torch._dynamo.reset()
+    rf = torch.compile(fn, backend=ref)
+    for args in argsets:
+        rf(*args)
+    return ref.frame_count
+
+
+def test_data_dependent_branch_is_a_graph_break_with_reason_and_line():
     cnt = CompileCounter()
 
     def f(x):
         y = x * 2
-        if y.sum() > 0:  # data-dependent branch: not capturable without graph breaks
+        if y.sum() > 0:  # data-dependent branch: the graph breaks at the jump
             return y.relu()
         return y.tanh()
 
     cf = cdynamo.compile(f, backend=cnt)
-    for x in (torch.ones(3), -torch.ones(3)):
+    pos, neg = torch.ones(3), -torch.ones(3)
+    for x in (pos, neg, pos, neg):  # each branch on its first call, then from the cache
         torch.testing.assert_close(cf(x), f(x))
-    assert cnt.frame_count == 0
+    # The graph up to the jump (mul, sum, gt), then one resume function per branch.
+    assert cnt.frame_count == 3 == dynamo_frame_count(f, (pos,), (neg,))
+    ops = [[n.target if n.op == "call_method" else n.target.__name__ for n in g.graph.nodes if "call" in n.op]
+           for g in cnt.graphs]
+    assert ops == [["mul", "sum", "gt"], ["relu"], ["tanh"]]
     s = cdynamo.stats()
-    assert s["frames_native"] == 1 and s["frames_captured"] == 0
+    assert (s["graph_breaks"], s["frames_captured"], s["frames_native"]) == (1, 3, 0)
+    assert s["native_frames"] == []
+    (gb,) = s["graph_break_reasons"]
+    assert gb["reason"] == "control flow depends on a tensor's value (data-dependent branch)"
+    assert gb["filename"] == __file__
+    assert gb["line"] == f.__code__.co_firstlineno + 2
+    assert gb["function"].startswith(f.__qualname__)
+    assert f"{__file__}:{gb['line']} in {f.__qualname__}" in gb["user_stack"]
+
+
+def test_graph_break_keeps_the_callers_containers():
+    def f(x, log, cfg):
+        y = x * 2
+        if y.sum() > 0:  # graph break
+            log.append("positive")
+            cfg["sign"] = 1
+        return y, log, cfg
+
+    cf = cdynamo.compile(f, backend="eager")
+    log, cfg = [], {}
+    out = cf(torch.ones(2), log, cfg)
+    assert cdynamo.stats()["graph_breaks"] == 1
+    torch.testing.assert_close(out[0], torch.full((2,), 2.0))
+    assert (log, cfg) == (["positive"], {"sign": 1}), "eager changes the caller's list and dict"
+    assert out[1] is log and out[2] is cfg
+
+
+def test_frame_that_cannot_be_resumed_runs_natively_and_is_reported():
+    # A break inside an autocast block: cdynamo cannot re-enter autocast in a resume
+    # function yet, so the break at the branch makes f run natively, with both reasons.
+    cnt = CompileCounter()
+
+    def f(x):
+        y = x * 2
+        with torch.autocast("cpu", enabled=False):
+            if y.sum() > 0:
+                return y.relu()
+            return y.tanh()
+
+    cf = cdynamo.compile(f, backend=cnt)
+    pos, neg = torch.ones(3), -torch.ones(3)
+    for x in (pos, neg, pos):
+        torch.testing.assert_close(cf(x), f(x))
+    s = cdynamo.stats()
+    assert (s["graph_breaks"], s["frames_native"]) == (0, 1)
+    assert s["graph_break_reasons"] == []
     (nf,) = s["native_frames"]
-    assert "data-dependent" in nf["reason"]
+    assert nf["reason"] == ("control flow depends on a tensor's value (data-dependent branch) (and no graph break "
+                            "is possible there: graph break inside a `with` block of a context manager other than "
+                            "no_grad/enable_grad/set_grad_enabled)")
     assert nf["filename"] == __file__
-    assert nf["line"] == f.__code__.co_firstlineno + 2
-    assert nf["function"].endswith("f")
+    assert nf["line"] == f.__code__.co_firstlineno + 3
+    assert nf["function"] == f.__qualname__
+    assert cnt.frame_count == 0
 
 
 def test_fullgraph_raises_unsupported_with_reason_and_line():
@@ -261,8 +325,41 @@ def test_explain_reports_graphs_ops_guards_and_reasons():
     x = torch.ones(2)
     report = cdynamo.explain(branchy)(x)
     torch.testing.assert_close(report.out, branchy(x))
-    assert (report.graph_count, report.graph_break_count) == (0, 1)
+    # A graph break at the branch: the graph up to it, and the resume function of the
+    # branch taken (as torch._dynamo.explain: 2 graphs, 1 break).
+    assert (report.graph_count, report.graph_break_count) == (2, 1)
+    ref = torch._dynamo.explain(branchy)(x)
+    assert (ref.graph_count, ref.graph_break_count) == (2, 1)
+    assert report.ops_per_graph == [["sum", "gt"], ["add"]]
     (reason,) = report.break_reasons
-    assert "data-dependent" in reason.reason
+    assert reason.reason == "control flow depends on a tensor's value (data-dependent branch)"
     assert reason.filename == __file__ and reason.lineno == branchy.__code__.co_firstlineno + 1
-    assert "Break Reason 1" in str(report)
+    assert reason.function.startswith(branchy.__qualname__)
+    text = str(report)
+    assert "Graph Count: 2" in text and "Graph Break Count: 1" in text and "Break Reason 1" in text
+
+    # Breaks come first, then frames that ran natively (each counts as one break).
+    def unresumable(x):
+        with torch.autocast("cpu", enabled=False):
+            if x.sum() > 0:
+                return x + 1
+            return x - 1
+
+    def both(x):
+        y = branchy(x)  # inlined: both breaks at this call, branchy then runs as a frame
+        return unresumable(y)  # the same in both's resume function
+
+    report = cdynamo.explain(both)(x)
+    torch.testing.assert_close(report.out, both(x))
+    branch_line = branchy.__code__.co_firstlineno + 1
+    cell_line = unresumable.__code__.co_firstlineno + 2
+    # (A resume function is named after the line of the break it follows, as torch._dynamo's.)
+    where = [(b.function.split(" (")[0], b.lineno) for b in report.break_reasons]
+    assert where == [(both.__qualname__, branch_line), (branchy.__qualname__, branch_line),
+                     (f"{both.__qualname__}.<resume at line {both.__code__.co_firstlineno + 1}>", cell_line),
+                     (unresumable.__qualname__, cell_line)]
+    assert "autocast" not in report.break_reasons[2].reason
+    assert report.break_reasons[3].reason.endswith("other than no_grad/enable_grad/set_grad_enabled)")
+    # Captured: branchy's graph up to its branch and its resume function; both's graphs
+    # before each call are empty (nothing compiled), unresumable ran natively.
+    assert report.ops_per_graph == [["sum", "gt"], ["add"]]

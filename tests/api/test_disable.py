@@ -1,9 +1,12 @@
 """cdynamo.disable: the counterpart of torch._dynamo.disable.
 
 A disabled function runs natively and is never traced. A traced frame that calls one stops
-there with the reason "call to <qualname>, which is wrapped by cdynamo.disable"; until
-graph breaks exist that frame runs natively as a whole (these tests check what holds
-either way: results, which ops were captured and which never were, and the reason).
+there with the reason "call to <qualname>, which is wrapped by cdynamo.disable": a graph
+break at the call, as in torch._dynamo (the graph before it, the call run natively, the
+rest captured in a resume function), or, where no break is possible, the frame runs
+natively as a whole. These tests check the results, which ops were captured (compared with
+torch._dynamo's graphs on the same program) and which never were, and where the reason is
+reported.
 """
 import types
 
@@ -48,7 +51,11 @@ def dynamo_graphs(fn, *args):
     return graphs
 
 
-def reasons():
+def break_reasons():
+    return [b["reason"] for b in cdynamo.stats()["graph_break_reasons"]]
+
+
+def native_reasons():
     return [nf["reason"] for nf in cdynamo.stats()["native_frames"]]
 
 
@@ -83,7 +90,7 @@ def test_decorator_forms_keep_metadata_and_run_eagerly():
         cdynamo.disable(3)
 
 
-def test_traced_call_of_disabled_function_stops_with_reason():
+def test_traced_call_of_disabled_function_is_a_graph_break_with_reason():
     calls = []
 
     def body(x):
@@ -100,13 +107,19 @@ def test_traced_call_of_disabled_function_stops_with_reason():
     torch.testing.assert_close(cf(x), f(x))  # first call
     torch.testing.assert_close(cf(x), f(x))  # again: the same decision, from the cache
     assert len(calls) == 4, "the disabled body ran on every call, compiled or not"
-    assert reasons() == [f"call to {body.__qualname__}, which is wrapped by cdynamo.disable"]
-    assert all("sin" not in ops for ops in ops_of(cnt.graphs)), "nothing under the disabled call is traced"
-    # torch._dynamo on the same program with its own disable: a graph break at the call
-    # (graphs before and after it), and the disabled body is not traced either.
+    assert break_reasons() == [f"call to {body.__qualname__}, which is wrapped by cdynamo.disable"]
+    assert native_reasons() == []
+    (gb,) = cdynamo.stats()["graph_break_reasons"]
+    assert (gb["filename"], gb["line"]) == (__file__, f.__code__.co_firstlineno + 1)
+    # The graph before the call (x * 2) and the resume function's (* 3); nothing under the
+    # disabled call is traced. The second call hits both cache entries.
+    assert ops_of(cnt.graphs) == [{"mul"}, {"mul"}]
+    s = cdynamo.stats()
+    assert (s["graph_breaks"], s["cache_hits"], s["frames_native"]) == (1, 2, 0)
+    # torch._dynamo on the same program with its own disable: the same graph break.
     ref_helper = torch._dynamo.disable(body)
     ref = dynamo_graphs(lambda x: ref_helper(x * 2) * 3, x)
-    assert ops_of(ref) == [{"mul"}, {"mul"}]
+    assert ops_of(ref) == ops_of(cnt.graphs)
 
     # Control: the same program without disable is captured whole, sin included.
     def helper2(x):
@@ -178,8 +191,8 @@ def test_non_recursive_skips_only_its_own_frame():
     assert cnt.frame_count == 1 and ops_of(cnt.graphs) == [{"sin"}]
     assert cdynamo.stats()["cache_hits"] == 1
 
-    # Called from a traced frame: the trace stops at the call; sin_inner is still captured
-    # when h runs. torch._dynamo captures sin alone too (with graphs around the break).
+    # Called from a traced frame: a graph break at the call; sin_inner is still captured
+    # when h runs. torch._dynamo captures the same three graphs.
     def f(x):
         return hd(x * 2) * 3
 
@@ -189,10 +202,12 @@ def test_non_recursive_skips_only_its_own_frame():
     cf, cnt = compiled(f)
     torch.testing.assert_close(cf(x), f(x))
     torch.testing.assert_close(cf(x), f(x))
-    assert reasons() == [f"call to {h.__qualname__}, which is wrapped by cdynamo.disable"]
-    assert {"sin"} in ops_of(cnt.graphs)
-    assert all("add" not in ops for ops in ops_of(cnt.graphs))
-    assert {"sin"} in ops_of(ref_graphs)
+    assert break_reasons() == [f"call to {h.__qualname__}, which is wrapped by cdynamo.disable"]
+    assert native_reasons() == []
+    # x * 2 before the call, sin_inner when h runs it, * 3 after; h's own + 1 never.
+    assert ops_of(cnt.graphs) == [{"mul"}, {"sin"}, {"mul"}]
+    assert ops_of(ref_graphs) == ops_of(cnt.graphs)
+    assert cdynamo.stats()["cache_hits"] == 3
 
 
 def test_marks_survive_reset():
@@ -225,7 +240,13 @@ def test_compiled_function_called_inside_a_disabled_one_is_compiled():
     torch.testing.assert_close(outer(x), (x.sin() + 1) * 2)
     torch.testing.assert_close(outer(x), (x.sin() + 1) * 2)
     assert cnt.frame_count == 1 and ops_of(cnt.graphs) == [{"sin"}]
-    assert outer_cnt.frame_count == 0
+    # The outer frame breaks at the call (nothing before it to compile); its resume
+    # function's graph is the * 2. torch._dynamo: the same single graph.
+    assert break_reasons() == [f"call to {helper.__qualname__}, which is wrapped by cdynamo.disable"]
+    assert ops_of(outer_cnt.graphs) == [{"mul"}]
+    ref_inner = torch.compile(sin_inner, backend="eager")
+    ref_helper = torch._dynamo.disable(lambda x: ref_inner(x) + 1)
+    assert ops_of(dynamo_graphs(lambda x: ref_helper(x) * 2, x)) == [{"mul"}]
 
 
 def test_disable_of_a_compiled_function_disables_the_function():
@@ -259,8 +280,25 @@ def test_disabled_method_called_through_self():
     torch.testing.assert_close(cf(x), x.sin() + 1)
     torch.testing.assert_close(cf(x), x.sin() + 1)
     assert h.calls == 2
-    assert f"call to {Holder.helper.__qualname__}, which is wrapped by cdynamo.disable" in reasons()
-    assert all("sin" not in ops for ops in ops_of(cnt.graphs))
+    # run() is inlined into the lambda, so the lambda breaks at its call of run; run then
+    # runs as a frame of its own and breaks at self.helper. Its resume function has the + 1.
+    reason = f"call to {Holder.helper.__qualname__}, which is wrapped by cdynamo.disable"
+    assert break_reasons() == [reason, reason]
+    assert [b["function"].split(" (")[0] for b in cdynamo.stats()["graph_break_reasons"]] == [
+        "test_disabled_method_called_through_self.<locals>.<lambda>", Holder.run.__qualname__]
+    assert native_reasons() == []
+    assert ops_of(cnt.graphs) == [{"add"}]
+
+    class RefHolder:
+        @torch._dynamo.disable
+        def helper(self, x):
+            return x.sin()
+
+        def run(self, x):
+            return self.helper(x) + 1
+
+    r = RefHolder()
+    assert ops_of(dynamo_graphs(lambda x: r.run(x), x)) == ops_of(cnt.graphs)
 
 
 def test_disabled_torch_function_is_not_recorded_as_a_graph_op():
@@ -274,8 +312,12 @@ def test_disabled_torch_function_is_not_recorded_as_a_graph_op():
     cf, cnt = compiled(f)
     x = torch.randn(5)
     torch.testing.assert_close(cf(x), f(x))
-    assert reasons() == ["call to relu, which is wrapped by cdynamo.disable"]
-    assert all("relu" not in ops and "cdynamo_disabled" not in ops for ops in ops_of(cnt.graphs))
+    torch.testing.assert_close(cf(x), f(x))
+    assert break_reasons() == ["call to relu, which is wrapped by cdynamo.disable"]
+    assert native_reasons() == []
+    assert ops_of(cnt.graphs) == [{"add"}], "relu ran natively, only the + 1 after it is captured"
+    ref_relu = torch._dynamo.disable(torch.nn.functional.relu)
+    assert ops_of(dynamo_graphs(lambda x: ref_relu(x) + 1, x)) == ops_of(cnt.graphs)
 
 
 def test_function_made_in_the_trace_from_disabled_code():
@@ -292,9 +334,15 @@ def test_function_made_in_the_trace_from_disabled_code():
     cf, cnt = compiled(outer)
     x = torch.randn(3)
     torch.testing.assert_close(cf(x), outer(x))
-    assert reasons() == ["call to test_function_made_in_the_trace_from_disabled_code.<locals>.outer.<locals>.inner, "
-                         "which is wrapped by cdynamo.disable"]
-    assert cnt.frame_count == 0 or all("cos" not in ops for ops in ops_of(cnt.graphs))
+    torch.testing.assert_close(cf(x), outer(x))
+    # A graph break at that call: inner, made in the trace, is rebuilt as a real function
+    # for the break code, runs natively (its code is disabled), and outer's resume
+    # function captures the `* 2`.
+    assert break_reasons() == ["call to test_function_made_in_the_trace_from_disabled_code.<locals>.outer.<locals>.inner, "
+                               "which is wrapped by cdynamo.disable"]
+    assert native_reasons() == []
+    assert cnt.frame_count == 1
+    assert [n.target.__name__ for n in cnt.graphs[0].graph.nodes if n.op == "call_function"] == ["mul"]
 
 
 class Block(torch.nn.Module):
@@ -329,13 +377,16 @@ def test_disabled_module_inside_a_compiled_model():
     torch.testing.assert_close(cm(x), model(x))
     torch.testing.assert_close(cm(x), model(x))
     assert len(hook_calls) == 4, "the original module is called, hooks included"
-    assert f"call to {Block.__qualname__}.forward, which is wrapped by cdynamo.disable" in reasons()
-    assert all("sin" not in ops for ops in ops_of(cnt.graphs))
-    # The same state_dict names as torch's disable(module).
+    assert break_reasons() == [f"call to {Block.__qualname__}.forward, which is wrapped by cdynamo.disable"]
+    assert native_reasons() == []
+    # self.pre before the call, + 1 after it; nothing of the block (its linear, sin).
+    assert ops_of(cnt.graphs) == [{"linear"}, {"add"}]
+    # The same state_dict names as torch's disable(module), and the same graphs.
     ref = Parent(torch._dynamo.disable(block))
     assert list(model.state_dict()) == list(ref.state_dict())
+    assert ops_of(dynamo_graphs(ref, x)) == ops_of(cnt.graphs)
     # Control: the same model without disable is captured whole.
-    cdynamo.reset()  # Parent.forward was marked native above
+    cdynamo.reset()  # a fresh count of entries and breaks
     plain = Parent(Block())
     cm2, cnt2 = compiled(plain)
     torch.testing.assert_close(cm2(x), plain(x))
