@@ -23,14 +23,11 @@ T4_GRAD = tensors((4,), requires_grad=True)
 
 PRINT = "print() has effects outside the program"
 DISABLED = "wrapped by cdynamo.disable"
-WITH = ("breakCode (bytecode/resume.cpp) emits the epilogue right after the breaking instruction, inside the "
-        "original's exception ranges: inside a `with` block it pops the __exit__ below the range depth, "
-        "computeStackSize rejects the code and the frame runs natively")
 ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator rebuilt by the "
         "output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
-IDENTITY = ("WRONG RESULT: the list made in the frame is rebuilt twice at the break, for the local and for the "
-            "receiver of the bound `out.append` on the stack (Tracer::buildOutput keeps no identity memo), so the "
-            "append after the break lands on a copy")
+BOUND_METHOD = ("the bound `out.append` of a list made in the frame is on the stack at the break: the resume "
+                "function gets it as an opaque builtin method guarded by identity, its call breaks again, and a new "
+                "list on every call fails the guard, so every call recompiles (torch._dynamo recompiles here too)")
 STAR = ("a call with *args (CALL_FUNCTION_EX) cannot be a graph break ('cannot break the graph at "
         "CALL_FUNCTION_EX'): the frame runs natively; torch._dynamo breaks there")
 
@@ -131,7 +128,7 @@ def random_in_helper_two_levels(x):
     return random_level1(x) * 2
 
 
-@cases(T4, reason="getpid", xfail=IDENTITY)
+@cases(T4, reason="getpid", xfail=BOUND_METHOD)
 def getpid_in_try_finally(x):
     out = []
     try:
@@ -192,7 +189,7 @@ def two_breaks_in_one_expression(x, y):
     return d2(x) + d2(y) * x
 
 
-@cases(T4_GRAD, reason=DISABLED, xfail=WITH)
+@cases(T4_GRAD, reason=DISABLED)
 def disabled_inside_no_grad(x):
     with torch.no_grad():
         y = d2(x)
@@ -200,7 +197,7 @@ def disabled_inside_no_grad(x):
     return z, z * x
 
 
-@cases(T4_GRAD, reason="data-dependent", xfail=WITH)
+@cases(T4_GRAD, reason="data-dependent")
 def data_dependent_while_inside_set_grad_enabled(x):
     with torch.set_grad_enabled(False):
         y = x.abs()

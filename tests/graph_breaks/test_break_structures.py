@@ -24,13 +24,6 @@ PRINT = "print() has effects outside the program"
 DISABLED = "wrapped by cdynamo.disable"
 ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator "
         "rebuilt by the output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
-WITH = ("breakCode (bytecode/resume.cpp) emits the epilogue (STORE_FASTs of the stack, continuation call) "
-        "right after the breaking instruction, inside the original's exception ranges: inside a `with` block "
-        "the epilogue pops the __exit__ below the range depth, computeStackSize rejects the code ('exception "
-        "range depth 1 above the stack depth 0') and the frame runs natively")
-LOCAL_FN = ("a break at a call of a function defined in the frame (MAKE_FUNCTION) must rebuild that "
-            "function from the stack: buildOutput fails ('returning a function is not supported yet') and the "
-            "frame runs natively; torch._dynamo reconstructs it")
 
 
 def positive():
@@ -197,7 +190,7 @@ def branch_in_helper_two_levels(x):
     return middle_branch(x, 2) * 5
 
 
-@cases(T4, reason=DISABLED, xfail=LOCAL_FN)
+@cases(T4, reason=DISABLED)
 def disabled_called_from_helper(x):
     def helper(t):
         return disabled_scale(t, k=3) + 1
@@ -276,7 +269,7 @@ def print_between_module_calls(m, x):
 
 # ----------------------------------------------------------------------------- grad-mode blocks
 
-@cases(T4_GRAD, expect_graphs=3, reason=PRINT, xfail=WITH)
+@cases(T4_GRAD, expect_graphs=2, reason=PRINT)  # y, z | w, w + y
 def print_inside_no_grad(x):
     y = x * 2
     with torch.no_grad():
@@ -286,7 +279,7 @@ def print_inside_no_grad(x):
     return y, z, w, w + y
 
 
-@cases(T4_GRAD, reason=BRANCH, xfail=WITH)
+@cases(T4_GRAD, reason=BRANCH)
 def branch_inside_no_grad(x):
     with torch.no_grad():
         y = x * 2
@@ -298,7 +291,7 @@ def branch_inside_no_grad(x):
     return z, x * 2
 
 
-@cases(T4_GRAD, reason=PRINT, xfail=WITH)
+@cases(T4_GRAD, reason=PRINT)
 def enable_grad_inside_no_grad_with_break(x):
     with torch.no_grad():
         a = x + 1
@@ -310,7 +303,7 @@ def enable_grad_inside_no_grad_with_break(x):
     return a, b, c, d
 
 
-@cases(T4_GRAD, reason=PRINT, xfail=WITH)
+@cases(T4_GRAD, reason=PRINT)
 def set_grad_enabled_false_block(x):
     with torch.set_grad_enabled(False):
         y = x.sin()
@@ -319,7 +312,7 @@ def set_grad_enabled_false_block(x):
     return y, y + x
 
 
-@cases(T4_GRAD, reason="Tensor.item()", xfail=WITH)
+@cases(T4_GRAD, reason="Tensor.item()")
 def item_inside_no_grad(x):
     with torch.no_grad():
         s = x.sum().item()
@@ -327,7 +320,7 @@ def item_inside_no_grad(x):
     return y, x * 2
 
 
-@cases(T4_GRAD, reason=PRINT, xfail=WITH)
+@cases(T4_GRAD, reason=PRINT)
 def break_in_helper_called_inside_no_grad(x):
     with torch.no_grad():
         y = inner_print(x)
@@ -486,7 +479,7 @@ def break_in_helper_inside_try(x):
     return y, z
 
 
-@cases(T4, reason=DISABLED, allow_native="escapes the traced frame", xfail=LOCAL_FN)
+@cases(T4, reason=DISABLED, allow_native="escapes the traced frame")
 def exception_from_helper_after_break_caught_by_caller(x):
     def helper(t):
         u = disabled_scale(t)

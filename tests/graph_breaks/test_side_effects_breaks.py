@@ -152,15 +152,13 @@ def t4_dict(**items):
     return lambda: (torch.randn(4), dict(copy.deepcopy(items)))
 
 
-IDENTITY = ("WRONG RESULT: a list/dict/object made in the frame and referenced from two places at the break (a "
-            "local and the receiver of a bound method on the stack, or a local and an attribute) is rebuilt once "
-            "per reference (Tracer::buildOutput keeps no identity memo), so effects after the break land on a copy; "
-            "without any break, `return a, a` returns two different lists")
-COPY = ("WRONG RESULT: at a break, program lists and dicts (arguments, globals, reached from them) held in locals "
-        "or on the stack are rebuilt as fresh copies for the break code and the resume function (Tracer::buildOutput's "
-        "List/Dict cases ignore the value's guard register instead of passing the object itself), so what runs after "
-        "the break mutates a copy and the caller's object misses those effects; without any break, the same copy "
-        "is what a frame returns for an input list/dict inside a tuple (identity lost)")
+ALIAS = ("WRONG RESULT: two names for one program list (`alias = lst`) become two locals of the resume function, "
+         "which traces them as independent inputs: lst.append(3) is not seen through alias (len(alias) is stale). "
+         "Also without any break when one list is passed as two arguments: f(x, l, l) with a.append(3); len(b) "
+         "gives 1 instead of 2 (torch._dynamo: 2)")
+BOUND_METHOD = ("the bound `out.append` of a list made in the frame is on the stack at the break: the resume "
+                "function gets it as an opaque builtin method guarded by identity, its call breaks again, and a new "
+                "list on every call fails the guard, so every call recompiles (torch._dynamo recompiles here too)")
 SET = ("an input set cannot be traced at all ('cannot trace a value of type set yet'): the frame runs natively in "
        "both variants; torch._dynamo captures it")
 HASATTR = ("WRONG RESULT: hasattr()/getattr(obj, name, default) on a program object probe the real object and ignore "
@@ -169,11 +167,9 @@ HASATTR = ("WRONG RESULT: hasattr()/getattr(obj, name, default) on a program obj
 OUT = ("WRONG RESULT: an op with out= (torch.add(x, 1, out=buf)) never writes buf: later reads of buf see the old "
        "value and buf keeps it after the call (the node's result is never used, so it is presumably dropped as "
        "dead); also without any break")
-CRASH = ("CRASH (use after free, run in a subprocess): the resume function gets a copy of the input dict whose "
-         "'k' list is then mutated through setdefault; the dict's ReplaceDict effect installs fresh copies of its "
-         "values, freeing the original list the next ReplaceList effect writes through a borrowed guard register")
-CELLS = ("known limitation: no graph break in a function whose locals are captured by an inner function (cell "
-         "variables): the frame runs natively")
+FN_IDENTITY = ("a function made in the frame (the closure `bump`) is live at the break: it is rebuilt for the "
+               "resume function on every call and guarded by identity (L['bump'] is <function>), so every call "
+               "recompiles the resume function; torch._dynamo: 1 graph over the 3 calls")
 STALE_CELL = ("WRONG RESULT: a closure run as a frame of its own stores to its nonlocal through a cell loaded as a "
               "compile-time constant (functions.cpp STORE_DEREF: load(LoadKind::Constant, ..., real_cell)), while its "
               "guard reads the frame's own closure: the next closure of the same code (a fresh cell) passes the guard "
@@ -252,7 +248,7 @@ def class_attribute_counter(x, observe):
 
 # ----------------------------------------------------------------------------- list mutation
 
-@scenario(t4_list(), xfail_break=COPY)
+@scenario(t4_list(), graphs=(1, 1))
 def list_append_len_append(x, lst, observe):
     lst.append(1)
     observe(len(lst))
@@ -260,7 +256,7 @@ def list_append_len_append(x, lst, observe):
     return x + len(lst)
 
 
-@scenario(t4_list(0), xfail_break=COPY)
+@scenario(t4_list(0))
 def list_extend(x, lst, observe):
     y = x + 1
     lst.extend([y, 2])
@@ -269,7 +265,7 @@ def list_extend(x, lst, observe):
     return y * len(lst)
 
 
-@scenario(t4_list(1, 2, 3, 4), xfail=COPY)
+@scenario(t4_list(1, 2, 3, 4), graphs=(1, 1))
 def list_pop(x, lst, observe):
     a = lst.pop()
     observe(list(lst), a)
@@ -277,7 +273,7 @@ def list_pop(x, lst, observe):
     return x * (a + b), lst
 
 
-@scenario(t4_list(1, 2), xfail_break=COPY)
+@scenario(t4_list(1, 2), graphs=(1, 1))
 def list_insert(x, lst, observe):
     lst.insert(0, "head")
     observe(list(lst))
@@ -285,7 +281,7 @@ def list_insert(x, lst, observe):
     return x + 1
 
 
-@scenario(t4_list(1, 2, 3, 2), xfail_break=COPY)
+@scenario(t4_list(1, 2, 3, 2), graphs=(1, 1))
 def list_remove(x, lst, observe):
     lst.remove(2)
     observe(list(lst))
@@ -293,7 +289,7 @@ def list_remove(x, lst, observe):
     return x * len(lst)
 
 
-@scenario(t4_list(1, 2, 3), xfail_break=COPY)
+@scenario(t4_list(1, 2, 3))
 def list_item_assignment(x, lst, observe):
     lst[0] = x * 3
     observe(len(lst), lst[1])
@@ -301,7 +297,7 @@ def list_item_assignment(x, lst, observe):
     return lst[0] + 1
 
 
-@scenario(t4_list(1, 2, 3, 4, 5), xfail_break=COPY)
+@scenario(t4_list(1, 2, 3, 4, 5), graphs=(1, 1))
 def list_del_item_and_slice(x, lst, observe):
     del lst[0]
     observe(list(lst))
@@ -309,7 +305,7 @@ def list_del_item_and_slice(x, lst, observe):
     return x * len(lst)
 
 
-@scenario(t4_list(1, 2, 3), xfail_break=COPY)
+@scenario(t4_list(1, 2, 3), graphs=(1, 1))
 def list_slice_assignment(x, lst, observe):
     lst[1:2] = [7, 8, 9]
     observe(list(lst))
@@ -317,7 +313,7 @@ def list_slice_assignment(x, lst, observe):
     return x + sum(lst)
 
 
-@scenario(t4_list(3, 1, 2), xfail_break=COPY)
+@scenario(t4_list(3, 1, 2), graphs=(1, 1))
 def list_reverse_then_sort(x, lst, observe):
     lst.reverse()
     observe(list(lst))
@@ -325,7 +321,7 @@ def list_reverse_then_sort(x, lst, observe):
     return x * lst[0]
 
 
-@scenario(t4_list(1), xfail_break=COPY)
+@scenario(t4_list(1), graphs=(1, 1), xfail_break=ALIAS)
 def list_mutated_through_alias(x, lst, observe):
     alias = lst
     alias.append(2)
@@ -334,7 +330,20 @@ def list_mutated_through_alias(x, lst, observe):
     return x + len(alias)
 
 
-@scenario(t4_list(1, 2), xfail_break=COPY)
+def _same_list_twice():
+    lst = [1]
+    return (torch.randn(4), lst, lst)
+
+
+@scenario(_same_list_twice, graphs=(1, 1), xfail=ALIAS)
+def one_list_passed_as_two_arguments(x, a, b, observe):
+    a.append(2)
+    observe(len(b))
+    b.append(3)
+    return x + len(a)
+
+
+@scenario(t4_list(1, 2), graphs=(1, 1))
 def list_clear(x, lst, observe):
     lst.clear()
     observe(len(lst))
@@ -344,7 +353,7 @@ def list_clear(x, lst, observe):
 
 # ----------------------------------------------------------------------------- dict and set mutation
 
-@scenario(t4_dict(keep=1), xfail_break=COPY)
+@scenario(t4_dict(keep=1))
 def dict_item_assignment(x, d, observe):
     d["a"] = x * 2
     observe(sorted(d))
@@ -352,7 +361,7 @@ def dict_item_assignment(x, d, observe):
     return d["a"] + d["b"]
 
 
-@scenario(t4_dict(a=0), xfail_break=COPY)
+@scenario(t4_dict(a=0))
 def dict_update(x, d, observe):
     d.update(a=1, b=x.sin())
     observe(sorted(d), d["a"])
@@ -360,7 +369,7 @@ def dict_update(x, d, observe):
     return x * len(d)
 
 
-@scenario(t4_dict(), isolate_break=True, xfail_break=CRASH)
+@scenario(t4_dict(), graphs=(1, 1))
 def dict_setdefault_append(x, d, observe):
     d.setdefault("k", []).append(1)
     observe(list(d["k"]))
@@ -369,7 +378,19 @@ def dict_setdefault_append(x, d, observe):
     return x * len(d["k"])
 
 
-@scenario(t4_dict(a=1, b=2, c=3), xfail=COPY)
+# Crashed the interpreter before the output memo (use after free): the dict's replay installed a copy of
+# its list value, freeing the list the next effect wrote through.
+# After the break v and d["k"] are two sources of one list in the resume function (ALIAS).
+@scenario(lambda: (torch.randn(4), {"k": [1]}), graphs=(1, 1), xfail_break=ALIAS)
+def dict_setdefault_existing_list(x, d, observe):
+    v = d.setdefault("k", 0)
+    v.append(2)
+    observe(list(d["k"]), v is d["k"])
+    d.setdefault("k", 0).append(3)
+    return x * len(v)
+
+
+@scenario(t4_dict(a=1, b=2, c=3), graphs=(1, 1))
 def dict_pop_and_del(x, d, observe):
     v = d.pop("a")
     observe(sorted(d), v)
@@ -377,7 +398,7 @@ def dict_pop_and_del(x, d, observe):
     return x * v, d
 
 
-@scenario(t4_dict(a=1, b=2), xfail_break=COPY)
+@scenario(t4_dict(a=1, b=2), graphs=(1, 1))
 def dict_clear_then_refill(x, d, observe):
     d.clear()
     observe(len(d))
@@ -385,7 +406,7 @@ def dict_clear_then_refill(x, d, observe):
     return x * 2
 
 
-@scenario(lambda: (torch.randn(4), {1, 2}), xfail=SET)
+@scenario(lambda: (torch.randn(4), {1, 2}), graphs=(1, 1), xfail=SET)
 def set_add_discard(x, s, observe):
     s.add(3)
     observe(sorted(s))
@@ -435,8 +456,7 @@ def nonlocal_cell_of_closure(x, observe):
     return BUMP(x, observe)
 
 
-# The frame runs natively (CELLS); bump then runs as its own frame on every call, with a new cell (STALE_CELL).
-@scenario(t4, xfail_break=CELLS + "; then " + STALE_CELL)
+@scenario(t4, graphs=(1, 1), xfail_break=FN_IDENTITY)
 def nonlocal_cell_owned_by_the_frame(x, observe):
     n = 0
 
@@ -460,7 +480,7 @@ def new_list_returned(x, observe):
     return out
 
 
-@scenario(t4, xfail_break=IDENTITY)
+@scenario(t4, xfail_break=BOUND_METHOD)
 def new_list_appended_after_break_via_method(x, observe):
     out = []
     out.append(observe(x.sum()))
@@ -468,7 +488,7 @@ def new_list_appended_after_break_via_method(x, observe):
     return out
 
 
-@scenario(t4, xfail=IDENTITY)
+@scenario(t4)
 def new_list_returned_twice(x, observe):
     a = [x + 1]
     observe(len(a))
@@ -495,7 +515,7 @@ def new_object_returned_with_final_state(x, observe):
     return b
 
 
-@scenario(t4_list(), xfail_break=COPY)
+@scenario(t4_list(), graphs=(1, 1))
 def new_object_stored_in_input_list(x, lst, observe):
     lst.append(Box(1))
     lst[-1].v += 1
@@ -504,7 +524,7 @@ def new_object_stored_in_input_list(x, lst, observe):
     return x * lst[-1].v
 
 
-@scenario(t4_box(), xfail_break=IDENTITY)
+@scenario(t4_box())
 def new_list_shared_by_local_and_attribute(x, obj, observe):
     a = []
     obj.a = a
@@ -569,7 +589,7 @@ def module_parameter_inplace_under_no_grad(x, m, observe):
 
 # ----------------------------------------------------------------------------- ordering of several effects
 
-@scenario(lambda: (torch.randn(4), [], {}, Box(0)), xfail_break=COPY)
+@scenario(lambda: (torch.randn(4), [], {}, Box(0)), graphs=(1, 1))
 def interleaved_effects_on_three_objects(x, lst, d, obj, observe):
     lst.append(1)
     d["n"] = len(lst)
@@ -588,7 +608,7 @@ def helper_effects(lst, t, observe):
     return t + 1
 
 
-@scenario(t4_list(), graphs=(1, 2), xfail_break=COPY)
+@scenario(t4_list(), graphs=(1, 2))
 def effects_inside_inlined_helper(x, lst, observe):
     lst.append("before")
     y = helper_effects(lst, x, observe)
@@ -596,7 +616,7 @@ def effects_inside_inlined_helper(x, lst, observe):
     return y * 3
 
 
-@scenario(t4_list(), graphs=(1, 2), xfail_break=COPY)
+@scenario(t4_list(), graphs=(1, 1))
 def effects_in_counted_loop(x, lst, observe):
     i = 0
     while i < 3:
@@ -624,7 +644,7 @@ def shared_counter_grows(x, obj):
     return x * obj.count
 
 
-@shared(t4_list(), shared_args=True, calls=3, reason="print", xfail=COPY)
+@shared(t4_list(), shared_args=True, calls=3, reason="print")
 def shared_list_keeps_growing(x, lst):
     lst.append(len(lst))
     print("len", len(lst))
@@ -650,7 +670,7 @@ def shared_module_counter(x, m):
 
 # ----------------------------------------------------------------------------- other kinds of break between effects
 
-@shared(t4_list(), calls=3, expect_graphs=2, reason="print", world=WORLD, xfail=COPY)
+@shared(t4_list(), calls=3, expect_graphs=1, reason="print", world=WORLD)
 def print_sees_append_before_it(x, lst):
     lst.append(1)
     print(len(lst), list(lst))
@@ -659,7 +679,7 @@ def print_sees_append_before_it(x, lst):
 
 
 @shared([lambda: (torch.rand(4) + 1, [], Box(0)), lambda: (torch.rand(4) - 2, [], Box(0))], calls=3,
-        reason="data-dependent", world=WORLD, xfail=COPY)
+        reason="data-dependent", world=WORLD)
 def branch_between_effects(x, lst, obj):
     lst.append("start")
     obj.v = 1
@@ -673,7 +693,7 @@ def branch_between_effects(x, lst, obj):
     return x * obj.v
 
 
-@shared(t4_dict(), calls=3, expect_graphs=2, reason="Tensor.item()", world=WORLD, xfail=COPY)
+@shared(t4_dict(), calls=3, expect_graphs=2, reason="Tensor.item()", world=WORLD)
 def item_between_effects(x, d):
     global COUNT
     d["before"] = 1
@@ -695,9 +715,7 @@ def _make_counter():
     return bump
 
 
-@shared(lambda: (torch.randn(4),), calls=3, reason="print", allow_native="returning a function",
-        xfail="a break at a call of a function made in the frame cannot rebuild it ('returning a function is not "
-              "supported yet'): the frame runs natively; then " + STALE_CELL)
+@shared(lambda: (torch.randn(4),), calls=3, reason="print", xfail=STALE_CELL)
 def fresh_closure_per_call(x):
     bump = _make_counter()
     return bump(x) + bump(x)
@@ -709,7 +727,9 @@ def failing_observer(lst):
     raise RuntimeError(f"seen {len(lst)}")
 
 
-@shared(t4_list(), calls=3, expect_graphs=2, reason=DISABLED, world=WORLD, xfail=COPY)
+# The breaking call raises: its handler and the rest of the frame run natively inside the break code
+# (nothing left to capture), so no graph at all.
+@shared(t4_list(), calls=3, expect_graphs=0, reason=DISABLED, world=WORLD)
 def effects_around_break_that_raises(x, lst):
     lst.append(1)
     try:
@@ -720,7 +740,7 @@ def effects_around_break_that_raises(x, lst):
     return x * len(lst)
 
 
-@shared(t4_list(), calls=3, expect_graphs=3, expect_breaks=2, reason="print", world=WORLD, xfail=COPY)
+@shared(t4_list(), calls=3, expect_graphs=3, expect_breaks=2, reason="print", world=WORLD)
 def effects_between_two_breaks(x, lst):
     lst.append(x + 1)
     print("first", len(lst))
