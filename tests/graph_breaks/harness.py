@@ -10,9 +10,10 @@ and adds what a graph break changes:
   call). With a single factory the function is called ``calls`` times (default 2).
 - Eager runs every call first, then cdynamo runs the same calls with fresh arguments (and a
   fresh ``world``); after *each* call the outcome (result or exception), the arguments' state,
-  the ``world`` snapshot, everything printed to stdout and torch's global state (grad mode...)
-  must equal eager's after the same call. Printing is the simplest effect outside the
-  program that a natively run instruction has, so stdout is compared exactly.
+  the identities among them (one list reachable twice stays one list, a returned argument is
+  the argument), the ``world`` snapshot, everything printed to stdout and torch's global state
+  (grad mode...) must equal eager's after the same call. Printing is the simplest effect
+  outside the program that a natively run instruction has, so stdout is compared exactly.
 - ``shared_args=True`` builds the arguments (and resets ``world``) once and calls the function
   repeatedly on the same objects, so state accumulates over the calls (a counter on an
   object, a list that grows); each call's state is compared with eager's after that call.
@@ -29,7 +30,10 @@ and adds what a graph break changes:
 - Reference: unless CDYNAMO_SEMANTICS_DYNAMO=0, ``torch.compile(fn, backend=CompileCounter())``
   runs the same calls; when it reproduces eager's outcomes and compiled every frame it met
   (counters["frames"] total == ok) and put at least as many ops in graphs as cdynamo did,
-  cdynamo must not have used more graphs than it did.
+  cdynamo must not have used more graphs than it did. It is skipped where cdynamo used at most
+  one graph (nothing to do with fewer), and runs a repeated call once.
+- A case that crashes the interpreter cannot be an in-process xfail: ``run_case`` runs one
+  marked ``isolate=True`` in a subprocess (``python -X dev``) and fails with the signal.
 """
 import contextlib
 import copy

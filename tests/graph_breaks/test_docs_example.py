@@ -80,7 +80,8 @@ def test_docs_example_explain_reports_one_break_per_call():
         assert report.graph_break_count == 1
         (reason,) = report.break_reasons
         assert "data-dependent" in reason.reason
-        torch.testing.assert_close(report.out, toy_example(x)) if report.out is not None else None
+        torch.testing.assert_close(report.out, toy_example(x))
+        assert [len(ops) for ops in report.ops_per_graph] == [3, 2]
 
 
 def test_docs_example_matches_torch_dynamo():

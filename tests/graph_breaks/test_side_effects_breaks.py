@@ -153,7 +153,9 @@ def t4_dict(**items):
 
 
 ALIAS = ("WRONG RESULT: two names for one program list (`alias = lst`) become two locals of the resume function, "
-         "which traces them as independent inputs: lst.append(3) is not seen through alias (len(alias) is stale). "
+         "which traces them as independent inputs (Tracer::wrap, trace/builder.cpp, memoizes Values by guard "
+         "register, not by object, and guards no aliasing between two sources of one list/dict as it does for "
+         "tensors): lst.append(3) is not seen through alias (len(alias) is stale). "
          "Also without any break when one list is passed as two arguments: f(x, l, l) with a.append(3); len(b) "
          "gives 1 instead of 2 (torch._dynamo: 2)")
 BOUND_METHOD = ("the bound `out.append` of a list made in the frame is on the stack at the break: the resume "
