@@ -11,6 +11,11 @@ from . import harness
 from semantics import harness as semantics_harness
 
 
+def pytest_configure(config):
+    # torch._dynamo warns once per C function it cannot trace (the breaks these cases are about).
+    config.addinivalue_line("filterwarnings", "ignore:Dynamo does not know how to trace:UserWarning")
+
+
 @pytest.fixture(autouse=True)
 def _fresh_compilers(request):
     cdynamo.reset()
