@@ -19,8 +19,6 @@ T4x3 = tensors((4,), (4,), (4,))
 BRANCH = "data-dependent"
 PRINT = "print() has effects outside the program"
 DISABLED = "wrapped by cdynamo.disable"
-STAR = ("a call with *args/**kwargs (CALL_FUNCTION_EX) cannot be a graph break ('cannot break the graph "
-        "at CALL_FUNCTION_EX', graph_break.cpp shapeOf): the frame runs natively; torch._dynamo breaks there")
 
 
 def positive():
@@ -128,13 +126,13 @@ def keyword_only_call_breaks(x):
     return y - 1
 
 
-@cases(T4, expect_graphs=2, reason=DISABLED, xfail=STAR)
+@cases(T4, expect_graphs=2, reason=DISABLED)
 def star_args_call_breaks(x):
     ts = [x, x + 1, x * 2]
     return dvar(*ts, scale=2) + 1
 
 
-@cases(T4, expect_graphs=2, reason=DISABLED, xfail=STAR)
+@cases(T4, expect_graphs=2, reason=DISABLED)
 def star_star_kwargs_call_breaks(x):
     opts = {"k": 2, "bias": 1.0}
     return dkw(x.exp(), **opts) * 2
@@ -153,7 +151,7 @@ def break_in_helper_with_varargs_parameters(a, b, c):
     return helper_varargs(a, b.sin(), c, w=2, extra="e") * 3
 
 
-@cases(T4x3, reason=PRINT, xfail=STAR)
+@cases(T4x3, reason=PRINT)
 def break_in_helper_called_with_star_args(a, b, c):
     args = (a, b)
     kw = {"w": 3}

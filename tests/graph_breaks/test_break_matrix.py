@@ -28,8 +28,6 @@ ITER = ("known limitation: the resume function receives the for loop's iterator 
 BOUND_METHOD = ("the bound `out.append` of a list made in the frame is on the stack at the break: the resume "
                 "function gets it as an opaque builtin method guarded by identity, its call breaks again, and a new "
                 "list on every call fails the guard, so every call recompiles (torch._dynamo recompiles here too)")
-STAR = ("a call with *args (CALL_FUNCTION_EX) cannot be a graph break ('cannot break the graph at "
-        "CALL_FUNCTION_EX'): the frame runs natively; torch._dynamo breaks there")
 
 
 def positive():
@@ -222,7 +220,7 @@ def method_with_keyword_arguments_breaks(x, r):
     return r.report(x.sin(), prefix=">", suffix="<") + 1
 
 
-@cases(T4, reason=PRINT, xfail=STAR)
+@cases(T4, reason=PRINT)
 def print_star_args(x):
     parts = ["a", "b", len(x)]
     print(*parts, sep=",")
