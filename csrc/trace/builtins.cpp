@@ -331,7 +331,11 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (args.size() == 3) {
       // With a default, an absent attribute is not an error: only constants' and
       // modules' attributes can be probed without tracing a read.
-      if (args[0]->real()) {
+      if (args[0]->is(Kind::Object)) {
+        int has = objectHasAttr(args[0], args[1]->obj.get());
+        if (has < 0) return nullptr;
+        if (!has) return args[2];
+      } else if (args[0]->real()) {
         int has = PyObject_HasAttr(args[0]->real(), args[1]->obj.get());
         if (!has) return args[2];
       } else if (args[0]->is(Kind::NewObject)) {
@@ -343,6 +347,11 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     return getAttr(args[0], args[1]->obj.get());
   }
   if (is("hasattr") && args.size() == 2 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
+    if (args[0]->is(Kind::Object)) {
+      int has = objectHasAttr(args[0], args[1]->obj.get());
+      if (has < 0) return nullptr;
+      return Value::constant(has ? Py_True : Py_False);
+    }
     PyObject* probe = args[0]->real();
     if (args[0]->is(Kind::Tensor))
       probe = isScalarValue(*this, args[0]) ? scalarType(*this, args[0]) : graph_.fake(args[0]->node);

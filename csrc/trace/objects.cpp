@@ -97,6 +97,31 @@ ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
   return v;
 }
 
+int Tracer::objectHasAttr(const ValuePtr& obj, PyObject* name) {
+  if (overlayAttr(obj->reg, name)) return 1;  // stored earlier in the trace
+  PyObject* o = obj->obj.get();
+  PyObject** dictptr = _PyObject_GetDictPtr(o);
+  PyObject* dict = dictptr ? *dictptr : nullptr;
+  if (dict && PyDict_GetItemWithError(dict, name)) {
+    if (obj->reg >= 0)  // guarded present: the load fails when the key is gone
+      load(LoadKind::InstanceDict, obj->reg, 0, name, guards().sourceName(obj->reg) + "." + PyUnicode_AsUTF8(name));
+    return 1;
+  }
+  if (PyErr_Occurred()) return failFromPython("hasattr"), -1;
+  if (lookupInMro(classOf(obj), name, nullptr)) return 1;  // the class is guarded by type
+  if (!dict) {
+    int r = PyObject_HasAttr(o, name);  // no instance dict: only the type decides
+    return r;
+  }
+  // Absent: the instance dict's exact keys are guarded (an attribute added later must
+  // not be missed).
+  if (obj->reg >= 0) {
+    int d = load(LoadKind::Attr, obj->reg, 0, intern("__dict__"), guards().sourceName(obj->reg) + ".__dict__");
+    guards().checkDictKeys(d, dict);
+  }
+  return 0;
+}
+
 ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   if (ValuePtr v = overlayAttr(obj->reg, name)) return v;

@@ -173,6 +173,8 @@ class Tracer {
   // objects.cpp: user-defined classes — objects read from the program (Object), objects
   // made in the trace (NewObject), super(), and Python-level dunder methods.
   ValuePtr objectGetAttr(const ValuePtr& obj, PyObject* name);
+  // hasattr() on an Object read from the program: 1, 0 (both guarded), -1 after fail().
+  int objectHasAttr(const ValuePtr& obj, PyObject* name);
   ValuePtr newObject(PyObject* cls, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
   bool storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value);
   // Calls the Python-level special method `name` of a user object's class, if it has one
