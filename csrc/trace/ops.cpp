@@ -156,6 +156,10 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
     if (!toArg(args[i], &gargs[i])) return nullptr;
   std::vector<std::pair<Ref, graph::Arg>> gkwargs;
   for (const auto& [k, v] : kwargs) {
+    // out= writes into a tensor the trace holds as another value: the write would be a
+    // node nothing reads (dropped) and later reads would see the old value.
+    if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !(v->is(Kind::Constant) && v->obj.get() == Py_None))
+      return fail("a torch operation with out= is not supported yet");
     graph::Arg a;
     if (!toArg(v, &a)) return nullptr;
     gkwargs.emplace_back(k.copy(), std::move(a));
