@@ -37,6 +37,20 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     auto it = wrapped_.find(reg);
     if (it != wrapped_.end()) return it->second;
   }
+  // One mutable object reached through two sources (`alias = lst`, f(l, l), a bound
+  // method's __self__) is one Value, so a mutation through one is seen through the other;
+  // the guard checks that the two sources still are one object.
+  const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) ||
+                              (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
+                               !isTensor(obj) && !isModule(obj));
+  if (mutable_object && reg >= 0) {
+    auto same = wrapped_objects_.find(obj);
+    if (same != wrapped_objects_.end() && same->second->reg >= 0) {
+      guards().checkAliasing(same->second->reg, reg, true);
+      wrapped_[reg] = same->second;
+      return same->second;
+    }
+  }
   ValuePtr v;
   if (isTensor(obj)) {
     if (!isPlainTensorOrParameter(obj))
@@ -131,6 +145,26 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       v = Value::boundMethod(receiver, func);
     }
     if (!v) return nullptr;
+  } else if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) &&
+             (PyList_CheckExact(PyCFunction_GET_SELF(obj)) || PyDict_CheckExact(PyCFunction_GET_SELF(obj)) ||
+              PyTuple_CheckExact(PyCFunction_GET_SELF(obj)) || isTensor(PyCFunction_GET_SELF(obj)))) {
+    // A builtin method bound to a list, dict, tuple or tensor (e.g. `out.append` on a
+    // resume function's stack): the receiver is a source of its own and the method is
+    // called by name, so a new bound method of another list still matches.
+    PyObject* self = PyCFunction_GET_SELF(obj);
+    PyObject* mname = PyUnicode_FromString(reinterpret_cast<PyCFunctionObject*>(obj)->m_ml->ml_name);
+    Ref name_ref = Ref::steal(mname);
+    if (!mname) return failFromPython("a builtin method's name");
+    int self_reg = -1;
+    if (reg >= 0) {
+      guards().checkType(reg, Py_TYPE(obj));
+      self_reg = load(LoadKind::Attr, reg, 0, intern("__self__"), guards().sourceName(reg) + ".__self__");
+      int name_reg = load(LoadKind::Attr, reg, 0, intern("__name__"), guards().sourceName(reg) + ".__name__");
+      guards().checkEquals(name_reg, mname);
+    }
+    ValuePtr receiver = wrap(self, self_reg);
+    if (!receiver) return nullptr;
+    v = Value::namedMethod(receiver, mname);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
@@ -144,6 +178,13 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
   }
   if (reg >= 0) wrapped_[reg] = v;
+  if (mutable_object && reg >= 0 && v) {
+    // ... and two distinct objects of one type stay distinct (an entry traced with two
+    // lists must not run for one list passed twice).
+    for (const auto& [other, value] : wrapped_objects_)
+      if (Py_TYPE(other) == Py_TYPE(obj) && value->reg >= 0) guards().checkAliasing(value->reg, reg, false);
+    wrapped_objects_.emplace(obj, v);
+  }
   return v;
 }
 

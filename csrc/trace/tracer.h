@@ -239,6 +239,7 @@ class Tracer {
   std::shared_ptr<runtime::CompiledEntry> entry_ = std::make_shared<runtime::CompiledEntry>();
   graph::GraphBuilder graph_;
   std::unordered_map<int, ValuePtr> wrapped_;     // guard register -> value (one per source)
+  std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
   std::unordered_map<int, int> input_reg_of_node_;  // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;    // placeholder node -> real tensor
   std::vector<int> outputs_;                         // graph output node ids

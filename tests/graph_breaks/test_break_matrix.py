@@ -25,9 +25,6 @@ PRINT = "print() has effects outside the program"
 DISABLED = "wrapped by cdynamo.disable"
 ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator rebuilt by the "
         "output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
-BOUND_METHOD = ("the bound `out.append` of a list made in the frame is on the stack at the break: the resume "
-                "function gets it as an opaque builtin method guarded by identity, its call breaks again, and a new "
-                "list on every call fails the guard, so every call recompiles (torch._dynamo recompiles here too)")
 
 
 def positive():
@@ -126,7 +123,7 @@ def random_in_helper_two_levels(x):
     return random_level1(x) * 2
 
 
-@cases(T4, reason="getpid", xfail=BOUND_METHOD)
+@cases(T4, reason="getpid")
 def getpid_in_try_finally(x):
     out = []
     try:

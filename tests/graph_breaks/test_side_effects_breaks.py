@@ -152,15 +152,6 @@ def t4_dict(**items):
     return lambda: (torch.randn(4), dict(copy.deepcopy(items)))
 
 
-ALIAS = ("WRONG RESULT: two names for one program list (`alias = lst`) become two locals of the resume function, "
-         "which traces them as independent inputs (Tracer::wrap, trace/builder.cpp, memoizes Values by guard "
-         "register, not by object, and guards no aliasing between two sources of one list/dict as it does for "
-         "tensors): lst.append(3) is not seen through alias (len(alias) is stale). "
-         "Also without any break when one list is passed as two arguments: f(x, l, l) with a.append(3); len(b) "
-         "gives 1 instead of 2 (torch._dynamo: 2)")
-BOUND_METHOD = ("the bound `out.append` of a list made in the frame is on the stack at the break: the resume "
-                "function gets it as an opaque builtin method guarded by identity, its call breaks again, and a new "
-                "list on every call fails the guard, so every call recompiles (torch._dynamo recompiles here too)")
 SET = ("an input set cannot be traced at all ('cannot trace a value of type set yet'): the frame runs natively in "
        "both variants; torch._dynamo captures it")
 FN_IDENTITY = ("a function made in the frame (the closure `bump`) is live at the break: it is rebuilt for the "
@@ -317,7 +308,7 @@ def list_reverse_then_sort(x, lst, observe):
     return x * lst[0]
 
 
-@scenario(t4_list(1), graphs=(1, 1), xfail_break=ALIAS)
+@scenario(t4_list(1), graphs=(1, 1))
 def list_mutated_through_alias(x, lst, observe):
     alias = lst
     alias.append(2)
@@ -331,7 +322,7 @@ def _same_list_twice():
     return (torch.randn(4), lst, lst)
 
 
-@scenario(_same_list_twice, graphs=(1, 1), xfail=ALIAS)
+@scenario(_same_list_twice, graphs=(1, 1))
 def one_list_passed_as_two_arguments(x, a, b, observe):
     a.append(2)
     observe(len(b))
@@ -376,8 +367,8 @@ def dict_setdefault_append(x, d, observe):
 
 # Crashed the interpreter before the output memo (use after free): the dict's replay installed a copy of
 # its list value, freeing the list the next effect wrote through.
-# After the break v and d["k"] are two sources of one list in the resume function (ALIAS).
-@scenario(lambda: (torch.randn(4), {"k": [1]}), graphs=(1, 1), xfail_break=ALIAS)
+# After the break v and d["k"] are two sources of one list in the resume function: one value.
+@scenario(lambda: (torch.randn(4), {"k": [1]}), graphs=(1, 1))
 def dict_setdefault_existing_list(x, d, observe):
     v = d.setdefault("k", 0)
     v.append(2)
@@ -476,7 +467,7 @@ def new_list_returned(x, observe):
     return out
 
 
-@scenario(t4, xfail_break=BOUND_METHOD)
+@scenario(t4)
 def new_list_appended_after_break_via_method(x, observe):
     out = []
     out.append(observe(x.sum()))
@@ -777,3 +768,20 @@ def test_out_argument_writes_the_buffer():
         e, c = f(x, b1), cf(x, b2)
         assert torch.equal(e[0], c[0]) and torch.equal(e[1], c[1]) and torch.equal(b1, b2)
     assert any("out=" in b["reason"] for b in cdynamo.stats()["graph_break_reasons"])
+
+
+def test_one_list_under_two_sources_follows_the_object_on_hits():
+    # f(x, l, l) traces l once (with a guard that both sources are one object); a later
+    # call with two distinct lists must not reuse that entry.
+    def f(x, a, b):
+        a.append(3)
+        return x + len(b)
+
+    cf = cdynamo.compile(f, backend="eager")
+    x = torch.zeros(1)
+    for same in (True, False, True):
+        l1, l2 = [], []
+        e1, e2 = [], []
+        got = cf(x, l1, l1) if same else cf(x, l1, l2)
+        want = f(x, e1, e1) if same else f(x, e1, e2)
+        assert torch.equal(got, want) and l1 == e1 and l2 == e2
