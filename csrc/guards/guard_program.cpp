@@ -165,6 +165,9 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
       if (f.closure && ld.index < PyTuple_GET_SIZE(f.closure))
         out = cellContents(PyTuple_GET_ITEM(f.closure, ld.index));
       break;
+    case LoadKind::ClosureCellObject:
+      if (f.closure && ld.index < PyTuple_GET_SIZE(f.closure)) out = PyTuple_GET_ITEM(f.closure, ld.index);
+      break;
     case LoadKind::InstanceDict: {
       PyObject** dictptr = _PyObject_GetDictPtr(regs[ld.base]);
       if (dictptr && *dictptr) out = PyDict_GetItemWithError(*dictptr, ld.name.get());

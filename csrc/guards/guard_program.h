@@ -25,6 +25,7 @@ enum class LoadKind : uint8_t {
   Local,         // fast[index]
   Global,        // globals[name], then builtins[name]
   ClosureCell,   // contents of closure[index] (free variable at frame entry)
+  ClosureCellObject,  // closure[index] itself (the cell a nonlocal store writes to)
   InstanceDict,  // reg[base].__dict__[name] (borrowed; no Python code runs)
   DictItem,      // reg[base][name] where reg[base] is a dict and name a str key
   TupleItem,     // reg[base][index] where reg[base] is a tuple (exact or subclass)

@@ -165,6 +165,18 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     ValuePtr receiver = wrap(self, self_reg);
     if (!receiver) return nullptr;
     v = Value::namedMethod(receiver, mname);
+  } else if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && !PyFunction_GET_DEFAULTS(obj) &&
+             !PyFunction_GET_KW_DEFAULTS(obj) && reg >= 0) {
+    // A closure (e.g. made by the frame before a graph break, rebuilt for its resume
+    // function on every call): guarded by its code and globals, not its identity, as
+    // TorchDynamo's CLOSURE_MATCH; the cells' contents are read (and guarded) through
+    // the function's __closure__ when the inlined body reads them.
+    guards().checkType(reg, Py_TYPE(obj));
+    int code_reg = load(LoadKind::Attr, reg, 0, intern("__code__"), guards().sourceName(reg) + ".__code__");
+    guards().checkIdentity(code_reg, PyFunction_GET_CODE(obj));
+    int globals_reg = load(LoadKind::Attr, reg, 0, intern("__globals__"), guards().sourceName(reg) + ".__globals__");
+    guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
+    v = Value::object(Kind::Callable, obj, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);

@@ -118,7 +118,21 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       slot->items.clear();
       if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
       if (real_cell) {
-        int reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
+        // The cell written on every run is this frame's own (a closure made again has a
+        // new cell), read from the closure the same way as the guards read its contents.
+        int reg;
+        int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
+        PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
+        if (isFreeSlot(co, arg) && f.root) {
+          reg = load(guards::LoadKind::ClosureCellObject, -1, j, nullptr,
+                     std::string("closure cell of '") + PyUnicode_AsUTF8(varname) + "'");
+        } else if (isFreeSlot(co, arg) && f.function_reg >= 0) {
+          int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
+                         guards().sourceName(f.function_reg) + ".__closure__");
+          reg = load(guards::LoadKind::TupleItem, clo, j, nullptr, guards().sourceName(clo) + "[" + std::to_string(j) + "]");
+        } else {
+          reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
+        }
         if (!recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]})) return false;
         cell_overlay_[real_cell] = slot->items[0];
       }

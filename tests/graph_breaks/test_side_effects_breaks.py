@@ -154,13 +154,6 @@ def t4_dict(**items):
 
 SET = ("an input set cannot be traced at all ('cannot trace a value of type set yet'): the frame runs natively in "
        "both variants; torch._dynamo captures it")
-FN_IDENTITY = ("a function made in the frame (the closure `bump`) is live at the break: it is rebuilt for the "
-               "resume function on every call and guarded by identity (L['bump'] is <function>), so every call "
-               "recompiles the resume function; torch._dynamo: 1 graph over the 3 calls")
-STALE_CELL = ("WRONG RESULT: a closure run as a frame of its own stores to its nonlocal through a cell loaded as a "
-              "compile-time constant (functions.cpp STORE_DEREF: load(LoadKind::Constant, ..., real_cell)), while its "
-              "guard reads the frame's own closure: the next closure of the same code (a fresh cell) passes the guard "
-              "and the effect writes to the first closure's cell")
 
 
 # ----------------------------------------------------------------------------- attribute stores
@@ -443,7 +436,7 @@ def nonlocal_cell_of_closure(x, observe):
     return BUMP(x, observe)
 
 
-@scenario(t4, graphs=(1, 1), xfail_break=FN_IDENTITY)
+@scenario(t4, graphs=(1, 1))
 def nonlocal_cell_owned_by_the_frame(x, observe):
     n = 0
 
@@ -694,7 +687,7 @@ def _make_counter():
     return bump
 
 
-@shared(lambda: (torch.randn(4),), calls=3, reason="print", xfail=STALE_CELL)
+@shared(lambda: (torch.randn(4),), calls=3, reason="print")
 def fresh_closure_per_call(x):
     bump = _make_counter()
     return bump(x) + bump(x)
