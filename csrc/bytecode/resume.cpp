@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "bytecode/assembler.h"
+#include "bytecode/instructions.h"
 
 namespace cdynamo::bytecode {
 namespace {
@@ -15,6 +16,7 @@ namespace {
 struct PerOriginal {
   Ref weak;
   std::unordered_map<std::string, Ref> codes;  // layout key -> generated code
+  std::vector<std::vector<bool>> liveIn;       // instruction -> live co_varnames (liveLocals)
 };
 
 struct Registry {
@@ -309,6 +311,87 @@ int FrameLayout::passedStack() const {
   int n = 0;
   for (bool b : stack_null) n += b ? 0 : 1;
   return n;
+}
+
+namespace {
+
+// Backward liveness of co_varnames over the instruction graph (fall-through, jumps,
+// exception-table edges), to a fixed point.
+std::vector<std::vector<bool>> computeLiveness(PyCodeObject* co) {
+  std::vector<Instruction> ins = decode(co);
+  const size_t n = ins.size();
+  const size_t nv = static_cast<size_t>(co->co_nlocals);
+  std::vector<std::vector<bool>> live(n, std::vector<bool>(nv, false));
+  // Reading locals by name, or super() reading the first argument.
+  bool allLive = false, firstLive = false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(co->co_names); ++i) {
+    const char* name = PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_names, i));
+    if (!name) {
+      PyErr_Clear();
+      continue;
+    }
+    std::string s = name;
+    if (s == "locals" || s == "vars" || s == "eval" || s == "exec" || s == "dir" || s == "_getframe") allLive = true;
+    if (s == "super") firstLive = true;
+  }
+  if (allLive) {
+    for (auto& l : live) l.assign(nv, true);
+    return live;
+  }
+  std::vector<ExceptionTableEntry> table;
+  decodeExceptionTable(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(co->co_exceptiontable)),
+                       static_cast<size_t>(PyBytes_GET_SIZE(co->co_exceptiontable)), &table);
+  std::vector<std::vector<int>> succ(n);
+  for (size_t i = 0; i < n; ++i) {
+    Op op = ins[i].op;
+    bool falls = op != Op::RETURN_VALUE && op != Op::RAISE_VARARGS && op != Op::RERAISE &&
+                 op != Op::JUMP_FORWARD && op != Op::JUMP_BACKWARD && op != Op::JUMP_BACKWARD_NO_INTERRUPT;
+    if (falls && i + 1 < n) succ[i].push_back(static_cast<int>(i + 1));
+    if (opHasFlag(static_cast<int>(op), 'J')) {
+      int t = indexAtOffset(ins, ins[i].jumpTarget());
+      if (t >= 0) succ[i].push_back(t);
+    }
+    for (const ExceptionTableEntry& e : table)
+      if (ins[i].offset >= e.start && ins[i].offset < e.end) {
+        int t = indexAtOffset(ins, e.target);
+        if (t >= 0) succ[i].push_back(t);
+        break;
+      }
+  }
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t k = n; k > 0; --k) {
+      size_t i = k - 1;
+      std::vector<bool> out(nv, false);
+      for (int s : succ[i])
+        for (size_t v = 0; v < nv; ++v) out[v] = out[v] || live[static_cast<size_t>(s)][v];
+      const int a = ins[i].arg;
+      // DELETE_FAST counts as a read: deleting an unbound local raises.
+      if (ins[i].op == Op::STORE_FAST && static_cast<size_t>(a) < nv) out[static_cast<size_t>(a)] = false;
+      if ((ins[i].op == Op::LOAD_FAST || ins[i].op == Op::DELETE_FAST) && static_cast<size_t>(a) < nv)
+        out[static_cast<size_t>(a)] = true;
+      if (firstLive && nv > 0) out[0] = true;
+      if (out != live[i]) {
+        live[i] = std::move(out);
+        changed = true;
+      }
+    }
+  }
+  return live;
+}
+
+}  // namespace
+
+std::vector<bool> liveLocals(PyCodeObject* code, int index) {
+  PerOriginal* p = perOriginal(code);
+  if (!p) {
+    PyErr_Clear();
+    return std::vector<bool>(static_cast<size_t>(code->co_nlocals), true);
+  }
+  if (p->liveIn.empty()) p->liveIn = computeLiveness(code);
+  if (index < 0 || static_cast<size_t>(index) >= p->liveIn.size())
+    return std::vector<bool>(static_cast<size_t>(code->co_nlocals), true);
+  return p->liveIn[static_cast<size_t>(index)];
 }
 
 std::vector<int> cellSlots(PyCodeObject* code) {

@@ -68,6 +68,12 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
 const ResumeOrigin* resumeOrigin(PyCodeObject* code);
 // Whether `code` is a generated break code (never traced: it is the native part).
 bool isBreakCode(PyCodeObject* code);
+// Which of `code`'s co_varnames may be read before being written when execution goes on
+// at instruction `index` (backward liveness over jumps and exception edges). A dead local
+// is not passed to generated code (it would only be guarded and kept alive). Locals are
+// all live when the code can read its frame's locals by name (locals(), vars(), eval,
+// exec, dir) and the first argument is live when it uses zero-argument super().
+std::vector<bool> liveLocals(PyCodeObject* code, int index);
 // The localsplus indices of `code`'s cells, in the order they appear in generated code's
 // closure.
 std::vector<int> cellSlots(PyCodeObject* code);

@@ -171,7 +171,18 @@ bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
       if (c == i) return true;
     return false;
   };
+  // Dead locals (never read again before written) are not passed on: they would only be
+  // guarded (a float from time.time() in a dead local would recompile every call).
+  const std::vector<bool> live = bytecode::liveLocals(orig, at.index);
   for (int i = 0; i < nvar; ++i) {
+    if (!live[static_cast<size_t>(i)] && !isCell(i)) {
+      at.unbound[static_cast<size_t>(i)] = true;
+      runtime::OutputPlan p;
+      p.kind = K::Constant;
+      p.constant = Ref::borrow(Py_None);
+      args->items.push_back(std::move(p));
+      continue;
+    }
     if (isCell(i)) {  // an argument captured by an inner function: it travels as a cell
       runtime::OutputPlan p;
       p.kind = K::Constant;

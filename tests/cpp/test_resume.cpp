@@ -193,6 +193,18 @@ static void cellsTravelInTheClosure() {
   EXPECT(equals(r, "20"));
 }
 
+static void liveness() {
+  PyCodeObject* f = codeOf("f");
+  // At `d = c * 2`: a and c are read later; b is never read again; d is written first.
+  int at = indexOf(f, Op::STORE_FAST, 0) + 1;
+  std::vector<bool> live = liveLocals(f, at);
+  EXPECT(live == std::vector<bool>({true, false, true, false}));
+  // In h's try block, y is read by the statement after; z is written on both paths.
+  PyCodeObject* h = codeOf("h");
+  std::vector<bool> inTry = liveLocals(h, indexOf(h, Op::STORE_FAST, 0) + 1);
+  EXPECT(inTry == std::vector<bool>({false, true, false}));
+}
+
 static void refusals() {
   std::string why;
   EXPECT(!canResume(codeOf("gen"), &why));
@@ -217,6 +229,7 @@ int main() {
   breakAtConditionalJump();
   breakInsideTryBlock();
   cellsTravelInTheClosure();
+  liveness();
   refusals();
   clearGenerated();
   Py_DECREF(globals);
