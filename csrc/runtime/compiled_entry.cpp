@@ -157,6 +157,13 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       PyDict_Clear(target);
       rc = PyDict_Update(target, value);
       break;
+    case SideEffect::Kind::ReplaceSet: {
+      PySet_Clear(target);
+      PyObject* r = PyNumber_InPlaceOr(target, value);
+      rc = r ? 0 : -1;
+      Py_XDECREF(r);
+      break;
+    }
   }
   return rc == 0;
 }

@@ -43,6 +43,7 @@ struct SideEffect {
     SetCell,      // regs[reg].cell_contents = value
     ReplaceList,  // regs[reg][:] = value (a List plan)
     ReplaceDict,  // regs[reg].clear(); regs[reg].update(value) (a Dict plan)
+    ReplaceSet,   // regs[reg].clear(); regs[reg] |= value (a Set plan)
   };
   Kind kind;
   int reg = -1;

@@ -40,7 +40,7 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   // One mutable object reached through two sources (`alias = lst`, f(l, l), a bound
   // method's __self__) is one Value, so a mutation through one is seen through the other;
   // the guard checks that the two sources still are one object.
-  const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) ||
+  const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
                                !isTensor(obj) && !isModule(obj));
   if (mutable_object && reg >= 0) {
@@ -113,6 +113,25 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     }
     v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values));
     v->reg = reg;
+  } else if (PySet_CheckExact(obj)) {
+    // A set read from the program: only sets of constants, guarded equal as a whole
+    // (their order of iteration is then the same too).
+    Ref items = Ref::steal(PySequence_List(obj));
+    if (!items) return failFromPython("reading a set");
+    std::vector<ValuePtr> values;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
+      PyObject* item = PyList_GET_ITEM(items.get(), i);
+      if (!isConstantObject(item)) return fail("a set read from the program must hold constants only");
+      values.push_back(Value::constant(item));
+    }
+    if (reg >= 0) {
+      // Compared with a private copy: the set itself may be mutated by this very entry.
+      Ref frozen = Ref::steal(PySet_New(obj));
+      if (!frozen) return failFromPython("reading a set");
+      guards().checkType(reg, Py_TYPE(obj));
+      guards().checkEquals(reg, frozen.get());
+    }
+    v = Value::sequence(Kind::Set, std::move(values), reg);
   } else if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
     // Like TorchDynamo with inline_inbuilt_nn_modules: the module's class is guarded, not

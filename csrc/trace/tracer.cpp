@@ -314,7 +314,7 @@ bool Tracer::recordEffect(PendingEffect e) {
 
 bool Tracer::noteContainerMutation(const ValuePtr& c) {
   if (c->reg < 0) return true;  // made in the trace: nothing to replay
-  if (!c->is(Kind::List) && !c->is(Kind::Dict)) {
+  if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set)) {
     fail(std::string("mutating a ") + kindName(c->kind) + " from outside the trace is not supported yet");
     return false;
   }
@@ -345,11 +345,14 @@ bool Tracer::buildEffects() {
       case PendingEffect::Kind::SetAttr: out.kind = K::SetAttr; break;
       case PendingEffect::Kind::SetItem: out.kind = K::SetItem; break;
       case PendingEffect::Kind::SetCell: out.kind = K::SetCell; break;
-      case PendingEffect::Kind::Container: out.kind = e.value->is(Kind::List) ? K::ReplaceList : K::ReplaceDict; break;
+      case PendingEffect::Kind::Container:
+        out.kind = e.value->is(Kind::List) ? K::ReplaceList : e.value->is(Kind::Set) ? K::ReplaceSet : K::ReplaceDict;
+        break;
     }
     if (e.kind == PendingEffect::Kind::Container) {
       // The container's final contents, as a fresh list/dict to copy from.
-      ValuePtr copy = e.value->is(Kind::List) ? Value::sequence(Kind::List, e.value->items) : nullptr;
+      ValuePtr copy = e.value->is(Kind::List) || e.value->is(Kind::Set) ? Value::sequence(e.value->kind, e.value->items)
+                                                                          : nullptr;
       if (!copy) {
         std::vector<Ref> keys;
         for (const Ref& k : e.value->keys) keys.push_back(k.copy());

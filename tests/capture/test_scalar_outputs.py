@@ -302,16 +302,13 @@ def test_on_the_value_as_a_set_member_is_not_captured(capture):
     for v in (1.5, 2.5):
         assert same(cf(x, torch.tensor(v)), f(x, torch.tensor(v)))
     # A graph break at BUILD_SET: the graph reads item(), the set is built natively. The
-    # resume function receives the set, which cdynamo cannot trace yet, so it runs natively
-    # (its prologue, where the set is loaded, cannot break). torch._dynamo fails on the set
-    # (guarding on an unbacked float) and skips the whole frame: no graph at all.
+    # resume function receives the set (guarded equal: each new value recompiles it).
+    # torch._dynamo fails on the set (guarding on an unbacked float) and skips the whole
+    # frame: no graph at all.
     assert break_reasons() == ["a value read from a tensor (Tensor.item()) as a set item: "
                                "its hash is its value, known only at run time"]
-    (nf,) = cdynamo.stats()["native_frames"]
-    assert nf["function"] == f"{f.__qualname__}.<resume at line {f.__code__.co_firstlineno + 1}>"
-    assert nf["reason"] == ("cannot trace a value of type set yet (and no graph break is possible there: "
-                            "graph break in a resume function's prologue)")
-    assert ops_of(cnt.graphs) == [["item"]]
+    assert cdynamo.stats()["native_frames"] == []
+    assert ops_of(cnt.graphs) == [["item"], ["mul"], ["mul"]]
     assert dynamo_graphs(f, (x, torch.tensor(1.5)), capture_scalar_outputs=True) == []
 
 

@@ -152,8 +152,6 @@ def t4_dict(**items):
     return lambda: (torch.randn(4), dict(copy.deepcopy(items)))
 
 
-SET = ("an input set cannot be traced at all ('cannot trace a value of type set yet'): the frame runs natively in "
-       "both variants; torch._dynamo captures it")
 
 
 # ----------------------------------------------------------------------------- attribute stores
@@ -386,7 +384,7 @@ def dict_clear_then_refill(x, d, observe):
     return x * 2
 
 
-@scenario(lambda: (torch.randn(4), {1, 2}), graphs=(1, 1), xfail=SET)
+@scenario(lambda: (torch.randn(4), {1, 2}), graphs=(1, 1))
 def set_add_discard(x, s, observe):
     s.add(3)
     observe(sorted(s))
