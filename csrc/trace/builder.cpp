@@ -205,6 +205,13 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     // guarded) when the trace reads them.
     if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
     v = Value::object(Kind::Object, obj, reg);
+  } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
+    // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
+    // opaque, guarded by type, its attributes read like a user object's. What the trace
+    // cannot model about it stops the trace where it is used, not where it is read (a
+    // resume function that only carries it along is still captured).
+    guards().checkType(reg, Py_TYPE(obj));
+    v = Value::object(Kind::Object, obj, reg);
   } else {
     return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
   }
