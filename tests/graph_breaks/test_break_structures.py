@@ -103,10 +103,7 @@ def for_list_with_item(x):
     return x * total
 
 
-@cases(T4, reason=DISABLED,
-       xfail="WRONG RESULT (IndexError): the list made in the frame is rebuilt twice at the break, once for the "
-             "local `outs` and once as the receiver of the bound `outs.append` on the stack (buildOutput has no "
-             "identity memo), so the first append goes to a copy; then " + ITER)
+@cases(T4, reason=DISABLED, xfail=ITER)
 def for_list_of_tensors_with_disabled(x):
     outs = []
     for t in [x, x + 1]:
