@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "graph/fake_autograd.h"
 #include "support/check.h"
 #include "support/torch_types.h"
 
@@ -23,6 +24,11 @@ struct TorchRefs {
   Ref device_type;         // torch.device
   Ref memo_functions;      // set of callables known to return one new tensor
   Ref memo_methods;        // set of Tensor method names known to return one new tensor
+  Ref make_subclass;       // torch.Tensor._make_subclass
+  Ref set_throw_on_data_ptr, set_warn_on_data_ptr;  // torch._C._set_{throw,warn_deprecated}_on_mutable_data_ptr
+  Ref tensor_cls, parameter_cls;  // torch.Tensor, torch.nn.Parameter
+  Ref subclass_kwnames;    // ("dispatch_device", "device_for_backend_keys")
+  Ref empty_kwnames;       // ("dtype", "device")
   // For capture_scalar_outputs.
   Ref shape_env_cls;       // torch.fx.experimental.symbolic_shapes.ShapeEnv
   Ref sym_int, sym_float, sym_bool;  // torch.SymInt / SymFloat / SymBool
@@ -114,6 +120,16 @@ const TorchRefs* torchRefs() {
     refs.tracing = attrOf("torch._guards", "tracing");
     refs.tracing_context = attrOf("torch._guards", "TracingContext");
     if (!refs.compute_unbacked_bindings || !refs.tracing || !refs.tracing_context) return nullptr;
+    refs.tensor_cls = attrOf("torch", "Tensor");
+    refs.parameter_cls = attrOf("torch.nn", "Parameter");
+    if (!refs.tensor_cls || !refs.parameter_cls) return nullptr;
+    refs.make_subclass = Ref::steal(PyObject_GetAttrString(refs.tensor_cls.get(), "_make_subclass"));
+    refs.set_throw_on_data_ptr = attrOf("torch._C", "_set_throw_on_mutable_data_ptr");
+    refs.set_warn_on_data_ptr = attrOf("torch._C", "_set_warn_deprecated_on_mutable_data_ptr");
+    if (!refs.make_subclass || !refs.set_throw_on_data_ptr || !refs.set_warn_on_data_ptr) return nullptr;
+    refs.subclass_kwnames = Ref::steal(Py_BuildValue("(ss)", "dispatch_device", "device_for_backend_keys"));
+    refs.empty_kwnames = Ref::steal(Py_BuildValue("(ss)", "dtype", "device"));
+    if (!refs.subclass_kwnames || !refs.empty_kwnames) return nullptr;
     refs.memo_methods = Ref::steal(PySet_New(nullptr));
     if (!refs.memo_methods) return nullptr;
     for (const char* name : kMemoMethods)
@@ -210,6 +226,9 @@ bool GraphBuilder::begin() {
     mode_ = Ref::steal(PyObject_CallNoArgs(t->fake_mode_cls.get()));
   }
   if (!mode_) return false;
+  Ref allow = Ref::steal(PyObject_GetAttrString(mode_.get(), "_allow_unsafe_data_ptr_access"));
+  if (!allow) return false;
+  allow_data_ptr_ = PyObject_IsTrue(allow.get()) == 1;
   Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__enter__", nullptr));
   if (!r) return false;
   entered_ = true;
@@ -230,10 +249,67 @@ void GraphBuilder::finish() {
 int GraphBuilder::addInput(PyObject* real, const std::string& name) {
   Node n{NodeOp::Placeholder};
   n.name = name;
-  n.fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  n.fake = inputFake(real);
   if (!n.fake) return -1;
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
+}
+
+// FakeTensorMode.from_tensor(real), or the same made directly (the input shortcut; see the
+// header). from_tensor converts each real tensor once and returns that fake for it again;
+// the shortcut keeps the same identity for what it makes.
+Ref GraphBuilder::inputFake(PyObject* real) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(real));
+  uint64_t keys = 0;
+  Ref kind;
+  if (!shape_env_ && (type == t->tensor_cls.get() || type == t->parameter_cls.get())) {
+    auto seen = input_fakes_.find(real);
+    if (seen != input_fakes_.end()) return seen->second.second.copy();
+    if (torchimpl::plainUnaliasedLeaf(real, &keys)) {
+      Ref dtype = Ref::steal(PyObject_GetAttrString(real, "dtype"));
+      Ref device = Ref::steal(PyObject_GetAttrString(real, "device"));
+      Ref rg = Ref::steal(PyObject_GetAttrString(real, "requires_grad"));
+      Ref key_set = Ref::steal(PyLong_FromUnsignedLongLong(keys));
+      if (!dtype || !device || !rg || !key_set) return Ref();
+      kind = Ref::steal(PyTuple_Pack(5, type, dtype.get(), device.get(), rg.get(), key_set.get()));
+      if (!kind) return Ref();
+      if (!input_templates_) {
+        input_templates_ = Ref::steal(PyDict_New());
+        if (!input_templates_) return Ref();
+      }
+      PyObject* dict = PyDict_GetItemWithError(input_templates_.get(), kind.get());
+      if (dict) {
+        FakeSpec spec;
+        spec.shape = Ref::steal(PyObject_GetAttrString(real, "shape"));
+        spec.stride = Ref::steal(PyObject_CallMethod(real, "stride", nullptr));
+        spec.dtype = std::move(dtype);
+        spec.device = std::move(device);
+        spec.dict = Ref::borrow(dict);
+        if (!spec.shape || !spec.stride) return Ref();
+        Ref fake = makeFake(spec, {}, rg.get() == Py_True);
+        if (!fake) return Ref();
+        input_fakes_.emplace(real, std::make_pair(Ref::borrow(real), fake.copy()));
+        return fake;
+      }
+      if (PyErr_Occurred()) return Ref();
+    }
+  }
+  Ref fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  if (!fake || !kind) return fake;
+  // The first of its kind: remember its attributes if the shortcut makes the same thing
+  // (a FakeTensor leaf of this mode in the same plain form; its requires_grad is the real one's).
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake.get())) != t->fake_tensor_cls.get() ||
+      !torchimpl::plainFakeLeaf(fake.get()))
+    return fake;
+  Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
+  if (!dict) return Ref();
+  if (templateDictOk(dict.get(), /*allow_param=*/true)) {
+    Ref copy = Ref::steal(PyDict_Copy(dict.get()));
+    if (!copy || PyDict_SetItem(input_templates_.get(), kind.get(), copy.get()) < 0) return Ref();
+  }
+  return fake;
 }
 
 Ref GraphBuilder::materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes) {
@@ -279,14 +355,17 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // The memo first: an identical op on identically shaped inputs makes its result directly.
   Ref key = memoKey(op, target, n.args, n.kwargs);
   if (key) {
-    PyObject* entry = PyDict_GetItemWithError(memo_.get(), key.get());
-    if (entry) {
-      n.fake = memoMake(entry);
-      if (!n.fake) PyErr_Clear();  // fall back to running it
-      else {
-        // The new node's own signature is known: (dtype, device, shape, stride, False).
-        n.sig = Ref::steal(PyTuple_Pack(5, PyTuple_GET_ITEM(entry, 2), PyTuple_GET_ITEM(entry, 3),
-                                        PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1), Py_False));
+    PyObject* index = PyDict_GetItemWithError(memo_.get(), key.get());
+    if (index) {
+      const MemoEntry& entry = memo_entries_[PyLong_AsSize_t(index)];
+      n.fake = memoMake(entry, n);
+      if (!n.fake) {
+        PyErr_Clear();  // fall back to running it
+      } else if (!entry.tuple) {
+        // The new node's own signature is known (see nodeSig).
+        const FakeSpec& spec = entry.outputs[0];
+        n.sig = Ref::steal(PyTuple_Pack(5, spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get(),
+                                        spec.requires_grad ? Py_True : Py_False));
         if (!n.sig) PyErr_Clear();
       }
     } else if (PyErr_Occurred()) {
@@ -324,7 +403,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
     }
-    if (n.fake && key) memoStore(key.get(), n.fake.get(), n.args);
+    if (n.fake && key) memoStore(key.get(), n.fake.get(), n);
   }
   if (!n.fake) return -1;
   if (shape_env_) {
@@ -478,7 +557,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
 Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
                           const std::vector<std::pair<Ref, Arg>>& kwargs) {
   const TorchRefs* t = torchRefs();
-  if (!t || !mode_) {
+  if (!t || !mode_ || shape_env_) {
     PyErr_Clear();
     return Ref();
   }
@@ -496,10 +575,10 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
       return Ref();
     }
   }
-  Ref grad = Ref::steal(PyObject_CallNoArgs(t->is_grad_enabled.get()));
+  Ref grad = Ref::borrow(torchimpl::gradEnabled() ? Py_True : Py_False);
   Ref parts = Ref::steal(PyList_New(0));
   Ref opn = Ref::steal(PyLong_FromLong(static_cast<long>(op)));
-  if (!grad || !parts || !opn || PyList_Append(parts.get(), opn.get()) < 0 ||
+  if (!parts || !opn || PyList_Append(parts.get(), opn.get()) < 0 ||
       PyList_Append(parts.get(), target) < 0 || PyList_Append(parts.get(), grad.get()) < 0) {
     PyErr_Clear();
     return Ref();
@@ -523,68 +602,131 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
   return key;
 }
 
-void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const std::vector<Arg>& args) {
-  const TorchRefs* t = torchRefs();
-  if (!t || reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get()) {
-    PyErr_Clear();
-    return;
-  }
-  // Only a fresh tensor: never one of the inputs, at offset 0, not requiring grad (so that a
-  // made-up leaf is exactly what the op gives), holding no propagated constant.
-  for (const Arg& a : args)
-    if (a.kind == Arg::Kind::Node && nodes_[a.node].fake.get() == fake) return;
-  Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
-  Ref constant = Ref::steal(PyObject_GetAttrString(fake, "constant"));
-  Ref offset = Ref::steal(PyObject_CallMethod(fake, "storage_offset", nullptr));
-  Ref conj = Ref::steal(PyObject_CallMethod(fake, "is_conj", nullptr));
-  Ref neg = Ref::steal(PyObject_CallMethod(fake, "is_neg", nullptr));
-  Ref layout = Ref::steal(PyObject_GetAttrString(fake, "layout"));
-  Ref strided = attrOf("torch", "strided");
-  if (!rg || !constant || !offset || !conj || !neg || !layout || !strided || rg.get() != Py_False ||
-      constant.get() != Py_None || PyLong_AsLong(offset.get()) != 0 || conj.get() != Py_False ||
-      neg.get() != Py_False || layout.get() != strided.get()) {
-    PyErr_Clear();
-    return;
-  }
-  Ref shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
-  Ref stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
-  Ref dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
-  Ref device = Ref::steal(PyObject_GetAttrString(fake, "device"));
-  if (!shape || !stride || !dtype || !device) {
-    PyErr_Clear();
-    return;
-  }
-  Ref entry = Ref::steal(PyTuple_Pack(4, shape.get(), stride.get(), dtype.get(), device.get()));
-  if (!entry || PyDict_SetItem(memo_.get(), key, entry.get()) < 0) PyErr_Clear();
-}
-
-Ref GraphBuilder::memoMake(PyObject* entry) {
-  const TorchRefs* t = torchRefs();
-  if (!t) return Ref();
-  // As FakeTensorMode's own cache does: an empty meta tensor with the metadata, wrapped in
-  // a FakeTensor of this mode; made with the mode's dispatch off (it is entered for the trace).
-  Ref guard = Ref::steal(PyObject_CallNoArgs(t->disable_dispatch.get()));
-  if (!guard) return Ref();
-  Ref entered = Ref::steal(PyObject_CallMethod(guard.get(), "__enter__", nullptr));
-  if (!entered) return Ref();
-  Ref result;
-  {
-    Ref kw = Ref::steal(PyDict_New());
-    Ref pos = Ref::steal(PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1)));
-    if (kw && pos && PyDict_SetItemString(kw.get(), "dtype", PyTuple_GET_ITEM(entry, 2)) == 0 &&
-        PyDict_SetItemString(kw.get(), "device", t->meta_device.get()) == 0) {
-      Ref empty = Ref::steal(PyObject_Call(t->empty_strided.get(), pos.get(), kw.get()));
-      if (empty)
-        result = Ref::steal(PyObject_CallFunctionObjArgs(t->fake_tensor_cls.get(), mode_.get(), empty.get(),
-                                                         PyTuple_GET_ITEM(entry, 3), nullptr));
+bool GraphBuilder::templateDictOk(PyObject* dict, bool allow_param) const {
+  // The attributes FakeTensor.__new__ sets: this mode, the fake device, and Nones (no
+  // propagated constant, no real tensor, empty memos); an input may be a parameter.
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k)) return false;
+    if (PyUnicode_CompareWithASCIIString(k, "fake_mode") == 0) {
+      if (v != mode_.get()) return false;
+    } else if (PyUnicode_CompareWithASCIIString(k, "_fake_device") == 0) {
+      continue;
+    } else if (allow_param && PyUnicode_CompareWithASCIIString(k, "_is_param") == 0) {
+      if (v != Py_True) return false;
+    } else if (v != Py_None) {
+      return false;
     }
   }
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  Ref exited = Ref::steal(PyObject_CallMethod(guard.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
-  if (!exited) PyErr_Clear();
-  PyErr_Restore(type, value, tb);
-  return result;
+  return true;
+}
+
+// The spec of a fresh fake result `fake` (see torchimpl::freshResult); false (no error) if
+// it is not one.
+bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return false;
+  if (fake == Py_None) {
+    spec->none = true;
+    return true;
+  }
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get() || !torchimpl::freshResult(fake))
+    return false;
+  Ref dict = Ref::steal(PyObject_GenericGetDict(fake, nullptr));
+  if (!dict || !templateDictOk(dict.get(), /*allow_param=*/false)) return false;
+  spec->dict = Ref::steal(PyDict_Copy(dict.get()));
+  spec->shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+  spec->stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
+  spec->dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+  spec->device = Ref::steal(PyObject_GetAttrString(fake, "device"));
+  Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+  if (!spec->dict || !spec->shape || !spec->stride || !spec->dtype || !spec->device || !rg) return false;
+  spec->requires_grad = rg.get() == Py_True;
+  return true;
+}
+
+void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n) {
+  // Only fresh tensors: none shares storage with an input or with another output.
+  std::vector<PyObject*> inputs;
+  for (const Arg& a : n.args) tensorInputs(a, &inputs);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
+  std::vector<const void*> storages;
+  for (PyObject* i : inputs) storages.push_back(torchimpl::storageId(i));
+  MemoEntry entry;
+  entry.tuple = PyTuple_CheckExact(fake);
+  Py_ssize_t count = entry.tuple ? PyTuple_GET_SIZE(fake) : 1;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* o = entry.tuple ? PyTuple_GET_ITEM(fake, i) : fake;
+    FakeSpec spec;
+    if (!specOf(o, &spec)) {
+      PyErr_Clear();
+      return;
+    }
+    if (!spec.none) {
+      const void* storage = torchimpl::storageId(o);
+      for (const void* s : storages)
+        if (s == storage) return;
+      storages.push_back(storage);
+    }
+    entry.outputs.push_back(std::move(spec));
+  }
+  Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
+  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
+    PyErr_Clear();
+    return;
+  }
+  memo_entries_.push_back(std::move(entry));
+}
+
+void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const {
+  if (a.kind == Arg::Kind::Node) {
+    PyObject* f = nodes_[a.node].fake.get();
+    if (f && isTensor(f)) out->push_back(f);
+  }
+  for (const Arg& i : a.items) tensorInputs(i, out);
+}
+
+Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool leaf_requires_grad) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  // What FakeTensor.__new__ does, without its Python: an empty meta tensor with the
+  // metadata, made a FakeTensor by Tensor._make_subclass, with the attributes of the op's
+  // own result. All with the mode's dispatch off (it is entered for the trace).
+  torchimpl::NoPythonDispatch no_dispatch;
+  PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
+  Ref elem = Ref::steal(PyObject_Vectorcall(t->empty_strided.get(), eargs, 2, t->empty_kwnames.get()));
+  if (!elem) return Ref();
+  PyObject* sargs[] = {t->fake_tensor_cls.get(), elem.get(), leaf_requires_grad ? Py_True : Py_False, Py_True,
+                       spec.device.get()};
+  Ref fake = Ref::steal(PyObject_Vectorcall(t->make_subclass.get(), sargs, 3, t->subclass_kwnames.get()));
+  if (!fake) return Ref();
+  Ref flag = Ref::steal(PyObject_CallOneArg(
+      (allow_data_ptr_ ? t->set_warn_on_data_ptr : t->set_throw_on_data_ptr).get(), fake.get()));
+  if (!flag) return Ref();
+  Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
+  if (!dict || PyDict_Update(dict.get(), spec.dict.get()) < 0) return Ref();
+  if (spec.requires_grad &&
+      !torchimpl::attachErrorGradFn(fake.get(), grad_inputs.data(), grad_inputs.size(),
+                                    "cdynamo: differentiating through a fake tensor made by the graph builder's "
+                                    "output-metadata memo"))
+    return Ref();
+  return fake;
+}
+
+Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
+  std::vector<PyObject*> inputs;
+  for (const Arg& a : n.args) tensorInputs(a, &inputs);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
+  if (!entry.tuple) return makeFake(entry.outputs[0], inputs);
+  Ref tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(entry.outputs.size())));
+  if (!tuple) return Ref();
+  for (size_t i = 0; i < entry.outputs.size(); ++i) {
+    Ref item = entry.outputs[i].none ? Ref::borrow(Py_None) : makeFake(entry.outputs[i], inputs);
+    if (!item) return Ref();
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), item.release());
+  }
+  return tuple;
 }
 
 int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
@@ -594,6 +736,7 @@ int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
   n.impure = true;
   // An effect changes global state that fake results depend on (grad mode, autocast).
   if (memo_) PyDict_Clear(memo_.get());
+  memo_entries_.clear();
   Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
   if (!fargs) return -1;
   for (size_t i = 0; i < n.args.size(); ++i) {
