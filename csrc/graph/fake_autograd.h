@@ -50,6 +50,10 @@ class NoPythonDispatch {
 // False without an error otherwise.
 bool freshResult(PyObject* o);
 
+// Whether `o` is a view (Tensor._is_view()) that as_strided on its base reproduces: strided,
+// static sizes, no conjugate/negative bit.
+bool plainView(PyObject* o);
+
 // Whether `o`, a fake input just made by FakeTensorMode.from_tensor, is a leaf in the same
 // plain form (dense, strided, offset 0, not a view, storage exactly its elements).
 bool plainFakeLeaf(PyObject* o);

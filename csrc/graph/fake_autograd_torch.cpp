@@ -107,6 +107,18 @@ bool attachErrorGradFn(PyObject* out, PyObject* const* inputs, size_t n, const c
   }
 }
 
+bool plainView(PyObject* o) {
+  try {
+    const at::Tensor& v = var(o);
+    if (!v.defined() || !v.is_view()) return false;
+    c10::TensorImpl* impl = v.unsafeGetTensorImpl();
+    return impl->layout() == c10::kStrided && impl->has_storage() && !impl->is_conj() && !impl->is_neg() &&
+           !impl->_is_zerotensor() && !impl->is_nested() && !impl->has_symbolic_sizes_strides();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool plainFakeLeaf(PyObject* o) {
   try {
     const at::Tensor& v = var(o);

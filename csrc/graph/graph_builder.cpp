@@ -43,9 +43,11 @@ Ref attrOf(const char* module, const char* name) {
   return Ref::steal(PyObject_GetAttrString(m.get(), name));
 }
 
-// Ops whose fake result is one fresh tensor determined by the inputs' metadata and the
-// constant arguments: no aliasing (no views, no `x.float()` that may return x), no
-// in-place variants, no `inplace=` flags, no data-dependent output shapes.
+// Ops whose fake result is determined by the inputs' metadata and the constant arguments
+// (no data-dependent output shapes, no global state besides what effects change) and that
+// do nothing besides making it. A result that aliases an input (x.float() returning x,
+// dropout(p=0) returning its input, an inplace=True form) is never remembered: memoStore
+// checks every result's storage against the inputs'.
 const char* const kMemoTorch[] = {
     "add", "sub", "mul", "div", "true_divide", "sin", "cos", "tan", "exp", "exp2", "expm1", "log",
     "log2", "log1p", "sigmoid", "tanh", "relu", "neg", "abs", "sqrt", "rsqrt", "reciprocal",
@@ -53,7 +55,8 @@ const char* const kMemoTorch[] = {
     "minimum", "softmax", "log_softmax", "layer_norm"};
 const char* const kMemoOperator[] = {"add", "sub", "mul", "truediv", "floordiv", "matmul", "neg",
                                      "pow", "mod"};
-const char* const kMemoFunctional[] = {"linear", "layer_norm", "gelu", "softmax", "log_softmax"};
+const char* const kMemoFunctional[] = {"linear", "layer_norm", "gelu", "softmax", "log_softmax", "relu", "silu",
+                                       "dropout", "scaled_dot_product_attention", "multi_head_attention_forward"};
 const char* const kMemoCNN[] = {"linear", "gelu"};
 const char* const kMemoMethods[] = {
     "add", "sub", "mul", "div", "true_divide", "sin", "cos", "tan", "exp", "exp2", "expm1", "log",
@@ -631,8 +634,24 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
     spec->none = true;
     return true;
   }
-  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get() || !torchimpl::freshResult(fake))
-    return false;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get()) return false;
+  Ref view;  // the result itself when it is a view of its base `fake`
+  if (torchimpl::isView(fake)) {
+    if (!torchimpl::plainView(fake)) return false;
+    view = Ref::borrow(fake);
+    Ref base = Ref::steal(PyObject_GetAttrString(fake, "_base"));
+    if (!base || reinterpret_cast<PyObject*>(Py_TYPE(base.get())) != t->fake_tensor_cls.get()) return false;
+    fake = base.get();  // kept alive by `view`
+    spec->view = true;
+    spec->view_size = Ref::steal(PyObject_GetAttrString(view.get(), "shape"));
+    spec->view_stride = Ref::steal(PyObject_CallMethod(view.get(), "stride", nullptr));
+    spec->view_offset = Ref::steal(PyObject_CallMethod(view.get(), "storage_offset", nullptr));
+    Ref vrg = Ref::steal(PyObject_GetAttrString(view.get(), "requires_grad"));
+    Ref brg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+    if (!spec->view_size || !spec->view_stride || !spec->view_offset || !vrg || !brg || vrg.get() != brg.get())
+      return false;
+  }
+  if (!torchimpl::freshResult(fake)) return false;
   Ref dict = Ref::steal(PyObject_GenericGetDict(fake, nullptr));
   if (!dict || !templateDictOk(dict.get(), /*allow_param=*/false)) return false;
   spec->dict = Ref::steal(PyDict_Copy(dict.get()));
@@ -693,25 +712,32 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
   // What FakeTensor.__new__ does, without its Python: an empty meta tensor with the
   // metadata, made a FakeTensor by Tensor._make_subclass, with the attributes of the op's
   // own result. All with the mode's dispatch off (it is entered for the trace).
-  torchimpl::NoPythonDispatch no_dispatch;
-  PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
-  Ref elem = Ref::steal(PyObject_Vectorcall(t->empty_strided.get(), eargs, 2, t->empty_kwnames.get()));
-  if (!elem) return Ref();
-  PyObject* sargs[] = {t->fake_tensor_cls.get(), elem.get(), leaf_requires_grad ? Py_True : Py_False, Py_True,
-                       spec.device.get()};
-  Ref fake = Ref::steal(PyObject_Vectorcall(t->make_subclass.get(), sargs, 3, t->subclass_kwnames.get()));
-  if (!fake) return Ref();
-  Ref flag = Ref::steal(PyObject_CallOneArg(
-      (allow_data_ptr_ ? t->set_warn_on_data_ptr : t->set_throw_on_data_ptr).get(), fake.get()));
-  if (!flag) return Ref();
-  Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
-  if (!dict || PyDict_Update(dict.get(), spec.dict.get()) < 0) return Ref();
-  if (spec.requires_grad &&
-      !torchimpl::attachErrorGradFn(fake.get(), grad_inputs.data(), grad_inputs.size(),
-                                    "cdynamo: differentiating through a fake tensor made by the graph builder's "
-                                    "output-metadata memo"))
-    return Ref();
-  return fake;
+  Ref fake;
+  {
+    torchimpl::NoPythonDispatch no_dispatch;
+    PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
+    Ref elem = Ref::steal(PyObject_Vectorcall(t->empty_strided.get(), eargs, 2, t->empty_kwnames.get()));
+    if (!elem) return Ref();
+    PyObject* sargs[] = {t->fake_tensor_cls.get(), elem.get(), leaf_requires_grad ? Py_True : Py_False, Py_True,
+                         spec.device.get()};
+    fake = Ref::steal(PyObject_Vectorcall(t->make_subclass.get(), sargs, 3, t->subclass_kwnames.get()));
+    if (!fake) return Ref();
+    Ref flag = Ref::steal(PyObject_CallOneArg(
+        (allow_data_ptr_ ? t->set_warn_on_data_ptr : t->set_throw_on_data_ptr).get(), fake.get()));
+    if (!flag) return Ref();
+    Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
+    if (!dict || PyDict_Update(dict.get(), spec.dict.get()) < 0) return Ref();
+    if (spec.requires_grad &&
+        !torchimpl::attachErrorGradFn(fake.get(), grad_inputs.data(), grad_inputs.size(),
+                                      "cdynamo: differentiating through a fake tensor made by the graph builder's "
+                                      "output-metadata memo"))
+      return Ref();
+  }
+  if (!spec.view) return fake;
+  // The view, made by the fake mode itself (one dispatch instead of the op's many): a
+  // FakeTensor sharing the base's storage, an autograd view of it.
+  PyObject* vargs[] = {fake.get(), spec.view_size.get(), spec.view_stride.get(), spec.view_offset.get()};
+  return Ref::steal(PyObject_VectorcallMethod(intern("as_strided"), vargs, 4, nullptr));
 }
 
 Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {

@@ -123,7 +123,8 @@ class GraphBuilder {
   // requires_grad) and whose constants are equal, the result is made directly from the
   // remembered output metadata instead of dispatching through FakeTensorMode again.
   // Remembered results: one fresh tensor, or a tuple of fresh tensors and Nones (see
-  // torchimpl::freshResult). A result that requires grad is made with the history of an op
+  // torchimpl::freshResult); a fresh tensor may also be a view of a base that only it
+  // reaches (made again as such a view). A result that requires grad is made with the history of an op
   // on the same inputs (an autograd Error node: requires_grad, not a leaf, as the op's own
   // result). Cleared by every effect (grad mode, autocast). Off when the mode has a ShapeEnv.
   struct FakeSpec {
@@ -131,6 +132,10 @@ class GraphBuilder {
     Ref shape, stride, dtype, device;
     Ref dict;                // the FakeTensor attributes (__dict__) of the op's own result
     bool requires_grad = false;
+    // A view of a fresh base that the op made and did not return (e.g. `t.view(...)` of an
+    // intermediate): the fields above describe the base, the result is base.as_strided(...).
+    bool view = false;
+    Ref view_size, view_stride, view_offset;
   };
   struct MemoEntry {
     bool tuple = false;
