@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <cstdint>
+#include <vector>
 
 namespace cdynamo::graph::torchimpl {
 
@@ -23,11 +24,16 @@ const void* storageId(PyObject* t);
 bool isView(PyObject* t);
 
 // A real tensor that can get its fake counterpart by the input shortcut (see
-// GraphBuilder::addInput): a dense strided leaf that is not a view, starts at offset 0,
-// has no .grad, no conjugate/negative bit, no Python dispatch key, at least one element,
-// and is the only tensor using its storage, which holds exactly its elements. `keys`
+// GraphBuilder::inputFake): a dense strided leaf that is not a view, starts at offset 0,
+// has no .grad, no conjugate/negative bit, no Python dispatch key, is not an inference
+// tensor, has at least one element, and whose storage holds exactly its elements. `keys`
 // receives its dispatch key set (raw). False without an error when it is not such a tensor.
-bool plainUnaliasedLeaf(PyObject* real, uint64_t* keys);
+// (Whether another graph input shares its storage is the caller's to check.)
+bool plainLeaf(PyObject* real, uint64_t* keys);
+
+// The storages FakeTensorMode.from_tensor(t) reads and memoizes: t's, and recursively
+// those of its view base and of its .grad. Appended to `out` (no duplicates removed).
+void relatedStorages(PyObject* t, std::vector<const void*>* out);
 
 // While alive, torch's Python dispatch keys are excluded (as under
 // torch._C._DisableTorchDispatch): tensors made or detached inside (a meta tensor, a
@@ -41,6 +47,19 @@ class NoPythonDispatch {
 
  private:
   void* guards_;
+};
+
+// While alive, inference mode is off (torch.inference_mode(False)): MetaConverter makes the
+// fake of a tensor that is not an inference tensor so, whatever mode the trace is in.
+class NoInferenceMode {
+ public:
+  NoInferenceMode();
+  ~NoInferenceMode();
+  NoInferenceMode(const NoInferenceMode&) = delete;
+  NoInferenceMode& operator=(const NoInferenceMode&) = delete;
+
+ private:
+  void* guard_;
 };
 
 // Whether `o`, a fake result just produced by running an op, is one fresh tensor that a

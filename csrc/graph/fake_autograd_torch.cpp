@@ -7,6 +7,7 @@
 // types (FakeTensor, torch.Tensor, nn.Parameter) before calling.
 #include <ATen/core/Tensor.h>
 #include <c10/core/GradMode.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/basic_ops.h>
@@ -54,21 +55,41 @@ bool isView(PyObject* t) {
   return v.defined() && v.is_view();
 }
 
-bool plainUnaliasedLeaf(PyObject* real, uint64_t* keys) {
+bool plainLeaf(PyObject* real, uint64_t* keys) {
   try {
     const at::Tensor& v = var(real);
     if (!v.defined()) return false;
     c10::TensorImpl* impl = v.unsafeGetTensorImpl();
     if (impl->is_python_dispatch() || impl->is_inference() || !plainLayout(impl)) return false;
     if (!v.is_leaf() || v.is_view() || v.grad().defined()) return false;
-    // No other tensor (or storage object) shares the storage: the fake needs no alias.
-    if (impl->storage().use_count() != 1) return false;
     *keys = impl->key_set().raw_repr();
     return true;
   } catch (const std::exception&) {
     return false;  // e.g. sizes() of a tensor without them: not a plain tensor
   }
 }
+
+namespace {
+void collectStorages(const at::Tensor& v, std::vector<const void*>* out, int depth) {
+  if (!v.defined() || depth > 8) return;
+  c10::TensorImpl* impl = v.unsafeGetTensorImpl();
+  if (impl->has_storage()) out->push_back(impl->storage().unsafeGetStorageImpl());
+  if (v.is_view()) collectStorages(at::Tensor(v._base()), out, depth + 1);
+  // TensorImpl::grad(): TensorBase::grad() warns when read on a non-leaf (MetaConverter reads
+  // it with the warning suppressed).
+  collectStorages(impl->grad(), out, depth + 1);
+}
+}  // namespace
+
+void relatedStorages(PyObject* t, std::vector<const void*>* out) {
+  try {
+    collectStorages(var(t), out, 0);
+  } catch (const std::exception&) {
+  }
+}
+
+NoInferenceMode::NoInferenceMode() : guard_(new c10::InferenceMode(false)) {}
+NoInferenceMode::~NoInferenceMode() { delete static_cast<c10::InferenceMode*>(guard_); }
 
 NoPythonDispatch::NoPythonDispatch() : guards_(new DispatchGuards()) {}
 NoPythonDispatch::~NoPythonDispatch() { delete static_cast<DispatchGuards*>(guards_); }

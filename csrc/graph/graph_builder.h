@@ -148,16 +148,28 @@ class GraphBuilder {
   Ref memoMake(const MemoEntry& entry, const Node& n);
   void memoStore(PyObject* key, PyObject* fake, const Node& n);
   bool specOf(PyObject* fake, FakeSpec* spec);
-  Ref makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool leaf_requires_grad = false);
+  // A FakeTensor per `spec`: an op's result (with the history of an op on `grad_inputs` if
+  // spec.requires_grad), or with `input`, the fake of a graph input: a leaf, requiring
+  // grad per `input_requires_grad`, never an inference tensor.
+  Ref makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool input = false,
+               bool input_requires_grad = false);
   bool templateDictOk(PyObject* dict, bool allow_param) const;
   Ref inputFake(PyObject* real);
   void tensorInputs(const Arg& a, std::vector<PyObject*>* out) const;
 
-  // Input shortcut: a real tensor that is a plain unaliased leaf (torchimpl::plainUnaliasedLeaf)
-  // gets a FakeTensor made directly once FakeTensorMode.from_tensor has converted one of the
-  // same kind (type, dtype, device, requires_grad, dispatch keys) to the same form.
+  // Input shortcut: a real tensor that is a plain leaf (torchimpl::plainLeaf) whose storage
+  // no other graph input reaches gets a FakeTensor made directly, once
+  // FakeTensorMode.from_tensor has converted one of the same kind (type, dtype, device,
+  // requires_grad, dispatch keys) to that form in this trace. The converter does not know
+  // the fakes made so; one is registered in its memos (registerWithConverter) before a
+  // later conversion could reach the same storage, so aliasing between inputs comes out as
+  // from_tensor alone makes it.
   Ref input_templates_;  // dict: kind -> FakeTensor __dict__ of the converted one
   std::unordered_map<PyObject*, std::pair<Ref, Ref>> input_fakes_;  // real -> (real, fake) made by the shortcut
+  // Storages of the graph inputs so far: -> the real tensor whose shortcut fake owns it
+  // and is not registered with the converter yet, or null (the converter knows it).
+  std::unordered_map<const void*, PyObject*> input_storages_;
+  bool registerWithConverter(PyObject* real);
   bool allow_data_ptr_ = false;  // the mode's _allow_unsafe_data_ptr_access
 
   Ref mode_;
