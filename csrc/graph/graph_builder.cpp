@@ -1,7 +1,10 @@
 #include "graph/graph_builder.h"
 
+#include <cctype>
 #include <cstring>
+#include <optional>
 
+#include "graph/fake_autograd.h"
 #include "support/check.h"
 #include "support/torch_types.h"
 
@@ -23,6 +26,11 @@ struct TorchRefs {
   Ref device_type;         // torch.device
   Ref memo_functions;      // set of callables known to return one new tensor
   Ref memo_methods;        // set of Tensor method names known to return one new tensor
+  Ref make_subclass;       // torch.Tensor._make_subclass
+  Ref set_throw_on_data_ptr, set_warn_on_data_ptr;  // torch._C._set_{throw,warn_deprecated}_on_mutable_data_ptr
+  Ref tensor_cls, parameter_cls;  // torch.Tensor, torch.nn.Parameter
+  Ref subclass_kwnames;    // ("dispatch_device", "device_for_backend_keys")
+  Ref empty_kwnames;       // ("dtype", "device")
   // For capture_scalar_outputs.
   Ref shape_env_cls;       // torch.fx.experimental.symbolic_shapes.ShapeEnv
   Ref sym_int, sym_float, sym_bool;  // torch.SymInt / SymFloat / SymBool
@@ -37,9 +45,11 @@ Ref attrOf(const char* module, const char* name) {
   return Ref::steal(PyObject_GetAttrString(m.get(), name));
 }
 
-// Ops whose fake result is one fresh tensor determined by the inputs' metadata and the
-// constant arguments: no aliasing (no views, no `x.float()` that may return x), no
-// in-place variants, no `inplace=` flags, no data-dependent output shapes.
+// Ops whose fake result is determined by the inputs' metadata and the constant arguments
+// (no data-dependent output shapes, no global state besides what effects change) and that
+// do nothing besides making it. A result that aliases an input (x.float() returning x,
+// dropout(p=0) returning its input, an inplace=True form) is never remembered: memoStore
+// checks every result's storage against the inputs'.
 const char* const kMemoTorch[] = {
     "add", "sub", "mul", "div", "true_divide", "sin", "cos", "tan", "exp", "exp2", "expm1", "log",
     "log2", "log1p", "sigmoid", "tanh", "relu", "neg", "abs", "sqrt", "rsqrt", "reciprocal",
@@ -47,7 +57,8 @@ const char* const kMemoTorch[] = {
     "minimum", "softmax", "log_softmax", "layer_norm"};
 const char* const kMemoOperator[] = {"add", "sub", "mul", "truediv", "floordiv", "matmul", "neg",
                                      "pow", "mod"};
-const char* const kMemoFunctional[] = {"linear", "layer_norm", "gelu", "softmax", "log_softmax"};
+const char* const kMemoFunctional[] = {"linear", "layer_norm", "gelu", "softmax", "log_softmax", "relu", "silu",
+                                       "dropout", "scaled_dot_product_attention", "multi_head_attention_forward"};
 const char* const kMemoCNN[] = {"linear", "gelu"};
 const char* const kMemoMethods[] = {
     "add", "sub", "mul", "div", "true_divide", "sin", "cos", "tan", "exp", "exp2", "expm1", "log",
@@ -114,6 +125,16 @@ const TorchRefs* torchRefs() {
     refs.tracing = attrOf("torch._guards", "tracing");
     refs.tracing_context = attrOf("torch._guards", "TracingContext");
     if (!refs.compute_unbacked_bindings || !refs.tracing || !refs.tracing_context) return nullptr;
+    refs.tensor_cls = attrOf("torch", "Tensor");
+    refs.parameter_cls = attrOf("torch.nn", "Parameter");
+    if (!refs.tensor_cls || !refs.parameter_cls) return nullptr;
+    refs.make_subclass = Ref::steal(PyObject_GetAttrString(refs.tensor_cls.get(), "_make_subclass"));
+    refs.set_throw_on_data_ptr = attrOf("torch._C", "_set_throw_on_mutable_data_ptr");
+    refs.set_warn_on_data_ptr = attrOf("torch._C", "_set_warn_deprecated_on_mutable_data_ptr");
+    if (!refs.make_subclass || !refs.set_throw_on_data_ptr || !refs.set_warn_on_data_ptr) return nullptr;
+    refs.subclass_kwnames = Ref::steal(Py_BuildValue("(ss)", "dispatch_device", "device_for_backend_keys"));
+    refs.empty_kwnames = Ref::steal(Py_BuildValue("(ss)", "dtype", "device"));
+    if (!refs.subclass_kwnames || !refs.empty_kwnames) return nullptr;
     refs.memo_methods = Ref::steal(PySet_New(nullptr));
     if (!refs.memo_methods) return nullptr;
     for (const char* name : kMemoMethods)
@@ -210,6 +231,9 @@ bool GraphBuilder::begin() {
     mode_ = Ref::steal(PyObject_CallNoArgs(t->fake_mode_cls.get()));
   }
   if (!mode_) return false;
+  Ref allow = Ref::steal(PyObject_GetAttrString(mode_.get(), "_allow_unsafe_data_ptr_access"));
+  if (!allow) return false;
+  allow_data_ptr_ = PyObject_IsTrue(allow.get()) == 1;
   Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__enter__", nullptr));
   if (!r) return false;
   entered_ = true;
@@ -230,10 +254,102 @@ void GraphBuilder::finish() {
 int GraphBuilder::addInput(PyObject* real, const std::string& name) {
   Node n{NodeOp::Placeholder};
   n.name = name;
-  n.fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  n.fake = inputFake(real);
   if (!n.fake) return -1;
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
+}
+
+// FakeTensorMode.from_tensor(real), or the same made directly (the input shortcut; see the
+// header). from_tensor converts each real tensor once and returns that fake for it again;
+// the shortcut keeps the same identity for what it makes.
+Ref GraphBuilder::inputFake(PyObject* real) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  auto seen = input_fakes_.find(real);
+  if (seen != input_fakes_.end()) return seen->second.second.copy();
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(real));
+  uint64_t keys = 0;
+  Ref kind;
+  const void* storage = torchimpl::storageId(real);
+  if (!shape_env_ && (type == t->tensor_cls.get() || type == t->parameter_cls.get()) && storage &&
+      !input_storages_.count(storage) && torchimpl::plainLeaf(real, &keys)) {
+    Ref dtype = Ref::steal(PyObject_GetAttrString(real, "dtype"));
+    Ref device = Ref::steal(PyObject_GetAttrString(real, "device"));
+    Ref rg = Ref::steal(PyObject_GetAttrString(real, "requires_grad"));
+    Ref key_set = Ref::steal(PyLong_FromUnsignedLongLong(keys));
+    if (!dtype || !device || !rg || !key_set) return Ref();
+    kind = Ref::steal(PyTuple_Pack(5, type, dtype.get(), device.get(), rg.get(), key_set.get()));
+    if (!kind) return Ref();
+    if (!input_templates_) {
+      input_templates_ = Ref::steal(PyDict_New());
+      if (!input_templates_) return Ref();
+    }
+    PyObject* dict = PyDict_GetItemWithError(input_templates_.get(), kind.get());
+    if (dict) {
+      FakeSpec spec;
+      spec.shape = Ref::steal(PyObject_GetAttrString(real, "shape"));
+      spec.stride = Ref::steal(PyObject_CallMethod(real, "stride", nullptr));
+      spec.dtype = std::move(dtype);
+      spec.device = std::move(device);
+      spec.dict = Ref::borrow(dict);
+      if (!spec.shape || !spec.stride) return Ref();
+      Ref fake = makeFake(spec, {}, /*input=*/true, rg.get() == Py_True);
+      if (!fake) return Ref();
+      input_fakes_.emplace(real, std::make_pair(Ref::borrow(real), fake.copy()));
+      input_storages_.emplace(storage, real);
+      return fake;
+    }
+    if (PyErr_Occurred()) return Ref();
+  }
+  // from_tensor. The storages it reaches: a fake the shortcut made for one of them must be
+  // in the converter's memos first, so that it aliases it as it would have.
+  std::vector<const void*> related;
+  torchimpl::relatedStorages(real, &related);
+  for (const void* s : related) {
+    auto it = input_storages_.find(s);
+    if (it != input_storages_.end() && it->second) {
+      if (!registerWithConverter(it->second)) return Ref();
+      it->second = nullptr;
+    }
+  }
+  Ref fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  if (!fake) return Ref();
+  for (const void* s : related) input_storages_.emplace(s, nullptr);
+  if (!kind) return fake;
+  // The first of its kind: remember its attributes if the shortcut makes the same thing
+  // (a FakeTensor leaf of this mode in the same plain form; its requires_grad is the real one's).
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake.get())) != t->fake_tensor_cls.get() ||
+      !torchimpl::plainFakeLeaf(fake.get()))
+    return fake;
+  Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
+  if (!dict) return Ref();
+  if (templateDictOk(dict.get(), /*allow_param=*/true)) {
+    Ref copy = Ref::steal(PyDict_Copy(dict.get()));
+    if (!copy || PyDict_SetItem(input_templates_.get(), kind.get(), copy.get()) < 0) return Ref();
+  }
+  return fake;
+}
+
+// What FakeTensorConverter.from_real_tensor records for a plain leaf it converts: the fake
+// in its tensor memo, the fake's storage in the MetaConverter's storage memo (both keyed by
+// the describer's ids of the real tensor and storage).
+bool GraphBuilder::registerWithConverter(PyObject* real) {
+  auto it = input_fakes_.find(real);
+  if (it == input_fakes_.end()) return true;
+  PyObject* fake = it->second.second.get();
+  Ref converter = Ref::steal(PyObject_GetAttrString(mode_.get(), "fake_tensor_converter"));
+  if (!converter) return false;
+  Ref r = Ref::steal(PyObject_CallMethod(converter.get(), "set_tensor_memo", "OO", real, fake));
+  if (!r) return false;
+  Ref meta = Ref::steal(PyObject_GetAttrString(converter.get(), "meta_converter"));
+  Ref describer = meta ? Ref::steal(PyObject_GetAttrString(meta.get(), "describer")) : Ref();
+  Ref real_storage = Ref::steal(PyObject_CallMethod(real, "untyped_storage", nullptr));
+  Ref fake_storage = Ref::steal(PyObject_CallMethod(fake, "untyped_storage", nullptr));
+  if (!describer || !real_storage || !fake_storage) return false;
+  Ref sid = Ref::steal(PyObject_CallMethod(describer.get(), "get_storage_id", "O", real_storage.get()));
+  Ref memo = sid ? Ref::steal(PyObject_GetAttrString(meta.get(), "storage_memo")) : Ref();
+  return memo && PyObject_SetItem(memo.get(), sid.get(), fake_storage.get()) == 0;
 }
 
 Ref GraphBuilder::materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes) {
@@ -279,14 +395,17 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // The memo first: an identical op on identically shaped inputs makes its result directly.
   Ref key = memoKey(op, target, n.args, n.kwargs);
   if (key) {
-    PyObject* entry = PyDict_GetItemWithError(memo_.get(), key.get());
-    if (entry) {
-      n.fake = memoMake(entry);
-      if (!n.fake) PyErr_Clear();  // fall back to running it
-      else {
-        // The new node's own signature is known: (dtype, device, shape, stride, False).
-        n.sig = Ref::steal(PyTuple_Pack(5, PyTuple_GET_ITEM(entry, 2), PyTuple_GET_ITEM(entry, 3),
-                                        PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1), Py_False));
+    PyObject* index = PyDict_GetItemWithError(memo_.get(), key.get());
+    if (index) {
+      const MemoEntry& entry = memo_entries_[PyLong_AsSize_t(index)];
+      n.fake = memoMake(entry, n);
+      if (!n.fake) {
+        PyErr_Clear();  // fall back to running it
+      } else if (!entry.tuple) {
+        // The new node's own signature is known (see nodeSig).
+        const FakeSpec& spec = entry.outputs[0];
+        n.sig = Ref::steal(PyTuple_Pack(5, spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get(),
+                                        spec.requires_grad ? Py_True : Py_False));
         if (!n.sig) PyErr_Clear();
       }
     } else if (PyErr_Occurred()) {
@@ -324,7 +443,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
     }
-    if (n.fake && key) memoStore(key.get(), n.fake.get(), n.args);
+    if (n.fake && key) memoStore(key.get(), n.fake.get(), n);
   }
   if (!n.fake) return -1;
   if (shape_env_) {
@@ -478,7 +597,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
 Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
                           const std::vector<std::pair<Ref, Arg>>& kwargs) {
   const TorchRefs* t = torchRefs();
-  if (!t || !mode_) {
+  if (!t || !mode_ || shape_env_) {
     PyErr_Clear();
     return Ref();
   }
@@ -496,10 +615,10 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
       return Ref();
     }
   }
-  Ref grad = Ref::steal(PyObject_CallNoArgs(t->is_grad_enabled.get()));
+  Ref grad = Ref::borrow(torchimpl::gradEnabled() ? Py_True : Py_False);
   Ref parts = Ref::steal(PyList_New(0));
   Ref opn = Ref::steal(PyLong_FromLong(static_cast<long>(op)));
-  if (!grad || !parts || !opn || PyList_Append(parts.get(), opn.get()) < 0 ||
+  if (!parts || !opn || PyList_Append(parts.get(), opn.get()) < 0 ||
       PyList_Append(parts.get(), target) < 0 || PyList_Append(parts.get(), grad.get()) < 0) {
     PyErr_Clear();
     return Ref();
@@ -523,68 +642,157 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
   return key;
 }
 
-void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const std::vector<Arg>& args) {
-  const TorchRefs* t = torchRefs();
-  if (!t || reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get()) {
-    PyErr_Clear();
-    return;
-  }
-  // Only a fresh tensor: never one of the inputs, at offset 0, not requiring grad (so that a
-  // made-up leaf is exactly what the op gives), holding no propagated constant.
-  for (const Arg& a : args)
-    if (a.kind == Arg::Kind::Node && nodes_[a.node].fake.get() == fake) return;
-  Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
-  Ref constant = Ref::steal(PyObject_GetAttrString(fake, "constant"));
-  Ref offset = Ref::steal(PyObject_CallMethod(fake, "storage_offset", nullptr));
-  Ref conj = Ref::steal(PyObject_CallMethod(fake, "is_conj", nullptr));
-  Ref neg = Ref::steal(PyObject_CallMethod(fake, "is_neg", nullptr));
-  Ref layout = Ref::steal(PyObject_GetAttrString(fake, "layout"));
-  Ref strided = attrOf("torch", "strided");
-  if (!rg || !constant || !offset || !conj || !neg || !layout || !strided || rg.get() != Py_False ||
-      constant.get() != Py_None || PyLong_AsLong(offset.get()) != 0 || conj.get() != Py_False ||
-      neg.get() != Py_False || layout.get() != strided.get()) {
-    PyErr_Clear();
-    return;
-  }
-  Ref shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
-  Ref stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
-  Ref dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
-  Ref device = Ref::steal(PyObject_GetAttrString(fake, "device"));
-  if (!shape || !stride || !dtype || !device) {
-    PyErr_Clear();
-    return;
-  }
-  Ref entry = Ref::steal(PyTuple_Pack(4, shape.get(), stride.get(), dtype.get(), device.get()));
-  if (!entry || PyDict_SetItem(memo_.get(), key, entry.get()) < 0) PyErr_Clear();
-}
-
-Ref GraphBuilder::memoMake(PyObject* entry) {
-  const TorchRefs* t = torchRefs();
-  if (!t) return Ref();
-  // As FakeTensorMode's own cache does: an empty meta tensor with the metadata, wrapped in
-  // a FakeTensor of this mode; made with the mode's dispatch off (it is entered for the trace).
-  Ref guard = Ref::steal(PyObject_CallNoArgs(t->disable_dispatch.get()));
-  if (!guard) return Ref();
-  Ref entered = Ref::steal(PyObject_CallMethod(guard.get(), "__enter__", nullptr));
-  if (!entered) return Ref();
-  Ref result;
-  {
-    Ref kw = Ref::steal(PyDict_New());
-    Ref pos = Ref::steal(PyTuple_Pack(2, PyTuple_GET_ITEM(entry, 0), PyTuple_GET_ITEM(entry, 1)));
-    if (kw && pos && PyDict_SetItemString(kw.get(), "dtype", PyTuple_GET_ITEM(entry, 2)) == 0 &&
-        PyDict_SetItemString(kw.get(), "device", t->meta_device.get()) == 0) {
-      Ref empty = Ref::steal(PyObject_Call(t->empty_strided.get(), pos.get(), kw.get()));
-      if (empty)
-        result = Ref::steal(PyObject_CallFunctionObjArgs(t->fake_tensor_cls.get(), mode_.get(), empty.get(),
-                                                         PyTuple_GET_ITEM(entry, 3), nullptr));
+bool GraphBuilder::templateDictOk(PyObject* dict, bool allow_param) const {
+  // The attributes FakeTensor.__new__ sets: this mode, the fake device, and Nones (no
+  // propagated constant, no real tensor, empty memos); an input may be a parameter.
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k)) return false;
+    if (PyUnicode_CompareWithASCIIString(k, "fake_mode") == 0) {
+      if (v != mode_.get()) return false;
+    } else if (PyUnicode_CompareWithASCIIString(k, "_fake_device") == 0) {
+      continue;
+    } else if (allow_param && PyUnicode_CompareWithASCIIString(k, "_is_param") == 0) {
+      if (v != Py_True) return false;
+    } else if (v != Py_None) {
+      return false;
     }
   }
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  Ref exited = Ref::steal(PyObject_CallMethod(guard.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
-  if (!exited) PyErr_Clear();
-  PyErr_Restore(type, value, tb);
-  return result;
+  return true;
+}
+
+// The spec of a fresh fake result `fake` (see torchimpl::freshResult); false (no error) if
+// it is not one.
+bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return false;
+  if (fake == Py_None) {
+    spec->none = true;
+    return true;
+  }
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get()) return false;
+  Ref view;  // the result itself when it is a view of its base `fake`
+  if (torchimpl::isView(fake)) {
+    if (!torchimpl::plainView(fake)) return false;
+    view = Ref::borrow(fake);
+    Ref base = Ref::steal(PyObject_GetAttrString(fake, "_base"));
+    if (!base || reinterpret_cast<PyObject*>(Py_TYPE(base.get())) != t->fake_tensor_cls.get()) return false;
+    fake = base.get();  // kept alive by `view`
+    spec->view = true;
+    spec->view_size = Ref::steal(PyObject_GetAttrString(view.get(), "shape"));
+    spec->view_stride = Ref::steal(PyObject_CallMethod(view.get(), "stride", nullptr));
+    spec->view_offset = Ref::steal(PyObject_CallMethod(view.get(), "storage_offset", nullptr));
+    Ref vrg = Ref::steal(PyObject_GetAttrString(view.get(), "requires_grad"));
+    Ref brg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+    if (!spec->view_size || !spec->view_stride || !spec->view_offset || !vrg || !brg || vrg.get() != brg.get())
+      return false;
+  }
+  if (!torchimpl::freshResult(fake)) return false;
+  Ref dict = Ref::steal(PyObject_GenericGetDict(fake, nullptr));
+  if (!dict || !templateDictOk(dict.get(), /*allow_param=*/false)) return false;
+  spec->dict = Ref::steal(PyDict_Copy(dict.get()));
+  spec->shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+  spec->stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
+  spec->dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+  spec->device = Ref::steal(PyObject_GetAttrString(fake, "device"));
+  Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+  if (!spec->dict || !spec->shape || !spec->stride || !spec->dtype || !spec->device || !rg) return false;
+  spec->requires_grad = rg.get() == Py_True;
+  return true;
+}
+
+void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n) {
+  // Only fresh tensors: none shares storage with an input or with another output.
+  std::vector<PyObject*> inputs;
+  for (const Arg& a : n.args) tensorInputs(a, &inputs);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
+  std::vector<const void*> storages;
+  for (PyObject* i : inputs) storages.push_back(torchimpl::storageId(i));
+  MemoEntry entry;
+  entry.tuple = PyTuple_CheckExact(fake);
+  Py_ssize_t count = entry.tuple ? PyTuple_GET_SIZE(fake) : 1;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* o = entry.tuple ? PyTuple_GET_ITEM(fake, i) : fake;
+    FakeSpec spec;
+    if (!specOf(o, &spec)) {
+      PyErr_Clear();
+      return;
+    }
+    if (!spec.none) {
+      const void* storage = torchimpl::storageId(o);
+      for (const void* s : storages)
+        if (s == storage) return;
+      storages.push_back(storage);
+    }
+    entry.outputs.push_back(std::move(spec));
+  }
+  Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
+  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
+    PyErr_Clear();
+    return;
+  }
+  memo_entries_.push_back(std::move(entry));
+}
+
+void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const {
+  if (a.kind == Arg::Kind::Node) {
+    PyObject* f = nodes_[a.node].fake.get();
+    if (f && isTensor(f)) out->push_back(f);
+  }
+  for (const Arg& i : a.items) tensorInputs(i, out);
+}
+
+Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool input,
+                           bool input_requires_grad) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  // What FakeTensor.__new__ does, without its Python: an empty meta tensor with the
+  // metadata, made a FakeTensor by Tensor._make_subclass, with the attributes of the op's
+  // own result. All with the mode's dispatch off (it is entered for the trace).
+  Ref fake;
+  {
+    std::optional<torchimpl::NoInferenceMode> not_inference;
+    if (input) not_inference.emplace();
+    torchimpl::NoPythonDispatch no_dispatch;
+    PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
+    Ref elem = Ref::steal(PyObject_Vectorcall(t->empty_strided.get(), eargs, 2, t->empty_kwnames.get()));
+    if (!elem) return Ref();
+    PyObject* sargs[] = {t->fake_tensor_cls.get(), elem.get(), input_requires_grad ? Py_True : Py_False, Py_True,
+                         spec.device.get()};
+    fake = Ref::steal(PyObject_Vectorcall(t->make_subclass.get(), sargs, 3, t->subclass_kwnames.get()));
+    if (!fake) return Ref();
+    Ref flag = Ref::steal(PyObject_CallOneArg(
+        (allow_data_ptr_ ? t->set_warn_on_data_ptr : t->set_throw_on_data_ptr).get(), fake.get()));
+    if (!flag) return Ref();
+    Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
+    if (!dict || PyDict_Update(dict.get(), spec.dict.get()) < 0) return Ref();
+    if (spec.requires_grad &&
+        !torchimpl::attachErrorGradFn(fake.get(), grad_inputs.data(), grad_inputs.size(),
+                                      "cdynamo: differentiating through a fake tensor made by the graph builder's "
+                                      "output-metadata memo"))
+      return Ref();
+  }
+  if (!spec.view) return fake;
+  // The view, made by the fake mode itself (one dispatch instead of the op's many): a
+  // FakeTensor sharing the base's storage, an autograd view of it.
+  PyObject* vargs[] = {fake.get(), spec.view_size.get(), spec.view_stride.get(), spec.view_offset.get()};
+  return Ref::steal(PyObject_VectorcallMethod(intern("as_strided"), vargs, 4, nullptr));
+}
+
+Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
+  std::vector<PyObject*> inputs;
+  for (const Arg& a : n.args) tensorInputs(a, &inputs);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
+  if (!entry.tuple) return makeFake(entry.outputs[0], inputs);
+  Ref tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(entry.outputs.size())));
+  if (!tuple) return Ref();
+  for (size_t i = 0; i < entry.outputs.size(); ++i) {
+    Ref item = entry.outputs[i].none ? Ref::borrow(Py_None) : makeFake(entry.outputs[i], inputs);
+    if (!item) return Ref();
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), item.release());
+  }
+  return tuple;
 }
 
 int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
@@ -594,6 +802,7 @@ int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
   n.impure = true;
   // An effect changes global state that fake results depend on (grad mode, autocast).
   if (memo_) PyDict_Clear(memo_.get());
+  memo_entries_.clear();
   Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
   if (!fargs) return -1;
   for (size_t i = 0; i < n.args.size(); ++i) {
@@ -628,6 +837,187 @@ Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example
   return result;
 }
 
+namespace {
+
+// Adds nodes to a fresh torch.fx.Graph as Graph.create_node does, with its Python steps done
+// here: the same node names (Graph._target_to_str of the target, made unique by the
+// graph's _Namespace, whose state is kept the same), the same Node objects, inserted at the
+// end, registered in the find_nodes table, counted. What create_node does besides is for
+// cases that never arise here (an owning module with create-node hooks: the graph has no
+// owner yet) or is only a warning (raw SymInt/SymFloat/SymBool arguments: such a node goes
+// through create_node itself). Falls back to create_node altogether when the Graph
+// does not have the internals this relies on (another torch version).
+class FxNodeMaker {
+ public:
+  bool init(PyObject* graph) {
+    graph_ = graph;
+    create_node_ = Ref::steal(PyObject_GetAttrString(graph, "create_node"));
+    if (!create_node_) return false;
+    Ref fx = Ref::steal(PyImport_ImportModule("torch.fx.graph"));
+    if (!fx) return false;
+    node_cls_ = Ref::steal(PyObject_GetAttrString(fx.get(), "Node"));
+    if (!node_cls_) return false;
+    immutable_dict_ = attrOf("torch.fx.immutable_collections", "immutable_dict");
+    if (!immutable_dict_) return false;
+    namespace_ = Ref::steal(PyObject_GetAttrString(graph, "_graph_namespace"));
+    Ref table = namespace_ ? Ref::steal(PyObject_GetAttrString(graph, "_find_nodes_lookup_table")) : Ref();
+    if (namespace_) {
+      used_ = Ref::steal(PyObject_GetAttrString(namespace_.get(), "_used_names"));
+      base_count_ = Ref::steal(PyObject_GetAttrString(namespace_.get(), "_base_count"));
+      obj_to_name_ = Ref::steal(PyObject_GetAttrString(namespace_.get(), "_obj_to_name"));
+    }
+    insert_ = Ref::steal(PyObject_GetAttrString(graph, "_insert"));
+    table_insert_ = table ? Ref::steal(PyObject_GetAttrString(table.get(), "insert")) : Ref();
+    target_to_str_ = Ref::steal(PyObject_GetAttrString(graph, "_target_to_str"));
+    illegal_ = Ref::steal(PyObject_GetAttrString(fx.get(), "_illegal_names"));
+    Ref len = Ref::steal(PyObject_GetAttrString(graph, "_len"));
+    fast_ = used_ && PySet_CheckExact(used_.get()) && base_count_ && PyDict_CheckExact(base_count_.get()) &&
+            obj_to_name_ && PyDict_CheckExact(obj_to_name_.get()) && insert_ && table_insert_ && target_to_str_ &&
+            illegal_ && PyDict_Check(illegal_.get()) && len && PyLong_CheckExact(len.get()) &&
+            PyLong_AsLong(len.get()) == 0;
+    PyErr_Clear();  // a missing internal: the slow path
+    return true;
+  }
+
+  // A node like graph.create_node(op, target, args, kwargs); new reference or null.
+  Ref make(const char* op, PyObject* target, PyObject* args, PyObject* kwargs, bool plain_args) {
+    if (!fast_ || !plain_args) {
+      Ref op_str = Ref::steal(PyUnicode_FromString(op));
+      if (!op_str) return Ref();
+      PyObject* argv[] = {op_str.get(), target, args, kwargs};
+      return Ref::steal(PyObject_Vectorcall(create_node_.get(), argv, 4, nullptr));
+    }
+    // create_node: `if not kwargs: kwargs = immutable_dict()` (args here are always a tuple).
+    Ref empty_kwargs;
+    if (PyDict_GET_SIZE(kwargs) == 0) {
+      empty_kwargs = Ref::steal(PyObject_CallNoArgs(immutable_dict_.get()));
+      if (!empty_kwargs) return Ref();
+      kwargs = empty_kwargs.get();
+    }
+    Ref candidate = candidateFor(target);
+    if (!candidate) return Ref();
+    Ref name = uniqueName(candidate.get());
+    if (!name) return Ref();
+    Ref op_str = Ref::borrow(intern(op));
+    PyObject* argv[] = {graph_, name.get(), op_str.get(), target, args, kwargs};
+    Ref node = Ref::steal(PyObject_Vectorcall(node_cls_.get(), argv, 6, nullptr));
+    if (!node) return Ref();
+    // _Namespace.associate_name_with_obj, Graph._insert, _FindNodesLookupTable.insert.
+    PyObject* existing = PyDict_SetDefault(obj_to_name_.get(), node.get(), name.get());
+    if (!existing) return Ref();
+    if (existing != name.get()) {
+      PyErr_SetString(PyExc_AssertionError, "obj is already associated");
+      return Ref();
+    }
+    Ref r = Ref::steal(PyObject_CallOneArg(insert_.get(), node.get()));
+    if (!r) return Ref();
+    r = Ref::steal(PyObject_CallOneArg(table_insert_.get(), node.get()));
+    if (!r) return Ref();
+    ++made_;
+    return node;
+  }
+
+  // Graph._len += the nodes made here.
+  bool finish() {
+    if (!made_) return true;
+    Ref len = Ref::steal(PyObject_GetAttrString(graph_, "_len"));
+    if (!len) return false;
+    Ref n = Ref::steal(PyLong_FromSsize_t(PyLong_AsSsize_t(len.get()) + made_));
+    return n && PyObject_SetAttrString(graph_, "_len", n.get()) == 0;
+  }
+
+ private:
+  // Graph._target_to_str(target), once per target.
+  Ref candidateFor(PyObject* target) {
+    auto it = candidates_.find(target);
+    if (it != candidates_.end()) return it->second.second.copy();
+    Ref c = Ref::steal(PyObject_CallOneArg(target_to_str_.get(), target));
+    if (!c) return Ref();
+    candidates_.emplace(target, std::make_pair(Ref::borrow(target), c.copy()));
+    return c;
+  }
+
+  // _Namespace.create_name(candidate, None) on the namespace's own state.
+  Ref uniqueName(PyObject* candidate) {
+    Py_ssize_t len = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(candidate, &len);
+    if (!s) return Ref();
+    // _name_regex: ^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$ ; a candidate it does not match is
+    // sanitized by create_name itself.
+    bool ok = len > 0 && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_');
+    for (Py_ssize_t i = 0; ok && i < len; ++i)
+      ok = std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_';
+    if (!ok || !PyUnicode_IS_ASCII(candidate)) {
+      Ref create = Ref::steal(PyObject_GetAttrString(namespace_.get(), "create_name"));
+      return create ? Ref::steal(PyObject_CallFunctionObjArgs(create.get(), candidate, Py_None, nullptr)) : Ref();
+    }
+    // The lazy base with an optional "_<digits>" suffix: the suffix starts at the last '_'
+    // when every character after it is a digit (at least one) and the base is not empty.
+    Py_ssize_t split = -1;
+    for (Py_ssize_t i = len - 1; i > 0; --i) {
+      if (s[i] == '_') {
+        if (i < len - 1) split = i;
+        break;
+      }
+      if (!std::isdigit(static_cast<unsigned char>(s[i]))) break;
+    }
+    Ref base = split < 0 ? Ref::borrow(candidate) : Ref::steal(PyUnicode_FromStringAndSize(s, split));
+    if (!base) return Ref();
+    Ref name = Ref::borrow(candidate);
+    long long num = 0;
+    int in_use = PySet_Contains(used_.get(), candidate);
+    if (in_use < 0) return Ref();
+    if (split < 0 || in_use) {
+      PyObject* count = PyDict_GetItemWithError(base_count_.get(), base.get());
+      if (!count && PyErr_Occurred()) return Ref();
+      num = count ? PyLong_AsLongLong(count) : 0;
+      if (num == -1 && PyErr_Occurred()) return Ref();
+      PyObject* illegal = PyDict_GetItemWithError(illegal_.get(), candidate);
+      if (!illegal && PyErr_Occurred()) return Ref();
+      if (illegal && illegal != Py_None) {
+        ++num;
+        name = Ref::steal(PyUnicode_FromFormat("%U_%lld", base.get(), num));
+        if (!name) return Ref();
+      }
+    } else {
+      Ref digits = Ref::steal(PyUnicode_FromStringAndSize(s + split + 1, len - split - 1));
+      Ref value = digits ? Ref::steal(PyLong_FromUnicodeObject(digits.get(), 10)) : Ref();
+      if (!value) return Ref();
+      num = PyLong_AsLongLong(value.get());
+      if (num == -1 && PyErr_Occurred()) return Ref();  // beyond 64 bits: not made here
+    }
+    for (;;) {
+      int used = PySet_Contains(used_.get(), name.get());
+      if (used < 0) return Ref();
+      if (!used) break;
+      ++num;
+      name = Ref::steal(PyUnicode_FromFormat("%U_%lld", base.get(), num));
+      if (!name) return Ref();
+    }
+    Ref count = Ref::steal(PyLong_FromLongLong(num));
+    if (!count || PySet_Add(used_.get(), name.get()) < 0 || PyDict_SetItem(base_count_.get(), base.get(), count.get()) < 0)
+      return Ref();
+    return name;
+  }
+
+  PyObject* graph_ = nullptr;
+  bool fast_ = false;
+  Py_ssize_t made_ = 0;
+  Ref create_node_, node_cls_, immutable_dict_, namespace_, used_, base_count_, obj_to_name_, insert_, table_insert_, target_to_str_,
+      illegal_;
+  std::unordered_map<PyObject*, std::pair<Ref, Ref>> candidates_;  // target -> (target, candidate name)
+};
+
+// Whether an argument tree holds no raw symbolic number (create_node warns about those).
+bool plainArg(const Arg& a, const TorchRefs* t) {
+  if (a.kind == Arg::Kind::Const && a.constant && isSymScalar(a.constant.get(), t)) return false;
+  for (const Arg& i : a.items)
+    if (!plainArg(i, t)) return false;
+  return true;
+}
+
+}  // namespace
+
 Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<int>* inputs_used,
                                    int* op_count) {
   const TorchRefs* t = torchRefs();
@@ -653,11 +1043,10 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
 
   Ref graph = Ref::steal(PyObject_CallNoArgs(t->fx_graph_cls.get()));
   if (!graph) return Ref();
-  // Bound methods looked up once per graph, called without format strings.
-  Ref placeholder = Ref::steal(PyObject_GetAttrString(graph.get(), "placeholder"));
-  Ref call_function = Ref::steal(PyObject_GetAttrString(graph.get(), "call_function"));
-  Ref call_method = Ref::steal(PyObject_GetAttrString(graph.get(), "call_method"));
-  if (!placeholder || !call_function || !call_method) return Ref();
+  FxNodeMaker maker;
+  if (!maker.init(graph.get())) return Ref();
+  Ref no_args = Ref::steal(PyTuple_New(0));
+  if (!no_args) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
   PyObject* meta_key = intern("meta");
   PyObject* example_key = intern("example_value");
@@ -672,28 +1061,31 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     if ((n.op == NodeOp::Placeholder) != (pass == 0)) continue;
     Ref fxn;
     if (n.op == NodeOp::Placeholder) {
+      // graph.placeholder(name): create_node("placeholder", name, args=(), kwargs={}).
       Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
-      if (!name) return Ref();
-      PyObject* argv[] = {name.get()};
-      fxn = Ref::steal(PyObject_Vectorcall(placeholder.get(), argv, 1, nullptr));
+      Ref kw = Ref::steal(PyDict_New());
+      if (!name || !kw) return Ref();
+      fxn = maker.make("placeholder", name.get(), no_args.get(), kw.get(), true);
       inputs_used->push_back(i);
     } else {
       Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
       if (!fargs) return Ref();
+      bool plain = true;
       for (size_t k = 0; k < n.args.size(); ++k) {
         Ref v = materialize(n.args[k], true, &fx_nodes);
         if (!v) return Ref();
         PyTuple_SET_ITEM(fargs.get(), k, v.release());
+        plain = plain && plainArg(n.args[k], t);
       }
       Ref fkwargs = Ref::steal(PyDict_New());
       if (!fkwargs) return Ref();
       for (const auto& [k, v] : n.kwargs) {
         Ref val = materialize(v, true, &fx_nodes);
         if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
+        plain = plain && plainArg(v, t);
       }
-      PyObject* argv[] = {n.target.get(), fargs.get(), fkwargs.get()};
-      fxn = Ref::steal(PyObject_Vectorcall(
-          (n.op == NodeOp::CallMethod ? call_method : call_function).get(), argv, 3, nullptr));
+      fxn = maker.make(n.op == NodeOp::CallMethod ? "call_method" : "call_function", n.target.get(), fargs.get(),
+                       fkwargs.get(), plain);
       ++*op_count;
     }
     if (!fxn) return Ref();
@@ -703,6 +1095,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       return Ref();
     fx_nodes[i] = std::move(fxn);
   }
+  if (!maker.finish()) return Ref();
   Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
   if (!outs) return Ref();
   for (size_t k = 0; k < outputs.size(); ++k)

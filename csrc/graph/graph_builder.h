@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -119,22 +120,64 @@ class GraphBuilder {
 
   // Output-metadata memo (the fake-propagation shortcut of DESIGN.md): for a known-functional
   // op whose tensor inputs carry the same metadata (dtype, device, sizes, strides,
-  // requires_grad) and whose constants are equal, a fresh FakeTensor with the remembered
-  // output metadata is made directly instead of dispatching through FakeTensorMode again.
-  // Only results that are one new tensor not requiring grad are remembered (so the
-  // fake result is a leaf either way). Cleared by every effect (grad mode, autocast).
+  // requires_grad) and whose constants are equal, the result is made directly from the
+  // remembered output metadata instead of dispatching through FakeTensorMode again.
+  // Remembered results: one fresh tensor, or a tuple of fresh tensors and Nones (see
+  // torchimpl::freshResult); a fresh tensor may also be a view of a base that only it
+  // reaches (made again as such a view). A result that requires grad is made with the history of an op
+  // on the same inputs (an autograd Error node: requires_grad, not a leaf, as the op's own
+  // result). Cleared by every effect (grad mode, autocast). Off when the mode has a ShapeEnv.
+  struct FakeSpec {
+    bool none = false;       // a None in a tuple result
+    Ref shape, stride, dtype, device;
+    Ref dict;                // the FakeTensor attributes (__dict__) of the op's own result
+    bool requires_grad = false;
+    // A view of a fresh base that the op made and did not return (e.g. `t.view(...)` of an
+    // intermediate): the fields above describe the base, the result is base.as_strided(...).
+    bool view = false;
+    Ref view_size, view_stride, view_offset;
+  };
+  struct MemoEntry {
+    bool tuple = false;
+    std::vector<FakeSpec> outputs;
+  };
   Ref memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
               const std::vector<std::pair<Ref, Arg>>& kwargs);
   bool argSig(const Arg& a, PyObject* out_list);
   PyObject* nodeSig(int id);
-  Ref memoMake(PyObject* entry);
-  void memoStore(PyObject* key, PyObject* fake, const std::vector<Arg>& args);
+  Ref memoMake(const MemoEntry& entry, const Node& n);
+  void memoStore(PyObject* key, PyObject* fake, const Node& n);
+  bool specOf(PyObject* fake, FakeSpec* spec);
+  // A FakeTensor per `spec`: an op's result (with the history of an op on `grad_inputs` if
+  // spec.requires_grad), or with `input`, the fake of a graph input: a leaf, requiring
+  // grad per `input_requires_grad`, never an inference tensor.
+  Ref makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool input = false,
+               bool input_requires_grad = false);
+  bool templateDictOk(PyObject* dict, bool allow_param) const;
+  Ref inputFake(PyObject* real);
+  void tensorInputs(const Arg& a, std::vector<PyObject*>* out) const;
+
+  // Input shortcut: a real tensor that is a plain leaf (torchimpl::plainLeaf) whose storage
+  // no other graph input reaches gets a FakeTensor made directly, once
+  // FakeTensorMode.from_tensor has converted one of the same kind (type, dtype, device,
+  // requires_grad, dispatch keys) to that form in this trace. The converter does not know
+  // the fakes made so; one is registered in its memos (registerWithConverter) before a
+  // later conversion could reach the same storage, so aliasing between inputs comes out as
+  // from_tensor alone makes it.
+  Ref input_templates_;  // dict: kind -> FakeTensor __dict__ of the converted one
+  std::unordered_map<PyObject*, std::pair<Ref, Ref>> input_fakes_;  // real -> (real, fake) made by the shortcut
+  // Storages of the graph inputs so far: -> the real tensor whose shortcut fake owns it
+  // and is not registered with the converter yet, or null (the converter knows it).
+  std::unordered_map<const void*, PyObject*> input_storages_;
+  bool registerWithConverter(PyObject* real);
+  bool allow_data_ptr_ = false;  // the mode's _allow_unsafe_data_ptr_access
 
   Ref mode_;
   Ref shape_env_;                      // set when capturing scalar outputs
   Py_ssize_t runtime_asserts_ = 0;     // the ShapeEnv's deferred asserts seen so far
   bool capture_scalars_ = false;
-  Ref memo_;  // dict: memo key -> (shape, stride, dtype, device)
+  Ref memo_;  // dict: memo key -> index in memo_entries_
+  std::vector<MemoEntry> memo_entries_;
   bool entered_ = false;
   std::vector<Node> nodes_;
 };

@@ -1,0 +1,190 @@
+"""The graph builder's shortcuts (csrc/graph/graph_builder.cpp) give what the slow paths give.
+
+Fake results of repeated ops come from the output-metadata memo, fakes of graph inputs from
+the input shortcut, FX nodes from FxNodeMaker instead of Graph.create_node: the graphs a
+backend sees must be the same as without them (metadata, autograd flags, views, aliasing
+between inputs, FX bookkeeping).
+"""
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+
+def compile_once(fn, *args):
+    cnt = CompileCounter()
+    out = cdynamo.compile(fn, backend=cnt)(*args)
+    assert cnt.frame_count == 1
+    return out, cnt.graphs[0]
+
+
+def values(gm, op=None, target=None):
+    return [n.meta["example_value"] for n in gm.graph.nodes
+            if (op is None or n.op == op) and (target is None or n.target is target)]
+
+
+def meta(t):
+    return (tuple(t.shape), t.stride(), t.storage_offset(), t.dtype, t.device, t.requires_grad, t.is_leaf,
+            t.grad_fn is None, t._is_view(), t.is_inference(), isinstance(t, nn.Parameter))
+
+
+def test_repeated_op_on_parameters_has_the_first_ones_metadata_and_history():
+    lin = nn.Linear(4, 3)
+
+    def f(x):
+        return lin(x) + lin(x * 2) + lin(x * 3)
+
+    x = torch.randn(2, 4)
+    out, gm = compile_once(f, x)
+    torch.testing.assert_close(out, f(x))
+    linears = values(gm, target=torch._C._nn.linear)
+    assert len(linears) == 3
+    eager = lin(x)
+    for v in linears:
+        assert meta(v) == meta(eager)  # requires grad, not a leaf, a grad_fn, not a view
+    assert len({v.untyped_storage()._cdata for v in linears}) == 3
+
+
+def test_in_place_on_a_repeated_result_and_flags_read_in_the_trace():
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        y = lin(x)
+        z = lin(x)
+        z.add_(1)
+        z[0].zero_()
+        return y + z, z.requires_grad, z.is_leaf
+
+    x = torch.randn(2, 4, requires_grad=True)
+    out, _ = compile_once(f, x)
+    expected = f(x)
+    torch.testing.assert_close(out[0], expected[0])
+    assert out[1:] == expected[1:] == (True, False)
+    out[0].sum().backward()
+    grads = [p.grad.clone() for p in (x, lin.weight, lin.bias)]
+    for p in (x, lin.weight, lin.bias):
+        p.grad = None
+    expected[0].sum().backward()
+    for g, p in zip(grads, (x, lin.weight, lin.bias)):
+        torch.testing.assert_close(g, p.grad)
+
+
+def test_repeated_ops_under_no_grad_and_inference_mode():
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        with torch.no_grad():
+            a = lin(x)
+            b = lin(x)
+        with torch.inference_mode():
+            c = lin(x)
+            d = lin(x)
+        e = lin(x)
+        g = lin(x)
+        return a + b + e + g, c + d, b.requires_grad, g.requires_grad
+
+    x = torch.randn(2, 4)
+    out, gm = compile_once(f, x)
+    expected = f(x)
+    torch.testing.assert_close(out[0], expected[0])
+    torch.testing.assert_close(out[1], expected[1])
+    assert out[2:] == expected[2:] == (False, True)
+    a, b, c, d, e, g = values(gm, target=torch._C._nn.linear)
+    assert meta(a) == meta(b) and not a.requires_grad and not a.is_inference()
+    assert meta(c) == meta(d) and c.is_inference()
+    assert meta(e) == meta(g) and g.requires_grad
+
+
+def test_attention_output_stays_a_view_of_its_own_base():
+    mha = nn.MultiheadAttention(8, 2)
+
+    def f(x):
+        a, wa = mha(x, x, x, need_weights=True)
+        b, wb = mha(x, x, x, need_weights=True)
+        c, _ = mha(x, x, x, need_weights=False)
+        d, _ = mha(x, x, x, need_weights=False)
+        d.mul_(2)
+        return a + b + c + d, wa + wb
+
+    x = torch.randn(5, 2, 8)
+    out, gm = compile_once(f, x)
+    for o, e in zip(out, f(x)):
+        torch.testing.assert_close(o, e)
+    results = values(gm, target=F.multi_head_attention_forward)
+    assert len(results) == 4
+    for first, again in ((results[0], results[1]), (results[2], results[3])):
+        assert meta(first[0]) == meta(again[0]) and again[0]._is_view()
+        assert meta(first[0]._base) == meta(again[0]._base)
+        assert again[0].untyped_storage()._cdata != first[0].untyped_storage()._cdata
+    assert meta(results[0][1]) == meta(results[1][1])
+    assert results[2][1] is None and results[3][1] is None
+
+
+def _shares_storage(a, b):
+    return a.untyped_storage()._cdata == b.untyped_storage()._cdata
+
+
+def test_graph_inputs_alias_as_the_real_tensors_do():
+    p1 = nn.Parameter(torch.randn(4, 4))
+    p2 = nn.Parameter(torch.randn(4, 4))
+    q = nn.Parameter(torch.randn(4, 4))
+    q.grad = torch.randn(4, 4)
+    cases = [
+        (p1, p2, p2.detach()),  # a parameter of a known kind, then a tensor sharing its storage
+        (p1, p2, p2.t()),       # ... then a view of it
+        (p2.t(), p1, p2),       # the view first
+        (p1, q, q.grad),        # a parameter with a .grad, then the grad
+        (p1, q.grad, q),
+        (p1, p2, p2),           # the same tensor twice
+    ]
+    for args in cases:
+        cdynamo.reset()
+        out, gm = compile_once(lambda a, b, c: a + b * c, *args)
+        torch.testing.assert_close(out, args[0] + args[1] * args[2])
+        fakes = values(gm, op="placeholder")
+        assert len(fakes) == 3
+        for (ra, fa) in zip(args, fakes):
+            assert meta(fa) == meta(ra)
+            for (rb, fb) in zip(args, fakes):
+                assert _shares_storage(fa, fb) == _shares_storage(ra, rb)
+                assert (fa is fb) == (ra is rb)
+
+
+def test_parameter_first_read_under_inference_mode_is_not_an_inference_fake():
+    lin = nn.Linear(4, 4)
+    other = nn.Linear(4, 4)
+
+    def f(x):
+        y = other(x)
+        with torch.inference_mode():
+            z = lin(x)
+        return y, z
+
+    x = torch.randn(2, 4)
+    _, gm = compile_once(f, x)
+    for v in values(gm, op="placeholder"):
+        assert not v.is_inference()
+
+
+def test_fx_graph_bookkeeping_is_that_of_create_node():
+    def f(x):
+        for _ in range(3):
+            x = torch.sin(x + 1)
+        return x
+
+    x = torch.randn(3)
+    _, gm = compile_once(f, x)
+    g = gm.graph
+    nodes = list(g.nodes)
+    assert len(g.nodes) == len(nodes) == 1 + 6 + 1
+    assert [n.name for n in g.find_nodes(op="call_function", target=torch.sin)] == ["sin", "sin_1", "sin_2"]
+    assert gm.code == g.python_code("self").src
+    # A backend adding nodes gets fresh names from the same namespace.
+    with g.inserting_before(nodes[-1]):
+        extra = g.call_function(torch.sin, (nodes[-2],))
+    assert extra.name == "sin_3"
+    nodes[-1].args = ((extra,),)
+    gm.recompile()
+    torch.testing.assert_close(gm(x)[0], torch.sin(f(x)))
