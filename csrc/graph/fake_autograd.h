@@ -82,6 +82,8 @@ bool plainFakeLeaf(PyObject* o);
 // next edges are the inputs' gradient edges (what torch's DelayedError / MetaConverter give
 // a fake example input). `out` then requires grad and is not a leaf; differentiating
 // through it raises `message`.
-bool attachErrorGradFn(PyObject* out, PyObject* const* inputs, size_t n, const char* message);
+// `device` is the fake device of `out` ("cpu", "cuda:0"): read from the tensor it would
+// cost a dispatch into Python (FakeTensor has a Python-defined device).
+bool attachErrorGradFn(PyObject* out, const char* device, PyObject* const* inputs, size_t n, const char* message);
 
 }  // namespace cdynamo::graph::torchimpl

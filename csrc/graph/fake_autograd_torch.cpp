@@ -107,7 +107,7 @@ bool freshResult(PyObject* o) {
   }
 }
 
-bool attachErrorGradFn(PyObject* out, PyObject* const* inputs, size_t n, const char* message) {
+bool attachErrorGradFn(PyObject* out, const char* device, PyObject* const* inputs, size_t n, const char* message) {
   try {
     torch::autograd::edge_list edges;
     edges.reserve(n);
@@ -120,7 +120,17 @@ bool attachErrorGradFn(PyObject* out, PyObject* const* inputs, size_t n, const c
         edges.emplace_back();
     }
     auto node = c10::make_intrusive<torch::autograd::Error>(message, std::move(edges));
-    torch::autograd::set_history(var(out), node);
+    // set_history(out, node), with out's input metadata made from what is known here
+    // rather than from out.options(), whose device() would dispatch into Python.
+    const at::Tensor& o = var(out);
+    c10::TensorImpl* impl = o.unsafeGetTensorImpl();
+    TORCH_CHECK(torch::autograd::isDifferentiableType(c10::typeMetaToScalarType(impl->dtype())), "Autograd not support dtype: ",
+                c10::typeMetaToScalarType(impl->dtype()));
+    at::TensorOptions options =
+        at::TensorOptions().dtype(impl->dtype()).device(c10::Device(std::string(device))).layout(c10::kStrided);
+    uint32_t output_nr = node->add_input_metadata(options, impl->sym_sizes(), impl->is_python_dispatch(),
+                                                  /*is_nested=*/false, std::nullopt);
+    torch::autograd::impl::set_gradient_edge(o, {node, output_nr});
     return true;
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());

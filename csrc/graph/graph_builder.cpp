@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "graph/fake_autograd.h"
+#include "graph/fx_codegen.h"
 #include "support/check.h"
 #include "support/torch_types.h"
 
@@ -548,7 +549,9 @@ PyObject* GraphBuilder::nodeSig(int id) {
   // A fake tensor holding a constant (torch.tensor([...]) literals) propagates it: not memoized.
   Ref constant = Ref::steal(PyObject_GetAttrString(f, "constant"));
   Ref dtype = Ref::steal(PyObject_GetAttrString(f, "dtype"));
-  Ref device = Ref::steal(PyObject_GetAttrString(f, "device"));
+  // FakeTensor.fake_device is what `.device` answers outside kernel invocation, without a
+  // dispatch through FakeTensor.__torch_dispatch__ (prim.device) per read.
+  Ref device = Ref::steal(PyObject_GetAttrString(f, "fake_device"));
   Ref shape = Ref::steal(PyObject_GetAttrString(f, "shape"));
   Ref stride = Ref::steal(PyObject_CallMethod(f, "stride", nullptr));
   Ref rg = Ref::steal(PyObject_GetAttrString(f, "requires_grad"));
@@ -695,10 +698,14 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
   spec->shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
   spec->stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
   spec->dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
-  spec->device = Ref::steal(PyObject_GetAttrString(fake, "device"));
+  spec->device = Ref::steal(PyObject_GetAttrString(fake, "fake_device"));  // see nodeSig
   Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
   if (!spec->dict || !spec->shape || !spec->stride || !spec->dtype || !spec->device || !rg) return false;
   spec->requires_grad = rg.get() == Py_True;
+  Ref device_str = Ref::steal(PyObject_Str(spec->device.get()));
+  const char* d = device_str ? PyUnicode_AsUTF8(device_str.get()) : nullptr;
+  if (!d) return false;
+  spec->device_str = d;
   return true;
 }
 
@@ -768,7 +775,7 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
     Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
     if (!dict || PyDict_Update(dict.get(), spec.dict.get()) < 0) return Ref();
     if (spec.requires_grad &&
-        !torchimpl::attachErrorGradFn(fake.get(), grad_inputs.data(), grad_inputs.size(),
+        !torchimpl::attachErrorGradFn(fake.get(), spec.device_str.c_str(), grad_inputs.data(), grad_inputs.size(),
                                       "cdynamo: differentiating through a fake tensor made by the graph builder's "
                                       "output-metadata memo"))
       return Ref();
@@ -868,6 +875,21 @@ class FxNodeMaker {
     }
     insert_ = Ref::steal(PyObject_GetAttrString(graph, "_insert"));
     table_insert_ = table ? Ref::steal(PyObject_GetAttrString(table.get(), "insert")) : Ref();
+    // Graph._insert is root.prepend, i.e. root._prepend (NodeBase, C): called directly.
+    // _FindNodesLookupTable.insert(n) is table[(n.op, n.target or None)][n] = None (table a
+    // defaultdict): done here when the table is of that exact class.
+    Ref root = Ref::steal(PyObject_GetAttrString(graph, "_root"));
+    Ref prepend = Ref::steal(PyObject_GetAttrString(node_cls_.get(), "prepend"));
+    if (root && prepend && insert_ && PyMethod_Check(insert_.get()) && PyMethod_GET_SELF(insert_.get()) == root.get() &&
+        PyMethod_GET_FUNCTION(insert_.get()) == prepend.get())
+      root_prepend_ = Ref::steal(PyObject_GetAttrString(root.get(), "_prepend"));
+    Ref table_cls = attrOf("torch.fx.graph", "_FindNodesLookupTable");
+    if (table && table_cls && reinterpret_cast<PyObject*>(Py_TYPE(table.get())) == table_cls.get())
+      table_dict_ = Ref::steal(PyObject_GetAttrString(table.get(), "table"));
+    Ref defaultdict = attrOf("collections", "defaultdict");
+    if (table_dict_ && (!defaultdict || !PyObject_TypeCheck(table_dict_.get(), reinterpret_cast<PyTypeObject*>(
+                                                                                 defaultdict.get()))))
+      table_dict_ = Ref();
     target_to_str_ = Ref::steal(PyObject_GetAttrString(graph, "_target_to_str"));
     illegal_ = Ref::steal(PyObject_GetAttrString(fx.get(), "_illegal_names"));
     Ref len = Ref::steal(PyObject_GetAttrString(graph, "_len"));
@@ -909,10 +931,17 @@ class FxNodeMaker {
       PyErr_SetString(PyExc_AssertionError, "obj is already associated");
       return Ref();
     }
-    Ref r = Ref::steal(PyObject_CallOneArg(insert_.get(), node.get()));
+    Ref r = Ref::steal(PyObject_CallOneArg((root_prepend_ ? root_prepend_ : insert_).get(), node.get()));
     if (!r) return Ref();
-    r = Ref::steal(PyObject_CallOneArg(table_insert_.get(), node.get()));
-    if (!r) return Ref();
+    if (table_dict_) {
+      bool call = PyUnicode_CompareWithASCIIString(op_str.get(), "call_function") == 0;
+      Ref key = Ref::steal(PyTuple_Pack(2, op_str.get(), call ? target : Py_None));
+      Ref sub = key ? Ref::steal(PyObject_GetItem(table_dict_.get(), key.get())) : Ref();
+      if (!sub || PyObject_SetItem(sub.get(), node.get(), Py_None) < 0) return Ref();
+    } else {
+      r = Ref::steal(PyObject_CallOneArg(table_insert_.get(), node.get()));
+      if (!r) return Ref();
+    }
     ++made_;
     return node;
   }
@@ -1003,6 +1032,7 @@ class FxNodeMaker {
   PyObject* graph_ = nullptr;
   bool fast_ = false;
   Py_ssize_t made_ = 0;
+  Ref root_prepend_, table_dict_;  // fast forms of insert_ / table_insert_, when they apply
   Ref create_node_, node_cls_, immutable_dict_, namespace_, used_, base_count_, obj_to_name_, insert_, table_insert_, target_to_str_,
       illegal_;
   std::unordered_map<PyObject*, std::pair<Ref, Ref>> candidates_;  // target -> (target, candidate name)
@@ -1048,6 +1078,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   Ref no_args = Ref::steal(PyTuple_New(0));
   if (!no_args) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
+  std::vector<PyObject*> order;  // the FX nodes in graph order (kept alive by fx_nodes / out)
   PyObject* meta_key = intern("meta");
   PyObject* example_key = intern("example_value");
   *op_count = 0;
@@ -1093,6 +1124,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     if (!meta || PyDict_SetItem(meta.get(), example_key, n.fake.get()) < 0) return Ref();
     if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
       return Ref();
+    order.push_back(fxn.get());
     fx_nodes[i] = std::move(fxn);
   }
   if (!maker.finish()) return Ref();
@@ -1102,8 +1134,13 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     PyTuple_SET_ITEM(outs.get(), k, fx_nodes[outputs[k]].copy().release());
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
   if (!out) return Ref();
+  order.push_back(out.get());
   Ref root = Ref::steal(PyObject_CallNoArgs(t->module_cls.get()));
   if (!root) return Ref();
+  // The forward's source generated here when FX would generate the same (fx_codegen.h).
+  Ref code = fxcodegen::precompute(graph.get(), order);
+  if (code) return fxcodegen::construct(t->graph_module_cls.get(), root.get(), graph.get(), code.get());
+  if (PyErr_Occurred()) return Ref();
   return Ref::steal(PyObject_CallFunctionObjArgs(t->graph_module_cls.get(), root.get(), graph.get(), nullptr));
 }
 

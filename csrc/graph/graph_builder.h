@@ -130,6 +130,7 @@ class GraphBuilder {
   struct FakeSpec {
     bool none = false;       // a None in a tuple result
     Ref shape, stride, dtype, device;
+    std::string device_str;  // str(device), for the autograd node of a result requiring grad
     Ref dict;                // the FakeTensor attributes (__dict__) of the op's own result
     bool requires_grad = false;
     // A view of a fresh base that the op made and did not return (e.g. `t.view(...)` of an

@@ -188,3 +188,40 @@ def test_fx_graph_bookkeeping_is_that_of_create_node():
     nodes[-1].args = ((extra,),)
     gm.recompile()
     torch.testing.assert_close(gm(x)[0], torch.sin(f(x)))
+
+
+def test_generated_forward_source_is_fxs_own(monkeypatch):
+    # With CDYNAMO_CHECK_FX_CODEGEN=1 the builder compares its generated PythonCode with
+    # Graph.python_code's (source, globals, line map) and raises on any difference.
+    monkeypatch.setenv("CDYNAMO_CHECK_FX_CODEGEN", "1")
+
+    def f(x, y, idx):
+        a = x + 1.5
+        b = a * float("inf") - y
+        c = torch.where(b > 0, b, torch.zeros_like(b))
+        d = c.to(torch.float64).to(dtype=torch.float32, device=torch.device("cpu"))
+        e = d[1:, None, ::2]
+        g = d[(0, slice(None))]
+        h = d.T + d.mT
+        h[0] = 3
+        h += 1
+        i = -h @ h.transpose(0, 1)
+        j = F.layer_norm(i, (4,), eps=1e-5)
+        k = torch.cat([j, j], dim=0).sum(dim=(0, 1), keepdim=True)
+        m = x.view(2, 2, 2, 2).permute(0, 2, 1, 3).reshape(-1)
+        n = torch.clamp(m, min=-1.0, max=None)
+        return e, g, k, n, idx + 1, y.abs() // 2, y % 3, y ** 2
+
+    x = torch.randn(4, 4)
+    y = torch.randn(4, 4)
+    idx = torch.arange(4)
+    out, gm = compile_once(f, x, y, idx)
+    for o, e in zip(out, f(x, y, idx)):
+        torch.testing.assert_close(o, e, equal_nan=True)
+    assert "return" in gm.code
+
+    lin = nn.Linear(4, 4)
+    seq = nn.Sequential(lin, nn.ReLU(), nn.LayerNorm(4), nn.Dropout(0.0))
+    cdynamo.reset()
+    out, gm = compile_once(seq, x)
+    torch.testing.assert_close(out, seq(x))
