@@ -10,10 +10,10 @@ N_ENTRIES = 10
 def make_wide_function(n=N_ARGS, group=25):
     """wide100(x0, ..., x99) = torch.cat of all its arguments: every argument is a graph input.
 
-    The arguments are concatenated in groups of 25 (then the groups), because CPython 3.11
-    compiles a tuple display of 30+ items to BUILD_LIST/LIST_APPEND/LIST_TO_TUPLE, which
-    cdynamo does not interpret yet (reported separately in RESULTS.md); this section is
-    about guards, not opcode coverage.
+    The arguments are concatenated in groups of 25 (then the groups): CPython 3.11 compiles
+    a tuple display of 30+ items to BUILD_LIST/LIST_APPEND/LIST_TO_TUPLE, which cdynamo did
+    not interpret when this section was written; the coverage probe at the end checks the
+    one-display form separately, so this section stays about guards.
     """
     names = [f"x{i}" for i in range(n)]
     groups = [names[i:i + group] for i in range(0, n, group)]
@@ -45,12 +45,20 @@ def run(quick):
          [N_ENTRIES - 1]),
         ("20 x (Linear(16,16) + LayerNorm(16)) Sequential, same input [4, 16]", stack, [(torch.randn(4, 16),)], None),
     ]
+    # The stack's graph runs for ~0.5 ms, so its guards' ~0.05 ms is a difference of two noisy
+    # figures; the target is judged on the same stack with a replaying backend (see
+    # CountingBackend.replay), and the row with the real graph is kept for reference.
+    stack_label, _, stack_args, _ = cases[-1]
+    cases.append((stack_label.replace("Sequential,", "Sequential (replaying backend),"), stack, stack_args, None))
     results = []
     for label, fn, args, timed in cases:
         log(f"  [guards] {label}")
-        r = measure_hits(label, fn, args, rounds, target, timed=timed)
+        replay = "replaying backend" in label
+        r = measure_hits(label, fn, args, rounds, target, timed=timed, replay=replay)
         results.append(r)
         name = f"(2) {label}: guard evaluation >= 10x faster than torch._dynamo"
+        if label == stack_label:
+            continue  # judged on the replaying row
         if r["captured"]:
             if "graph_c" in r:
                 oc, od = r["cdynamo"] - r["graph_c"], r["dynamo"] - r["graph_d"]
@@ -69,7 +77,11 @@ def run(quick):
             f"candidate (eager, cdynamo, torch._dynamo, and each frontend's graph alone). `wide{N_ARGS}(x0..x"
             f"{N_ARGS-1})` returns `torch.cat` of its arguments, so every argument is a graph input and is guarded; "
             f"its {N_ENTRIES} cache entries come from calling it with 1-D tensors of lengths 1..{N_ENTRIES} (static "
-            "shapes in both frontends; cache limits raised to 64). The target is judged on *frontend - its graph*.")
+            "shapes in both frontends; cache limits raised to 64). The target is judged on *frontend - its graph*. "
+            "The module stack is timed twice: with its real graph (for reference: the graph's own ~0.5 ms run "
+            "varies by more than the guards cost) and with a *replaying backend*, whose compiled function returns "
+            "the result the graph computed once at compile time (checked against eager), so the hit costs each "
+            "frontend's own work only; the target is judged on that row.")
     sec.add(table(HIT_HEADER, hit_rows(results)))
     sec.add(HIT_NOTE)
     extra = [f"- {r['label']}: cdynamo cache entries {r['cache_entries_c']} holding {r['guards_c']} guards; "

@@ -151,6 +151,23 @@ void GuardProgram::checkGradMode(bool enabled) {
   addCheck(std::move(c));
 }
 
+namespace {
+
+uint64_t versionOf(PyObject* dict) { return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag; }
+
+// dict[name] (borrowed; null, maybe with an error set, when absent), through memo.
+PyObject* memoLookup(DictMemo& memo, PyObject* dict, PyObject* name) {
+  uint64_t tag = versionOf(dict);
+  if (dict == memo.dict && tag == memo.tag) return memo.value;
+  PyObject* v = PyDict_GetItemWithError(dict, name);
+  // Only when the lookup ran no Python code that changed the dict (str keys compare in C;
+  // a key of another type may run __eq__): the tag read before it still stands.
+  if (v && versionOf(dict) == tag) memo = DictMemo{dict, tag, v};
+  return v;
+}
+
+}  // namespace
+
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {
   PyObject* out = nullptr;
   switch (ld.kind) {
@@ -170,11 +187,11 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
       break;
     case LoadKind::InstanceDict: {
       PyObject** dictptr = _PyObject_GetDictPtr(regs[ld.base]);
-      if (dictptr && *dictptr) out = PyDict_GetItemWithError(*dictptr, ld.name.get());
+      if (dictptr && *dictptr) out = memoLookup(ld.memo, *dictptr, ld.name.get());
       break;
     }
     case LoadKind::DictItem:
-      if (PyDict_Check(regs[ld.base])) out = PyDict_GetItemWithError(regs[ld.base], ld.name.get());
+      if (PyDict_Check(regs[ld.base])) out = memoLookup(ld.memo, regs[ld.base], ld.name.get());
       break;
     case LoadKind::TupleItem:
       if (PyTuple_Check(regs[ld.base]) && ld.index < PyTuple_GET_SIZE(regs[ld.base]))
@@ -232,11 +249,21 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
                                          intern("_backward_hooks"), intern("_backward_pre_hooks")};
       PyObject** dictptr = _PyObject_GetDictPtr(v);
       if (!dictptr || !*dictptr) return false;
-      for (PyObject* name : kHooks) {
-        PyObject* d = PyDict_GetItemWithError(*dictptr, name);
-        if (d && (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 0)) return false;
-        if (!d && PyErr_Occurred()) return PyErr_Clear(), false;
+      PyObject* mdict = *dictptr;
+      DictMemo& memo = c.hooks_memo;
+      if (mdict != memo.dict || versionOf(mdict) != memo.tag) {
+        uint64_t tag = versionOf(mdict);
+        PyObject* found[4];
+        for (int i = 0; i < 4; ++i) {
+          found[i] = PyDict_GetItemWithError(mdict, kHooks[i]);  // interned str keys: no Python code
+          if (!found[i] && PyErr_Occurred()) return PyErr_Clear(), false;
+          if (found[i] && !PyDict_Check(found[i])) return false;
+        }
+        memo = DictMemo{mdict, tag, nullptr};
+        for (int i = 0; i < 4; ++i) c.hook_dicts[i] = found[i];
       }
+      for (PyObject* d : c.hook_dicts)
+        if (d && PyDict_GET_SIZE(d) != 0) return false;
       return true;
     }
     case CheckKind::DictKeys: {

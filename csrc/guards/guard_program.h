@@ -47,11 +47,23 @@ enum class CheckKind : uint8_t {
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
 };
 
+// The last successful dict lookup of a load or check, keyed by the dict's version tag
+// (PEP 509: CPython 3.11 gives every dict a fresh, process-wide unique ma_version_tag when
+// it is created and on every change). The same dict with the same tag holds the same items,
+// so the value found then is found now, and is alive (the dict still references it). Only
+// written while the GIL is held and no Python code runs between the lookup and the write.
+struct DictMemo {
+  PyObject* dict = nullptr;  // identity only, never dereferenced unless it is the dict in hand
+  uint64_t tag = 0;
+  PyObject* value = nullptr;  // borrowed from dict
+};
+
 struct Load {
   LoadKind kind;
   int base = -1;
   int index = 0;
   Ref name;
+  mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
   bool owned() const { return kind == LoadKind::Attr; }
 };
 
@@ -63,6 +75,11 @@ struct Check {
   bool weak = false;
   TensorSpec tensor;
   std::string what;  // the source's readable name, for messages (cold)
+  // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
+  // then (borrowed from it; alive while that version stands). Their sizes are still read on
+  // every call, since adding a hook changes a hook dict, not the module's __dict__.
+  mutable DictMemo hooks_memo;
+  mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
 };
 
 class GuardProgram {

@@ -78,11 +78,14 @@ class OptimizedModule(_WrapperModule):
         self._orig_mod = mod
         self.__dict__["_cdynamo_config"] = compile_config
 
+    # `self._orig_mod` would miss the instance __dict__ (nn.Module keeps submodules in
+    # _modules), format an AttributeError and run two Python __getattr__ frames on every
+    # call; reading _modules directly is the same lookup without them.
     def __call__(self, *args, **kwargs):
-        return _C.call_compiled(self._cdynamo_config, self._orig_mod, *args, **kwargs)
+        return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return _C.call_compiled(self._cdynamo_config, self._orig_mod, *args, **kwargs)
+        return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r}, {self._cdynamo_config!r})"

@@ -168,3 +168,40 @@ def test_forward_hook_added_after_compile_is_honoured():
     model[0].register_forward_hook(lambda mod, inp, out: out * 0)
     torch.testing.assert_close(cm(x), model(x))
     assert (cm(x) == 0).all()
+
+
+def test_module_state_changes_after_many_hits_are_seen():
+    # The guards remember dict lookups by the dicts' version tags; after a warm run of hits,
+    # every kind of change to the module tree must still be seen on the next call.
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4), nn.ReLU())
+    cnt = CompileCounter()
+    cm = cdynamo.compile(model, backend=cnt)
+    x = torch.randn(2, 4)
+
+    def hits(n=5):
+        for _ in range(n):
+            torch.testing.assert_close(cm(x), model(x))
+
+    hits()
+    assert cnt.frame_count == 1
+    model[0].weight = nn.Parameter(torch.randn(4, 4))  # same metadata: read live, no recompile
+    hits()
+    assert cnt.frame_count == 1
+    model[0]._parameters["weight"] = nn.Parameter(torch.randn(4, 4), requires_grad=False)  # into the dict
+    hits()
+    assert cnt.frame_count == 2
+    model[0].weight.requires_grad_(True)  # metadata changed in place: no dict changes at all
+    hits()
+    assert cnt.frame_count == 2  # the first entry (requires_grad=True) matches again
+    model[1].eps = 0.5  # a constant read in the trace
+    hits()
+    handle = model[2].register_forward_hook(lambda mod, inp, out: out + 100)
+    hits()
+    assert (cm(x) >= 100).all()
+    handle.remove()
+    hits()
+    model[2] = nn.Tanh()  # another module in the same slot
+    hits()
+    assert (cm(x).abs() < 1).all()
+    assert cnt.frame_count >= 4

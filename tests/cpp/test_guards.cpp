@@ -116,12 +116,72 @@ void testGlobalsAttributesAndIdentity() {
   Py_DECREF(len_name);
 }
 
+// Dict lookups are remembered by the dict's version tag (DictMemo): every change to a
+// dict, and every other dict, must be looked up afresh.
+void testDictLookupsRememberedByVersion() {
+  PyObject* main = PyImport_AddModule("__main__");
+  PyObject* globals = PyModule_GetDict(main);
+  PyRun_String("class M:\n  pass\n"
+               "def make(w):\n  m = M()\n  m._parameters = {'weight': w}\n  m._forward_hooks = {}\n  return m\n"
+               "m = make(1)\n",
+               Py_file_input, globals, globals);
+  EXPECT(!PyErr_Occurred());
+  FrameView view;
+  view.globals = globals;
+  view.builtins = PyEval_GetBuiltins();
+
+  GuardProgram p;
+  Obj m_name(PyUnicode_FromString("m")), params_name(PyUnicode_FromString("_parameters")),
+      weight_name(PyUnicode_FromString("weight")), one(PyLong_FromLong(1));
+  int rm = p.load(LoadKind::Global, -1, 0, m_name.o, "G['m']");
+  p.checkNoModuleHooks(rm);
+  int rp = p.load(LoadKind::InstanceDict, rm, 0, params_name.o, "G['m']._parameters");
+  int rw = p.load(LoadKind::DictItem, rp, 0, weight_name.o, "G['m']._parameters['weight']");
+  p.checkEquals(rw, one.o);
+  std::vector<PyObject*> regs(p.numRegisters());
+  for (int i = 0; i < 3; ++i) EXPECT(p.run(view, regs.data()));  // remembered from the 2nd run on
+
+  auto run = [&](const char* src) {
+    PyRun_String(src, Py_file_input, globals, globals);
+    EXPECT(!PyErr_Occurred());
+    bool first = p.run(view, regs.data());
+    bool again = p.run(view, regs.data());  // from the memo when nothing changed
+    EXPECT_EQ(first, again);
+    return first;
+  };
+  EXPECT(!run("m._parameters['weight'] = 2\n"));      // an item changed in place
+  EXPECT(run("m._parameters['weight'] = 1\n"));       // and back
+  EXPECT(!run("m._parameters = {'weight': 2}\n"));    // the instance dict changed
+  EXPECT(run("m._parameters = {'weight': 1}\n"));
+  EXPECT(!run("del m._parameters['weight']\n"));      // a failed lookup is not remembered
+  EXPECT(run("m._parameters['weight'] = 1\n"));
+  EXPECT(run("m = make(1)\n"));                       // other dicts, same contents
+  EXPECT(!run("m = make(3)\n"));
+  EXPECT(run("m = make(1)\n"));
+  // Hooks: the hook dicts are remembered through the module's __dict__ version, their
+  // sizes are read every time.
+  EXPECT(!run("m._forward_hooks['h'] = print\n"));    // the module's __dict__ is unchanged
+  EXPECT(run("m._forward_hooks.clear()\n"));
+  EXPECT(!run("m._forward_hooks = {'h': print}\n"));
+  EXPECT(run("m._forward_hooks = {}\n"));
+  EXPECT(!run("m._forward_hooks = [1]\n"));           // not a dict
+  EXPECT(run("m._forward_hooks = {}\n"));
+  for (int i = 0; i < 100; ++i) {  // fresh dicts, some possibly at a freed dict's address
+    PyRun_String("m = make(1 if len(M.__dict__) else 0)\n", Py_file_input, globals, globals);
+    EXPECT(p.run(view, regs.data()));
+    PyRun_String("m = make(2)\n", Py_file_input, globals, globals);
+    EXPECT(!p.run(view, regs.data()));
+  }
+  EXPECT(!PyErr_Occurred());
+}
+
 }  // namespace
 
 int main() {
   Py_Initialize();
   testLocalsConstantsAndContainers();
   testGlobalsAttributesAndIdentity();
+  testDictLookupsRememberedByVersion();
   Py_Finalize();
   return TEST_MAIN_RESULT();
 }
