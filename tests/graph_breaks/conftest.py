@@ -3,9 +3,6 @@ import json
 import os
 
 import pytest
-import torch._dynamo
-
-import cdynamo
 
 from . import harness
 from semantics import harness as semantics_harness
@@ -18,15 +15,8 @@ def pytest_configure(config):
 
 @pytest.fixture(autouse=True)
 def _fresh_compilers(request):
-    cdynamo.reset()
-    torch._dynamo.reset()
-    harness.CURRENT["nodeid"] = request.node.nodeid
-    state = semantics_harness.global_state()
-    yield
-    semantics_harness.restore_global_state(state)
-    harness.CURRENT["nodeid"] = None
-    cdynamo.reset()
-    torch._dynamo.reset()
+    with semantics_harness.fresh_compilers(harness.CURRENT, request.node.nodeid):
+        yield
 
 
 def pytest_terminal_summary(terminalreporter):

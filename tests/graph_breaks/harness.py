@@ -39,6 +39,7 @@ import contextlib
 import copy
 import io
 import os
+import random
 import types
 from collections import deque
 
@@ -50,7 +51,10 @@ import torch._dynamo.utils
 
 import cdynamo
 import cdynamo.testing
-from semantics.harness import Call, _compare_outcome, assert_same, global_state, restore_global_state
+# The semantic corpus's argument factories and comparisons, shared. (Its _build also resets a
+# `world` while one of its own checks runs; outside them it only seeds and builds.)
+from semantics.harness import (Call, _build, _compare_outcome, assert_same, global_state, restore_global_state,
+                               tensors, with_args)
 
 __all__ = ["Call", "check_breaks", "run_case", "Cases", "tensors", "with_args", "snapshot_copy", "RECORDS"]
 
@@ -59,24 +63,30 @@ CURRENT = {"nodeid": None}
 _DYNAMO_REFERENCE = os.environ.get("CDYNAMO_SEMANTICS_DYNAMO", "1") != "0"
 
 
-def tensors(*shapes, **kw):
-    """make_args factory: one random tensor per shape (seeded by the harness)."""
-    return lambda: tuple(torch.randn(*s, **kw) if isinstance(s, tuple) else torch.randn(s, **kw) for s in shapes)
+# ----------------------------------------------------------------------------- shared by the case files
+
+# Break reasons (substrings of cdynamo's reason) and the known for-loop limitation.
+BRANCH = "data-dependent"
+ITEM = "Tensor.item()"
+PRINT = "print() has effects outside the program"
+DISABLED = "wrapped by cdynamo.disable"
+ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator "
+        "rebuilt by the output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
 
 
-def with_args(*extra, shapes=((4,),)):
-    """make_args factory: random tensors of the given shapes, then deep copies of the extras."""
-    return lambda: tuple(torch.randn(*s) for s in shapes) + tuple(copy.deepcopy(e) for e in extra)
+def positive():
+    """make_args: one tensor of 4 positive values (a branch on its sign goes one way)..."""
+    return (torch.rand(4) + 0.5,)
 
 
-def _build(make_args):
-    torch.manual_seed(0)
-    a = make_args()
-    if isinstance(a, Call):
-        return list(a.args), dict(a.kwargs)
-    if not isinstance(a, tuple):
-        raise TypeError("make_args must return a tuple or a Call")
-    return list(a), {}
+def negative():
+    """...and one of 4 negative values (the other way)."""
+    return (-torch.rand(4) - 0.5,)
+
+
+def random_world(seed):
+    """A `world` for cases that use the random module: seeded before each call, its state compared after."""
+    return (lambda: random.seed(seed), lambda: {"state": list(random.getstate()[1][:8])})
 
 
 def _call(fn, args, kwargs):

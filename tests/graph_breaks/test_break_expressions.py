@@ -10,23 +10,14 @@ import torch
 
 import cdynamo
 
-from .harness import Call, Cases, check_breaks, tensors
+from .harness import BRANCH, Call, Cases, DISABLED, PRINT, check_breaks, negative, positive, tensors
 
 cases = Cases()
 T4 = tensors((4,))
 T4x3 = tensors((4,), (4,), (4,))
 
-BRANCH = "data-dependent"
-PRINT = "print() has effects outside the program"
-DISABLED = "wrapped by cdynamo.disable"
 
 
-def positive():
-    return (torch.rand(4) + 0.5,)
-
-
-def negative():
-    return (-torch.rand(4) - 0.5,)
 
 
 @cdynamo.disable

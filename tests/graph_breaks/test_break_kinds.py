@@ -20,32 +20,18 @@ import torch
 
 import cdynamo
 
-from .harness import Cases, check_breaks, tensors
+from .harness import BRANCH, Cases, DISABLED, ITEM, PRINT, check_breaks, negative, positive, random_world, tensors
 
 cases = Cases()
 T4 = tensors((4,))
 T23 = tensors((2, 3))
 
 
-def positive():
-    return (torch.rand(4) + 0.5,)
 
 
-def negative():
-    return (-torch.rand(4) - 0.5,)
 
 
-BRANCH = "data-dependent"
-ITEM = "Tensor.item()"
-PRINT = "print() has effects outside the program"
-DISABLED = "wrapped by cdynamo.disable"
-
-
-def _seed_random():
-    random.seed(1234)
-
-
-RANDOM_WORLD = (_seed_random, lambda: {"state": list(random.getstate()[1][:8])})
+RANDOM_WORLD = random_world(1234)
 
 
 @cdynamo.disable

@@ -12,32 +12,18 @@ import torch
 
 import cdynamo
 
-from .harness import Cases, check_breaks, tensors
+from .harness import Cases, DISABLED, ITER, PRINT, check_breaks, negative, positive, random_world, tensors
 
 cases = Cases()
 T4 = tensors((4,))
 T4x2 = tensors((4,), (4,))
 T4_GRAD = tensors((4,), requires_grad=True)
 
-PRINT = "print() has effects outside the program"
-DISABLED = "wrapped by cdynamo.disable"
-ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator rebuilt by the "
-        "output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
 
 
-def positive():
-    return (torch.rand(4) + 0.5,)
 
 
-def negative():
-    return (-torch.rand(4) - 0.5,)
-
-
-def _seed():
-    random.seed(99)
-
-
-RANDOM_WORLD = (_seed, lambda: {"state": list(random.getstate()[1][:8])})
+RANDOM_WORLD = random_world(99)
 
 
 @cdynamo.disable

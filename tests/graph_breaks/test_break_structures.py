@@ -13,25 +13,14 @@ import torch
 
 import cdynamo
 
-from .harness import Call, Cases, check_breaks, tensors
+from .harness import BRANCH, Cases, DISABLED, ITER, PRINT, check_breaks, negative, positive, tensors
 
 cases = Cases()
 T4 = tensors((4,))
 T4_GRAD = tensors((4,), requires_grad=True)
 
-BRANCH = "data-dependent"
-PRINT = "print() has effects outside the program"
-DISABLED = "wrapped by cdynamo.disable"
-ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator "
-        "rebuilt by the output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
 
 
-def positive():
-    return (torch.rand(4) + 0.5,)
-
-
-def negative():
-    return (-torch.rand(4) - 0.5,)
 
 
 @cdynamo.disable

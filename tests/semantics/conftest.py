@@ -3,9 +3,6 @@ import json
 import os
 
 import pytest
-import torch._dynamo
-
-import cdynamo
 
 from . import harness
 from .known_gaps import KNOWN_GAPS
@@ -21,15 +18,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _fresh_compilers(request):
-    cdynamo.reset()
-    torch._dynamo.reset()
-    harness.CURRENT["nodeid"] = request.node.nodeid
-    state = harness.global_state()
-    yield
-    harness.restore_global_state(state)
-    harness.CURRENT["nodeid"] = None
-    cdynamo.reset()
-    torch._dynamo.reset()
+    with harness.fresh_compilers(harness.CURRENT, request.node.nodeid):
+        yield
 
 
 def pytest_terminal_summary(terminalreporter):

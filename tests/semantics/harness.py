@@ -24,6 +24,8 @@ Set CDYNAMO_SEMANTICS_DYNAMO=0 to skip the torch._dynamo reference runs (about h
 
 ``make_args()`` returns a tuple of positional arguments, or a ``Call(args, kwargs)``.
 """
+import contextlib
+import copy
 import dataclasses
 import math
 import os
@@ -299,6 +301,23 @@ def check(fn, make_args, *, expect_graphs=1, dynamo_reference=True, world=None):
         _WORLD["reset"] = _WORLD["snapshot"] = None
 
 
+@contextlib.contextmanager
+def fresh_compilers(current, nodeid):
+    """Around one test: clean cdynamo and torch._dynamo caches, torch's global state put back
+    afterwards, and current["nodeid"] naming the test for the corpus records."""
+    cdynamo.reset()
+    torch._dynamo.reset()
+    current["nodeid"] = nodeid
+    state = global_state()
+    try:
+        yield
+    finally:
+        restore_global_state(state)
+        current["nodeid"] = None
+        cdynamo.reset()
+        torch._dynamo.reset()
+
+
 def global_state():
     """Process-wide torch state a function may change only inside its own `with` blocks."""
     return {
@@ -405,7 +424,6 @@ def tensors(*shapes, **kw):
 
 def with_args(*extra, shapes=((4,),)):
     """make_args factory: random tensors of the given shapes followed by constant extras (deep-copied)."""
-    import copy
     return lambda: tuple(torch.randn(*s) for s in shapes) + tuple(copy.deepcopy(e) for e in extra)
 
 
