@@ -648,10 +648,15 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
 bool GraphBuilder::templateDictOk(PyObject* dict, bool allow_param) const {
   // The attributes FakeTensor.__new__ sets: this mode, the fake device, and Nones (no
   // propagated constant, no real tensor, empty memos); an input may be a parameter.
+  // makeFake stores them with setattr: a name that is a class attribute of FakeTensor (a
+  // descriptor would take the store) is refused.
+  const TorchRefs* t = torchRefs();
+  if (!t) return PyErr_Clear(), false;
   PyObject *k, *v;
   Py_ssize_t pos = 0;
   while (PyDict_Next(dict, &pos, &k, &v)) {
     if (!PyUnicode_Check(k)) return false;
+    if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(t->fake_tensor_cls.get()), k)) return false;
     if (PyUnicode_CompareWithASCIIString(k, "fake_mode") == 0) {
       if (v != mode_.get()) return false;
     } else if (PyUnicode_CompareWithASCIIString(k, "_fake_device") == 0) {
@@ -772,8 +777,15 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
     Ref flag = Ref::steal(PyObject_CallOneArg(
         (allow_data_ptr_ ? t->set_warn_on_data_ptr : t->set_throw_on_data_ptr).get(), fake.get()));
     if (!flag) return Ref();
-    Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
-    if (!dict || PyDict_Update(dict.get(), spec.dict.get()) < 0) return Ref();
+    // Attribute by attribute, in the template's order (the order FakeTensor.__init__ sets
+    // them): the instance keeps CPython's key-sharing dict, ~300 bytes, where filling a
+    // materialized __dict__ with PyDict_Update made a combined one of ~830 per fake (and the
+    // GraphModule keeps one per node). templateDictOk admits only names FakeTensor has no
+    // class attribute for, so this stores exactly what the update stored.
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(spec.dict.get(), &pos, &key, &value))
+      if (PyObject_GenericSetAttr(fake.get(), key, value) < 0) return Ref();
     if (spec.requires_grad &&
         !torchimpl::attachErrorGradFn(fake.get(), spec.device_str.c_str(), grad_inputs.data(), grad_inputs.size(),
                                       "cdynamo: differentiating through a fake tensor made by the graph builder's "

@@ -225,3 +225,24 @@ def test_generated_forward_source_is_fxs_own(monkeypatch):
     cdynamo.reset()
     out, gm = compile_once(seq, x)
     torch.testing.assert_close(out, seq(x))
+
+
+def test_memoized_fakes_have_the_attributes_and_compact_dict_of_fresh_ones():
+    # The memo sets a fake's attributes one by one, so its __dict__ stays CPython's
+    # key-sharing form (as FakeTensor.__init__ leaves it) instead of a combined table of
+    # nearly three times the size, one per node the GraphModule keeps.
+    import sys
+
+    def f(x):
+        for _ in range(4):
+            x = (x + 1).sin()
+        return x
+
+    out, gm = compile_once(f, torch.randn(8))
+    adds = values(gm, target=torch.Tensor.add) or values(gm, "call_function")[::2]
+    first, repeats = adds[0], adds[1:]
+    assert repeats
+    for fake in repeats:
+        assert fake.__dict__.keys() == first.__dict__.keys()
+        assert fake.fake_mode is first.fake_mode and fake.device == first.device
+        assert sys.getsizeof(fake.__dict__) == sys.getsizeof(first.__dict__)
