@@ -9,6 +9,7 @@
 #include "bytecode/opcodes.h"
 #include "cache/code_cache.h"
 #include "frame/eval_frame.h"
+#include "guards/tensor_check.h"
 #include "runtime/continuation.h"
 #include "support/pyref.h"
 #include "support/stats.h"
@@ -267,6 +268,7 @@ PyModuleDef moduledef = {PyModuleDef_HEAD_INIT, "cdynamo._C", "cdynamo C++ core"
 }  // namespace
 
 PyMODINIT_FUNC PyInit__C(void) {
+  if (!cdynamo::guards::checkTorchVersion()) return nullptr;
   Ref m = Ref::steal(PyModule_Create(&moduledef));
   if (!m) return nullptr;
   // The tracer asks the code cache which code cdynamo.disable marked (see trace/disabled.h).

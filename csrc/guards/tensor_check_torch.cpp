@@ -14,6 +14,9 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/headeronly/version.h>
+
+#include <string>
 
 #include "guards/tensor_check.h"
 
@@ -105,6 +108,32 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
   } catch (...) {
     return false;
   }
+}
+
+const char* builtAgainstTorch() { return TORCH_VERSION; }
+
+bool checkTorchVersion() {
+  PyObject* torch = PyImport_ImportModule("torch");
+  if (!torch) return false;
+  PyObject* version = PyObject_GetAttrString(torch, "__version__");
+  Py_DECREF(torch);
+  if (!version) return false;
+  PyObject* text = PyObject_Str(version);  // torch.__version__ is a TorchVersion (a str subclass)
+  Py_DECREF(version);
+  const char* v = text ? PyUnicode_AsUTF8(text) : nullptr;
+  if (!v) {
+    Py_XDECREF(text);
+    return false;
+  }
+  std::string running(v);
+  Py_DECREF(text);
+  std::string release = running.substr(0, running.find('+'));  // "2.13.0+cpu" -> "2.13.0"
+  if (release == TORCH_VERSION) return true;
+  PyErr_Format(PyExc_ImportError,
+               "cdynamo's extension was built against torch %s but torch %s is installed; its tensor guards "
+               "read torch's C++ objects by that version's layout. Rebuild it (make build) or install torch==%s.",
+               TORCH_VERSION, running.c_str(), TORCH_VERSION);
+  return false;
 }
 
 namespace detail {

@@ -363,3 +363,26 @@ def test_explain_reports_graphs_ops_guards_and_reasons():
     # Captured: branchy's graph up to its branch and its resume function; both's graphs
     # before each call are empty (nothing compiled), unresumable ran natively.
     assert report.ops_per_graph == [["sum", "gt"], ["add"]]
+
+
+def test_extension_refuses_another_torch_version():
+    # The tensor guards read torch's C++ objects by the layout of the torch version the
+    # extension was built against; under another torch, importing cdynamo must fail plainly.
+    import os
+    import subprocess
+    import sys
+
+    src = os.path.dirname(os.path.dirname(os.path.abspath(cdynamo.__file__)))
+    code = ("import torch\n"
+            "torch.__version__ = '2.99.0+cpu'\n"
+            "try:\n"
+            "    import cdynamo\n"
+            "except ImportError as e:\n"
+            "    print('ImportError:', e)\n"
+            "else:\n"
+            "    print('imported')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=src))
+    assert out.returncode == 0, out.stderr
+    assert "ImportError: cdynamo's extension was built against torch 2.13.0 but torch 2.99.0+cpu" in out.stdout
+    assert "make build" in out.stdout
