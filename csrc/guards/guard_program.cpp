@@ -168,6 +168,31 @@ PyObject* memoLookup(DictMemo& memo, PyObject* dict, PyObject* name) {
 
 }  // namespace
 
+Ref iterRemaining(PyObject* it) {
+  if (!Py_IS_TYPE(it, &PyTupleIter_Type)) {
+    PyErr_SetString(PyExc_TypeError, "not a tuple_iterator");
+    return Ref();
+  }
+  Ref state = Ref::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
+  if (!state) return Ref();
+  if (!PyTuple_Check(state.get()) || PyTuple_GET_SIZE(state.get()) < 2 ||
+      !PyTuple_Check(PyTuple_GET_ITEM(state.get(), 1)) || PyTuple_GET_SIZE(PyTuple_GET_ITEM(state.get(), 1)) != 1) {
+    PyErr_SetString(PyExc_TypeError, "unexpected tuple_iterator.__reduce__() result");
+    return Ref();
+  }
+  PyObject* seq = PyTuple_GET_ITEM(PyTuple_GET_ITEM(state.get(), 1), 0);
+  if (!PyTuple_Check(seq)) {
+    PyErr_SetString(PyExc_TypeError, "unexpected tuple_iterator.__reduce__() result");
+    return Ref();
+  }
+  Py_ssize_t index = 0;
+  if (PyTuple_GET_SIZE(state.get()) >= 3) {
+    index = PyLong_AsSsize_t(PyTuple_GET_ITEM(state.get(), 2));
+    if (index < 0 && PyErr_Occurred()) return Ref();
+  }
+  return Ref::steal(PyTuple_GetSlice(seq, index, PY_SSIZE_T_MAX));
+}
+
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {
   PyObject* out = nullptr;
   switch (ld.kind) {
@@ -203,6 +228,9 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
       break;
     case LoadKind::Attr:
       out = PyObject_GetAttr(regs[ld.base], ld.name.get());
+      break;
+    case LoadKind::IterRemaining:
+      out = iterRemaining(regs[ld.base]).release();
       break;
     case LoadKind::Constant:
       out = ld.name.get();

@@ -31,6 +31,8 @@ enum class LoadKind : uint8_t {
   TupleItem,     // reg[base][index] where reg[base] is a tuple (exact or subclass)
   ListItem,      // reg[base][index] where reg[base] is a list
   Attr,          // getattr(reg[base], name): owned, may run Python code (cold cases only)
+  IterRemaining, // a tuple of the items the tuple_iterator reg[base] has left, read
+                 // without consuming them (iterRemaining): owned
   Constant,      // the object `name` itself, held by the program (a module's globals dict)
 };
 
@@ -64,7 +66,7 @@ struct Load {
   int index = 0;
   Ref name;
   mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
-  bool owned() const { return kind == LoadKind::Attr; }
+  bool owned() const { return kind == LoadKind::Attr || kind == LoadKind::IterRemaining; }
 };
 
 struct Check {
@@ -81,6 +83,11 @@ struct Check {
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
 };
+
+// A new tuple of the items the tuple_iterator `it` has left, without consuming them (from
+// its __reduce__: (iter, (seq,), index), or (iter, ((),)) once exhausted). Null with a
+// Python error set when `it` is not a tuple_iterator or the read fails.
+Ref iterRemaining(PyObject* it);
 
 class GuardProgram {
  public:

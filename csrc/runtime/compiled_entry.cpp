@@ -164,6 +164,21 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       Py_XDECREF(r);
       break;
     }
+    case SideEffect::Kind::Advance: {
+      Py_ssize_t n = PyLong_AsSsize_t(value);
+      if (n < 0) return false;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyObject* item = PyIter_Next(target);
+        if (item) {
+          Py_DECREF(item);
+          continue;
+        }
+        if (!PyErr_Occurred())
+          PyErr_SetString(PyExc_RuntimeError, "cdynamo: an iterator had fewer items left than its guard checked");
+        return false;
+      }
+      break;
+    }
   }
   return rc == 0;
 }

@@ -44,6 +44,8 @@ struct SideEffect {
     ReplaceList,  // regs[reg][:] = value (a List plan)
     ReplaceDict,  // regs[reg].clear(); regs[reg].update(value) (a Dict plan)
     ReplaceSet,   // regs[reg].clear(); regs[reg] |= value (a Set plan)
+    Advance,      // next(regs[reg]) `value` times (a Constant plan: an int): an iterator passed
+                  // in, advanced past what the trace consumed of it
   };
   Kind kind;
   int reg = -1;

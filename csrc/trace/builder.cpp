@@ -41,6 +41,7 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   // method's __self__) is one Value, so a mutation through one is seen through the other;
   // the guard checks that the two sources still are one object.
   const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
+                              Py_IS_TYPE(obj, &PyTupleIter_Type) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
                                !isTensor(obj) && !isModule(obj));
   if (mutable_object && reg >= 0) {
@@ -132,6 +133,28 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       guards().checkEquals(reg, frozen.get());
     }
     v = Value::sequence(Kind::Set, std::move(values), reg);
+  } else if (Py_IS_TYPE(obj, &PyTupleIter_Type) && reg >= 0) {
+    // A tuple iterator passed in: what a resume function receives for a for loop a break
+    // interrupted (the break's output plan rebuilds the loop's iterator as iter(tuple)).
+    // Modeled as an Iterator over the items it has left, guarded by its type, their number
+    // and each item as it is used; what the trace consumes is replayed on the real
+    // iterator (an Advance effect, buildEffects), which the outputs hand back as itself.
+    guards().checkType(reg, Py_TYPE(obj));
+    int rest_reg = load(LoadKind::IterRemaining, reg, 0, nullptr, guards().sourceName(reg) + ".<items left>");
+    Ref rest = guards::iterRemaining(obj);
+    if (!rest) return failFromPython("reading a tuple_iterator");
+    Py_ssize_t n = PyTuple_GET_SIZE(rest.get());
+    guards().checkLength(rest_reg, n);
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      int item_reg = load(LoadKind::TupleItem, rest_reg, static_cast<int>(i), nullptr,
+                          guards().sourceName(rest_reg) + "[" + std::to_string(i) + "]");
+      ValuePtr item = wrap(PyTuple_GET_ITEM(rest.get(), i), item_reg);
+      if (!item) return nullptr;
+      items.push_back(std::move(item));
+    }
+    v = Value::sequence(Kind::Iterator, std::move(items), reg);
+    input_iterators_.push_back(v);
   } else if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
     // Like TorchDynamo with inline_inbuilt_nn_modules: the module's class is guarded, not

@@ -109,9 +109,9 @@ void Tracer::setLocation(Unsupported* u) {
 bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
   using K = runtime::OutputPlan::Kind;
   const bool container = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::Tuple);
-  if (container && v->reg >= 0) {
-    // A container read from the program is handed back as the object itself (its
-    // mutations are replayed on it as effects).
+  if ((container || v->is(Kind::Iterator)) && v->reg >= 0) {
+    // A container or iterator read from the program is handed back as the object itself
+    // (its mutations, or what the trace consumed of it, are replayed on it as effects).
     plan->kind = K::Register;
     plan->index = v->reg;
     return true;
@@ -337,6 +337,16 @@ void Tracer::setOverlayAttr(int reg, PyObject* name, ValuePtr value) {
 
 bool Tracer::buildEffects() {
   using K = runtime::SideEffect::Kind;
+  for (const ValuePtr& it : input_iterators_) {
+    if (it->pos == 0) continue;
+    runtime::SideEffect out;
+    out.kind = K::Advance;
+    out.reg = it->reg;
+    out.value.kind = runtime::OutputPlan::Kind::Constant;
+    out.value.constant = Ref::steal(PyLong_FromSize_t(std::min(it->pos, it->items.size())));
+    if (!out.value.constant) return false;
+    entry_->effects.push_back(std::move(out));
+  }
   for (const PendingEffect& e : effects_) {
     runtime::SideEffect out;
     out.reg = e.reg;

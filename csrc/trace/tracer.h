@@ -272,6 +272,10 @@ class Tracer {
     ValuePtr value;  // the value stored, or the mutated container
   };
   std::vector<PendingEffect> effects_;
+  // Iterators passed in (tuple_iterators: what a resume function gets for a for loop cut by
+  // a break), modeled over the items they had left; what the trace consumed of each
+  // (its pos) is replayed on the real one as an Advance effect.
+  std::vector<ValuePtr> input_iterators_;
   // Generators are run to completion where they are called; that is only the program's
   // order of events while the generator itself changes nothing outside the trace.
   int generator_depth_ = 0;

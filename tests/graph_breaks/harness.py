@@ -65,13 +65,11 @@ _DYNAMO_REFERENCE = os.environ.get("CDYNAMO_SEMANTICS_DYNAMO", "1") != "0"
 
 # ----------------------------------------------------------------------------- shared by the case files
 
-# Break reasons (substrings of cdynamo's reason) and the known for-loop limitation.
+# Break reasons (substrings of cdynamo's reasons).
 BRANCH = "data-dependent"
 ITEM = "Tensor.item()"
 PRINT = "print() has effects outside the program"
 DISABLED = "wrapped by cdynamo.disable"
-ITER = ("known limitation: the resume function receives the for loop's iterator (a tuple_iterator "
-        "rebuilt by the output plan) and runs natively ('cannot trace a value of type tuple_iterator')")
 
 
 def positive():

@@ -13,7 +13,7 @@ import torch
 
 import cdynamo
 
-from .harness import BRANCH, Cases, DISABLED, ITER, PRINT, check_breaks, negative, positive, tensors
+from .harness import BRANCH, Cases, DISABLED, PRINT, check_breaks, negative, positive, tensors
 
 cases = Cases()
 T4 = tensors((4,))
@@ -66,7 +66,7 @@ def while_counter_loop_with_branch(x):
     return acc
 
 
-@cases(T4, reason=PRINT, xfail=ITER)
+@cases(T4, reason=PRINT)
 def for_range_with_print(x):
     for i in range(3):
         x = x + i
@@ -74,7 +74,7 @@ def for_range_with_print(x):
     return x * 2
 
 
-@cases(T4, reason=BRANCH, xfail=ITER)
+@cases(T4, reason=BRANCH)
 def for_range_with_branch(x):
     for i in range(3):
         if x.sum() > 0:
@@ -84,7 +84,7 @@ def for_range_with_branch(x):
     return x
 
 
-@cases(T4, reason="Tensor.item()", xfail=ITER)
+@cases(T4, reason="Tensor.item()")
 def for_list_with_item(x):
     total = 0.0
     for t in [x, x * 2, x * 3]:
@@ -92,7 +92,7 @@ def for_list_with_item(x):
     return x * total
 
 
-@cases(T4, reason=DISABLED, xfail=ITER)
+@cases(T4, reason=DISABLED)
 def for_list_of_tensors_with_disabled(x):
     outs = []
     for t in [x, x + 1]:

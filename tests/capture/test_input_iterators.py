@@ -1,0 +1,147 @@
+"""Tuple iterators passed into a compiled frame.
+
+A resume function receives one for every `for` loop a graph break cut (the break's output
+plan rebuilds the loop's iterator as iter(tuple)), and a user may pass one too. The trace
+models it over the items it has left; what it consumes is replayed on the real iterator,
+which stays the same object. Every test compares with eager on the first call and on hits:
+results, what is left in the iterator, and identities.
+"""
+import io
+import contextlib
+
+import torch
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+
+def _left(it):
+    """What an iterator has left, without consuming it (as its __reduce__ tells)."""
+    state = it.__reduce__()
+    return state[1][0][state[2]:] if len(state) > 2 else ()
+
+
+def _run_both(fn, make_args, calls=3):
+    """fn on fresh arguments eagerly and compiled, `calls` times; returns the counter."""
+    cnt = CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt)
+    for _ in range(calls):
+        torch.manual_seed(0)
+        e_args = make_args()
+        torch.manual_seed(0)
+        c_args = make_args()
+        expected, got = fn(*e_args), cf(*c_args)
+        _assert_same(expected, got, e_args, c_args)
+        for ea, ca in zip(e_args, c_args):
+            if type(ea).__name__ == "tuple_iterator":
+                _assert_same(_left(ea), _left(ca), e_args, c_args)
+    assert cdynamo.stats()["native_frames"] == []
+    return cnt
+
+
+def _assert_same(a, b, a_args, b_args):
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.allclose(a, b)
+    elif isinstance(a, (list, tuple)):
+        assert type(a) is type(b) and len(a) == len(b)
+        for p, q in zip(a, b):
+            _assert_same(p, q, a_args, b_args)
+    elif type(a).__name__ == "tuple_iterator":
+        # The same argument handed back, in the same position.
+        assert [x is a for x in a_args] == [x is b for x in b_args]
+    else:
+        assert a == b
+
+
+def test_next_consumes_from_the_callers_iterator():
+    def f(x, it):
+        a = next(it)
+        b = next(it)
+        return x * a + b
+
+    cnt = _run_both(f, lambda: (torch.randn(4), iter((2.0, 3.0, 4.0))))
+    assert cnt.frame_count == 1
+
+
+def test_for_loop_with_break_statement_leaves_the_rest():
+    def f(x, it):
+        for t in it:
+            x = x + t
+            if t.shape[0] == 2:
+                break
+        return x
+
+    cnt = _run_both(f, lambda: (torch.randn(2), iter((torch.randn(2), torch.randn(2), torch.randn(3)))))
+    assert cnt.frame_count == 1
+
+
+def test_iterator_returned_and_drained():
+    def f(x, it):
+        first = next(it)
+        return x + first, it
+
+    _run_both(f, lambda: (torch.randn(3), iter((torch.randn(3), torch.randn(3)))))
+
+    def g(x, it):
+        return x + sum(list(it))
+
+    _run_both(g, lambda: (torch.randn(3), iter((torch.randn(3), torch.randn(3)))))
+
+
+def test_one_iterator_under_two_names():
+    def f(x, a, b):
+        return x + next(a) + next(b)
+
+    def args():
+        it = iter((1.0, 2.0, 3.0))
+        return torch.randn(2), it, it
+
+    _run_both(f, args)
+
+
+def test_other_items_left_are_guarded():
+    def f(x, it):
+        return x + next(it)
+
+    cnt = CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt)
+    x = torch.randn(3)
+    for items in [(1.0, 2.0), (1.0, 2.0), (5.0,), (torch.ones(3),), (torch.ones(3),), ()]:
+        e_it, c_it = iter(items), iter(items)
+        try:
+            expected = ("ok", f(x, e_it))
+        except StopIteration:
+            expected = ("raised", None)
+        try:
+            got = ("ok", cf(x, c_it))
+        except StopIteration:
+            got = ("raised", None)
+        assert expected[0] == got[0]
+        if expected[0] == "ok":
+            assert torch.allclose(expected[1], got[1])
+        assert len(_left(e_it)) == len(_left(c_it))
+
+
+def test_for_loop_cut_by_a_break_each_iteration_keeps_its_graphs():
+    # The resume function gets the loop's iterator: it is traced, not run natively.
+    def f(x):
+        for t in [x, x * 2, x * 3]:
+            x = x + t.sin()
+            print("step", tuple(t.shape))
+        return x.cos()
+
+    cnt = CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt)
+    x = torch.randn(4)
+    for _ in range(3):
+        e_out, c_out = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(e_out):
+            expected = f(x)
+        with contextlib.redirect_stdout(c_out):
+            got = cf(x)
+        assert torch.allclose(expected, got)
+        assert e_out.getvalue() == c_out.getvalue()
+    s = cdynamo.stats()
+    assert s["native_frames"] == []
+    assert s["graph_breaks"] >= 3
+    assert cnt.frame_count >= 4
