@@ -44,6 +44,8 @@ Ref Tracer::toPython(const ValuePtr& v) {
     return Ref();
   }
   if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set) || v->is(Kind::Iterator)) {
+    auto link = iter_links_.find(v.get());
+    if (link != iter_links_.end() && link->second.stale) return Ref();  // its items are no longer known
     Ref list = Ref::steal(PyList_New(0));
     for (size_t i = v->is(Kind::Iterator) ? v->pos : 0; i < v->items.size(); ++i) {
       const ValuePtr& item = v->items[i];
@@ -241,8 +243,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (!materialized) break;
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
     if (!r) return raisePython();
-    for (const ValuePtr& a : args)
-      if (a->is(Kind::Iterator)) a->pos = a->items.size();  // consumed, as the real call did
+    for (const ValuePtr& a : args)  // consumed, as the real call did
+      if (a->is(Kind::Iterator) && !advanceIterator(a, a->items.size(), true)) return nullptr;
     return fromPython(r.get());
   }
 
@@ -368,14 +370,19 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("next") && (args.size() == 1 || args.size() == 2)) {
     const ValuePtr& it = args[0];
     if (!it->is(Kind::Iterator)) return fail("next() of a non-iterator");
-    if (it->pos < it->items.size()) return it->items[it->pos++];
+    if (it->pos < it->items.size()) {
+      ValuePtr item = it->items[it->pos];
+      if (!advanceIterator(it, it->pos + 1, false)) return nullptr;
+      return item;
+    }
+    if (!advanceIterator(it, it->pos, true)) return nullptr;
     if (args.size() == 2) return args[1];
     PyErr_SetNone(PyExc_StopIteration);
     return raisePython();
   }
   if (is("enumerate") && !args.empty() && args.size() <= 2) {
     std::vector<ValuePtr> items;
-    if (!iterate(args[0], &items)) return nullptr;
+    if (!peekItems(args[0], &items)) return nullptr;  // an iterator is consumed as the result is
     long start = 0;
     if (args.size() == 2) {
       if (!args[1]->is(Kind::Constant)) return fail("enumerate() start must be a constant");
@@ -389,6 +396,12 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     it->kind = Kind::Iterator;
     for (size_t i = 0; i < items.size(); ++i)
       it->items.push_back(Value::sequence(Kind::Tuple, {constInt(start + static_cast<long>(i)), items[i]}));
+    if (args[0]->is(Kind::Iterator)) {
+      const size_t s0 = args[0]->pos;
+      std::vector<std::vector<size_t>> after;
+      for (size_t k = 0; k < items.size(); ++k) after.push_back({s0 + k + 1});
+      linkIterator(it, {args[0]}, std::move(after), {s0 + items.size()}, {true});
+    }
     return it;
   }
   if (is("zip") && kwargs.size() <= 1) {
@@ -400,7 +413,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     std::vector<std::vector<ValuePtr>> seqs(args.size());
     size_t n = SIZE_MAX;
     for (size_t i = 0; i < args.size(); ++i) {
-      if (!iterate(args[i], &seqs[i])) return nullptr;
+      if (!peekItems(args[i], &seqs[i])) return nullptr;  // iterators are consumed as the result is
       if (strict && n != SIZE_MAX && seqs[i].size() != n) return fail("zip(strict=True) of unequal lengths (ValueError)");
       n = std::min(n, seqs[i].size());
     }
@@ -412,6 +425,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
       for (auto& s : seqs) row.push_back(s[k]);
       it->items.push_back(Value::sequence(Kind::Tuple, std::move(row)));
     }
+    linkLockstep(it, args, 0, seqs, n, strict);
     return it;
   }
   if (is("reversed") && args.size() == 1) {
@@ -424,12 +438,14 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     return it;
   }
   if ((is("map") || is("filter")) && args.size() >= 2) {
+    if (is("filter") && args.size() != 2) return fail("filter() takes two arguments (TypeError)");
     std::vector<std::vector<ValuePtr>> seqs(args.size() - 1);
     size_t n = SIZE_MAX;
     for (size_t i = 1; i < args.size(); ++i) {
-      if (!iterate(args[i], &seqs[i - 1])) return nullptr;
+      if (!peekItems(args[i], &seqs[i - 1])) return nullptr;  // iterators are consumed as the result is
       n = std::min(n, seqs[i - 1].size());
     }
+    std::vector<size_t> kept;  // filter: the source index of each item kept
     auto it = std::make_shared<Value>();
     it->kind = Kind::Iterator;
     for (size_t k = 0; k < n; ++k) {
@@ -450,8 +466,19 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
           t = truthValue(r);
         }
         if (t < 0) return nullptr;
-        if (t) it->items.push_back(keep);
+        if (t) {
+          it->items.push_back(keep);
+          kept.push_back(k);
+        }
       }
+    }
+    if (is("map")) {
+      linkLockstep(it, args, 1, seqs, n, false);
+    } else if (args[1]->is(Kind::Iterator)) {
+      const size_t s0 = args[1]->pos;
+      std::vector<std::vector<size_t>> after;
+      for (size_t k : kept) after.push_back({s0 + k + 1});
+      linkIterator(it, {args[1]}, std::move(after), {s0 + n}, {true});
     }
     return it;
   }

@@ -31,11 +31,92 @@ PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
 }  // namespace
 
 bool Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (!peekItems(v, out)) return false;
+  if (v->is(Kind::Iterator)) return advanceIterator(v, v->items.size(), true);  // consuming it exhausts it
+  return true;
+}
+
+bool Tracer::peekItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (!usableIterator(v.get())) return false;
   ValuePtr it = getIter(v);
   if (!it) return false;
-  out->assign(it->items.begin() + static_cast<std::ptrdiff_t>(it->pos), it->items.end());
-  if (v->is(Kind::Iterator)) v->pos = v->items.size();  // consuming an iterator exhausts it
+  out->assign(it->items.begin() + static_cast<std::ptrdiff_t>(std::min(it->pos, it->items.size())), it->items.end());
   return true;
+}
+
+bool Tracer::usableIterator(const Value* it) {
+  auto found = iter_links_.find(it);
+  if (found == iter_links_.end() || !found->second.stale) return true;
+  fail("a zip/enumerate/map/filter iterator used again after its source iterator was consumed directly "
+       "(the interleaving is not modeled)");
+  return false;
+}
+
+bool Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
+  if (!usableIterator(it.get())) return false;
+  for (auto& [derived, link] : iter_links_) {
+    if (link.derived->ended || link.derived == it) continue;
+    for (const ValuePtr& s : link.sources)
+      if (s == it) link.stale = true;
+  }
+  it->pos = std::min(pos, it->items.size());
+  it->ended = it->ended || ended;
+  syncSources(it.get());
+  return true;
+}
+
+void Tracer::syncSources(const Value* derived) {
+  auto found = iter_links_.find(derived);
+  if (found == iter_links_.end()) return;
+  const IterLink& link = found->second;
+  const size_t k = derived->pos;
+  for (size_t s = 0; s < link.sources.size(); ++s) {
+    const ValuePtr& src = link.sources[s];
+    if (derived->ended && k >= link.after.size()) {
+      src->pos = link.at_end[s];
+      src->ended = link.ended_at_end[s];
+    } else {
+      src->pos = k == 0 ? link.start[s] : link.after[k - 1][s];
+    }
+    syncSources(src.get());
+  }
+}
+
+void Tracer::linkLockstep(const ValuePtr& derived, const std::vector<ValuePtr>& args, size_t first,
+                          const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict) {
+  std::vector<ValuePtr> sources;
+  std::vector<std::vector<size_t>> after(n);
+  std::vector<size_t> at_end;
+  std::vector<bool> ended_at_end;
+  bool stopped = false;  // an earlier argument had no item left: later ones are not read
+  for (size_t i = first; i < args.size(); ++i) {
+    const size_t len = seqs[i - first].size();
+    const bool exhausted_here = !stopped && (strict || len == n);
+    if (args[i]->is(Kind::Iterator)) {
+      const size_t s0 = args[i]->pos;
+      sources.push_back(args[i]);
+      for (size_t k = 0; k < n; ++k) after[k].push_back(s0 + k + 1);
+      // At the end: read one more if it has one and no earlier argument ran out.
+      at_end.push_back(s0 + n + (!stopped && !exhausted_here ? 1 : 0));
+      ended_at_end.push_back(exhausted_here);
+    }
+    if (exhausted_here && !strict) stopped = true;
+  }
+  linkIterator(derived, std::move(sources), std::move(after), std::move(at_end), std::move(ended_at_end));
+}
+
+void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources,
+                          std::vector<std::vector<size_t>> after, std::vector<size_t> at_end,
+                          std::vector<bool> ended_at_end) {
+  if (sources.empty()) return;
+  IterLink link;
+  link.derived = derived;
+  for (const ValuePtr& s : sources) link.start.push_back(s->pos);
+  link.sources = std::move(sources);
+  link.after = std::move(after);
+  link.at_end = std::move(at_end);
+  link.ended_at_end = std::move(ended_at_end);
+  iter_links_[derived.get()] = std::move(link);
 }
 
 bool Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {

@@ -322,11 +322,14 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         break;
       }
       case Op::FOR_ITER: {
-        ValuePtr& it = f.stack.back();
+        ValuePtr it = f.stack.back();
         if (!it->is(Kind::Iterator)) return fail("FOR_ITER on a non-iterator");
         if (it->pos < it->items.size()) {
-          f.stack.push_back(it->items[it->pos++]);
+          ValuePtr item = it->items[it->pos];
+          if (!advanceIterator(it, it->pos + 1, false)) return nullptr;
+          f.stack.push_back(std::move(item));
         } else {
+          if (!advanceIterator(it, it->pos, true)) return nullptr;
           f.stack.pop_back();
           if (!jumpTo(ins.jumpTarget())) return nullptr;
           next_pc = f.pc;
@@ -535,7 +538,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr& receiver = f.stack.back();
         if (!f.generator || !receiver->is(Kind::Iterator)) return fail("SEND outside a generator run in place");
         for (size_t k = receiver->pos; k < receiver->items.size(); ++k) f.yielded.push_back(receiver->items[k]);
-        receiver->pos = receiver->items.size();
+        if (!advanceIterator(ValuePtr(receiver), receiver->items.size(), true)) return nullptr;
         receiver = Value::constant(Py_None);
         if (!jumpTo(ins.jumpTarget())) return nullptr;
         next_pc = f.pc;

@@ -194,6 +194,7 @@ bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
       return buildOutput(v->items[0], &plan->items[0]);
     case Kind::Slice:
     case Kind::Iterator: {
+      if (!usableIterator(v.get())) return false;
       // slice(start, stop, step); an iterator becomes iter() over the items it has left.
       plan->kind = K::Call;
       if (v->is(Kind::Slice)) {

@@ -193,6 +193,8 @@ class Tracer {
                        std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
   // The items an iterable value yields (lists, tuples, dicts' keys, constants, modules).
   bool iterate(const ValuePtr& v, std::vector<ValuePtr>* out);
+  // The items `v` would give, without consuming it when it is an Iterator.
+  bool peekItems(const ValuePtr& v, std::vector<ValuePtr>* out);
   // The real Python object for a value made only of constants (constants, and tuples,
   // lists, dicts and sets of them), or null (no error set) when it holds anything else.
   Ref toPython(const ValuePtr& v);
@@ -276,6 +278,36 @@ class Tracer {
   // a break), modeled over the items they had left; what the trace consumed of each
   // (its pos) is replayed on the real one as an Advance effect.
   std::vector<ValuePtr> input_iterators_;
+  // Iterators that zip/enumerate/map/filter made over other iterators. Their items are
+  // computed when they are made, but the real objects are lazy: each item taken from the
+  // derived iterator takes its share from the sources, and only then (IterLink::after).
+  struct IterLink {
+    ValuePtr derived;
+    std::vector<ValuePtr> sources;
+    std::vector<std::vector<size_t>> after;  // after[k][s]: source s's pos once item k was taken
+    std::vector<size_t> start;               // each source's pos when the derived one was made
+    std::vector<size_t> at_end;              // ... once the derived one's end was observed
+    std::vector<bool> ended_at_end;          // ... and whether that source's own end was
+    // A source was consumed directly before the derived iterator was exhausted: its
+    // precomputed items no longer are what the real one would give, so any later use of it
+    // fails the trace (until then, e.g. a loop left with `break`, nothing is wrong).
+    bool stale = false;
+  };
+  std::unordered_map<const Value*, IterLink> iter_links_;
+  // Moves iterator `it` to `pos` (`ended`: its end was observed), its sources with it; the
+  // derived iterators not yet exhausted that take from `it` go stale.
+  bool advanceIterator(const ValuePtr& it, size_t pos, bool ended);
+  // False (trace failed) when `it` is a derived iterator gone stale (IterLink::stale).
+  bool usableIterator(const Value* it);
+  void syncSources(const Value* derived);
+  // The link of zip/map over args[first:] (items `seqs`, `n` results): one item of each per
+  // result; at the end each argument is tried in order until one has none left (strict:
+  // all are read to their end).
+  void linkLockstep(const ValuePtr& derived, const std::vector<ValuePtr>& args, size_t first,
+                    const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict);
+  // Registers `derived` (made from `sources`, which must be Iterators, not yet consumed).
+  void linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources, std::vector<std::vector<size_t>> after,
+                    std::vector<size_t> at_end, std::vector<bool> ended_at_end);
   // Generators are run to completion where they are called; that is only the program's
   // order of events while the generator itself changes nothing outside the trace.
   int generator_depth_ = 0;

@@ -145,3 +145,20 @@ def test_for_loop_cut_by_a_break_each_iteration_keeps_its_graphs():
     assert s["native_frames"] == []
     assert s["graph_breaks"] >= 3
     assert cnt.frame_count >= 4
+
+
+def test_zip_used_after_its_source_was_consumed_directly_runs_natively_and_says_why():
+    # The zip's items were computed when it was made; once its source moved on its own
+    # they are not what the real zip gives: the frame must not be captured with them.
+    def f(x):
+        it = iter([x, x + 1, x + 2])
+        pairs = zip(it, [1, 2, 3])
+        next(it)  # the real zip now starts from the second item
+        rows = list(pairs)
+        return x + rows[0][0] * rows[0][1] + len(rows)
+
+    cnt = CompileCounter()
+    x = torch.randn(3)
+    assert torch.allclose(cdynamo.compile(f, backend=cnt)(x), f(x))
+    native = cdynamo.stats()["native_frames"]
+    assert len(native) == 1 and "interleaving is not modeled" in native[0]["reason"]

@@ -316,6 +316,61 @@ def no_tensor_string_builtins(s):
     return len(s), sorted(s), list(reversed(s))
 
 
+# ----------------------------------------------------------------------------- lazy consumption
+# zip/enumerate/map/filter take items from an iterator only as their own items are taken.
+
+@case(T4)
+def zip_of_iterator_then_break_leaves_the_rest(x):
+    it = iter([x, x + 1, x + 2])
+    for a, b in zip(it, [1, 2, 3]):
+        x = x + a * b
+        break
+    rest = list(it)
+    return x, len(rest), rest[0]
+
+
+@case(T4)
+def zip_longer_iterator_first_loses_one_item(x):
+    it = iter([1, 2, 3, 4])
+    pairs = list(zip(it, [10, 20]))
+    return x * len(pairs) + next(it)  # zip read 1, 2, then 3 before [10, 20] ran out: next is 4
+
+
+@case(T4)
+def zip_shorter_list_first_spares_the_iterator(x):
+    it = iter([1, 2, 3, 4])
+    pairs = list(zip([10, 20], it))
+    return x * len(pairs) + next(it)  # [10, 20] ran out first: it still has 3
+
+
+@case(T4)
+def enumerate_of_iterator_partially(x):
+    it = iter([x, x * 2, x * 3])
+    for i, t in enumerate(it):
+        if i == 1:
+            break
+        x = x + t
+    return x + next(it)
+
+
+@case(T4)
+def map_and_filter_of_iterators_partially(x):
+    it = iter([1, 2, 3, 4, 5, 6])
+    first = next(map(lambda v: v * 10, it))
+    evens = filter(lambda v: v % 2 == 0, it)
+    second = next(evens)
+    return x * first + second + len(list(it))
+
+
+@case(T4)
+def enumerate_of_zip_of_iterators(x):
+    a, b = iter([1, 2, 3]), iter([4, 5])
+    total = 0
+    for i, (p, q) in enumerate(zip(a, b)):
+        total += i * p * q
+    return x * total + next(a, -1) + next(b, -1)
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_builtins(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -56,6 +56,7 @@ struct Value {
   std::vector<Ref> keys;  // Dict: one constant key per item
   Ref ctor_arg;           // List of a deque: maxlen (or null); Dict of a defaultdict: its factory
   size_t pos = 0;
+  bool ended = false;  // Iterator: its end was observed (a FOR_ITER or next() past the last item)
   int reg = -1;
   // A real object made by the trace itself (an exception instance, or a method bound to
   // one): nothing outside the trace sees it yet, so it may be changed for real.
