@@ -31,7 +31,7 @@ std::string reprOf(PyObject* o) {
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
   for (size_t i = 0; i < loads_.size(); ++i) {
     const Load& l = loads_[i];
-    if (l.kind == kind && l.base == base && l.index == index) {
+    if (!l.dropped && l.kind == kind && l.base == base && l.index == index) {
       if (!name && !l.name) return static_cast<int>(i);
       if (kind == LoadKind::Constant && l.name.get() == name) return static_cast<int>(i);
       if (kind != LoadKind::Constant && name && l.name && PyUnicode_Compare(name, l.name.get()) == 0)
@@ -92,6 +92,47 @@ void GuardProgram::checkEquals(int reg, PyObject* constant) {
   c.obj = Ref::borrow(constant);
   c.what = names_[reg];
   addCheck(std::move(c));
+}
+
+void GuardProgram::checkLengthAtLeast(int reg, Py_ssize_t n) {
+  Check c{CheckKind::LengthAtLeast, reg, static_cast<int>(n)};
+  c.what = names_[reg];
+  addCheck(std::move(c));
+}
+
+std::vector<int> GuardProgram::registersUnder(const std::vector<int>& roots) const {
+  std::vector<bool> under(loads_.size(), false);
+  for (int r : roots) under[r] = true;
+  // A load's base is always an earlier register: one pass in order reaches every descendant.
+  for (size_t i = 0; i < loads_.size(); ++i)
+    if (loads_[i].base >= 0 && under[loads_[i].base]) under[i] = true;
+  std::vector<int> out;
+  for (size_t i = 0; i < loads_.size(); ++i)
+    if (under[i]) out.push_back(static_cast<int>(i));
+  return out;
+}
+
+void GuardProgram::dropRegisters(const std::vector<int>& roots) {
+  std::vector<bool> gone(loads_.size(), false);
+  for (int r : registersUnder(roots)) {
+    gone[r] = true;
+    loads_[r].dropped = true;
+  }
+  std::vector<Step> kept;
+  for (const Step& s : steps_) {
+    if (s.is_load) {
+      if (gone[s.index]) continue;
+    } else {
+      Check& c = checks_[s.index];
+      if ((c.reg >= 0 && gone[c.reg]) || (c.kind == CheckKind::Aliasing && gone[c.index])) {
+        c.dropped = true;
+        ++dropped_checks_;
+        continue;
+      }
+    }
+    kept.push_back(s);
+  }
+  steps_ = std::move(kept);
 }
 
 void GuardProgram::checkLength(int reg, Py_ssize_t n) {
@@ -266,6 +307,11 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       if (n < 0) PyErr_Clear();
       return n == c.index;
     }
+    case CheckKind::LengthAtLeast: {
+      Py_ssize_t n = PyObject_Length(v);
+      if (n < 0) return PyErr_Clear(), false;
+      return n >= c.index;
+    }
     case CheckKind::DictEmpty:
       return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0;
     case CheckKind::Aliasing:
@@ -352,6 +398,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return c.what + " == " + reprOf(c.obj.get());
     case CheckKind::Length:
       return "len(" + c.what + ") == " + std::to_string(c.index);
+    case CheckKind::LengthAtLeast:
+      return "len(" + c.what + ") >= " + std::to_string(c.index);
     case CheckKind::DictEmpty:
       return "not " + c.what;
     case CheckKind::DictKeys:
@@ -368,7 +416,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
 
 std::string GuardProgram::describe() const {
   std::ostringstream s;
-  for (const Check& c : checks_) s << describeCheck(c) << "\n";
+  for (const Check& c : checks_)
+    if (!c.dropped) s << describeCheck(c) << "\n";
   return s.str();
 }
 

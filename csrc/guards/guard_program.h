@@ -42,6 +42,8 @@ enum class CheckKind : uint8_t {
   Identity,   // reg is obj (obj held weakly when it supports weak references)
   Equals,     // type(reg) is type(obj) and reg == obj (Python constants)
   Length,     // len(reg) == index (tuple/list/dict)
+  LengthAtLeast,  // len(reg) >= index (the items an iterator has left, when the trace took
+                  // `index` of them and did not see its end)
   DictEmpty,  // reg is a dict with no items (module hook dicts)
   DictKeys,   // reg is a dict whose keys are obj's, in the same order
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
@@ -66,6 +68,7 @@ struct Load {
   int index = 0;
   Ref name;
   mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
+  bool dropped = false;   // removed by dropRegisters: never run, never shared again
   bool owned() const { return kind == LoadKind::Attr || kind == LoadKind::IterRemaining; }
 };
 
@@ -80,6 +83,7 @@ struct Check {
   // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
+  bool dropped = false;  // removed by dropRegisters
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
 };
@@ -103,6 +107,14 @@ class GuardProgram {
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
   void checkLength(int reg, Py_ssize_t n);
+  void checkLengthAtLeast(int reg, Py_ssize_t n);
+  // Removes the loads of `roots`, everything loaded through them, and every check of those
+  // registers (the registers stay allocated and are never loaded). For the guards of values
+  // the trace turned out not to use (the items an input iterator had left past those it
+  // took); the caller makes sure nothing else reads those registers.
+  void dropRegisters(const std::vector<int>& roots);
+  // Every register a load of `roots` (transitively) makes, `roots` included.
+  std::vector<int> registersUnder(const std::vector<int>& roots) const;
   void checkDictEmpty(int reg);
   void checkDictKeys(int reg, PyObject* dict);
   void checkNoModuleHooks(int reg);
@@ -110,7 +122,7 @@ class GuardProgram {
   void checkGradMode(bool enabled);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
-  size_t numChecks() const { return checks_.size(); }
+  size_t numChecks() const { return checks_.size() - dropped_checks_; }
 
   // Runs the program. `regs` must have numRegisters() slots; on return every loaded slot
   // holds its object (owned slots must be given back with release()). Never leaves a
@@ -139,6 +151,7 @@ class GuardProgram {
   std::vector<Check> checks_;
   std::vector<Step> steps_;
   bool any_owned_ = false;
+  size_t dropped_checks_ = 0;
 };
 
 }  // namespace cdynamo::guards

@@ -139,22 +139,25 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     // Modeled as an Iterator over the items it has left, guarded by its type, their number
     // and each item as it is used; what the trace consumes is replayed on the real
     // iterator (an Advance effect, buildEffects), which the outputs hand back as itself.
+    // Its length and the items it has left past those taken are guarded only as far as
+    // the trace depended on them (guardInputIterators, once the entry is complete).
     guards().checkType(reg, Py_TYPE(obj));
     int rest_reg = load(LoadKind::IterRemaining, reg, 0, nullptr, guards().sourceName(reg) + ".<items left>");
     Ref rest = guards::iterRemaining(obj);
     if (!rest) return failFromPython("reading a tuple_iterator");
     Py_ssize_t n = PyTuple_GET_SIZE(rest.get());
-    guards().checkLength(rest_reg, n);
     std::vector<ValuePtr> items;
+    std::vector<int> item_regs;
     for (Py_ssize_t i = 0; i < n; ++i) {
       int item_reg = load(LoadKind::TupleItem, rest_reg, static_cast<int>(i), nullptr,
                           guards().sourceName(rest_reg) + "[" + std::to_string(i) + "]");
       ValuePtr item = wrap(PyTuple_GET_ITEM(rest.get(), i), item_reg);
       if (!item) return nullptr;
       items.push_back(std::move(item));
+      item_regs.push_back(item_reg);
     }
     v = Value::sequence(Kind::Iterator, std::move(items), reg);
-    input_iterators_.push_back(v);
+    input_iterators_.push_back(InputIterator{v, rest_reg, std::move(item_regs)});
   } else if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
     // Like TorchDynamo with inline_inbuilt_nn_modules: the module's class is guarded, not

@@ -3,6 +3,7 @@
 #include "trace/tracer.h"
 
 #include <string>
+#include <unordered_set>
 
 #include "support/stats.h"
 #include "support/torch_types.h"
@@ -338,7 +339,8 @@ void Tracer::setOverlayAttr(int reg, PyObject* name, ValuePtr value) {
 
 bool Tracer::buildEffects() {
   using K = runtime::SideEffect::Kind;
-  for (const ValuePtr& it : input_iterators_) {
+  for (const InputIterator& in : input_iterators_) {
+    const ValuePtr& it = in.value;
     if (it->pos == 0) continue;
     runtime::SideEffect out;
     out.kind = K::Advance;
@@ -376,6 +378,41 @@ bool Tracer::buildEffects() {
     entry_->effects.push_back(std::move(out));
   }
   return true;
+}
+
+namespace {
+
+void registersIn(const runtime::OutputPlan& p, std::unordered_set<int>* out) {
+  if (p.kind == runtime::OutputPlan::Kind::Register) out->insert(p.index);
+  for (const runtime::OutputPlan& item : p.items) registersIn(item, out);
+}
+
+}  // namespace
+
+void Tracer::guardInputIterators() {
+  if (input_iterators_.empty()) return;
+  // The registers the entry reads besides its guards: graph inputs, outputs, effects.
+  std::unordered_set<int> read(entry_->input_regs.begin(), entry_->input_regs.end());
+  registersIn(entry_->output, &read);
+  for (const runtime::SideEffect& e : entry_->effects) {
+    read.insert(e.reg);
+    registersIn(e.value, &read);
+  }
+  for (const InputIterator& in : input_iterators_) {
+    const ValuePtr& it = in.value;
+    const size_t taken = std::min(it->pos, in.item_regs.size());
+    std::vector<int> untaken(in.item_regs.begin() + static_cast<std::ptrdiff_t>(taken), in.item_regs.end());
+    bool unread = !it->ended;
+    for (int r : guards().registersUnder(untaken)) unread = unread && !read.count(r);
+    if (unread) {
+      // The trace took `taken` items and did not see the end: any iterator with at least
+      // those items (each guarded as it was used) behaves the same here.
+      guards().dropRegisters(untaken);
+      if (taken > 0) guards().checkLengthAtLeast(in.items_reg, static_cast<Py_ssize_t>(taken));
+    } else {
+      guards().checkLength(in.items_reg, static_cast<Py_ssize_t>(in.item_regs.size()));
+    }
+  }
 }
 
 bool Tracer::compileGraph() {
@@ -467,6 +504,7 @@ TranslateResult Tracer::run() {
     entry_->output = std::move(plan);
     compileGraph();
   }
+  if (!failed_) guardInputIterators();
   if (user_error_) {
     result.error = true;
     return result;

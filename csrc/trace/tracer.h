@@ -277,7 +277,17 @@ class Tracer {
   // Iterators passed in (tuple_iterators: what a resume function gets for a for loop cut by
   // a break), modeled over the items they had left; what the trace consumed of each
   // (its pos) is replayed on the real one as an Advance effect.
-  std::vector<ValuePtr> input_iterators_;
+  struct InputIterator {
+    ValuePtr value;
+    int items_reg;               // the guard register of the tuple of items it had left
+    std::vector<int> item_regs;  // one per item
+  };
+  std::vector<InputIterator> input_iterators_;
+  // Once the entry is complete: each input iterator is guarded on what the trace took of
+  // it, not on everything it had left. Its length is checked exactly only when the trace
+  // saw its end (else only that it has at least the items taken), and the guards of items
+  // past those are dropped when nothing in the entry reads them.
+  void guardInputIterators();
   // Iterators that zip/enumerate/map/filter made over other iterators. Their items are
   // computed when they are made, but the real objects are lazy: each item taken from the
   // derived iterator takes its share from the sources, and only then (IterLink::after).

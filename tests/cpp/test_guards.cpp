@@ -175,6 +175,64 @@ void testDictLookupsRememberedByVersion() {
   EXPECT(!PyErr_Occurred());
 }
 
+// Guards on values a trace did not use can be dropped (the items an input iterator had
+// left past those it took): their loads, loads through them, and checks of them go.
+void testDroppedRegistersAndLengthAtLeast() {
+  Obj t(Py_BuildValue("(iii)", 1, 2, 3)), one(PyLong_FromLong(1)), two(PyLong_FromLong(2)), three(PyLong_FromLong(3));
+  PyObject* fast[1] = {t.o};
+  FrameView view;
+  view.fast = fast;
+  view.nfast = 1;
+
+  GuardProgram p;
+  int rt = p.load(LoadKind::Local, -1, 0, nullptr, "L['t']");
+  int r0 = p.load(LoadKind::TupleItem, rt, 0, nullptr, "L['t'][0]");
+  int r1 = p.load(LoadKind::TupleItem, rt, 1, nullptr, "L['t'][1]");
+  int r2 = p.load(LoadKind::TupleItem, rt, 2, nullptr, "L['t'][2]");
+  p.checkEquals(r0, one.o);
+  p.checkEquals(r1, two.o);
+  p.checkEquals(r2, three.o);
+  p.checkAliasing(r1, r2, false);
+  std::vector<PyObject*> regs(p.numRegisters());
+  EXPECT(p.run(view, regs.data()));
+  EXPECT_EQ(p.numChecks(), static_cast<size_t>(4));
+
+  p.dropRegisters({r2});
+  p.checkLengthAtLeast(rt, 2);
+  EXPECT_EQ(p.numChecks(), static_cast<size_t>(3));  // L['t'][2] == 3 and the aliasing check are gone
+  EXPECT(p.describe().find("L['t'][2]") == std::string::npos);
+  EXPECT(p.describe().find("len(L['t']) >= 2") != std::string::npos);
+  EXPECT(p.load(LoadKind::TupleItem, rt, 2, nullptr, "L['t'][2]") != r2);  // a dropped load is not shared
+  Obj longer(Py_BuildValue("(iiii)", 1, 2, 99, 4)), exact(Py_BuildValue("(ii)", 1, 2)), shorter(Py_BuildValue("(i)", 1)),
+      other(Py_BuildValue("(ii)", 1, 5));
+  std::vector<PyObject*> regs2(p.numRegisters());
+  fast[0] = longer.o;
+  EXPECT(p.run(view, regs2.data()));   // item 2 (99) is no longer checked
+  fast[0] = exact.o;
+  EXPECT(!p.run(view, regs2.data()));  // but the load added after the drop (item 2) is a live one
+  GuardProgram q;
+  int qt = q.load(LoadKind::Local, -1, 0, nullptr, "L['t']");
+  int q0 = q.load(LoadKind::TupleItem, qt, 0, nullptr, "L['t'][0]");
+  int q1 = q.load(LoadKind::TupleItem, qt, 1, nullptr, "L['t'][1]");
+  q.checkEquals(q0, one.o);
+  q.checkEquals(q1, two.o);
+  q.dropRegisters({q1});
+  q.checkLengthAtLeast(qt, 1);
+  std::vector<PyObject*> qregs(q.numRegisters());
+  for (PyObject* ok : {t.o, longer.o, exact.o, shorter.o, other.o}) {
+    fast[0] = ok;
+    EXPECT(q.run(view, qregs.data()));
+  }
+  Obj empty(PyTuple_New(0)), wrong(Py_BuildValue("(ii)", 7, 2));
+  fast[0] = empty.o;
+  EXPECT(!q.run(view, qregs.data()));
+  EXPECT(q.explainFailure(view).find("len(L['t']) >= 1") != std::string::npos ||
+         q.explainFailure(view).find("could not be read") != std::string::npos);
+  fast[0] = wrong.o;
+  EXPECT(!q.run(view, qregs.data()));
+  EXPECT(!PyErr_Occurred());
+}
+
 }  // namespace
 
 int main() {
@@ -182,6 +240,7 @@ int main() {
   testLocalsConstantsAndContainers();
   testGlobalsAttributesAndIdentity();
   testDictLookupsRememberedByVersion();
+  testDroppedRegistersAndLengthAtLeast();
   Py_Finalize();
   return TEST_MAIN_RESULT();
 }
