@@ -101,6 +101,12 @@ class GraphBuilder {
   bool isScalar(int id) const;
   PyObject* fake(int id) const { return nodes_[id].fake.get(); }
   int numNodes() const { return static_cast<int>(nodes_.size()); }
+  // Whether a node from index `first` on mutates something (kept for its effect).
+  bool anyImpureFrom(int first) const {
+    for (int i = first; i < numNodes(); ++i)
+      if (nodes_[i].impure) return true;
+    return false;
+  }
 
   // Calls backend(gm, example_inputs). When the graph may hold symbolic scalars, the call
   // runs inside a torch._guards.TracingContext of this trace's fake mode, as torch._dynamo

@@ -446,6 +446,9 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
       n = std::min(n, seqs[i - 1].size());
     }
     std::vector<size_t> kept;  // filter: the source index of each item kept
+    // The function runs for every item now; the real map/filter run it as items are taken.
+    const uint64_t mutations_before = mutations_;
+    const int nodes_before = graph_.numNodes();
     auto it = std::make_shared<Value>();
     it->kind = Kind::Iterator;
     for (size_t k = 0; k < n; ++k) {
@@ -472,6 +475,10 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
         }
       }
     }
+    if (mutations_ != mutations_before || graph_.anyImpureFrom(nodes_before))
+      return fail(std::string(is("map") ? "map()" : "filter()") +
+                  " with a function that changes state: it runs lazily, item by item, in Python "
+                  "(not modeled)");
     if (is("map")) {
       linkLockstep(it, args, 1, seqs, n, false);
     } else if (args[1]->is(Kind::Iterator)) {

@@ -54,6 +54,7 @@ bool Tracer::usableIterator(const Value* it) {
 
 bool Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
   if (!usableIterator(it.get())) return false;
+  ++mutations_;
   for (auto& [derived, link] : iter_links_) {
     if (link.derived->ended || link.derived == it) continue;
     for (const ValuePtr& s : link.sources)

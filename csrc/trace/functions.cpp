@@ -102,6 +102,7 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
     }
     case Op::STORE_DEREF:
     case Op::DELETE_DEREF: {
+      ++mutations_;
       ValuePtr slot = f.locals[arg];
       PyObject* real_cell = nullptr;  // a cell of a function outside the trace (nonlocal)
       if (slot && slot->is(Kind::Cell)) {

@@ -306,6 +306,7 @@ int Tracer::sameTensorObject(const ValuePtr& a, const ValuePtr& b) {
 }
 
 bool Tracer::recordEffect(PendingEffect e) {
+  ++mutations_;
   if (generator_depth_ > 0) {
     fail("a side effect inside a generator that is run in place (its order against the consumer would change)");
     return false;
@@ -315,6 +316,7 @@ bool Tracer::recordEffect(PendingEffect e) {
 }
 
 bool Tracer::noteContainerMutation(const ValuePtr& c) {
+  ++mutations_;
   if (c->reg < 0) return true;  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set)) {
     fail(std::string("mutating a ") + kindName(c->kind) + " from outside the trace is not supported yet");

@@ -304,6 +304,11 @@ class Tracer {
     bool stale = false;
   };
   std::unordered_map<const Value*, IterLink> iter_links_;
+  // Bumped by every change the trace makes to state a later step could observe (container
+  // and object mutations, recorded effects, cell stores, iterator moves): map()/filter()
+  // call their function when they are made, which is right only if those calls change
+  // nothing (then taking fewer items than were computed is unobservable).
+  uint64_t mutations_ = 0;
   // Moves iterator `it` to `pos` (`ended`: its end was observed), its sources with it; the
   // derived iterators not yet exhausted that take from `it` go stale.
   bool advanceIterator(const ValuePtr& it, size_t pos, bool ended);

@@ -1,4 +1,4 @@
-"""Tuple iterators passed into a compiled frame.
+"""Iterators: tuple iterators passed into a compiled frame, and lazy iterator builtins.
 
 A resume function receives one for every `for` loop a graph break cut (the break's output
 plan rebuilds the loop's iterator as iter(tuple)), and a user may pass one too. The trace
@@ -192,3 +192,29 @@ def test_guards_follow_what_the_trace_took():
     for items in [(1.0, 2.0), (1.0, 2.0), (1.0, 2.0, 3.0)]:
         assert torch.allclose(cg(x, iter(items)), x + sum(items))
     assert cnt.frame_count == 2
+
+
+def test_map_with_a_function_that_changes_state_is_not_run_ahead():
+    # map() calls its function item by item as items are taken; running it for every item
+    # when the map is made would append 1, 2, 3 where eager appends 1.
+    def f(x):
+        log = []
+        for y in map(lambda v: log.append(v) or v, [1, 2, 3]):
+            break
+        return x + y, log
+
+    x = torch.randn(2)
+    expected = f(x)
+    got = cdynamo.compile(f, backend=CompileCounter())(x)
+    assert torch.allclose(expected[0], got[0]) and expected[1] == got[1] == [1]
+    reasons = [b["reason"] for b in cdynamo.stats()["graph_break_reasons"]]
+    assert any("map() with a function that changes state" in r for r in reasons)
+
+    # A pure function is still traced whole.
+    def g(x):
+        return sum(map(lambda v: v * x, [1, 2, 3]))
+
+    cdynamo.reset()
+    cnt = CompileCounter()
+    assert torch.allclose(cdynamo.compile(g, backend=cnt)(x), g(x))
+    assert cnt.frame_count == 1 and cdynamo.stats()["graph_breaks"] == 0
