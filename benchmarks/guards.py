@@ -104,7 +104,7 @@ def run(quick):
     cc = CaptureCheck()
     torch.testing.assert_close(cdynamo.compile(probe, backend=lambda gm, ex: gm.forward)(*sets[0]), probe(*sets[0]))
     ok, why = cc.result()
-    sec.add(f"Coverage probe: `torch.cat((x0, ..., x99))` written as one 100-item tuple display is "
+    sec.add("Coverage probe: `torch.cat((x0, ..., x99))` written as one 100-item tuple display is "
             + ("captured by cdynamo." if ok else f"**not captured** by cdynamo ({why}); CPython 3.11 builds "
                "tuple displays of 30+ items with BUILD_LIST/LIST_APPEND/LIST_TO_TUPLE, hence the groups of 25 "
                "above."))

@@ -5,7 +5,7 @@ import operator
 import pytest
 import torch
 
-from .harness import Cases, check, tensors, with_args
+from .harness import Cases, check, tensors
 
 case = Cases()
 T4 = tensors((4,))

@@ -6,7 +6,7 @@ from collections import OrderedDict, deque, namedtuple
 import pytest
 import torch
 
-from .harness import Cases, check, tensors, with_args
+from .harness import Cases, check, tensors
 
 case = Cases()
 T4 = tensors((4,))

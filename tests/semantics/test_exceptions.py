@@ -3,7 +3,7 @@ assert on constants; and a few functions that raise out of their frame (outcome 
 import pytest
 import torch
 
-from .harness import Cases, check, tensors, with_args
+from .harness import Cases, check, tensors
 
 case = Cases()
 T4 = tensors((4,))

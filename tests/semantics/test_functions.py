@@ -5,7 +5,7 @@ import functools
 import pytest
 import torch
 
-from .harness import Call, Cases, check, tensors, with_args
+from .harness import Call, Cases, check, tensors
 
 case = Cases()
 T4 = tensors((4,))

@@ -9,7 +9,7 @@ import torch._dynamo
 import cdynamo
 import cdynamo.testing
 
-from .harness import Cases, check, tensors, with_args
+from .harness import Cases, check, tensors
 
 case = Cases()
 T4 = tensors((4,))
