@@ -402,6 +402,8 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       n.fake = memoMake(entry, n);
       if (!n.fake) {
         PyErr_Clear();  // fall back to running it
+      } else if (entry.alias_arg >= 0) {
+        n.sig = nodes_[n.args[entry.alias_arg].node].sig.copy();  // the argument's, if known
       } else if (!entry.tuple) {
         // The new node's own signature is known (see nodeSig).
         const FakeSpec& spec = entry.outputs[0];
@@ -416,6 +418,10 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   }
 
   if (!n.fake) {
+    std::vector<long long> versions_before;
+    if (key)
+      for (const Arg& a : n.args)
+        versions_before.push_back(a.kind == Arg::Kind::Node ? versionOf(nodes_[a.node].fake.get()) : -1);
     // Run the call on fake values.
     Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
     if (!fargs) return -1;
@@ -444,7 +450,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
     }
-    if (n.fake && key) memoStore(key.get(), n.fake.get(), n);
+    if (n.fake && key) memoStore(key.get(), n.fake.get(), n, versions_before);
   }
   if (!n.fake) return -1;
   if (shape_env_) {
@@ -714,8 +720,37 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
   return true;
 }
 
-void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n) {
-  // Only fresh tensors: none shares storage with an input or with another output.
+long long GraphBuilder::versionOf(PyObject* tensor) const {
+  if (!tensor || !isTensor(tensor)) return -1;
+  Ref v = Ref::steal(PyObject_GetAttrString(tensor, "_version"));
+  long long out = v ? PyLong_AsLongLong(v.get()) : -1;
+  if (out < 0) PyErr_Clear();
+  return out;
+}
+
+void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
+                             const std::vector<long long>& versions_before) {
+  // A result that is one of the positional tensor arguments itself, unchanged (dropout in
+  // eval mode). Whether an op returns its input depends only on what the key holds
+  // (metadata and constant arguments); one that changed it in place (a bumped version
+  // counter: relu(inplace=True)) is not remembered, its effect on the fake must happen.
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const Arg& a = n.args[k];
+    if (a.kind == Arg::Kind::Node && nodes_[a.node].fake.get() == fake) {
+      long long before = k < versions_before.size() ? versions_before[k] : -1;
+      if (before < 0 || versionOf(fake) != before) return;
+      MemoEntry entry;
+      entry.alias_arg = static_cast<int>(k);
+      Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
+      if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
+        PyErr_Clear();
+        return;
+      }
+      memo_entries_.push_back(std::move(entry));
+      return;
+    }
+  }
+  // Otherwise only fresh tensors: none shares storage with an input or with another output.
   std::vector<PyObject*> inputs;
   for (const Arg& a : n.args) tensorInputs(a, &inputs);
   for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
@@ -800,6 +835,13 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
 }
 
 Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
+  if (entry.alias_arg >= 0) {
+    if (static_cast<size_t>(entry.alias_arg) >= n.args.size() || n.args[entry.alias_arg].kind != Arg::Kind::Node) {
+      PyErr_SetString(PyExc_RuntimeError, "memo entry of an aliasing op does not fit the call");
+      return Ref();
+    }
+    return nodes_[n.args[entry.alias_arg].node].fake.copy();
+  }
   std::vector<PyObject*> inputs;
   for (const Arg& a : n.args) tensorInputs(a, &inputs);
   for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);

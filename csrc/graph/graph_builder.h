@@ -147,13 +147,20 @@ class GraphBuilder {
   struct MemoEntry {
     bool tuple = false;
     std::vector<FakeSpec> outputs;
+    // The result is positional argument `alias_arg` itself (dropout in eval mode, x.float()
+    // of a float tensor): what running the op gave, and what the memo gives again.
+    int alias_arg = -1;
   };
   Ref memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
               const std::vector<std::pair<Ref, Arg>>& kwargs);
   bool argSig(const Arg& a, PyObject* out_list);
   PyObject* nodeSig(int id);
   Ref memoMake(const MemoEntry& entry, const Node& n);
-  void memoStore(PyObject* key, PyObject* fake, const Node& n);
+  // `versions_before`: the version counter of each positional tensor argument before the
+  // op ran (-1 for other arguments); an op that returns an argument it changed in place is
+  // not remembered.
+  void memoStore(PyObject* key, PyObject* fake, const Node& n, const std::vector<long long>& versions_before);
+  long long versionOf(PyObject* tensor) const;
   bool specOf(PyObject* fake, FakeSpec* spec);
   // A FakeTensor per `spec`: an op's result (with the history of an op on `grad_inputs` if
   // spec.requires_grad), or with `input`, the fake of a graph input: a leaf, requiring

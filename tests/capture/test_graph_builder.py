@@ -246,3 +246,28 @@ def test_memoized_fakes_have_the_attributes_and_compact_dict_of_fresh_ones():
         assert fake.__dict__.keys() == first.__dict__.keys()
         assert fake.fake_mode is first.fake_mode and fake.device == first.device
         assert sys.getsizeof(fake.__dict__) == sys.getsizeof(first.__dict__)
+
+
+def test_ops_returning_their_input_are_remembered_as_such_but_in_place_ones_still_run():
+    # dropout in eval mode returns its input: the memo hands back the argument's own fake
+    # (as running it does). relu(inplace=True) returns its input too, but changed in place
+    # (its version and grad_fn): that must still run on the fake every time.
+    def f(x):
+        a, b = x * 2, x * 3
+        da, db = F.dropout(a, 0.5, False), F.dropout(b, 0.5, False)
+        ra, rb = F.relu(a * 1, inplace=True), F.relu(b * 1, inplace=True)
+        return da + db + ra + rb
+
+    x = torch.randn(4, requires_grad=True)
+    out, gm = compile_once(f, x)
+    torch.testing.assert_close(out, f(x))
+    drops = [n for n in gm.graph.nodes if n.target is F.dropout]
+    assert len(drops) == 2
+    for n in drops:
+        assert n.meta["example_value"] is n.args[0].meta["example_value"]
+    relus = [n for n in gm.graph.nodes if n.target is F.relu]
+    assert len(relus) == 2
+    for n in relus:
+        fake = n.meta["example_value"]
+        assert fake is n.args[0].meta["example_value"]
+        assert fake._version == 1 and type(fake.grad_fn).__name__ == "ReluBackward0"
