@@ -154,6 +154,9 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
     case Kind::Tensor: {
       if (isScalarValue(*this, obj))  // a number read from a tensor: not a tensor's attributes
         return fail(std::string("attribute '") + n + "' of a value read from a tensor (Tensor.item()) is not supported yet");
+      // The version counter counts in-place changes of the real tensor, before the call
+      // too: a fake's (0 for an input) is not it, and nothing guards it.
+      if (strcmp(n, "_version") == 0) return fail("Tensor._version (the real tensor's version counter) is not modeled");
       PyObject* tt = tensorType();
       if (!tt) return failFromPython("torch.Tensor");
       PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);

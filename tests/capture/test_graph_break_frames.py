@@ -150,3 +150,22 @@ def test_a_loop_breaking_every_iteration_runs_in_constant_stack_depth():
     # The frame up to the condition, and one resume function (the loop body up to the
     # condition again), hit 1499 times.
     assert cnt.frame_count == 2 and s["graph_breaks"] == 2 and s["cache_hits"] >= 1499
+
+
+def test_tensor_version_counter_is_the_real_one():
+    # A fake's version counter starts at 0 for an input; the real one counts every in-place
+    # change, before the call too. Reading it breaks the graph and gives eager's answer.
+    def f(x):
+        y = x * 2
+        y.relu_()
+        return y + y._version + x._version
+
+    cnt = CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt)
+    x = torch.randn(4)
+    for _ in range(3):
+        x.add_(1)  # a new version every call
+        assert torch.allclose(cf(x), f(x))
+    reasons = [b["reason"] for b in cdynamo.stats()["graph_break_reasons"]]
+    assert any("Tensor._version" in r for r in reasons)
+    assert cdynamo.stats()["native_frames"] == []

@@ -213,6 +213,15 @@ def urandom_in_dead_local(x):
     return y + 1
 
 
+@cases(T4, expect_graphs=2, reason="_version",
+       xfail="cdynamo breaks at Tensor._version (2 graphs, eager's answer: "
+             "tests/capture/test_graph_break_frames.py); torch._dynamo reads the counter in its graph (1 graph)")
+def tensor_version_counter_after_in_place(x):
+    y = x * 2
+    y.relu_()
+    return y + y._version  # the real counter (1 here), not the fake's
+
+
 @cases(T4, expect_graphs=1, reason="id()")
 def copy_deepcopy_of_list(x):
     cfg = copy.deepcopy([1, [2, 3]])
