@@ -405,7 +405,19 @@ void Tracer::guardInputIterators() {
     const size_t taken = std::min(it->pos, in.item_regs.size());
     std::vector<int> untaken(in.item_regs.begin() + static_cast<std::ptrdiff_t>(taken), in.item_regs.end());
     bool unread = !it->ended;
-    for (int r : guards().registersUnder(untaken)) unread = unread && !read.count(r);
+    std::vector<int> under = guards().registersUnder(untaken);
+    std::unordered_set<int> under_set(under.begin(), under.end());
+    std::unordered_set<const Value*> under_values;
+    for (int r : under) {
+      unread = unread && !read.count(r);
+      auto w = wrapped_.find(r);
+      if (w != wrapped_.end()) under_values.insert(w->second.get());
+    }
+    // An untaken item that is also reached through another source (one object passed twice)
+    // is one traced value: what the trace read of it may be guarded through the item's
+    // registers, so those stay.
+    for (const auto& [reg, value] : wrapped_)
+      if (!under_set.count(reg) && under_values.count(value.get())) unread = false;
     if (unread) {
       // The trace took `taken` items and did not see the end: any iterator with at least
       // those items (each guarded as it was used) behaves the same here.

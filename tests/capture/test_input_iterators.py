@@ -204,3 +204,22 @@ def test_map_with_a_function_that_changes_state_is_not_run_ahead():
     cnt = CompileCounter()
     assert torch.allclose(cdynamo.compile(g, backend=cnt)(x), g(x))
     assert cnt.frame_count == 1 and cdynamo.stats()["graph_breaks"] == 0
+
+
+class _Holder:
+    pass
+
+
+def test_item_left_that_is_also_an_argument_keeps_its_guards():
+    # obj is both an item the iterator still has and an argument: it is one traced value,
+    # and obj.k, read through it, must stay guarded even though the item was not taken.
+    def f(x, it, obj):
+        a = next(it)
+        return x * a + obj.k
+
+    cf = cdynamo.compile(f, backend=CompileCounter())
+    x = torch.ones(2)
+    obj = _Holder()
+    for k in (1.0, 5.0, 5.0, 2.0):
+        obj.k = k
+        assert torch.allclose(cf(x, iter((2.0, obj)), obj), f(x, iter((2.0, obj)), obj))
