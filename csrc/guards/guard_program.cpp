@@ -126,13 +126,18 @@ void GuardProgram::dropRegisters(const std::vector<int>& roots) {
       Check& c = checks_[s.index];
       if ((c.reg >= 0 && gone[c.reg]) || (c.kind == CheckKind::Aliasing && gone[c.index])) {
         c.dropped = true;
-        ++dropped_checks_;
         continue;
       }
     }
     kept.push_back(s);
   }
   steps_ = std::move(kept);
+}
+
+size_t GuardProgram::numChecks() const {
+  size_t n = 0;
+  for (const Check& c : checks_) n += c.dropped ? 0 : 1;
+  return n;
 }
 
 void GuardProgram::checkLength(int reg, Py_ssize_t n) {

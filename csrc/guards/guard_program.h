@@ -80,10 +80,10 @@ struct Check {
   bool weak = false;
   TensorSpec tensor;
   std::string what;  // the source's readable name, for messages (cold)
+  bool dropped = false;  // removed by dropRegisters
   // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
-  bool dropped = false;  // removed by dropRegisters
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
 };
@@ -122,7 +122,7 @@ class GuardProgram {
   void checkGradMode(bool enabled);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
-  size_t numChecks() const { return checks_.size() - dropped_checks_; }
+  size_t numChecks() const;  // not counting dropped ones
 
   // Runs the program. `regs` must have numRegisters() slots; on return every loaded slot
   // holds its object (owned slots must be given back with release()). Never leaves a
@@ -151,7 +151,6 @@ class GuardProgram {
   std::vector<Check> checks_;
   std::vector<Step> steps_;
   bool any_owned_ = false;
-  size_t dropped_checks_ = 0;
 };
 
 }  // namespace cdynamo::guards

@@ -39,11 +39,9 @@ std::string tensorMismatch(const TensorSpec& spec, PyObject* obj);
 // Cold: "Tensor(dtype=float32, device=cpu, size=[2, 3], stride=[3, 1], requires_grad=False)".
 std::string describeTensorSpec(const TensorSpec& spec);
 
-// The torch version whose headers this was built against ("2.13.0"). tensorMatches reads
-// THPVariable and at::TensorImpl by their layout in that version, so the extension refuses to
-// load under another torch (checkTorchVersion, called by the module's init).
-const char* builtAgainstTorch();
-// Python error set (ImportError) and false when torch.__version__ is not that version.
+// tensorMatches reads THPVariable and at::TensorImpl by their layout in the torch whose
+// headers this was built against, so the extension refuses to load under another torch:
+// ImportError set and false when torch.__version__ is not that version (module init).
 bool checkTorchVersion();
 
 namespace detail {

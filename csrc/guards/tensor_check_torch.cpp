@@ -110,8 +110,6 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
   }
 }
 
-const char* builtAgainstTorch() { return TORCH_VERSION; }
-
 bool checkTorchVersion() {
   PyObject* torch = PyImport_ImportModule("torch");
   if (!torch) return false;

@@ -397,10 +397,9 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     for (size_t i = 0; i < items.size(); ++i)
       it->items.push_back(Value::sequence(Kind::Tuple, {constInt(start + static_cast<long>(i)), items[i]}));
     if (args[0]->is(Kind::Iterator)) {
-      const size_t s0 = args[0]->pos;
-      std::vector<std::vector<size_t>> after;
-      for (size_t k = 0; k < items.size(); ++k) after.push_back({s0 + k + 1});
-      linkIterator(it, {args[0]}, std::move(after), {s0 + items.size()}, {true});
+      std::vector<size_t> consumed(items.size());
+      for (size_t k = 0; k < items.size(); ++k) consumed[k] = k + 1;
+      linkIterator(it, {args[0]}, std::move(consumed), {items.size()}, {true});
     }
     return it;
   }
@@ -482,10 +481,9 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (is("map")) {
       linkLockstep(it, args, 1, seqs, n, false);
     } else if (args[1]->is(Kind::Iterator)) {
-      const size_t s0 = args[1]->pos;
-      std::vector<std::vector<size_t>> after;
-      for (size_t k : kept) after.push_back({s0 + k + 1});
-      linkIterator(it, {args[1]}, std::move(after), {s0 + n}, {true});
+      std::vector<size_t> consumed;
+      for (size_t k : kept) consumed.push_back(k + 1);  // up to the item kept
+      linkIterator(it, {args[1]}, std::move(consumed), {n}, {true});
     }
     return it;
   }

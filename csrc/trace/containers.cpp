@@ -73,11 +73,11 @@ void Tracer::syncSources(const Value* derived) {
   const size_t k = derived->pos;
   for (size_t s = 0; s < link.sources.size(); ++s) {
     const ValuePtr& src = link.sources[s];
-    if (derived->ended && k >= link.after.size()) {
-      src->pos = link.at_end[s];
+    if (derived->ended && k >= link.consumed.size()) {
+      src->pos = link.start[s] + link.consumed_at_end[s];
       src->ended = link.ended_at_end[s];
     } else {
-      src->pos = k == 0 ? link.start[s] : link.after[k - 1][s];
+      src->pos = link.start[s] + (k == 0 ? 0 : link.consumed[k - 1]);
     }
     syncSources(src.get());
   }
@@ -86,36 +86,34 @@ void Tracer::syncSources(const Value* derived) {
 void Tracer::linkLockstep(const ValuePtr& derived, const std::vector<ValuePtr>& args, size_t first,
                           const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict) {
   std::vector<ValuePtr> sources;
-  std::vector<std::vector<size_t>> after(n);
-  std::vector<size_t> at_end;
+  std::vector<size_t> consumed(n);
+  for (size_t k = 0; k < n; ++k) consumed[k] = k + 1;  // one from each per result
+  std::vector<size_t> consumed_at_end;
   std::vector<bool> ended_at_end;
   bool stopped = false;  // an earlier argument had no item left: later ones are not read
   for (size_t i = first; i < args.size(); ++i) {
     const size_t len = seqs[i - first].size();
     const bool exhausted_here = !stopped && (strict || len == n);
     if (args[i]->is(Kind::Iterator)) {
-      const size_t s0 = args[i]->pos;
       sources.push_back(args[i]);
-      for (size_t k = 0; k < n; ++k) after[k].push_back(s0 + k + 1);
       // At the end: read one more if it has one and no earlier argument ran out.
-      at_end.push_back(s0 + n + (!stopped && !exhausted_here ? 1 : 0));
+      consumed_at_end.push_back(n + (!stopped && !exhausted_here ? 1 : 0));
       ended_at_end.push_back(exhausted_here);
     }
     if (exhausted_here && !strict) stopped = true;
   }
-  linkIterator(derived, std::move(sources), std::move(after), std::move(at_end), std::move(ended_at_end));
+  linkIterator(derived, std::move(sources), std::move(consumed), std::move(consumed_at_end), std::move(ended_at_end));
 }
 
-void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources,
-                          std::vector<std::vector<size_t>> after, std::vector<size_t> at_end,
-                          std::vector<bool> ended_at_end) {
+void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources, std::vector<size_t> consumed,
+                          std::vector<size_t> consumed_at_end, std::vector<bool> ended_at_end) {
   if (sources.empty()) return;
   IterLink link;
   link.derived = derived;
   for (const ValuePtr& s : sources) link.start.push_back(s->pos);
   link.sources = std::move(sources);
-  link.after = std::move(after);
-  link.at_end = std::move(at_end);
+  link.consumed = std::move(consumed);
+  link.consumed_at_end = std::move(consumed_at_end);
   link.ended_at_end = std::move(ended_at_end);
   iter_links_[derived.get()] = std::move(link);
 }

@@ -290,14 +290,14 @@ class Tracer {
   void guardInputIterators();
   // Iterators that zip/enumerate/map/filter made over other iterators. Their items are
   // computed when they are made, but the real objects are lazy: each item taken from the
-  // derived iterator takes its share from the sources, and only then (IterLink::after).
+  // derived iterator takes its share from the sources, and only then (IterLink::consumed).
   struct IterLink {
     ValuePtr derived;
     std::vector<ValuePtr> sources;
-    std::vector<std::vector<size_t>> after;  // after[k][s]: source s's pos once item k was taken
-    std::vector<size_t> start;               // each source's pos when the derived one was made
-    std::vector<size_t> at_end;              // ... once the derived one's end was observed
-    std::vector<bool> ended_at_end;          // ... and whether that source's own end was
+    std::vector<size_t> start;          // each source's pos when the derived one was made
+    std::vector<size_t> consumed;       // consumed[k]: items every source gave once item k was taken
+    std::vector<size_t> consumed_at_end;  // per source, once the derived one's end was observed
+    std::vector<bool> ended_at_end;     // ... and whether that source's own end was
     // A source was consumed directly before the derived iterator was exhausted: its
     // precomputed items no longer are what the real one would give, so any later use of it
     // fails the trace (until then, e.g. a loop left with `break`, nothing is wrong).
@@ -320,9 +320,9 @@ class Tracer {
   // all are read to their end).
   void linkLockstep(const ValuePtr& derived, const std::vector<ValuePtr>& args, size_t first,
                     const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict);
-  // Registers `derived` (made from `sources`, which must be Iterators, not yet consumed).
-  void linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources, std::vector<std::vector<size_t>> after,
-                    std::vector<size_t> at_end, std::vector<bool> ended_at_end);
+  // Registers `derived`, made from `sources` (Iterators, at their current pos); see IterLink.
+  void linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources, std::vector<size_t> consumed,
+                    std::vector<size_t> consumed_at_end, std::vector<bool> ended_at_end);
   // Generators are run to completion where they are called; that is only the program's
   // order of events while the generator itself changes nothing outside the trace.
   int generator_depth_ = 0;
