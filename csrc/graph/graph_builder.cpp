@@ -421,7 +421,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     std::vector<long long> versions_before;
     if (key)
       for (const Arg& a : n.args)
-        versions_before.push_back(a.kind == Arg::Kind::Node ? versionOf(nodes_[a.node].fake.get()) : -1);
+        versions_before.push_back(a.kind == Arg::Kind::Node ? tensorVersion(nodes_[a.node].fake.get()) : -1);
     // Run the call on fake values.
     Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
     if (!fargs) return -1;
@@ -720,7 +720,7 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
   return true;
 }
 
-long long GraphBuilder::versionOf(PyObject* tensor) const {
+long long GraphBuilder::tensorVersion(PyObject* tensor) const {
   if (!tensor || !isTensor(tensor)) return -1;
   Ref v = Ref::steal(PyObject_GetAttrString(tensor, "_version"));
   long long out = v ? PyLong_AsLongLong(v.get()) : -1;
@@ -738,7 +738,7 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
     const Arg& a = n.args[k];
     if (a.kind == Arg::Kind::Node && nodes_[a.node].fake.get() == fake) {
       long long before = k < versions_before.size() ? versions_before[k] : -1;
-      if (before < 0 || versionOf(fake) != before) return;
+      if (before < 0 || tensorVersion(fake) != before) return;
       MemoEntry entry;
       entry.alias_arg = static_cast<int>(k);
       Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));

@@ -160,7 +160,7 @@ class GraphBuilder {
   // op ran (-1 for other arguments); an op that returns an argument it changed in place is
   // not remembered.
   void memoStore(PyObject* key, PyObject* fake, const Node& n, const std::vector<long long>& versions_before);
-  long long versionOf(PyObject* tensor) const;
+  long long tensorVersion(PyObject* tensor) const;
   bool specOf(PyObject* fake, FakeSpec* spec);
   // A FakeTensor per `spec`: an op's result (with the history of an op on `grad_inputs` if
   // spec.requires_grad), or with `input`, the fake of a graph input: a leaf, requiring

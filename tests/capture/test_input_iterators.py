@@ -80,12 +80,12 @@ def test_iterator_returned_and_drained():
         first = next(it)
         return x + first, it
 
-    _run_both(f, lambda: (torch.randn(3), iter((torch.randn(3), torch.randn(3)))))
+    assert _run_both(f, lambda: (torch.randn(3), iter((torch.randn(3), torch.randn(3))))).frame_count == 1
 
     def g(x, it):
         return x + sum(list(it))
 
-    _run_both(g, lambda: (torch.randn(3), iter((torch.randn(3), torch.randn(3)))))
+    assert _run_both(g, lambda: (torch.randn(3), iter((torch.randn(3), torch.randn(3))))).frame_count == 1
 
 
 def test_one_iterator_under_two_names():
@@ -96,7 +96,7 @@ def test_one_iterator_under_two_names():
         it = iter((1.0, 2.0, 3.0))
         return torch.randn(2), it, it
 
-    _run_both(f, args)
+    assert _run_both(f, args).frame_count == 1
 
 
 def test_for_loop_cut_by_a_break_each_iteration_keeps_its_graphs():
