@@ -9,7 +9,7 @@
 * kind tests: `is(Kind::X)` / `kind == Kind::X` tests of a value's kind, outside csrc/trace/values/
   (which defines them).
 * raw refcounts: Py_INCREF/Py_DECREF/Py_XINCREF/Py_XDECREF/Py_CLEAR outside csrc/support/,
-  and how many of those carry a `why:` comment on the same or the previous line.
+  and how many of those carry a `why:` comment on the same line or one of the three before.
 """
 import argparse
 import os
@@ -81,7 +81,7 @@ def main():
             for k, l in enumerate(lines):
                 n = len(raw_re.findall(l))
                 raw += n
-                if n and ("why:" in l or (k > 0 and "why:" in lines[k - 1])):
+                if n and any("why:" in w for w in lines[max(0, k - 3):k + 1]):
                     raw_why += n
     funcs.sort(reverse=True)
     files.sort(reverse=True)

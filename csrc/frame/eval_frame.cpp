@@ -13,6 +13,7 @@
 
 #include "bytecode/resume.h"
 #include "cache/code_cache.h"
+#include "support/lookup.h"
 #include "support/pyref.h"
 #include "support/stats.h"
 #include "trace/tracer.h"
@@ -75,8 +76,8 @@ FrameView viewOf(_PyInterpreterFrame* frame) {
 }
 
 void emitLog(const char* channel, const std::string& message) {
-  Ref mod = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
-  Ref r = mod ? Ref::steal(PyObject_CallMethod(mod.get(), "emit", "ss", channel, message.c_str())) : Ref();
+  PyObject* mod = lookup(Obj::cdynamo_logging);
+  Ref r = mod ? Ref::steal(PyObject_CallMethod(mod, "emit", "ss", channel, message.c_str())) : Ref();
   if (!r) PyErr_Clear();
 }
 
@@ -108,8 +109,8 @@ void recordBreak(PyCodeObject* code, const runtime::CompiledEntry& entry) {
     emitLog("graph_breaks", "Graph break in " + codeName(code) + ": " + b.reason + "\n  at " + b.filename + ":" +
                                 std::to_string(b.line) + "\n" + b.user_stack);
   if (log_channels & kLogBytecode) {
-    Ref mod = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
-    Ref r = mod ? Ref::steal(PyObject_CallMethod(mod.get(), "emit_bytecode", "OOO", code, entry.brk->break_code.get(),
+    PyObject* mod = lookup(Obj::cdynamo_logging);
+    Ref r = mod ? Ref::steal(PyObject_CallMethod(mod, "emit_bytecode", "OOO", code, entry.brk->break_code.get(),
                                                  entry.brk->resume_table.get()))
                 : Ref();
     if (!r) PyErr_Clear();

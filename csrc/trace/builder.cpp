@@ -4,6 +4,7 @@
 #include <cctype>
 #include <string>
 
+#include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/tracer.h"
 
@@ -32,7 +33,7 @@ int Tracer::load(LoadKind kind, int base, int index, PyObject* name, std::string
   return guards().load(kind, base, index, name, std::move(what));
 }
 
-ValuePtr Tracer::wrap(PyObject* obj, int reg) {
+Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   if (reg >= 0) {
     auto it = wrapped_.find(reg);
     if (it != wrapped_.end()) return it->second;
@@ -82,9 +83,9 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       if (reg >= 0)
         item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
                         guards().sourceName(reg) + "[" + std::to_string(i) + "]");
-      ValuePtr item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
-      if (!item) return nullptr;
-      items.push_back(std::move(item));
+      Result<ValuePtr> item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
+      if (!item) return item;
+      items.push_back(item.take());
     }
     v = Value::sequence(tuple ? Kind::Tuple : Kind::List, std::move(items), reg);
     if (tuple && !PyTuple_CheckExact(obj)) v->obj = Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
@@ -105,12 +106,13 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       int item_reg = -1;
       if (reg >= 0) {
         Ref r = Ref::steal(PyObject_Repr(key));
+        if (!r) PyErr_Clear();
         item_reg = load(LoadKind::DictItem, reg, 0, key, guards().sourceName(reg) + "[" + (r ? PyUnicode_AsUTF8(r.get()) : "?") + "]");
       }
-      ValuePtr item = wrap(value, item_reg);
-      if (!item) return nullptr;
+      Result<ValuePtr> item = wrap(value, item_reg);
+      if (!item) return item;
       keys.push_back(Ref::borrow(key));
-      values.push_back(std::move(item));
+      values.push_back(item.take());
     }
     v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values));
     v->reg = reg;
@@ -151,9 +153,9 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     for (Py_ssize_t i = 0; i < n; ++i) {
       int item_reg = load(LoadKind::TupleItem, rest_reg, static_cast<int>(i), nullptr,
                           guards().sourceName(rest_reg) + "[" + std::to_string(i) + "]");
-      ValuePtr item = wrap(PyTuple_GET_ITEM(rest.get(), i), item_reg);
-      if (!item) return nullptr;
-      items.push_back(std::move(item));
+      Result<ValuePtr> item = wrap(PyTuple_GET_ITEM(rest.get(), i), item_reg);
+      if (!item) return item;
+      items.push_back(item.take());
       item_regs.push_back(item_reg);
     }
     v = Value::sequence(Kind::Iterator, std::move(items), reg);
@@ -177,19 +179,20 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     int self_reg = -1, func_reg = -1;
     if (reg >= 0) {
       guards().checkType(reg, Py_TYPE(obj));
-      self_reg = load(LoadKind::Attr, reg, 0, intern("__self__"), guards().sourceName(reg) + ".__self__");
-      func_reg = load(LoadKind::Attr, reg, 0, intern("__func__"), guards().sourceName(reg) + ".__func__");
+      self_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_self), guards().sourceName(reg) + ".__self__");
+      func_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_func), guards().sourceName(reg) + ".__func__");
     }
-    bool handled = false;
-    v = wrapContextExit(self, func, self_reg, &handled);
-    if (!handled) {
-      ValuePtr receiver = wrap(self, self_reg);
-      if (!receiver) return nullptr;
-      ValuePtr function = wrap(func, func_reg);
-      if (!function) return nullptr;
-      v = Value::boundMethod(receiver, func);
+    Result<ValuePtr> exit = wrapContextExit(self, func, self_reg);
+    if (!exit && !exit.notHandled()) return exit;
+    if (exit) {
+      v = exit.take();
+    } else {
+      Result<ValuePtr> receiver = wrap(self, self_reg);
+      if (!receiver) return receiver;
+      Result<ValuePtr> function = wrap(func, func_reg);
+      if (!function) return function;
+      v = Value::boundMethod(*receiver, func);
     }
-    if (!v) return nullptr;
   } else if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) &&
              (PyList_CheckExact(PyCFunction_GET_SELF(obj)) || PyDict_CheckExact(PyCFunction_GET_SELF(obj)) ||
               PyTuple_CheckExact(PyCFunction_GET_SELF(obj)) || isTensor(PyCFunction_GET_SELF(obj)))) {
@@ -203,13 +206,13 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     int self_reg = -1;
     if (reg >= 0) {
       guards().checkType(reg, Py_TYPE(obj));
-      self_reg = load(LoadKind::Attr, reg, 0, intern("__self__"), guards().sourceName(reg) + ".__self__");
-      int name_reg = load(LoadKind::Attr, reg, 0, intern("__name__"), guards().sourceName(reg) + ".__name__");
+      self_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_self), guards().sourceName(reg) + ".__self__");
+      int name_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_name), guards().sourceName(reg) + ".__name__");
       guards().checkEquals(name_reg, mname);
     }
-    ValuePtr receiver = wrap(self, self_reg);
-    if (!receiver) return nullptr;
-    v = Value::namedMethod(receiver, mname);
+    Result<ValuePtr> receiver = wrap(self, self_reg);
+    if (!receiver) return receiver;
+    v = Value::namedMethod(*receiver, mname);
   } else if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && !PyFunction_GET_DEFAULTS(obj) &&
              !PyFunction_GET_KW_DEFAULTS(obj) && reg >= 0) {
     // A closure (e.g. made by the frame before a graph break, rebuilt for its resume
@@ -217,9 +220,10 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     // TorchDynamo's CLOSURE_MATCH; the cells' contents are read (and guarded) through
     // the function's __closure__ when the inlined body reads them.
     guards().checkType(reg, Py_TYPE(obj));
-    int code_reg = load(LoadKind::Attr, reg, 0, intern("__code__"), guards().sourceName(reg) + ".__code__");
+    int code_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_code), guards().sourceName(reg) + ".__code__");
     guards().checkIdentity(code_reg, PyFunction_GET_CODE(obj));
-    int globals_reg = load(LoadKind::Attr, reg, 0, intern("__globals__"), guards().sourceName(reg) + ".__globals__");
+    int globals_reg =
+        load(LoadKind::Attr, reg, 0, interned(Str::dunder_globals), guards().sourceName(reg) + ".__globals__");
     guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
     v = Value::object(Kind::Callable, obj, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
@@ -252,27 +256,27 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
   return v;
 }
 
-ValuePtr Tracer::loadRootLocal(SymbolicFrame& f, int index) {
+Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
   PyCodeObject* co = f.code;
   int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
               ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
-  if (index >= nargs || index >= root_view_.nfast) return nullptr;
+  if (index >= nargs || index >= root_view_.nfast) return notHandled();
   PyObject* obj = root_view_.fast[index];
-  if (!obj) return nullptr;
+  if (!obj) return notHandled();
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
   int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
-  ValuePtr v = wrap(obj, reg);
-  if (v) f.locals[index] = v;
+  Result<ValuePtr> v = wrap(obj, reg);
+  if (v) f.locals[index] = *v;
   return v;
 }
 
-ValuePtr Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
+Result<ValuePtr> Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
   if (!attr_overlay_.empty()) {  // a global stored earlier in the trace
-    int reg = load(LoadKind::Constant, -1, 0, f.globals, "globals");
+    int reg = load(LoadKind::Constant, -1, 0, f.globals.get(), "globals");
     if (ValuePtr v = overlayAttr(reg, name)) return v;
   }
-  PyObject* obj = PyDict_GetItemWithError(f.globals, name);
-  if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins, name);
+  PyObject* obj = PyDict_GetItemWithError(f.globals.get(), name);
+  if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins.get(), name);
   if (!obj) {
     if (PyErr_Occurred()) return failFromPython("global lookup");
     return fail(std::string("name '") + PyUnicode_AsUTF8(name) + "' is not defined (NameError)");
@@ -283,9 +287,10 @@ ValuePtr Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
   }
   // An inlined function reads its own globals dict (held by the guard program, read live
   // on every call), or the builtins when the name is not a global.
-  PyObject* dict = PyDict_GetItemWithError(f.globals, name) ? f.globals : f.builtins;
+  PyObject* dict = PyDict_GetItemWithError(f.globals.get(), name) ? f.globals.get() : f.builtins.get();
   if (PyErr_Occurred()) return failFromPython("global lookup");
-  int d = load(LoadKind::Constant, -1, 0, dict, dict == f.globals ? "globals of " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) : "builtins");
+  int d = load(LoadKind::Constant, -1, 0, dict,
+               dict == f.globals.get() ? "globals of " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) : "builtins");
   int reg = load(LoadKind::DictItem, d, 0, name, guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
   return wrap(obj, reg);
 }

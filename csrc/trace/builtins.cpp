@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/scalars.h"
 #include "trace/tracer.h"
@@ -47,36 +48,38 @@ Ref Tracer::toPython(const ValuePtr& v) {
     auto link = iter_links_.find(v.get());
     if (link != iter_links_.end() && link->second.stale) return Ref();  // its items are no longer known
     Ref list = Ref::steal(PyList_New(0));
+    if (!list) return PyErr_Clear(), Ref();
     for (size_t i = v->is(Kind::Iterator) ? v->pos : 0; i < v->items.size(); ++i) {
       const ValuePtr& item = v->items[i];
       Ref p = toPython(item);
-      if (!p) return Ref();
-      PyList_Append(list.get(), p.get());
+      if (!p || PyList_Append(list.get(), p.get()) < 0) return PyErr_Clear(), Ref();
     }
-    if (v->is(Kind::Tuple)) return Ref::steal(PyList_AsTuple(list.get()));
-    if (v->is(Kind::Set)) return Ref::steal(PySet_New(list.get()));
-    return list;
+    Ref out = v->is(Kind::Tuple) ? Ref::steal(PyList_AsTuple(list.get()))
+              : v->is(Kind::Set)   ? Ref::steal(PySet_New(list.get()))
+                                   : std::move(list);
+    if (!out) PyErr_Clear();  // unhashable items of a set: not a constant
+    return out;
   }
   if (v->is(Kind::Dict) && v->obj.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
     Ref d = Ref::steal(PyDict_New());
+    if (!d) return PyErr_Clear(), Ref();
     for (size_t i = 0; i < v->keys.size(); ++i) {
       Ref p = toPython(v->items[i]);
-      if (!p) return Ref();
-      PyDict_SetItem(d.get(), v->keys[i].get(), p.get());
+      if (!p || PyDict_SetItem(d.get(), v->keys[i].get(), p.get()) < 0) return PyErr_Clear(), Ref();
     }
     return d;
   }
   return Ref();
 }
 
-ValuePtr Tracer::fromPython(PyObject* o) {
+Result<ValuePtr> Tracer::fromPython(PyObject* o) {
   if (isConstantObject(o)) return Value::constant(o);
   if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
     std::vector<ValuePtr> items;
     for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
-      ValuePtr item = fromPython(PySequence_Fast_GET_ITEM(o, i));
-      if (!item) return nullptr;
-      items.push_back(std::move(item));
+      Result<ValuePtr> item = fromPython(PySequence_Fast_GET_ITEM(o, i));
+      if (!item) return item;
+      items.push_back(item.take());
     }
     return Value::sequence(PyList_CheckExact(o) ? Kind::List : Kind::Tuple, std::move(items));
   }
@@ -86,36 +89,34 @@ ValuePtr Tracer::fromPython(PyObject* o) {
     PyObject *k, *val;
     Py_ssize_t pos = 0;
     while (PyDict_Next(o, &pos, &k, &val)) {
-      ValuePtr item = fromPython(val);
-      if (!item) return nullptr;
+      Result<ValuePtr> item = fromPython(val);
+      if (!item) return item;
       keys.push_back(Ref::borrow(k));
-      values.push_back(std::move(item));
+      values.push_back(item.take());
     }
     return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
   }
   if (PyAnySet_CheckExact(o) && !PyFrozenSet_CheckExact(o)) {
     std::vector<ValuePtr> items;
     Ref it = Ref::steal(PyObject_GetIter(o));
-    while (PyObject* x = PyIter_Next(it.get())) {
-      items.push_back(Value::constant(x));
-      Py_DECREF(x);
-    }
+    if (!it) return failFromPython("iterating a set");
+    while (Ref x = Ref::steal(PyIter_Next(it.get()))) items.push_back(Value::constant(x.get()));
+    if (PyErr_Occurred()) return failFromPython("iterating a set");
     return Value::sequence(Kind::Set, std::move(items));
   }
   if (PyType_Check(o) || PyCFunction_Check(o)) return Value::object(Kind::Callable, o);
   return fail(std::string("a value of type ") + Py_TYPE(o)->tp_name + " computed from constants");
 }
 
-ValuePtr Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
-                                  std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled) {
-  *handled = false;
+Result<ValuePtr> Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
+                                          std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   // Which callables are pure functions of their arguments.
   bool pure = false;
   if (PyCFunction_Check(fn)) {
     PyObject* self = PyCFunction_GET_SELF(fn);
     if (self && PyModule_Check(self)) {
       const char* m = PyModule_GetName(self);
-      if (!m) return PyErr_Clear(), nullptr;
+      if (!m) return PyErr_Clear(), notHandled();
       pure = strcmp(m, "math") == 0 || strcmp(m, "cmath") == 0 || strcmp(m, "_operator") == 0;
     } else if (self && (isConstantObject(self) || PyUnicode_Check(self))) {
       pure = true;  // a method of an immutable constant: "a.b".split, (1, 2).index, size.numel
@@ -131,24 +132,25 @@ ValuePtr Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
     const char* n = reinterpret_cast<PyTypeObject*>(fn)->tp_name;
     for (const char* k : kImmutable) pure = pure || strcmp(n, k) == 0;
   }
-  if (!pure) return nullptr;
+  if (!pure) return notHandled();
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!pargs) return failFromPython("folding a constant call");
   for (size_t i = 0; i < args.size(); ++i) {
     Ref p = toPython(args[i]);
-    if (!p) return nullptr;  // not all constants: the caller decides (tensors go to the graph)
-    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return nullptr;  // would run Python code now
+    if (!p) return notHandled();  // not all constants: the caller decides (tensors go to the graph)
+    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();  // would run Python code now
     PyTuple_SET_ITEM(pargs.get(), i, p.release());
   }
   Ref kw;
   if (!kwargs.empty()) {
     kw = Ref::steal(PyDict_New());
+    if (!kw) return failFromPython("folding a constant call");
     for (auto& [k, v] : kwargs) {
       Ref p = toPython(v);
-      if (!p) return nullptr;
-      PyDict_SetItem(kw.get(), k.get(), p.get());
+      if (!p) return notHandled();
+      if (PyDict_SetItem(kw.get(), k.get(), p.get()) < 0) return failFromPython("folding a constant call");
     }
   }
-  *handled = true;
   Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), kw.get()));
   if (!r) return raisePython();
   // torch.finfo/iinfo results are immutable records: keep them as constants.
@@ -163,9 +165,9 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
       if (isScalarValue(*this, v)) return scalarType(*this, v);  // float, int or bool when the graph runs
       auto ex = example_of_node_.find(v->node);
       if (ex != example_of_node_.end()) return reinterpret_cast<PyObject*>(Py_TYPE(ex->second.get()));
-      Ref torch = Ref::steal(PyImport_ImportModule("torch"));
-      Ref t = torch ? Ref::steal(PyObject_GetAttrString(torch.get(), "Tensor")) : Ref();
-      return t.get();  // torch.Tensor lives as long as torch
+      PyObject* t = lookup(Obj::torch_Tensor);
+      if (!t) PyErr_Clear();
+      return t;
     }
     case Kind::Constant:
     case Kind::Callable:
@@ -193,13 +195,11 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
   return nullptr;
 }
 
-ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
-                             std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled) {
-  *handled = false;
-  if (!PyCFunction_Check(f) && !PyType_Check(f)) return nullptr;
+Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
+                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  if (!PyCFunction_Check(f) && !PyType_Check(f)) return notHandled();
   const char* which = builtinName(f);
-  if (!which) return nullptr;
-  *handled = true;
+  if (!which) return notHandled();
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   auto constInt = [](long v) { return Value::constant(Ref::steal(PyLong_FromLong(v)).get()); };
 
@@ -209,7 +209,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("super")) return makeSuper(args);
   if (is("object") && args.empty() && kwargs.empty()) return newObject(f, {}, {});
   if (is("setattr") && args.size() == 3 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
-    if (!storeAttr(args[0], args[1]->obj.get(), args[2])) return nullptr;
+    if (Done d = storeAttr(args[0], args[1]->obj.get(), args[2]); !d) return d.stop();
     return Value::constant(Py_None);
   }
   if (is("globals") || is("locals") || is("vars") || is("object") || is("delattr") || is("setattr"))
@@ -219,6 +219,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   for (const char* p : kPureOnConstants) {
     if (!is(p)) continue;
     Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+    if (!pargs) return failFromPython(std::string(which) + "()");
     bool materialized = true;
     for (size_t i = 0; i < args.size() && materialized; ++i) {
       Ref a = toPython(args[i]);
@@ -231,34 +232,35 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     Ref kw;
     if (materialized && !kwargs.empty()) {
       kw = Ref::steal(PyDict_New());
+      if (!kw) return failFromPython(std::string(which) + "()");
       for (auto& [k, v] : kwargs) {
         Ref a = toPython(v);
         if (!a || (v->is(Kind::Callable) && !PyCFunction_Check(a.get()) && !PyType_Check(a.get()))) {
           materialized = false;
           break;
         }
-        PyDict_SetItem(kw.get(), k.get(), a.get());
+        if (PyDict_SetItem(kw.get(), k.get(), a.get()) < 0) return failFromPython(std::string(which) + "()");
       }
     }
     if (!materialized) break;
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
     if (!r) return raisePython();
     for (const ValuePtr& a : args)  // consumed, as the real call did
-      if (a->is(Kind::Iterator) && !advanceIterator(a, a->items.size(), true)) return nullptr;
+      if (a->is(Kind::Iterator))
+        if (Done d = advanceIterator(a, a->items.size(), true); !d) return d.stop();
     return fromPython(r.get());
   }
 
   if (is("len") && args.size() == 1 && kwargs.empty()) {
     const ValuePtr& v = args[0];
-    bool found = false;
-    ValuePtr r = callDunder(v, "__len__", {}, &found);
-    if (found) return r;
+    Result<ValuePtr> r = callDunder(v, interned(Str::dunder_len), {});
+    if (!r.notHandled()) return r;
     if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set))
       return constInt(static_cast<long>(v->items.size()));
     if (v->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, f, args, {});
     if (isModuleContainer(v)) {
       std::vector<std::pair<Ref, ValuePtr>> children;
-      if (!moduleContainerItems(v, &children)) return nullptr;
+      if (Done d = moduleContainerItems(v, &children); !d) return d.stop();
       return constInt(static_cast<long>(children.size()));
     }
   }
@@ -267,6 +269,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     Ref cls_tuple;
     if (args[1]->is(Kind::Tuple)) {
       cls_tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args[1]->items.size())));
+      if (!cls_tuple) return failFromPython(std::string(which) + "()");
       for (size_t i = 0; i < args[1]->items.size(); ++i) {
         if (!args[1]->items[i]->obj) return fail("isinstance() with a non-class");
         PyTuple_SET_ITEM(cls_tuple.get(), i, args[1]->items[i]->obj.copy().release());
@@ -306,7 +309,8 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   }
   if ((is("tuple") || is("list") || is("set") || is("frozenset")) && args.size() <= 1 && kwargs.empty()) {
     std::vector<ValuePtr> items;
-    if (!args.empty() && !iterate(args[0], &items)) return nullptr;
+    if (!args.empty())
+      if (Done d = iterate(args[0], &items); !d) return d.stop();
     if (is("tuple")) return Value::sequence(Kind::Tuple, std::move(items));
     if (is("list")) return Value::sequence(Kind::List, std::move(items));
     ValuePtr s = Value::sequence(Kind::Set, {});
@@ -314,18 +318,20 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     std::vector<std::pair<Ref, ValuePtr>> kw;
     for (const ValuePtr& v : items) {
       a[0] = v;
-      if (!callContainerMethod(s, intern("add"), a, kw)) return nullptr;
+      if (Result<ValuePtr> r = callContainerMethod(s, interned(Str::add), a, kw); !r) return r;
     }
     if (is("frozenset")) {
       Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
-      for (const ValuePtr& v : s->items) PySet_Add(fs.get(), v->obj.get());
+      if (!fs) return failFromPython("frozenset()");
+      for (const ValuePtr& v : s->items)
+        if (PySet_Add(fs.get(), v->obj.get()) < 0) return failFromPython("frozenset()");
       return Value::constant(fs.get());
     }
     return s;
   }
   if (is("dict")) {
     ValuePtr d = Value::dict(f, {}, {});
-    if (!callContainerMethod(d, intern("update"), args, kwargs)) return nullptr;
+    if (Result<ValuePtr> r = callContainerMethod(d, interned(Str::update), args, kwargs); !r) return r;
     return d;
   }
   if (is("getattr") && (args.size() == 2 || args.size() == 3) && args[1]->is(Kind::Constant) &&
@@ -334,9 +340,9 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
       // With a default, an absent attribute is not an error: only constants' and
       // modules' attributes can be probed without tracing a read.
       if (args[0]->is(Kind::Object)) {
-        int has = objectHasAttr(args[0], args[1]->obj.get());
-        if (has < 0) return nullptr;
-        if (!has) return args[2];
+        Result<bool> has = objectHasAttr(args[0], args[1]->obj.get());
+        if (!has) return has.stop();
+        if (!*has) return args[2];
       } else if (args[0]->real()) {
         int has = PyObject_HasAttr(args[0]->real(), args[1]->obj.get());
         if (!has) return args[2];
@@ -350,9 +356,9 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   }
   if (is("hasattr") && args.size() == 2 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
     if (args[0]->is(Kind::Object)) {
-      int has = objectHasAttr(args[0], args[1]->obj.get());
-      if (has < 0) return nullptr;
-      return Value::constant(has ? Py_True : Py_False);
+      Result<bool> has = objectHasAttr(args[0], args[1]->obj.get());
+      if (!has) return has.stop();
+      return Value::constant(*has ? Py_True : Py_False);
     }
     PyObject* probe = args[0]->real();
     if (args[0]->is(Kind::Tensor))
@@ -372,17 +378,17 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (!it->is(Kind::Iterator)) return fail("next() of a non-iterator");
     if (it->pos < it->items.size()) {
       ValuePtr item = it->items[it->pos];
-      if (!advanceIterator(it, it->pos + 1, false)) return nullptr;
+      if (Done d = advanceIterator(it, it->pos + 1, false); !d) return d.stop();
       return item;
     }
-    if (!advanceIterator(it, it->pos, true)) return nullptr;
+    if (Done d = advanceIterator(it, it->pos, true); !d) return d.stop();
     if (args.size() == 2) return args[1];
     PyErr_SetNone(PyExc_StopIteration);
     return raisePython();
   }
   if (is("enumerate") && !args.empty() && args.size() <= 2) {
     std::vector<ValuePtr> items;
-    if (!peekItems(args[0], &items)) return nullptr;  // an iterator is consumed as the result is
+    if (Done d = peekItems(args[0], &items); !d) return d.stop();  // an iterator is consumed as the result is
     long start = 0;
     if (args.size() == 2) {
       if (!args[1]->is(Kind::Constant)) return fail("enumerate() start must be a constant");
@@ -412,7 +418,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     std::vector<std::vector<ValuePtr>> seqs(args.size());
     size_t n = SIZE_MAX;
     for (size_t i = 0; i < args.size(); ++i) {
-      if (!peekItems(args[i], &seqs[i])) return nullptr;  // iterators are consumed as the result is
+      if (Done d = peekItems(args[i], &seqs[i]); !d) return d.stop();  // iterators are consumed as the result is
       if (strict && n != SIZE_MAX && seqs[i].size() != n) return fail("zip(strict=True) of unequal lengths (ValueError)");
       n = std::min(n, seqs[i].size());
     }
@@ -430,7 +436,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("reversed") && args.size() == 1) {
     std::vector<ValuePtr> items;
     if (args[0]->is(Kind::Iterator)) return fail("reversed() of an iterator (TypeError)");
-    if (!iterate(args[0], &items)) return nullptr;
+    if (Done d = iterate(args[0], &items); !d) return d.stop();
     auto it = std::make_shared<Value>();
     it->kind = Kind::Iterator;
     it->items.assign(items.rbegin(), items.rend());
@@ -441,7 +447,7 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     std::vector<std::vector<ValuePtr>> seqs(args.size() - 1);
     size_t n = SIZE_MAX;
     for (size_t i = 1; i < args.size(); ++i) {
-      if (!peekItems(args[i], &seqs[i - 1])) return nullptr;  // iterators are consumed as the result is
+      if (Done d = peekItems(args[i], &seqs[i - 1]); !d) return d.stop();  // iterators are consumed as the result is
       n = std::min(n, seqs[i - 1].size());
     }
     std::vector<size_t> kept;  // filter: the source index of each item kept
@@ -454,21 +460,21 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
       std::vector<ValuePtr> row;
       for (auto& s : seqs) row.push_back(s[k]);
       if (is("map")) {
-        ValuePtr r = call(args[0], std::move(row), {});
-        if (!r) return nullptr;
-        it->items.push_back(std::move(r));
+        Result<ValuePtr> r = call(args[0], std::move(row), {});
+        if (!r) return r;
+        it->items.push_back(r.take());
       } else {
         ValuePtr keep = row[0];
-        int t;
+        Result<bool> t = false;
         if (args[0]->is(Kind::Constant) && args[0]->obj.get() == Py_None) {
           t = truthValue(keep);
         } else {
-          ValuePtr r = call(args[0], std::move(row), {});
-          if (!r) return nullptr;
-          t = truthValue(r);
+          Result<ValuePtr> r = call(args[0], std::move(row), {});
+          if (!r) return r;
+          t = truthValue(*r);
         }
-        if (t < 0) return nullptr;
-        if (t) {
+        if (!t) return t.stop();
+        if (*t) {
           it->items.push_back(keep);
           kept.push_back(k);
         }
@@ -489,31 +495,31 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   }
   if (is("sum") && !args.empty() && args.size() <= 2) {
     std::vector<ValuePtr> items;
-    if (!iterate(args[0], &items)) return nullptr;
-    ValuePtr acc = args.size() == 2 ? args[1] : constInt(0);
+    if (Done d = iterate(args[0], &items); !d) return d.stop();
+    Result<ValuePtr> acc = args.size() == 2 ? args[1] : constInt(0);
     for (auto& [k, v] : kwargs) {
       if (PyUnicode_CompareWithASCIIString(k.get(), "start") != 0) return fail("sum() keyword");
       acc = v;
     }
     for (const ValuePtr& v : items) {
-      acc = binaryOp(0, acc, v);  // NB_ADD
-      if (!acc) return nullptr;
+      acc = binaryOp(0, *acc, v);  // NB_ADD
+      if (!acc) return acc;
     }
     return acc;
   }
   if ((is("min") || is("max") || is("sorted") || is("all") || is("any")) && !args.empty() && kwargs.empty()) {
     std::vector<ValuePtr> items;
     if (args.size() == 1) {
-      if (!iterate(args[0], &items)) return nullptr;
+      if (Done d = iterate(args[0], &items); !d) return d.stop();
     } else {
       items = args;
     }
     if (is("all") || is("any")) {
       bool want = is("any");
       for (const ValuePtr& v : items) {
-        int t = truthValue(v);
-        if (t < 0) return nullptr;
-        if ((t != 0) == want) return Value::constant(want ? Py_True : Py_False);
+        Result<bool> t = truthValue(v);
+        if (!t) return t.stop();
+        if (*t == want) return Value::constant(want ? Py_True : Py_False);
       }
       return Value::constant(want ? Py_False : Py_True);
     }
@@ -522,10 +528,11 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (constants) {
       std::vector<ValuePtr> one{Value::sequence(Kind::Tuple, items)};
       Ref tup = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(items.size())));
+      if (!tup) return failFromPython(std::string(which) + "()");
       for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(tup.get(), i, items[i]->obj.copy().release());
       std::vector<ValuePtr> cargs{Value::constant(tup.get())};
       std::vector<std::pair<Ref, ValuePtr>> nokw;
-      return callBuiltin(f, cargs, nokw, handled);
+      return callBuiltin(f, cargs, nokw);
     }
     return fail(std::string(which) + "() over tensors depends on their values");
   }
@@ -533,7 +540,11 @@ ValuePtr Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     return readTensorValue(*this, args[0], which);  // scalars.h
   if ((is("abs") || is("pow") || is("divmod") || is("round") || is("float") || is("int") || is("bool")) &&
       !args.empty() && args[0]->is(Kind::Tensor)) {
-    if (is("abs")) return recordCall(NodeOp::CallFunction, operatorFunction("abs"), args, {});
+    if (is("abs")) {
+      PyObject* abs = lookup(Obj::operator_abs);
+      if (!abs) return failFromPython("operator.abs");
+      return recordCall(NodeOp::CallFunction, abs, args, {});
+    }
     if (is("pow") && args.size() == 2) return binaryOp(8, args[0], args[1]);  // NB_POWER
     if (is("round") && args.size() == 1) return recordCall(NodeOp::CallFunction, f, args, {});
     return fail(std::string(which) + "() of a tensor reads its value (data-dependent)");

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/disabled.h"
 #include "trace/scalars.h"
@@ -80,17 +81,12 @@ bool isCompilingQuery(PyObject* fn) {
                strcmp(m, "torch._utils") == 0);
 }
 
-// The class `name` of module `module` (borrowed, kept for the process), or null.
-PyObject* typeObject(const char* module, const char* name) {
-  Ref m = Ref::steal(PyImport_ImportModule(module));
-  if (!m) return PyErr_Clear(), nullptr;
-  PyObject* t = PyObject_GetAttrString(m.get(), name);
+// Whether `f` is the object `o` of the lookup table (false, no error, when it cannot be found).
+bool isType(PyObject* f, Obj o) {
+  PyObject* t = lookup(o);
   if (!t) PyErr_Clear();
-  if (t) Py_DECREF(t);  // the module keeps it alive
-  return t;
+  return t && f == t;
 }
-
-bool isType(PyObject* f, const char* module, const char* name) { return f == typeObject(module, name); }
 
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   auto has = [](const ValuePtr& v, auto&& self) -> bool {
@@ -106,25 +102,20 @@ bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Re
   return false;
 }
 
-PyObject* builtin(const char* name) {
-  PyObject* b = PyEval_GetBuiltins();
-  return b ? PyDict_GetItemString(b, name) : nullptr;
-}
-
-PyObject* tensorType() {
-  static PyObject* t = nullptr;
-  if (!t) {
-    Ref torch = Ref::steal(PyImport_ImportModule("torch"));
-    if (torch) t = PyObject_GetAttrString(torch.get(), "Tensor");  // kept for the process
-  }
-  return t;
-}
 
 // Borrowed value of `name` in the instance dict of `obj`, or null.
 PyObject* instanceDictItem(PyObject* obj, const char* name) {
   PyObject** dictptr = _PyObject_GetDictPtr(obj);
   if (!dictptr || !*dictptr) return nullptr;
   return PyDict_GetItemString(*dictptr, name);
+}
+
+// A C function of the _operator module (operator.add, operator.getitem, ...).
+bool isOperatorModuleFunction(PyObject* f) {
+  if (!PyCFunction_Check(f) || !PyCFunction_GET_SELF(f) || !PyModule_Check(PyCFunction_GET_SELF(f))) return false;
+  const char* m = PyModule_GetName(PyCFunction_GET_SELF(f));
+  if (!m) return PyErr_Clear(), false;
+  return strcmp(m, "_operator") == 0;
 }
 
 DisabledCodeQuery disabled_query = nullptr;
@@ -148,7 +139,7 @@ std::string disabledReason(PyObject* qualname) {
 void setDisabledCodeQuery(DisabledCodeQuery query) { disabled_query = query; }
 bool isDisabledCode(PyCodeObject* code) { return disabled_query && disabled_query(code); }
 
-ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
+Result<ValuePtr> Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   switch (obj->kind) {
     case Kind::Tensor: {
@@ -157,7 +148,7 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       // The version counter counts in-place changes of the real tensor, before the call
       // too: a fake's (0 for an input) is not it, and nothing guards it.
       if (strcmp(n, "_version") == 0) return fail("Tensor._version (the real tensor's version counter) is not modeled");
-      PyObject* tt = tensorType();
+      PyObject* tt = lookup(Obj::torch_Tensor);
       if (!tt) return failFromPython("torch.Tensor");
       PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
       if (!descr) return fail(std::string("Tensor has no attribute '") + n + "'");
@@ -165,7 +156,9 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
         return Value::tensorMethod(obj, name);  // methods: called later as call_method
       // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
       // ones (x.T, x.mT) become getattr nodes.
-      return recordCall(NodeOp::CallFunction, builtin("getattr"), {obj, Value::constant(name)}, {});
+      PyObject* getattr = lookup(Obj::builtins_getattr);
+      if (!getattr) return failFromPython("builtins.getattr");
+      return recordCall(NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
     }
     case Kind::Module: {
       if (ValuePtr v = overlayAttr(obj->reg, name)) return v;
@@ -182,16 +175,17 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
         if (isConstantObject(descr)) return Value::constant(descr);
         return fail(std::string("module class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name);
       }
-      static const char* const kDicts[] = {"_parameters", "_buffers", "_modules"};
-      for (const char* d : kDicts) {
-        PyObject* dict = instanceDictItem(m, d);
+      static const Str kDicts[] = {Str::underscore_parameters, Str::underscore_buffers, Str::underscore_modules};
+      for (Str d : kDicts) {
+        const char* dname = PyUnicode_AsUTF8(interned(d));
+        PyObject* dict = instanceDictItem(m, dname);
         if (!dict || !PyDict_Check(dict)) continue;
         PyObject* v = PyDict_GetItemWithError(dict, name);
         if (!v) {
           if (PyErr_Occurred()) return failFromPython("module attribute");
           continue;
         }
-        int dreg = load(LoadKind::InstanceDict, obj->reg, 0, intern(d), guards().sourceName(obj->reg) + "." + d);
+        int dreg = load(LoadKind::InstanceDict, obj->reg, 0, interned(d), guards().sourceName(obj->reg) + "." + dname);
         int reg = load(LoadKind::DictItem, dreg, 0, name, guards().sourceName(dreg) + "['" + n + "']");
         return wrap(v, reg);
       }
@@ -264,8 +258,8 @@ ValuePtr Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
   return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
 }
 
-ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
-                      std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
+                              std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   switch (fn->kind) {
     case Kind::Module:
       return callModule(fn, std::move(args), std::move(kwargs));
@@ -298,8 +292,9 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::Function: {
       const FunctionParts& p = *fn->fn;
       if (isDisabledCodeObject(p.code.get())) return fail(disabledReason(p.qualname.get()));
-      return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals, p.builtins, nullptr, &p.closure,
-                        nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args), std::move(kwargs));
+      return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals.get(), p.builtins.get(), nullptr,
+                        &p.closure, nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args),
+                        std::move(kwargs));
     }
     case Kind::Callable: {
       PyObject* f = fn->obj.get();
@@ -314,27 +309,25 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         if (!r) return raisePython();
         return fromPython(r.get());
       }
-      bool handled = false;
-      ValuePtr r = callBuiltin(f, args, kwargs, &handled);
-      if (handled || failed_) return r;
+      Result<ValuePtr> r = callBuiltin(f, args, kwargs);
+      if (!r.notHandled()) return r;
       if (isTorchContextClass(f)) return makeContext(f, args, kwargs);
       if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
-      r = foldConstantCall(f, args, kwargs, &handled);
-      if (handled || failed_) return r;
-      if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && PyModule_Check(PyCFunction_GET_SELF(f)) &&
-          strcmp(PyModule_GetName(PyCFunction_GET_SELF(f)), "_operator") == 0 && anyTensor(args, kwargs))
+      r = foldConstantCall(f, args, kwargs);
+      if (!r.notHandled()) return r;
+      if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
         return recordCall(NodeOp::CallFunction, f, args, kwargs);  // operator.add(x, y) on tensors
       if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__")) return Value::constant(Py_None);
       if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__") && args.size() == 3 &&
           args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
         // object.__setattr__(self, name, value): how frozen dataclasses set fields.
         if (args[0]->is(Kind::NewObject)) {
-          if (!storeSubscript(args[0]->items[0], args[1], args[2])) return nullptr;
+          if (Done d = storeSubscript(args[0]->items[0], args[1], args[2]); !d) return d.stop();
           return Value::constant(Py_None);
         }
         return fail("object.__setattr__ on an object from outside the trace (a side effect)");
       }
-      if (isType(f, "functools", "partial")) {
+      if (isType(f, Obj::functools_partial)) {
         if (args.empty()) return fail("partial() needs a function (TypeError)");
         auto p = std::make_shared<Value>();
         p->kind = Kind::Partial;
@@ -348,31 +341,31 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         p->items.push_back(kw);
         return p;
       }
-      if (Py_TYPE(f) == reinterpret_cast<PyTypeObject*>(typeObject("functools", "partial"))) {
+      if (isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::functools_partial)) {
         // A partial object from the program: immutable (func, args, keywords), guarded by identity.
         Ref func = Ref::steal(PyObject_GetAttrString(f, "func"));
         Ref pargs = Ref::steal(PyObject_GetAttrString(f, "args"));
         Ref pkw = Ref::steal(PyObject_GetAttrString(f, "keywords"));
         if (!func || !pargs || !pkw) return failFromPython("functools.partial");
-        ValuePtr fv = wrap(func.get(), -1);
-        if (!fv) return nullptr;
+        Result<ValuePtr> fv = wrap(func.get(), -1);
+        if (!fv) return fv;
         std::vector<ValuePtr> all;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i) {
-          ValuePtr a = wrap(PyTuple_GET_ITEM(pargs.get(), i), -1);
-          if (!a) return nullptr;
-          all.push_back(a);
+          Result<ValuePtr> a = wrap(PyTuple_GET_ITEM(pargs.get(), i), -1);
+          if (!a) return a;
+          all.push_back(a.take());
         }
         all.insert(all.end(), args.begin(), args.end());
         std::vector<std::pair<Ref, ValuePtr>> kw;
         PyObject *k, *v;
         Py_ssize_t pos = 0;
         while (PyDict_Next(pkw.get(), &pos, &k, &v)) {
-          ValuePtr w = wrap(v, -1);
-          if (!w) return nullptr;
-          kw.emplace_back(Ref::borrow(k), w);
+          Result<ValuePtr> w = wrap(v, -1);
+          if (!w) return w;
+          kw.emplace_back(Ref::borrow(k), w.take());
         }
         for (auto& kv : kwargs) kw.push_back(std::move(kv));
-        return call(fv, std::move(all), std::move(kw));
+        return call(*fv, std::move(all), std::move(kw));
       }
       if (isNamedTupleClass(f)) {
         PyObject* fields = PyObject_GetAttrString(f, "_fields");
@@ -395,14 +388,15 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           if (items[static_cast<size_t>(i)]) continue;
           PyObject* d = defaults && PyDict_Check(defaults.get()) ? PyDict_GetItem(defaults.get(), PyTuple_GET_ITEM(fields, i)) : nullptr;
           if (!d) return fail("missing a namedtuple field (TypeError)");
-          items[static_cast<size_t>(i)] = wrap(d, -1);
-          if (!items[static_cast<size_t>(i)]) return nullptr;
+          Result<ValuePtr> w = wrap(d, -1);
+          if (!w) return w;
+          items[static_cast<size_t>(i)] = w.take();
         }
         ValuePtr t = Value::sequence(Kind::Tuple, std::move(items));
         t->obj = Ref::borrow(f);
         return t;
       }
-      if (isType(f, "collections", "deque")) {
+      if (isType(f, Obj::collections_deque)) {
         ValuePtr q = Value::sequence(Kind::List, {});
         q->obj = Ref::borrow(f);
         ValuePtr maxlen = args.size() > 1 ? args[1] : nullptr;
@@ -414,54 +408,56 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         if (!args.empty()) {
           std::vector<ValuePtr> a{args[0]};
           std::vector<std::pair<Ref, ValuePtr>> kw;
-          if (!callContainerMethod(q, intern("extend"), a, kw)) return nullptr;
+          if (Result<ValuePtr> r = callContainerMethod(q, interned(Str::extend), a, kw); !r) return r;
         }
         return q;
       }
-      if (isType(f, "collections", "defaultdict")) {
+      if (isType(f, Obj::collections_defaultdict)) {
         ValuePtr d = Value::dict(f, {}, {});
         if (!args.empty()) {
           if (!args[0]->real() || !PyCallable_Check(args[0]->real())) return fail("defaultdict factory must be a callable");
           d->ctor_arg = Ref::borrow(args[0]->real());
           std::vector<ValuePtr> rest(args.begin() + 1, args.end());
-          if (!callContainerMethod(d, intern("update"), rest, kwargs)) return nullptr;
+          if (Result<ValuePtr> r = callContainerMethod(d, interned(Str::update), rest, kwargs); !r) return r;
         }
         return d;
       }
-      if (isType(f, "operator", "itemgetter") || isType(f, "operator", "attrgetter")) {
+      if (isType(f, Obj::operator_itemgetter) || isType(f, Obj::operator_attrgetter)) {
         Ref made = toPython(Value::sequence(Kind::Tuple, args));
         if (!made || !kwargs.empty()) return fail("itemgetter/attrgetter of non-constants");
         Ref obj = Ref::steal(PyObject_Call(f, made.get(), nullptr));
         if (!obj) return raisePython();
         return Value::object(Kind::Callable, obj.get());
       }
-      if (isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), "operator", "itemgetter") ||
-          isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), "operator", "attrgetter")) {
+      if (isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::operator_itemgetter) ||
+          isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::operator_attrgetter)) {
         // operator.itemgetter(k...)(obj) / attrgetter("a.b")(obj): their keys are in __reduce__.
         if (args.size() != 1 || !kwargs.empty()) return fail("getter called with several arguments");
         Ref red = Ref::steal(PyObject_CallMethod(f, "__reduce__", nullptr));
         if (!red || !PyTuple_Check(red.get()) || PyTuple_GET_SIZE(red.get()) < 2) return failFromPython("getter keys");
         PyObject* keys = PyTuple_GET_ITEM(red.get(), 1);
-        bool item = isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), "operator", "itemgetter");
+        bool item = isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::operator_itemgetter);
         std::vector<ValuePtr> got;
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
           PyObject* key = PyTuple_GET_ITEM(keys, i);
-          ValuePtr v = args[0];
+          Result<ValuePtr> v = args[0];
           if (item) {
-            v = subscript(v, Value::constant(key));
+            v = subscript(*v, Value::constant(key));
           } else {
-            Ref parts = Ref::steal(PyUnicode_Split(key, Ref::steal(PyUnicode_FromString(".")).get(), -1));
-            for (Py_ssize_t k = 0; v && parts && k < PyList_GET_SIZE(parts.get()); ++k)
-              v = getAttr(v, PyList_GET_ITEM(parts.get(), k));
+            Ref dot = Ref::steal(PyUnicode_FromString("."));
+            Ref parts = Ref::steal(dot ? PyUnicode_Split(key, dot.get(), -1) : nullptr);
+            if (!parts) return failFromPython("attrgetter keys");
+            for (Py_ssize_t k = 0; v && k < PyList_GET_SIZE(parts.get()); ++k)
+              v = getAttr(*v, PyList_GET_ITEM(parts.get(), k));
           }
-          if (!v) return nullptr;
-          got.push_back(v);
+          if (!v) return v;
+          got.push_back(v.take());
         }
         return got.size() == 1 ? got[0] : Value::sequence(Kind::Tuple, std::move(got));
       }
-      if (isType(f, "collections", "OrderedDict")) {
+      if (isType(f, Obj::collections_OrderedDict)) {
         ValuePtr d = Value::dict(f, {}, {});
-        if (!callContainerMethod(d, intern("update"), args, kwargs)) return nullptr;
+        if (Result<ValuePtr> r = callContainerMethod(d, interned(Str::update), args, kwargs); !r) return r;
         return d;
       }
       if (PyExceptionClass_Check(f)) {
@@ -487,8 +483,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
             return fail(std::string("torch.") + (name ? PyUnicode_AsUTF8(name.get()) : "?") +
                         "() without tensor arguments is not supported yet");
           }
-          ValuePtr out = recordCall(NodeOp::CallFunction, f, args, kwargs);
-          if (out && !out->is(Kind::Tensor)) return fail("a tensor factory returned a non-tensor");
+          Result<ValuePtr> out = recordCall(NodeOp::CallFunction, f, args, kwargs);
+          if (out && !(*out)->is(Kind::Tensor)) return fail("a tensor factory returned a non-tensor");
           return out;
         }
         return recordCall(NodeOp::CallFunction, f, args, kwargs);
@@ -511,9 +507,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
     case Kind::Set:
     case Kind::Object:
     case Kind::NewObject: {
-      bool found = false;
-      ValuePtr r = callDunder(fn, "__call__", std::move(args), &found);
-      if (found || failed_) return r;
+      Result<ValuePtr> r = callDunder(fn, interned(Str::dunder_call), std::move(args));
+      if (!r.notHandled()) return r;
       break;
     }
     case Kind::Partial: {
@@ -537,13 +532,13 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         std::vector<std::pair<Ref, ValuePtr>> no_kw;
         for (ValuePtr& a : ctx_args)
           if (!a) a = Value::constant(Py_None);
-        ValuePtr ctx = makeContext(tmpl->obj.get(), ctx_args, no_kw);
-        if (!ctx || !enterContext(ctx)) return nullptr;
-        ValuePtr r = call(fn->items[0], std::move(all), std::move(kw));
-        if (!r && !exceptionPending()) return nullptr;
-        ValuePtr pending = std::move(pending_exc_);
-        pending_exc_.reset();
-        if (!exitContext(ctx)) return nullptr;
+        Result<ValuePtr> ctx = makeContext(tmpl->obj.get(), ctx_args, no_kw);
+        if (!ctx) return ctx;
+        if (Result<ValuePtr> entered = enterContext(*ctx); !entered) return entered;
+        Result<ValuePtr> r = call(fn->items[0], std::move(all), std::move(kw));
+        if (!r && r.outcome() != Outcome::Raised) return r;
+        ValuePtr pending = takePendingException();
+        if (Result<ValuePtr> exited = exitContext(*ctx); !exited) return exited;
         if (pending) return raiseValue(std::move(pending));
         return r;
       }
@@ -566,8 +561,8 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
   return fail(std::string("calling a ") + kindName(fn->kind) + " is not supported");
 }
 
-ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
-                            std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+Result<ValuePtr> Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
+                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   PyObject* m = module->obj.get();
   // Inlining forward skips Module.__call__, which is only right while no hook would run:
   // check now, and guard that the module's own hook dicts stay empty.
@@ -581,30 +576,33 @@ ValuePtr Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
   guards().checkNoModuleHooks(module->reg);
   static const char* const kGlobalHooks[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
                                              "_global_backward_hooks", "_global_backward_pre_hooks"};
-  Ref mm = Ref::steal(PyImport_ImportModule("torch.nn.modules.module"));
+  PyObject* mm = lookup(Obj::torch_nn_modules_module);
   if (!mm) return failFromPython("torch.nn.modules.module");
   for (const char* h : kGlobalHooks) {
-    Ref d = Ref::steal(PyObject_GetAttrString(mm.get(), h));
+    Ref d = Ref::steal(PyObject_GetAttrString(mm, h));
     if (!d) {
       PyErr_Clear();
       continue;
     }
-    if (PyObject_Length(d.get()) != 0) return fail(std::string("global module hooks are registered (") + h + ")");
+    Py_ssize_t n = PyObject_Length(d.get());
+    if (n < 0) return failFromPython(std::string("global module hooks (") + h + ")");
+    if (n != 0) return fail(std::string("global module hooks are registered (") + h + ")");
   }
   if (PyObject* own_forward = instanceDictItem(m, "forward")) {
-    int reg = load(LoadKind::InstanceDict, module->reg, 0, intern("forward"), guards().sourceName(module->reg) + ".forward");
-    ValuePtr f = wrap(own_forward, reg);
-    if (!f) return nullptr;
-    return call(f, std::move(args), std::move(kwargs));
+    int reg = load(LoadKind::InstanceDict, module->reg, 0, interned(Str::forward),
+                   guards().sourceName(module->reg) + ".forward");
+    Result<ValuePtr> f = wrap(own_forward, reg);
+    if (!f) return f;
+    return call(*f, std::move(args), std::move(kwargs));
   }
-  PyObject* forward = _PyType_Lookup(Py_TYPE(m), intern("forward"));
+  PyObject* forward = _PyType_Lookup(Py_TYPE(m), interned(Str::forward));
   if (!forward || !PyFunction_Check(forward)) return fail("module forward is not a Python function");
   args.insert(args.begin(), module);
   return inlineFunction(forward, -1, std::move(args), std::move(kwargs));
 }
 
-ValuePtr Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
-                                std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
+                                        std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
   if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,

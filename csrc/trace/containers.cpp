@@ -6,6 +6,7 @@
 #include <string>
 
 #include "support/check.h"
+#include "support/lookup.h"
 #include "trace/scalars.h"
 #include "trace/tracer.h"
 
@@ -30,30 +31,30 @@ PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
 
 }  // namespace
 
-bool Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
-  if (!peekItems(v, out)) return false;
+Done Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (Done d = peekItems(v, out); !d) return d;
   if (v->is(Kind::Iterator)) return advanceIterator(v, v->items.size(), true);  // consuming it exhausts it
-  return true;
+  return {};
 }
 
-bool Tracer::peekItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
-  if (!usableIterator(v.get())) return false;
-  ValuePtr it = getIter(v);
-  if (!it) return false;
+Done Tracer::peekItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (Done d = usableIterator(v.get()); !d) return d;
+  Result<ValuePtr> got = getIter(v);
+  if (!got) return got.stop();
+  const ValuePtr& it = *got;
   out->assign(it->items.begin() + static_cast<std::ptrdiff_t>(std::min(it->pos, it->items.size())), it->items.end());
-  return true;
+  return {};
 }
 
-bool Tracer::usableIterator(const Value* it) {
+Done Tracer::usableIterator(const Value* it) {
   auto found = iter_links_.find(it);
-  if (found == iter_links_.end() || !found->second.stale) return true;
-  fail("a zip/enumerate/map/filter iterator used again after its source iterator was consumed directly "
-       "(the interleaving is not modeled)");
-  return false;
+  if (found == iter_links_.end() || !found->second.stale) return {};
+  return fail("a zip/enumerate/map/filter iterator used again after its source iterator was consumed directly "
+              "(the interleaving is not modeled)");
 }
 
-bool Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
-  if (!usableIterator(it.get())) return false;
+Done Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
+  if (Done d = usableIterator(it.get()); !d) return d;
   ++mutations_;
   for (auto& [derived, link] : iter_links_) {
     if (link.derived->ended || link.derived == it) continue;
@@ -63,7 +64,7 @@ bool Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
   it->pos = std::min(pos, it->items.size());
   it->ended = it->ended || ended;
   syncSources(it.get());
-  return true;
+  return {};
 }
 
 void Tracer::syncSources(const Value* derived) {
@@ -118,59 +119,55 @@ void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources
   iter_links_[derived.get()] = std::move(link);
 }
 
-bool Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
-  if (!noteContainerMutation(obj)) return false;
+Done Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
+  if (Done d = noteContainerMutation(obj); !d) return d;
   if (obj->is(Kind::List) && index->is(Kind::Slice)) {
     Ref parts[3];
     for (int k = 0; k < 3; ++k) {
-      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants"), false;
+      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants");
       parts[k] = index->items[k]->obj.copy();
     }
     Ref slice = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
     Py_ssize_t start, stop, step, len;
     if (!slice || PySlice_GetIndicesEx(slice.get(), static_cast<Py_ssize_t>(obj->items.size()), &start, &stop, &step,
                                        &len) < 0)
-      return raisePython(), false;
-    if (step != 1) return fail("extended slice assignment is not supported yet"), false;
+      return raisePython();
+    if (step != 1) return fail("extended slice assignment is not supported yet");
     std::vector<ValuePtr> repl;
-    if (value && !iterate(value, &repl)) return false;
+    if (value)
+      if (Done d = iterate(value, &repl); !d) return d;
     if (stop < start) stop = start;
     obj->items.erase(obj->items.begin() + start, obj->items.begin() + stop);
     obj->items.insert(obj->items.begin() + start, repl.begin(), repl.end());
-    return true;
+    return {};
   }
   if (obj->is(Kind::List) && index->is(Kind::Constant) && PyLong_Check(index->obj.get())) {
     Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
     Py_ssize_t k = PyLong_AsSsize_t(index->obj.get());
     if (k < 0) k += n;
-    if (k < 0 || k >= n) {
-      fail("list assignment index out of range (IndexError)");
-      return false;
-    }
+    if (k < 0 || k >= n) return fail("list assignment index out of range (IndexError)");
     obj->items[static_cast<size_t>(k)] = value;
-    return true;
+    return {};
   }
   if (obj->is(Kind::Dict)) {
     if (!isHashableConstant(index)) {
       PyErr_Clear();
-      fail("dict keys must be constants");
-      return false;
+      return fail("dict keys must be constants");
     }
     int k = obj->findKey(index->obj.get());
-    if (k == -2) return failFromPython("dict key comparison"), false;
+    if (k == -2) return failFromPython("dict key comparison");
     if (k >= 0) {
       obj->items[static_cast<size_t>(k)] = value;
     } else {
       obj->keys.push_back(index->obj.copy());
       obj->items.push_back(value);
     }
-    return true;
+    return {};
   }
-  fail(std::string("item assignment on a ") + kindName(obj->kind) + " is not supported yet");
-  return false;
+  return fail(std::string("item assignment on a ") + kindName(obj->kind) + " is not supported yet");
 }
 
-bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
+Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
   const int arg = ins.arg;
   switch (ins.op) {
     case Op::BUILD_MAP: {
@@ -180,9 +177,9 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       f.stack.resize(f.stack.size() - 2 * static_cast<size_t>(arg));
       ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
       for (int i = 0; i < arg; ++i)
-        if (!storeSubscript(d, flat[2 * i], flat[2 * i + 1])) return false;
+        if (Done done = storeSubscript(d, flat[2 * i], flat[2 * i + 1]); !done) return done;
       f.stack.push_back(d);
-      return true;
+      return {};
     }
     case Op::BUILD_CONST_KEY_MAP: {
       ValuePtr keys = pop(f);
@@ -190,9 +187,10 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
       ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
       for (int i = 0; i < arg; ++i)
-        if (!storeSubscript(d, Value::constant(PyTuple_GET_ITEM(keys->obj.get(), i)), values[i])) return false;
+        if (Done done = storeSubscript(d, Value::constant(PyTuple_GET_ITEM(keys->obj.get(), i)), values[i]); !done)
+          return done;
       f.stack.push_back(d);
-      return true;
+      return {};
     }
     case Op::BUILD_SET: {
       std::vector<ValuePtr> items(f.stack.end() - arg, f.stack.end());
@@ -201,10 +199,10 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       for (const ValuePtr& v : items) {
         std::vector<ValuePtr> a{v};
         std::vector<std::pair<Ref, ValuePtr>> kw;
-        if (!callContainerMethod(s, intern("add"), a, kw)) return false;
+        if (Result<ValuePtr> r = callContainerMethod(s, interned(Str::add), a, kw); !r) return r.stop();
       }
       f.stack.push_back(s);
-      return true;
+      return {};
     }
     case Op::LIST_APPEND:
     case Op::SET_ADD: {
@@ -212,7 +210,8 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       ValuePtr& target = f.stack[f.stack.size() - static_cast<size_t>(arg)];
       std::vector<ValuePtr> a{v};
       std::vector<std::pair<Ref, ValuePtr>> kw;
-      return callContainerMethod(target, intern(ins.op == Op::LIST_APPEND ? "append" : "add"), a, kw) != nullptr;
+      return outcomeOf(
+          callContainerMethod(target, interned(ins.op == Op::LIST_APPEND ? Str::append : Str::add), a, kw));
     }
     case Op::SET_UPDATE:
     case Op::DICT_UPDATE:
@@ -222,13 +221,13 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       if (ins.op == Op::DICT_MERGE && v->is(Kind::Dict)) {
         for (const Ref& k : v->keys) {
           int found = target->findKey(k.get());
-          if (found == -2) return failFromPython("dict merge"), false;
-          if (found >= 0) return fail("got multiple values for a keyword argument (TypeError)"), false;
+          if (found == -2) return failFromPython("dict merge");
+          if (found >= 0) return fail("got multiple values for a keyword argument (TypeError)");
         }
       }
       std::vector<ValuePtr> a{v};
       std::vector<std::pair<Ref, ValuePtr>> kw;
-      return callContainerMethod(target, intern("update"), a, kw) != nullptr;
+      return outcomeOf(callContainerMethod(target, interned(Str::update), a, kw));
     }
     case Op::MAP_ADD: {
       ValuePtr value = pop(f);
@@ -240,32 +239,32 @@ bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       ValuePtr obj = pop(f);
       std::vector<ValuePtr> a{index};
       std::vector<std::pair<Ref, ValuePtr>> kw;
-      if (obj->is(Kind::Dict)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
-      if (obj->is(Kind::List) && index->is(Kind::Constant)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
+      if (obj->is(Kind::Dict)) return outcomeOf(callContainerMethod(obj, interned(Str::pop), a, kw));
+      if (obj->is(Kind::List) && index->is(Kind::Constant))
+        return outcomeOf(callContainerMethod(obj, interned(Str::pop), a, kw));
       if (obj->is(Kind::List) && index->is(Kind::Slice)) return storeSubscript(obj, index, nullptr);  // del xs[a:b]
-      return fail(std::string("del on an item of a ") + kindName(obj->kind) + " is not supported yet"), false;
+      return fail(std::string("del on an item of a ") + kindName(obj->kind) + " is not supported yet");
     }
     case Op::UNPACK_EX: {
       ValuePtr seq = pop(f);
       std::vector<ValuePtr> items;
-      if (!iterate(seq, &items)) return false;
+      if (Done d = iterate(seq, &items); !d) return d;
       size_t before = static_cast<size_t>(arg & 0xFF), after = static_cast<size_t>(arg >> 8);
-      if (items.size() < before + after) return fail("not enough values to unpack (ValueError)"), false;
+      if (items.size() < before + after) return fail("not enough values to unpack (ValueError)");
       std::vector<ValuePtr> middle(items.begin() + before, items.end() - after);
       for (size_t i = 0; i < after; ++i) f.stack.push_back(items[items.size() - 1 - i]);
       f.stack.push_back(Value::sequence(Kind::List, std::move(middle)));
       for (size_t i = before; i > 0; --i) f.stack.push_back(items[i - 1]);
-      return true;
+      return {};
     }
     default:
       break;
   }
-  fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a container opcode");
-  return false;
+  return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a container opcode");
 }
 
-ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
-                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+Result<ValuePtr> Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
+                                             std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   auto noEffect = [&]() { return noteContainerMutation(self); };
@@ -318,7 +317,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
         items.erase(from_left ? items.begin() : items.end() - 1);
     };
     if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
-      if (!noEffect()) return nullptr;
+      if (Done d = noEffect(); !d) return d.stop();
       if ((is("append") || is("appendleft")) && args.size() == 1) {
         if (is("append")) {
           items.push_back(args[0]);
@@ -331,7 +330,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       }
       if ((is("extend") || is("extendleft")) && args.size() == 1) {
         std::vector<ValuePtr> more;
-        if (!iterate(args[0], &more)) return nullptr;
+        if (Done d = iterate(args[0], &more); !d) return d.stop();
         for (const ValuePtr& m : more) {
           if (is("extend")) {
             items.push_back(m);
@@ -375,14 +374,14 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     }
     if (!list) return fail(std::string("tuple has no method .") + n + "()");
     if (is("copy")) return Value::sequence(Kind::List, items);
-    if (!noEffect()) return nullptr;
+    if (Done d = noEffect(); !d) return d.stop();
     if (is("append") && args.size() == 1) {
       items.push_back(args[0]);
       return Value::constant(Py_None);
     }
     if (is("extend") && args.size() == 1) {
       std::vector<ValuePtr> more;
-      if (!iterate(args[0], &more)) return nullptr;
+      if (Done d = iterate(args[0], &more); !d) return d.stop();
       items.insert(items.end(), more.begin(), more.end());
       return Value::constant(Py_None);
     }
@@ -426,18 +425,19 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     if (is("sort")) {
       // Sort constants with Python's own sort (same order, same errors).
       Ref tmp = Ref::steal(PyList_New(0));
+      Ref kw = Ref::steal(PyDict_New());
+      if (!tmp || !kw) return failFromPython("list.sort");
       for (const ValuePtr& v : items) {
         if (!v->is(Kind::Constant)) return fail("list.sort on non-constants is not supported");
-        PyList_Append(tmp.get(), v->obj.get());
+        if (PyList_Append(tmp.get(), v->obj.get()) < 0) return failFromPython("list.sort");
       }
-      Ref kw = Ref::steal(PyDict_New());
       for (auto& [k, v] : kwargs) {
         if (!v->is(Kind::Constant)) return fail("list.sort(key=...) with a function is not supported yet");
-        PyDict_SetItem(kw.get(), k.get(), v->obj.get());
+        if (PyDict_SetItem(kw.get(), k.get(), v->obj.get()) < 0) return failFromPython("list.sort");
       }
       Ref sort = Ref::steal(PyObject_GetAttrString(tmp.get(), "sort"));
       Ref empty = Ref::steal(PyTuple_New(0));
-      Ref r = Ref::steal(PyObject_Call(sort.get(), empty.get(), kw.get()));
+      Ref r = Ref::steal(sort && empty ? PyObject_Call(sort.get(), empty.get(), kw.get()) : nullptr);
       if (!r) return failFromPython("list.sort");
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tmp.get()); ++i)
         items[static_cast<size_t>(i)] = Value::constant(PyList_GET_ITEM(tmp.get(), i));
@@ -470,11 +470,11 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
       if (k >= 0) return values[static_cast<size_t>(k)];
       if (is("__getitem__") && self->ctor_arg) {  // defaultdict: the factory makes the value
-        if (!noEffect()) return nullptr;
-        ValuePtr v = call(Value::object(Kind::Callable, self->ctor_arg.get()), {}, {});
-        if (!v) return nullptr;
+        if (Done d = noEffect(); !d) return d.stop();
+        Result<ValuePtr> v = call(Value::object(Kind::Callable, self->ctor_arg.get()), {}, {});
+        if (!v) return v;
         keys.push_back(Ref::borrow(key));
-        values.push_back(v);
+        values.push_back(*v);
         return v;
       }
       if (is("__getitem__")) {
@@ -488,7 +488,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       for (const Ref& k : keys) kcopy.push_back(k.copy());
       return Value::dict(self->obj.get(), std::move(kcopy), values);
     }
-    if (!noEffect()) return nullptr;
+    if (Done d = noEffect(); !d) return d.stop();
     if (is("setdefault")) {
       PyObject* key = keyOf(0);
       if (!key) return fail("dict keys must be constants");
@@ -531,6 +531,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       PyObject* key = keyOf(0);
       if (!key) return fail("dict keys must be constants");
       int k = self->findKey(key);
+      if (k == -2) return failFromPython("dict key comparison");
       if (k < 0) {
         PyErr_SetObject(PyExc_KeyError, key);
         return raisePython();
@@ -548,19 +549,20 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       for (const ValuePtr& other : args) {
         if (other->is(Kind::Dict)) {
           for (size_t i = 0; i < other->keys.size(); ++i)
-            if (!storeSubscript(self, Value::constant(other->keys[i].get()), other->items[i])) return nullptr;
+            if (Done d = storeSubscript(self, Value::constant(other->keys[i].get()), other->items[i]); !d)
+              return d.stop();
           continue;
         }
         std::vector<ValuePtr> pairs;
-        if (!iterate(other, &pairs)) return nullptr;
+        if (Done d = iterate(other, &pairs); !d) return d.stop();
         for (const ValuePtr& p : pairs) {
           std::vector<ValuePtr> kv;
           if (!iterate(p, &kv) || kv.size() != 2) return fail("dict update sequence element is not a pair");
-          if (!storeSubscript(self, kv[0], kv[1])) return nullptr;
+          if (Done s = storeSubscript(self, kv[0], kv[1]); !s) return s.stop();
         }
       }
       for (auto& [k, v] : kwargs)
-        if (!storeSubscript(self, Value::constant(k.get()), v)) return nullptr;
+        if (Done d = storeSubscript(self, Value::constant(k.get()), v); !d) return d.stop();
       return Value::constant(Py_None);
     }
   } else if (self->is(Kind::Set)) {
@@ -579,8 +581,8 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
     auto containsTensor = [&](const ValuePtr& t) -> int {
       for (const ValuePtr& v : items) {
         if (!v->is(Kind::Tensor)) continue;
-        int same = sameTensorObject(v, t);
-        if (same != 0) return same;
+        Result<bool> same = sameTensorObject(v, t);
+        if (*same) return 1;
       }
       return 0;
     };
@@ -594,7 +596,7 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       return Value::constant(c ? Py_True : Py_False);
     }
     if (is("copy")) return Value::sequence(Kind::Set, items);
-    if (!noEffect()) return nullptr;
+    if (Done d = noEffect(); !d) return d.stop();
     if (is("add") && args.size() == 1) {
       if (!isSetMember(args[0])) return fail("set items must be constants, modules or tensors");
       int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
@@ -606,11 +608,11 @@ ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::
       if (is("update")) {
         for (const ValuePtr& other : args) {
           std::vector<ValuePtr> more;
-          if (!iterate(other, &more)) return nullptr;
+          if (Done d = iterate(other, &more); !d) return d.stop();
           for (const ValuePtr& m : more) {
             std::vector<ValuePtr> a{m};
             std::vector<std::pair<Ref, ValuePtr>> kw;
-            if (!callContainerMethod(self, intern("add"), a, kw)) return nullptr;
+            if (Result<ValuePtr> r = callContainerMethod(self, interned(Str::add), a, kw); !r) return r;
           }
         }
         return Value::constant(Py_None);

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/lookup.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -15,52 +16,32 @@ namespace {
 
 enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast };
 
-struct ContextFns {
-  Ref no_grad, enable_grad, set_grad_enabled, inference_mode, autocast, amp_autocast;
-  Ref set_grad, is_grad, enter_inference, exit_inference, enter_autocast, exit_autocast;
-  bool ok = false;
-};
-
-Ref attr(const char* module, const char* name) {
-  Ref m = Ref::steal(PyImport_ImportModule(module));
-  return m ? Ref::steal(PyObject_GetAttrString(m.get(), name)) : Ref();
+// The torch functions the contexts need, all found (false, no error set, otherwise: then
+// no class is a context the tracer knows).
+bool contextFunctionsFound() {
+  static const Obj kNeeded[] = {Obj::torch_no_grad,         Obj::torch_enable_grad,
+                                Obj::torch_set_grad_enabled, Obj::torch_inference_mode,
+                                Obj::torch_autocast,        Obj::torch_set_grad_enabled_C,
+                                Obj::torch_is_grad_enabled, Obj::torch_enter_inference_mode,
+                                Obj::torch_exit_inference_mode, Obj::torch_enter_autocast,
+                                Obj::torch_exit_autocast};
+  for (Obj o : kNeeded)
+    if (!lookup(o)) return PyErr_Clear(), false;
+  return true;
 }
 
-const ContextFns* fns() {
-  // Leaked on purpose: a static holding Python references must not be destroyed after
-  // the interpreter has finalized (static destructors run without the GIL).
-  static ContextFns& f = *new ContextFns();
-  if (!f.ok) {
-    f.no_grad = attr("torch", "no_grad");
-    f.enable_grad = attr("torch", "enable_grad");
-    f.set_grad_enabled = attr("torch", "set_grad_enabled");
-    f.inference_mode = attr("torch", "inference_mode");
-    f.autocast = attr("torch", "autocast");
-    f.amp_autocast = attr("torch.amp", "autocast");
-    f.set_grad = attr("torch._C", "_set_grad_enabled");
-    f.is_grad = attr("torch", "is_grad_enabled");
-    f.enter_inference = attr("torch.autograd.grad_mode", "_enter_inference_mode");
-    f.exit_inference = attr("torch.autograd.grad_mode", "_exit_inference_mode");
-    f.enter_autocast = attr("torch.amp.autocast_mode", "_enter_autocast");
-    f.exit_autocast = attr("torch.amp.autocast_mode", "_exit_autocast");
-    if (!f.no_grad || !f.enable_grad || !f.set_grad_enabled || !f.inference_mode || !f.autocast || !f.set_grad ||
-        !f.is_grad || !f.enter_inference || !f.exit_inference || !f.enter_autocast || !f.exit_autocast) {
-      PyErr_Clear();
-      return nullptr;
-    }
-    f.ok = true;
-  }
-  return &f;
-}
+// lookup() of an object contextFunctionsFound() has found.
+PyObject* fn(Obj o) { return lookup(o); }
 
 Ctx kindOf(PyObject* cls) {
-  const ContextFns* f = fns();
-  if (!f) return Ctx::None;
-  if (cls == f->no_grad.get()) return Ctx::NoGrad;
-  if (cls == f->enable_grad.get()) return Ctx::EnableGrad;
-  if (cls == f->set_grad_enabled.get()) return Ctx::SetGradEnabled;
-  if (cls == f->inference_mode.get()) return Ctx::InferenceMode;
-  if (cls == f->autocast.get() || cls == f->amp_autocast.get()) return Ctx::Autocast;
+  if (!contextFunctionsFound()) return Ctx::None;
+  if (cls == fn(Obj::torch_no_grad)) return Ctx::NoGrad;
+  if (cls == fn(Obj::torch_enable_grad)) return Ctx::EnableGrad;
+  if (cls == fn(Obj::torch_set_grad_enabled)) return Ctx::SetGradEnabled;
+  if (cls == fn(Obj::torch_inference_mode)) return Ctx::InferenceMode;
+  PyObject* amp_autocast = lookup(Obj::torch_amp_autocast);
+  if (!amp_autocast) PyErr_Clear();
+  if (cls == fn(Obj::torch_autocast) || (amp_autocast && cls == amp_autocast)) return Ctx::Autocast;
   return Ctx::None;
 }
 
@@ -71,7 +52,7 @@ std::vector<graph::Arg> single(graph::Arg a) {
 }
 
 bool gradEnabled() {
-  Ref r = Ref::steal(PyObject_CallNoArgs(fns()->is_grad.get()));
+  Ref r = Ref::steal(PyObject_CallNoArgs(fn(Obj::torch_is_grad_enabled)));
   if (!r) PyErr_Clear();
   return r.get() == Py_True;
 }
@@ -82,55 +63,49 @@ bool Tracer::isTorchContextClass(PyObject* cls) { return kindOf(cls) != Ctx::Non
 
 bool Tracer::currentGradMode() { return gradEnabled(); }
 
-ValuePtr Tracer::wrapContextExit(PyObject* self, PyObject* func, int self_reg, bool* handled) {
-  *handled = false;
+Result<ValuePtr> Tracer::wrapContextExit(PyObject* self, PyObject* func, int self_reg) {
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(self));
   Ctx k = kindOf(cls);
-  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) return nullptr;
-  Ref exit = Ref::steal(PyObject_GetAttrString(cls, "__exit__"));
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) return notHandled();
+  Ref exit = Ref::steal(PyObject_GetAttr(cls, interned(Str::dunder_exit)));
   if (!exit) PyErr_Clear();
-  if (exit.get() != func) return nullptr;
-  *handled = true;
+  if (exit.get() != func) return notHandled();
   PyObject** dict = _PyObject_GetDictPtr(self);
   PyObject* prev = dict && *dict ? PyDict_GetItemString(*dict, "prev") : nullptr;
   if (!prev || !PyBool_Check(prev)) return fail("a grad-mode context's __exit__ before its __enter__");
   if (self_reg >= 0) {
     guards().checkType(self_reg, Py_TYPE(self));
-    int prev_reg = load(guards::LoadKind::InstanceDict, self_reg, 0, intern("prev"), guards().sourceName(self_reg) + ".prev");
+    int prev_reg = load(guards::LoadKind::InstanceDict, self_reg, 0, interned(Str::prev),
+                        guards().sourceName(self_reg) + ".prev");
     guards().checkEquals(prev_reg, prev);
   }
   auto ctx = std::make_shared<Value>();
   ctx->kind = Kind::Context;
   ctx->obj = Ref::borrow(cls);
   ctx->pos = prev == Py_True ? 1 : 0;
-  return Value::namedMethod(ctx, intern("__exit__"));
+  return Value::namedMethod(ctx, interned(Str::dunder_exit));
 }
 
-bool Tracer::buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan) {
+Done Tracer::buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan) {
   // The bound __exit__ of a real context object that restores the mode saved on entry:
   // cdynamo._resume.grad_mode_exit(cls, prev).
   Ctx k = kindOf(ctx->obj.get());
-  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) {
-    fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
-    return false;
-  }
-  Ref helper = attr("cdynamo._resume", "grad_mode_exit");
-  if (!helper) {
-    failFromPython("cdynamo._resume.grad_mode_exit");
-    return false;
-  }
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
+    return fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
+  PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
+  if (!helper) return failFromPython("cdynamo._resume.grad_mode_exit");
   plan->kind = runtime::OutputPlan::Kind::Call;
-  plan->constant = std::move(helper);
+  plan->constant = Ref::borrow(helper);
   plan->items.resize(2);
   plan->items[0].kind = runtime::OutputPlan::Kind::Constant;
   plan->items[0].constant = ctx->obj.copy();
   plan->items[1].kind = runtime::OutputPlan::Kind::Constant;
   plan->items[1].constant = Ref::borrow(ctx->pos ? Py_True : Py_False);
-  return true;
+  return {};
 }
 
-ValuePtr Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
-                             std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+Result<ValuePtr> Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
+                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   Ctx k = kindOf(cls);
   auto v = std::make_shared<Value>();
   v->kind = Kind::Context;
@@ -162,31 +137,31 @@ ValuePtr Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
     v->pos = gradEnabled() ? 1 : 0;
     int t = PyObject_IsTrue(v->items[0]->obj.get());
     if (t < 0) return failFromPython("set_grad_enabled");
-    if (graph_.addEffect(fns()->set_grad.get(), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
+    if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
       return failFromPython("set_grad_enabled");
   }
   return v;
 }
 
-ValuePtr Tracer::enterContext(const ValuePtr& ctx) {
+Result<ValuePtr> Tracer::enterContext(const ValuePtr& ctx) {
   if (inGenerator()) return fail("a context manager inside a generator that is run in place");
-  const ContextFns* f = fns();
   switch (kindOf(ctx->obj.get())) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad: {
       ctx->pos = gradEnabled() ? 1 : 0;
       PyObject* mode = kindOf(ctx->obj.get()) == Ctx::NoGrad ? Py_False : Py_True;
-      if (graph_.addEffect(f->set_grad.get(), single(graph::Arg::ofConst(mode))) < 0) return failFromPython("no_grad");
+      if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode))) < 0)
+        return failFromPython("no_grad");
       return Value::constant(Py_None);
     }
     case Ctx::SetGradEnabled:
       return Value::constant(Py_None);
     case Ctx::InferenceMode: {
       PyObject* mode = ctx->items.empty() || !ctx->items[0] ? Py_True : ctx->items[0]->obj.get();
-      int node = graph_.addEffect(f->enter_inference.get(), single(graph::Arg::ofConst(mode)));
+      int node = graph_.addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
       if (node < 0) return failFromPython("inference_mode");
       ctx->node = node;
-      open_contexts_.push_back({f->exit_inference.copy(), Ref::borrow(graph_.fake(node))});
+      open_contexts_.push_back({Ref::borrow(fn(Obj::torch_exit_inference_mode)), Ref::borrow(graph_.fake(node))});
       return Value::constant(Py_None);
     }
     case Ctx::Autocast: {
@@ -194,10 +169,10 @@ ValuePtr Tracer::enterContext(const ValuePtr& ctx) {
       for (size_t i = 0; i < 4; ++i)
         args.push_back(graph::Arg::ofConst(i < ctx->items.size() && ctx->items[i] ? ctx->items[i]->obj.get()
                                            : i == 2 ? Py_True : Py_None));
-      int node = graph_.addEffect(f->enter_autocast.get(), std::move(args));
+      int node = graph_.addEffect(fn(Obj::torch_enter_autocast), std::move(args));
       if (node < 0) return failFromPython("autocast");
       ctx->node = node;
-      open_contexts_.push_back({f->exit_autocast.copy(), Ref::borrow(graph_.fake(node))});
+      open_contexts_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(graph_.fake(node))});
       return Value::constant(Py_None);
     }
     case Ctx::None:
@@ -206,18 +181,19 @@ ValuePtr Tracer::enterContext(const ValuePtr& ctx) {
   return fail("entering an unknown context manager");
 }
 
-ValuePtr Tracer::exitContext(const ValuePtr& ctx) {
-  const ContextFns* f = fns();
+Result<ValuePtr> Tracer::exitContext(const ValuePtr& ctx) {
   switch (kindOf(ctx->obj.get())) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad:
     case Ctx::SetGradEnabled:
-      if (graph_.addEffect(f->set_grad.get(), single(graph::Arg::ofConst(ctx->pos ? Py_True : Py_False))) < 0)
+      if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C),
+                           single(graph::Arg::ofConst(ctx->pos ? Py_True : Py_False))) < 0)
         return failFromPython("leaving a grad-mode context");
       return Value::constant(Py_None);
     case Ctx::InferenceMode:
     case Ctx::Autocast: {
-      PyObject* exit_fn = kindOf(ctx->obj.get()) == Ctx::Autocast ? f->exit_autocast.get() : f->exit_inference.get();
+      PyObject* exit_fn = kindOf(ctx->obj.get()) == Ctx::Autocast ? fn(Obj::torch_exit_autocast)
+                                                                  : fn(Obj::torch_exit_inference_mode);
       if (graph_.addEffect(exit_fn, single(graph::Arg::ofNode(ctx->node))) < 0) return failFromPython("leaving a context");
       for (size_t i = open_contexts_.size(); i > 0; --i)
         if (open_contexts_[i - 1].handle.get() == graph_.fake(ctx->node)) {
@@ -234,15 +210,15 @@ ValuePtr Tracer::exitContext(const ValuePtr& ctx) {
 
 void Tracer::restoreGlobalState() {
   PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
+  PyErr_Fetch(&type, &value, &tb);  // kept across the calls below, restored at the end
   while (!open_contexts_.empty()) {
     OpenContext c = std::move(open_contexts_.back());
     open_contexts_.pop_back();
     Ref r = Ref::steal(PyObject_CallOneArg(c.exit_fn.get(), c.handle.get()));
     if (!r) PyErr_Clear();
   }
-  if (const ContextFns* f = fns()) {
-    Ref r = Ref::steal(PyObject_CallOneArg(f->set_grad.get(), grad_mode_at_start_ ? Py_True : Py_False));
+  if (contextFunctionsFound()) {
+    Ref r = Ref::steal(PyObject_CallOneArg(fn(Obj::torch_set_grad_enabled_C), grad_mode_at_start_ ? Py_True : Py_False));
     if (!r) PyErr_Clear();
   }
   PyErr_Restore(type, value, tb);

@@ -9,30 +9,35 @@
 
 namespace cdynamo::trace {
 
-std::nullptr_t Tracer::raiseValue(ValuePtr exc) {
+Stop Tracer::raiseValue(ValuePtr exc) {
   pending_exc_ = std::move(exc);
-  return nullptr;
+  return Stop{Outcome::Raised};
 }
 
-std::nullptr_t Tracer::raisePython() {
+ValuePtr Tracer::takePendingException() {
+  ValuePtr e = std::move(pending_exc_);
+  pending_exc_.reset();
+  return e;
+}
+
+Stop Tracer::raisePython() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   if (!type) return fail("internal: raisePython without an error");
   PyErr_NormalizeException(&type, &value, &tb);
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  Ref exc = Ref::steal(value);
-  if (exc) PyException_SetTraceback(exc.get(), Py_None);
+  Ref type_ref = Ref::steal(type), exc = Ref::steal(value), tb_ref = Ref::steal(tb);
+  if (!exc) return fail("internal: an exception that could not be normalized");
+  PyException_SetTraceback(exc.get(), Py_None);
   return raiseValue(Value::object(Kind::Object, exc.get()));
 }
 
-std::nullptr_t Tracer::raiseNew(PyObject* type, const std::string& message) {
+Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   Ref exc = Ref::steal(PyObject_CallFunction(type, "s", message.c_str()));
   if (!exc) return failFromPython("making an exception");
   return raiseValue(Value::object(Kind::Object, exc.get()));
 }
 
-ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
+Result<ValuePtr> Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
   // The instance is made by C code (BaseException.__new__); a Python __init__ is then
   // traced on it like any method. A Python __new__ would run outside the trace: refused.
   PyObject* init = nullptr;
@@ -45,6 +50,7 @@ ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
     if (f && !init) init = f;
   }
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!pargs) return failFromPython("making an exception");
   for (size_t i = 0; i < args.size(); ++i) {
     Ref p = toPython(args[i]);
     if (!p) return fail("exception arguments must be constants");
@@ -60,9 +66,10 @@ ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
   if (python_init) {
     std::vector<ValuePtr> init_args{v};
     init_args.insert(init_args.end(), args.begin(), args.end());
-    ValuePtr r = inlineFunction(init, -1, std::move(init_args), {});
-    if (!r) return nullptr;
-    if (!(r->is(Kind::Constant) && r->obj.get() == Py_None)) return fail("__init__() should return None (TypeError)");
+    Result<ValuePtr> r = inlineFunction(init, -1, std::move(init_args), {});
+    if (!r) return r;
+    if (!((*r)->is(Kind::Constant) && (*r)->obj.get() == Py_None))
+      return fail("__init__() should return None (TypeError)");
   }
   return v;
 }

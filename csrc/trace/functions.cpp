@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/check.h"
+#include "support/lookup.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -23,18 +24,19 @@ bool isFreeSlot(PyCodeObject* co, int i) { return i >= co->co_nlocalsplus - co->
 
 }  // namespace
 
-bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
+Done Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
   const int arg = ins.arg;
   PyCodeObject* co = f.code;
   switch (ins.op) {
     case Op::MAKE_CELL: {
       ValuePtr contents = f.locals[arg];
       if (!contents && f.root) {
-        contents = loadRootLocal(f, arg);
-        if (failed_) return false;
+        Result<ValuePtr> r = loadRootLocal(f, arg);
+        if (!r && !r.notHandled()) return r.stop();
+        if (r) contents = r.take();
       }
       f.locals[arg] = newCell(contents);
-      return true;
+      return {};
     }
     case Op::LOAD_CLOSURE: {
       if (!f.locals[arg] && isFreeSlot(co, arg)) {
@@ -42,63 +44,64 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
         // marked external (reg) so that storing into it is refused, not lost.
         bytecode::Instruction load = ins;
         load.op = Op::LOAD_DEREF;
-        if (!runFunctionOpcode(f, load)) return false;
+        if (Done d = runFunctionOpcode(f, load); !d) return d;
         ValuePtr contents = pop(f);
         ValuePtr cell = newCell(contents);
         int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-        cell->obj = Ref::borrow(PyTuple_GET_ITEM(f.closure, j));  // the real cell: stores go to it
+        cell->obj = Ref::borrow(PyTuple_GET_ITEM(f.closure.get(), j));  // the real cell: stores go to it
         f.locals[arg] = cell;
       }
-      if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return fail("LOAD_CLOSURE of a slot that is not a cell"), false;
+      if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return fail("LOAD_CLOSURE of a slot that is not a cell");
       f.stack.push_back(f.locals[arg]);
-      return true;
+      return {};
     }
     case Op::LOAD_DEREF: {
       ValuePtr slot = f.locals[arg];
       if (slot && slot->is(Kind::Cell)) {
-        if (slot->items.empty()) return fail("free variable referenced before assignment (NameError)"), false;
+        if (slot->items.empty()) return fail("free variable referenced before assignment (NameError)");
         f.stack.push_back(slot->items[0]);
-        return true;
+        return {};
       }
-      if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made"), false;
+      if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made");
       int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-      if (!f.closure || j >= PyTuple_GET_SIZE(f.closure)) return fail("free variable without a closure"), false;
-      auto stored = cell_overlay_.find(PyTuple_GET_ITEM(f.closure, j));
+      if (!f.closure || j >= PyTuple_GET_SIZE(f.closure.get())) return fail("free variable without a closure");
+      PyObject* real_cell = PyTuple_GET_ITEM(f.closure.get(), j);
+      auto stored = cell_overlay_.find(real_cell);
       if (stored != cell_overlay_.end()) {  // assigned earlier in the trace (nonlocal)
         f.stack.push_back(stored->second);
-        return true;
+        return {};
       }
       if (slot) {  // a free variable read before (memoized)
         f.stack.push_back(slot);
-        return true;
+        return {};
       }
-      PyObject* contents = PyCell_GET(PyTuple_GET_ITEM(f.closure, j));
-      if (!contents) return fail("free variable referenced before assignment (NameError)"), false;
+      PyObject* contents = PyCell_GET(real_cell);
+      if (!contents) return fail("free variable referenced before assignment (NameError)");
       PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
       int reg = -1;
       if (f.root) {
         reg = load(guards::LoadKind::ClosureCell, -1, j, nullptr,
                    std::string("closure['") + PyUnicode_AsUTF8(varname) + "']");
       } else if (f.function_reg >= 0) {
-        int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
+        int clo = load(guards::LoadKind::Attr, f.function_reg, 0, interned(Str::dunder_closure),
                        guards().sourceName(f.function_reg) + ".__closure__");
         int cellreg = load(guards::LoadKind::TupleItem, clo, j, nullptr,
                            guards().sourceName(clo) + "[" + std::to_string(j) + "]");
-        reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
+        reg = load(guards::LoadKind::Attr, cellreg, 0, interned(Str::cell_contents),
                    guards().sourceName(cellreg) + ".cell_contents");
       } else {
         // A closure of a function reached without a source (a method from a class):
         // the cell object is pinned by the guard program and read live.
-        int cellreg = load(guards::LoadKind::Constant, -1, 0, PyTuple_GET_ITEM(f.closure, j),
+        int cellreg = load(guards::LoadKind::Constant, -1, 0, real_cell,
                            std::string("cell of '") + PyUnicode_AsUTF8(varname) + "'");
-        reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
+        reg = load(guards::LoadKind::Attr, cellreg, 0, interned(Str::cell_contents),
                    guards().sourceName(cellreg) + ".cell_contents");
       }
-      ValuePtr v = wrap(contents, reg);
-      if (!v) return false;
-      f.locals[arg] = v;
-      f.stack.push_back(std::move(v));
-      return true;
+      Result<ValuePtr> v = wrap(contents, reg);
+      if (!v) return v.stop();
+      f.locals[arg] = *v;
+      f.stack.push_back(v.take());
+      return {};
     }
     case Op::STORE_DEREF:
     case Op::DELETE_DEREF: {
@@ -108,14 +111,14 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       if (slot && slot->is(Kind::Cell)) {
         real_cell = slot->obj.get();
       } else if (isFreeSlot(co, arg) && f.closure) {
-        real_cell = PyTuple_GET_ITEM(f.closure, arg - (co->co_nlocalsplus - co->co_nfreevars));
+        real_cell = PyTuple_GET_ITEM(f.closure.get(), arg - (co->co_nlocalsplus - co->co_nfreevars));
         slot = newCell(nullptr);
         slot->obj = Ref::borrow(real_cell);
         f.locals[arg] = slot;
       } else {
-        return fail("STORE_DEREF to a cell that was never made"), false;
+        return fail("STORE_DEREF to a cell that was never made");
       }
-      if (ins.op == Op::DELETE_DEREF && real_cell) return fail("del of a nonlocal variable outside the trace"), false;
+      if (ins.op == Op::DELETE_DEREF && real_cell) return fail("del of a nonlocal variable outside the trace");
       slot->items.clear();
       if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
       if (real_cell) {
@@ -128,16 +131,16 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
           reg = load(guards::LoadKind::ClosureCellObject, -1, j, nullptr,
                      std::string("closure cell of '") + PyUnicode_AsUTF8(varname) + "'");
         } else if (isFreeSlot(co, arg) && f.function_reg >= 0) {
-          int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
+          int clo = load(guards::LoadKind::Attr, f.function_reg, 0, interned(Str::dunder_closure),
                          guards().sourceName(f.function_reg) + ".__closure__");
           reg = load(guards::LoadKind::TupleItem, clo, j, nullptr, guards().sourceName(clo) + "[" + std::to_string(j) + "]");
         } else {
           reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
         }
-        if (!recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]})) return false;
+        if (Done d = recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]}); !d) return d;
         cell_overlay_[real_cell] = slot->items[0];
       }
-      return true;
+      return {};
     }
     case Op::MAKE_FUNCTION: {
       ValuePtr code = pop(f);
@@ -149,7 +152,7 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       if (arg & 0x04) pop(f);  // annotations: not needed to run the function
       if (arg & 0x02) parts->kwdefaults = pop(f);
       if (arg & 0x01) parts->defaults = pop(f);
-      if (!code->is(Kind::Constant) || !PyCode_Check(code->obj.get())) return fail("MAKE_FUNCTION without a code object"), false;
+      if (!code->is(Kind::Constant) || !PyCode_Check(code->obj.get())) return fail("MAKE_FUNCTION without a code object");
       parts->code = code->obj.copy();
       parts->qualname = Ref::borrow(reinterpret_cast<PyCodeObject*>(code->obj.get())->co_qualname);
       parts->globals = f.globals;
@@ -158,7 +161,7 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       fn->kind = Kind::Function;
       fn->fn = std::move(parts);
       f.stack.push_back(std::move(fn));
-      return true;
+      return {};
     }
     case Op::CALL_FUNCTION_EX: {
       ValuePtr kwargs = (arg & 1) ? pop(f) : nullptr;
@@ -167,32 +170,32 @@ bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       ValuePtr null = pop(f);
       if (!null->is(Kind::Null)) f.stack.push_back(null);  // a method-call layout keeps its self below
       std::vector<ValuePtr> args;
-      if (!iterate(callargs, &args)) return false;
+      if (Done d = iterate(callargs, &args); !d) return d;
       std::vector<std::pair<Ref, ValuePtr>> kw;
       if (kwargs) {
-        if (!kwargs->is(Kind::Dict)) return fail("**kwargs of a call must be a dict"), false;
+        if (!kwargs->is(Kind::Dict)) return fail("**kwargs of a call must be a dict");
         for (size_t i = 0; i < kwargs->keys.size(); ++i) {
-          if (!PyUnicode_Check(kwargs->keys[i].get())) return fail("keywords must be strings (TypeError)"), false;
+          if (!PyUnicode_Check(kwargs->keys[i].get())) return fail("keywords must be strings (TypeError)");
           kw.emplace_back(kwargs->keys[i].copy(), kwargs->items[i]);
         }
       }
-      ValuePtr r = call(fn, std::move(args), std::move(kw));
-      if (!r) return false;
+      Result<ValuePtr> r = call(fn, std::move(args), std::move(kw));
+      if (!r) return r.stop();
       if (!null->is(Kind::Null)) f.stack.pop_back();
-      f.stack.push_back(std::move(r));
-      return true;
+      f.stack.push_back(r.take());
+      return {};
     }
     default:
       break;
   }
-  fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a function opcode");
-  return false;
+  return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a function opcode");
 }
 
-ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
-                            const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
-                            const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
-                            std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
+                                    const std::vector<ValuePtr>* closure_cells, PyObject* defaults,
+                                    PyObject* kwdefaults, const ValuePtr& defaults_value,
+                                    const ValuePtr& kwdefaults_value, int func_reg, std::vector<ValuePtr> args,
+                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     return fail("inlining a coroutine is not supported");
   int depth = current_ ? current_->depth + 1 : 1;
@@ -200,9 +203,9 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
 
   SymbolicFrame f;
   f.code = co;
-  f.globals = globals;
-  f.builtins = builtins;
-  f.closure = real_closure;
+  f.globals = Borrowed(globals);
+  f.builtins = Borrowed(builtins);
+  f.closure = Borrowed(real_closure);
   f.instrs = bytecode::decode(co);
   f.locals.resize(co->co_nlocalsplus);
   f.parent = current_;
@@ -250,7 +253,7 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
     if (f.locals[i]) continue;
     Py_ssize_t d = i - (nparams - ndefaults);
     if (d < 0) return fail("missing a required argument (TypeError)");
-    ValuePtr v;
+    Result<ValuePtr> v = Stop{Outcome::NotHandled};
     if (defaults) {
       v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
     } else if (defaults_value->is(Kind::Constant)) {
@@ -258,26 +261,29 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
     } else {
       v = defaults_value->items[static_cast<size_t>(d)];
     }
-    if (!v) return nullptr;
-    f.locals[i] = v;
+    if (!v) return v;
+    f.locals[i] = v.take();
   }
   for (int i = nparams; i < nparams + nkwonly; ++i) {
     if (f.locals[i]) continue;
     PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, i);
-    ValuePtr v;
+    Result<ValuePtr> v = notHandled();
     if (kwdefaults) {
       PyObject* d = PyDict_GetItemWithError(kwdefaults, name);
       if (d) v = wrap(d, -1);
+      else if (PyErr_Occurred()) return failFromPython("keyword-only defaults");
     } else if (kwdefaults_value && kwdefaults_value->is(Kind::Dict)) {
       int k = kwdefaults_value->findKey(name);
+      if (k == -2) return failFromPython("keyword-only defaults");
       if (k >= 0) v = kwdefaults_value->items[static_cast<size_t>(k)];
     }
-    if (!v) return failed_ ? nullptr : fail("missing a required keyword-only argument (TypeError)");
-    f.locals[i] = v;
+    if (v.notHandled()) return fail("missing a required keyword-only argument (TypeError)");
+    if (!v) return v;
+    f.locals[i] = v.take();
   }
   if (!f.generator) return runFrame(f);
   ++generator_depth_;
-  ValuePtr r = runFrame(f);
+  Result<ValuePtr> r = runFrame(f);
   --generator_depth_;
   return r;
 }

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/check.h"
+#include "support/lookup.h"
 #include "support/stats.h"
 #include "trace/tracer.h"
 
@@ -17,10 +18,11 @@ bool isNoneValue(const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get
 
 }  // namespace
 
-ValuePtr Tracer::runFrame(SymbolicFrame& f) {
+Result<ValuePtr> Tracer::runFrame(SymbolicFrame& f) {
   for (;;) {
-    ValuePtr r = runInstructions(f);
-    if (r || failed_ || !pending_exc_) return r;
+    Result<ValuePtr> r = runInstructions(f);
+    if (r.outcome() != Outcome::Raised || failed_) return r;
+    CDYNAMO_CHECK(pending_exc_ != nullptr, "a Raised outcome without an exception in flight");
     // An exception in flight at f.pc: find this frame's handler (3.11 exception table).
     if (!f.handlers_decoded) {
       PyObject* table = f.code->co_exceptiontable;
@@ -36,7 +38,7 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
         handler = &e;
         break;
       }
-    if (!handler) return nullptr;  // propagates to the caller
+    if (!handler) return r;  // propagates to the caller
     int idx = bytecode::indexAtOffset(f.instrs, handler->target);
     if (idx < 0 || f.stack.size() < static_cast<size_t>(handler->depth)) return fail("bad exception handler");
     f.stack.resize(static_cast<size_t>(handler->depth));
@@ -47,7 +49,7 @@ ValuePtr Tracer::runFrame(SymbolicFrame& f) {
   }
 }
 
-ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
+Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
   SymbolicFrame* saved = current_;
   current_ = &f;
   struct Restore {
@@ -59,15 +61,24 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
   PyObject* consts = f.code->co_consts;
   PyObject* names = f.code->co_names;
   // Jumps name code-unit offsets; map them to instruction indices.
-  auto jumpTo = [&](int offset) -> bool {
+  auto jumpTo = [&](int offset) -> Done {
     int idx = bytecode::indexAtOffset(f.instrs, offset);
-    if (idx < 0) {
-      fail("jump to an offset that is not an instruction start");
-      return false;
-    }
+    if (idx < 0) return fail("jump to an offset that is not an instruction start");
     f.pc = static_cast<size_t>(idx);
-    return true;
+    return {};
   };
+  // Pushes an operation's value, or leaves the loop with its outcome.
+#define PUSH_RESULT(expr)                      \
+  do {                                         \
+    Result<ValuePtr> pushed_ = (expr);         \
+    if (!pushed_) return pushed_.stop();       \
+    f.stack.push_back(pushed_.take());         \
+  } while (0)
+#define CHECK_DONE(expr)              \
+  do {                                \
+    Done done_ = (expr);              \
+    if (!done_) return done_.stop();  \
+  } while (0)
 
   while (f.pc < f.instrs.size()) {
     if (++instructions_run_ > kMaxInstructions) return fail("trace is too long (instruction budget exhausted)");
@@ -77,7 +88,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         // The graph break: stop before this instruction with the state intact.
         stopped_at_break_ = true;
         grad_mode_at_break_ = currentGradMode();
-        return nullptr;
+        return Value::null();
       }
     }
     const bytecode::Instruction& ins = f.instrs[f.pc];
@@ -94,11 +105,12 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
 
       case Op::LOAD_FAST: {
         ValuePtr v = f.locals[arg];
-        if (!v && f.root && !f.deleted[arg]) v = loadRootLocal(f, arg);
-        if (!v) {
-          if (failed_) return nullptr;
-          return fail("local variable referenced before assignment (UnboundLocalError)");
+        if (!v && f.root && !f.deleted[arg]) {
+          Result<ValuePtr> r = loadRootLocal(f, arg);
+          if (!r && !r.notHandled()) return r.stop();
+          if (r) v = r.take();
         }
+        if (!v) return fail("local variable referenced before assignment (UnboundLocalError)");
         f.stack.push_back(std::move(v));
         break;
       }
@@ -106,9 +118,10 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         f.locals[arg] = pop(f);
         break;
       case Op::DELETE_FAST:
-        if (!f.locals[arg] && !(f.root && !f.deleted[arg] && loadRootLocal(f, arg))) {
-          if (failed_) return nullptr;
-          return fail("deleting an unbound local variable (UnboundLocalError)");
+        if (!f.locals[arg]) {
+          Result<ValuePtr> r = f.root && !f.deleted[arg] ? loadRootLocal(f, arg) : Result<ValuePtr>(notHandled());
+          if (!r && !r.notHandled()) return r.stop();
+          if (!r) return fail("deleting an unbound local variable (UnboundLocalError)");
         }
         f.locals[arg] = nullptr;
         if (f.root) f.deleted[arg] = 1;
@@ -119,26 +132,22 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::LOAD_GLOBAL: {
         PyObject* name = PyTuple_GET_ITEM(names, arg >> 1);
         if (arg & 1) f.stack.push_back(Value::null());
-        ValuePtr v = loadGlobal(f, name);
-        if (!v) return nullptr;
-        f.stack.push_back(std::move(v));
+        PUSH_RESULT(loadGlobal(f, name));
         break;
       }
       case Op::LOAD_ATTR: {
         ValuePtr obj = pop(f);
-        ValuePtr v = getAttr(obj, PyTuple_GET_ITEM(names, arg));
-        if (!v) return nullptr;
-        f.stack.push_back(std::move(v));
+        PUSH_RESULT(getAttr(obj, PyTuple_GET_ITEM(names, arg)));
         break;
       }
       case Op::LOAD_METHOD: {
         // Pushed as [NULL, bound callable]: the call handler does not need the
         // unbound-method form, and both layouts call the same thing.
         ValuePtr obj = pop(f);
-        ValuePtr v = getAttr(obj, PyTuple_GET_ITEM(names, arg));
-        if (!v) return nullptr;
+        Result<ValuePtr> v = getAttr(obj, PyTuple_GET_ITEM(names, arg));
+        if (!v) return v.stop();
         f.stack.push_back(Value::null());
-        f.stack.push_back(std::move(v));
+        f.stack.push_back(v.take());
         break;
       }
       case Op::PUSH_NULL:
@@ -168,17 +177,13 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
           args.resize(npos);
           f.kwnames.reset();
         }
-        ValuePtr r = call(fn, std::move(args), std::move(kwargs));
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
+        PUSH_RESULT(call(fn, std::move(args), std::move(kwargs)));
         break;
       }
       case Op::BINARY_OP: {
         ValuePtr b = pop(f);
         ValuePtr a = pop(f);
-        ValuePtr r = binaryOp(arg, a, b);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
+        PUSH_RESULT(binaryOp(arg, a, b));
         break;
       }
       case Op::UNARY_POSITIVE:
@@ -186,17 +191,13 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::UNARY_NOT:
       case Op::UNARY_INVERT: {
         ValuePtr a = pop(f);
-        ValuePtr r = unaryOp(ins.op, a);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
+        PUSH_RESULT(unaryOp(ins.op, a));
         break;
       }
       case Op::COMPARE_OP: {
         ValuePtr b = pop(f);
         ValuePtr a = pop(f);
-        ValuePtr r = compareOp(arg, a, b);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
+        PUSH_RESULT(compareOp(arg, a, b));
         break;
       }
       case Op::IS_OP: {
@@ -229,16 +230,16 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         int r;
         if (isModuleContainer(container) && item->is(Kind::Constant)) {
           std::vector<std::pair<Ref, ValuePtr>> children;
-          if (!moduleContainerItems(container, &children)) return nullptr;
+          CHECK_DONE(moduleContainerItems(container, &children));
           r = 0;
           for (auto& kv : children) r = r || PyObject_RichCompareBool(kv.first.get(), item->obj.get(), Py_EQ) == 1;
         } else if (isUserObject(container)) {
-          bool found = false;
-          ValuePtr c = callDunder(container, "__contains__", {item}, &found);
-          if (failed_) return nullptr;
-          if (!found) return fail("`in` on an object without __contains__ is not supported yet");
-          r = truthValue(c);
-          if (r < 0) return nullptr;
+          Result<ValuePtr> c = callDunder(container, interned(Str::dunder_contains), {item});
+          if (c.notHandled()) return fail("`in` on an object without __contains__ is not supported yet");
+          if (!c) return c.stop();
+          Result<bool> t = truthValue(*c);
+          if (!t) return t.stop();
+          r = *t;
         } else if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
           r = PySequence_Contains(container->obj.get(), item->obj.get());
           if (r < 0) return failFromPython("`in` on constants");
@@ -248,9 +249,10 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
           bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
           if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
             return fail(std::string("`in` on a ") + kindName(container->kind) + " is not supported yet");
-          ValuePtr c = callContainerMethod(container, intern(mapping ? "__contains__" : "count"), a, kw);
-          if (!c) return nullptr;
-          r = PyObject_IsTrue(c->obj.get());
+          Result<ValuePtr> c =
+              callContainerMethod(container, interned(mapping ? Str::dunder_contains : Str::count), a, kw);
+          if (!c) return c.stop();
+          r = PyObject_IsTrue((*c)->obj.get());
         }
         f.stack.push_back(Value::constant((r != arg) ? Py_True : Py_False));
         break;
@@ -258,9 +260,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::BINARY_SUBSCR: {
         ValuePtr index = pop(f);
         ValuePtr obj = pop(f);
-        ValuePtr r = subscript(obj, index);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
+        PUSH_RESULT(subscript(obj, index));
         break;
       }
       case Op::STORE_SUBSCR: {
@@ -268,14 +268,13 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr obj = pop(f);
         ValuePtr value = pop(f);
         if (!obj->is(Kind::Tensor)) {
-          if (!storeSubscript(obj, index, value)) return nullptr;
+          CHECK_DONE(storeSubscript(obj, index, value));
           break;
         }
-        PyObject* setitem = PyObject_GetAttrString(PyImport_AddModule("_operator"), "setitem");
-        Ref setitem_ref = Ref::steal(setitem);
+        PyObject* setitem = lookup(Obj::operator_setitem);
         if (!setitem) return failFromPython("operator.setitem");
-        ValuePtr r = recordCall(graph::NodeOp::CallFunction, setitem, {obj, index, value}, {});
-        if (!r) return nullptr;
+        Result<ValuePtr> r = recordCall(graph::NodeOp::CallFunction, setitem, {obj, index, value}, {});
+        if (!r) return r.stop();
         break;
       }
       case Op::BUILD_TUPLE:
@@ -292,9 +291,9 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::LIST_EXTEND: {
         ValuePtr seq = pop(f);
         ValuePtr& list = f.stack[f.stack.size() - static_cast<size_t>(arg)];
-        ValuePtr it = getIter(seq);
-        if (!it) return nullptr;
-        for (const ValuePtr& v : it->items) list->items.push_back(v);
+        Result<ValuePtr> it = getIter(seq);
+        if (!it) return it.stop();
+        for (const ValuePtr& v : (*it)->items) list->items.push_back(v);
         break;
       }
       case Op::BUILD_SLICE: {
@@ -305,8 +304,9 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       }
       case Op::UNPACK_SEQUENCE: {
         ValuePtr seq = pop(f);
-        ValuePtr it = getIter(seq);
-        if (!it) return nullptr;
+        Result<ValuePtr> got = getIter(seq);
+        if (!got) return got.stop();
+        const ValuePtr& it = *got;
         if (it->items.size() > static_cast<size_t>(arg))
           return raiseNew(PyExc_ValueError, "too many values to unpack (expected " + std::to_string(arg) + ")");
         if (it->items.size() < static_cast<size_t>(arg))
@@ -315,23 +315,20 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         for (auto r = it->items.rbegin(); r != it->items.rend(); ++r) f.stack.push_back(*r);
         break;
       }
-      case Op::GET_ITER: {
-        ValuePtr it = getIter(pop(f));
-        if (!it) return nullptr;
-        f.stack.push_back(std::move(it));
+      case Op::GET_ITER:
+        PUSH_RESULT(getIter(pop(f)));
         break;
-      }
       case Op::FOR_ITER: {
         ValuePtr it = f.stack.back();
         if (!it->is(Kind::Iterator)) return fail("FOR_ITER on a non-iterator");
         if (it->pos < it->items.size()) {
           ValuePtr item = it->items[it->pos];
-          if (!advanceIterator(it, it->pos + 1, false)) return nullptr;
+          CHECK_DONE(advanceIterator(it, it->pos + 1, false));
           f.stack.push_back(std::move(item));
         } else {
-          if (!advanceIterator(it, it->pos, true)) return nullptr;
+          CHECK_DONE(advanceIterator(it, it->pos, true));
           f.stack.pop_back();
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
+          CHECK_DONE(jumpTo(ins.jumpTarget()));
           next_pc = f.pc;
         }
         break;
@@ -349,7 +346,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::JUMP_FORWARD:
       case Op::JUMP_BACKWARD:
       case Op::JUMP_BACKWARD_NO_INTERRUPT:
-        if (!jumpTo(ins.jumpTarget())) return nullptr;
+        CHECK_DONE(jumpTo(ins.jumpTarget()));
         next_pc = f.pc;
         break;
       case Op::POP_JUMP_FORWARD_IF_FALSE:
@@ -357,11 +354,11 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::POP_JUMP_FORWARD_IF_TRUE:
       case Op::POP_JUMP_BACKWARD_IF_TRUE: {
         ValuePtr v = pop(f);
-        int t = truthValue(v);
-        if (t < 0) return nullptr;
+        Result<bool> t = truthValue(v);
+        if (!t) return t.stop();
         bool jump_if = ins.op == Op::POP_JUMP_FORWARD_IF_TRUE || ins.op == Op::POP_JUMP_BACKWARD_IF_TRUE;
-        if ((t != 0) == jump_if) {
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
+        if (*t == jump_if) {
+          CHECK_DONE(jumpTo(ins.jumpTarget()));
           next_pc = f.pc;
         }
         break;
@@ -374,17 +371,17 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         bool none = isNoneValue(v);
         bool jump_if_none = ins.op == Op::POP_JUMP_FORWARD_IF_NONE || ins.op == Op::POP_JUMP_BACKWARD_IF_NONE;
         if (none == jump_if_none) {
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
+          CHECK_DONE(jumpTo(ins.jumpTarget()));
           next_pc = f.pc;
         }
         break;
       }
       case Op::JUMP_IF_FALSE_OR_POP:
       case Op::JUMP_IF_TRUE_OR_POP: {
-        int t = truthValue(f.stack.back());
-        if (t < 0) return nullptr;
-        if ((t != 0) == (ins.op == Op::JUMP_IF_TRUE_OR_POP)) {
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
+        Result<bool> t = truthValue(f.stack.back());
+        if (!t) return t.stop();
+        if (*t == (ins.op == Op::JUMP_IF_TRUE_OR_POP)) {
+          CHECK_DONE(jumpTo(ins.jumpTarget()));
           next_pc = f.pc;
         } else {
           pop(f);
@@ -401,8 +398,9 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr exc = pop(f);
         if (exc->is(Kind::Callable) && PyExceptionClass_Check(exc->obj.get())) {
           std::vector<ValuePtr> none;
-          exc = makeException(exc->obj.get(), none);
-          if (!exc) return nullptr;
+          Result<ValuePtr> made = makeException(exc->obj.get(), none);
+          if (!made) return made.stop();
+          exc = made.take();
         }
         if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
           return raiseNew(PyExc_TypeError, "exceptions must derive from BaseException");
@@ -449,10 +447,8 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr exit = f.stack[f.stack.size() - 4];
         PyObject* e = exc->real();
         if (!e) return fail("exception made in the trace reaching a with-block");
-        ValuePtr r = call(exit, {Value::object(Kind::Callable, reinterpret_cast<PyObject*>(Py_TYPE(e))), exc,
-                                 Value::constant(Py_None)}, {});
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
+        PUSH_RESULT(call(exit, {Value::object(Kind::Callable, reinterpret_cast<PyObject*>(Py_TYPE(e))), exc,
+                                Value::constant(Py_None)}, {}));
         break;
       }
       case Op::LOAD_ASSERTION_ERROR:
@@ -468,51 +464,50 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         PyObject* modules = PyImport_GetModuleDict();
         if (!level->is(Kind::Constant) || PyLong_AsLong(level->obj.get()) != 0 || !fromlist->is(Kind::Constant))
           return fail("relative imports inside the trace are not supported yet");
-        if (!PyDict_GetItemWithError(modules, name)) return fail("an import that would load a new module");
-        Ref mod = Ref::steal(PyImport_ImportModuleLevelObject(name, f.globals, nullptr, fromlist->obj.get(), 0));
+        if (!PyDict_GetItemWithError(modules, name)) {
+          if (PyErr_Occurred()) return failFromPython("sys.modules");
+          return fail("an import that would load a new module");
+        }
+        Ref mod = Ref::steal(PyImport_ImportModuleLevelObject(name, f.globals.get(), nullptr, fromlist->obj.get(), 0));
         if (!mod) return raisePython();
         f.stack.push_back(Value::object(Kind::PyModule, mod.get()));
         break;
       }
-      case Op::IMPORT_FROM: {
-        ValuePtr v = getAttr(f.stack.back(), PyTuple_GET_ITEM(names, arg));
-        if (!v) return nullptr;
-        f.stack.push_back(std::move(v));
+      case Op::IMPORT_FROM:
+        PUSH_RESULT(getAttr(f.stack.back(), PyTuple_GET_ITEM(names, arg)));
         break;
-      }
       case Op::STORE_GLOBAL: {
         PyObject* name = PyTuple_GET_ITEM(names, arg);
-        int reg = load(guards::LoadKind::Constant, -1, 0, f.globals, "globals");
+        int reg = load(guards::LoadKind::Constant, -1, 0, f.globals.get(), "globals");
         ValuePtr value = pop(f);
-        if (!recordEffect({PendingEffect::Kind::SetItem, reg, Ref::borrow(name), value})) return nullptr;
+        CHECK_DONE(recordEffect({PendingEffect::Kind::SetItem, reg, Ref::borrow(name), value}));
         setOverlayAttr(reg, name, value);
         break;
       }
       case Op::STORE_ATTR: {
         ValuePtr obj = pop(f);
         ValuePtr value = pop(f);
-        if (!storeAttr(obj, PyTuple_GET_ITEM(names, arg), value)) return nullptr;
+        CHECK_DONE(storeAttr(obj, PyTuple_GET_ITEM(names, arg), value));
         break;
       }
       case Op::BEFORE_WITH: {
         ValuePtr ctx = pop(f);
         if (isUserObject(ctx)) {
-          ValuePtr exit = getAttr(ctx, intern("__exit__"));
-          if (!exit) return nullptr;
-          bool found = false;
-          ValuePtr entered = callDunder(ctx, "__enter__", {}, &found);
-          if (!found && !failed_) return fail("`with` on an object without __enter__ (TypeError)");
-          if (!entered) return nullptr;
-          f.stack.push_back(std::move(exit));
-          f.stack.push_back(std::move(entered));
+          Result<ValuePtr> exit = getAttr(ctx, interned(Str::dunder_exit));
+          if (!exit) return exit.stop();
+          Result<ValuePtr> entered = callDunder(ctx, interned(Str::dunder_enter), {});
+          if (entered.notHandled()) return fail("`with` on an object without __enter__ (TypeError)");
+          if (!entered) return entered.stop();
+          f.stack.push_back(exit.take());
+          f.stack.push_back(entered.take());
           break;
         }
         if (!ctx->is(Kind::Context))
           return fail(std::string("`with` on a ") + kindName(ctx->kind) + " is not supported yet");
-        ValuePtr entered = enterContext(ctx);
-        if (!entered) return nullptr;
-        f.stack.push_back(Value::namedMethod(ctx, intern("__exit__")));
-        f.stack.push_back(std::move(entered));
+        Result<ValuePtr> entered = enterContext(ctx);
+        if (!entered) return entered.stop();
+        f.stack.push_back(Value::namedMethod(ctx, interned(Str::dunder_exit)));
+        f.stack.push_back(entered.take());
         break;
       }
       case Op::RETURN_VALUE:
@@ -525,12 +520,9 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
           return it;
         }
         return pop(f);
-      case Op::GET_YIELD_FROM_ITER: {
-        ValuePtr it = getIter(pop(f));
-        if (!it) return nullptr;
-        f.stack.push_back(std::move(it));
+      case Op::GET_YIELD_FROM_ITER:
+        PUSH_RESULT(getIter(pop(f)));
         break;
-      }
       case Op::SEND: {
         // `yield from it` in a generator run to completion: every remaining item is
         // yielded now; the expression's value is None (iterators return nothing).
@@ -538,9 +530,9 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr& receiver = f.stack.back();
         if (!f.generator || !receiver->is(Kind::Iterator)) return fail("SEND outside a generator run in place");
         for (size_t k = receiver->pos; k < receiver->items.size(); ++k) f.yielded.push_back(receiver->items[k]);
-        if (!advanceIterator(ValuePtr(receiver), receiver->items.size(), true)) return nullptr;
+        CHECK_DONE(advanceIterator(ValuePtr(receiver), receiver->items.size(), true));
         receiver = Value::constant(Py_None);
-        if (!jumpTo(ins.jumpTarget())) return nullptr;
+        CHECK_DONE(jumpTo(ins.jumpTarget()));
         next_pc = f.pc;
         break;
       }
@@ -566,7 +558,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::MAP_ADD:
       case Op::DELETE_SUBSCR:
       case Op::UNPACK_EX:
-        if (!runContainerOpcode(f, ins)) return nullptr;
+        CHECK_DONE(runContainerOpcode(f, ins));
         break;
       case Op::MAKE_CELL:
       case Op::LOAD_CLOSURE:
@@ -575,7 +567,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::DELETE_DEREF:
       case Op::MAKE_FUNCTION:
       case Op::CALL_FUNCTION_EX:
-        if (!runFunctionOpcode(f, ins)) return nullptr;
+        CHECK_DONE(runFunctionOpcode(f, ins));
         break;
       case Op::FORMAT_VALUE: {
         // f-string pieces of constants: format with CPython's own conversion rules.
@@ -599,12 +591,13 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       case Op::BUILD_STRING: {
         std::vector<ValuePtr> parts = popN(f, static_cast<size_t>(arg));
         Ref tuple = Ref::steal(PyTuple_New(arg));
+        if (!tuple) return failFromPython("BUILD_STRING");
         for (int k = 0; k < arg; ++k) {
           if (!parts[k]->is(Kind::Constant) || !PyUnicode_Check(parts[k]->obj.get())) return fail("BUILD_STRING of non-strings");
           PyTuple_SET_ITEM(tuple.get(), k, parts[k]->obj.copy().release());
         }
         Ref empty = Ref::steal(PyUnicode_FromString(""));
-        Ref joined = Ref::steal(PyUnicode_Join(empty.get(), tuple.get()));
+        Ref joined = Ref::steal(empty ? PyUnicode_Join(empty.get(), tuple.get()) : nullptr);
         if (!joined) return failFromPython("BUILD_STRING");
         f.stack.push_back(Value::constant(joined.get()));
         break;
@@ -614,11 +607,15 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
         return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) +
                     " is not supported yet");
     }
-    if (failed_) return nullptr;
+    // Every handler returns the Stop that fail() gave it; this only keeps a handler that
+    // reported failure and still produced a value from going on.
+    if (failed_) return Stop{Outcome::Unsupported};
     ++opcodeCounts()[static_cast<int>(ins.op)];
     f.pc = next_pc;
   }
   return fail("fell off the end of the code object");
+#undef CHECK_DONE
+#undef PUSH_RESULT
 }
 
 }  // namespace cdynamo::trace

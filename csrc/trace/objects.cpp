@@ -6,6 +6,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/tracer.h"
 
@@ -43,7 +44,7 @@ bool isPlainPythonClass(PyObject* cls) {
   PyTypeObject* t = reinterpret_cast<PyTypeObject*>(cls);
   if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
   // Instances made with object.__new__ and no metaclass magic.
-  return t->tp_new == PyBaseObject_Type.tp_new || lookupInMro(cls, intern("__new__"), nullptr) ==
+  return t->tp_new == PyBaseObject_Type.tp_new || lookupInMro(cls, interned(Str::dunder_new), nullptr) ==
                                                       PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__new__");
 }
 
@@ -51,11 +52,11 @@ bool isPlainPythonClass(PyObject* cls) {
 
 bool Tracer::isNamedTupleClass(PyObject* cls) {
   if (!PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), &PyTuple_Type)) return false;
-  PyObject* fields = lookupInMro(cls, intern("_fields"), nullptr);
+  PyObject* fields = lookupInMro(cls, interned(Str::dunder_fields), nullptr);
   return fields && PyTuple_Check(fields);
 }
 
-ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
+Result<ValuePtr> Tracer::makeSuper(std::vector<ValuePtr>& args) {
   SymbolicFrame* f = current_;
   if (!f) return fail("super() outside a frame");
   ValuePtr self, cls;
@@ -68,8 +69,9 @@ ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
     if (co->co_argcount == 0) return fail("super(): no arguments (RuntimeError)");
     self = f->locals[0];
     if (!self && f->root && !f->deleted[0]) {  // a root argument not read yet
-      self = loadRootLocal(*f, 0);
-      if (failed_) return nullptr;
+      Result<ValuePtr> r = loadRootLocal(*f, 0);
+      if (!r && !r.notHandled()) return r;
+      if (r) self = r.take();
     }
     if (self && self->is(Kind::Cell)) self = self->items.empty() ? nullptr : self->items[0];
     for (int i = 0; i < co->co_nlocalsplus; ++i) {
@@ -79,8 +81,8 @@ ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
         cls = slot->items[0];
       } else if (f->closure) {
         int j = i - (co->co_nlocalsplus - co->co_nfreevars);
-        if (j >= 0 && j < PyTuple_GET_SIZE(f->closure)) {
-          PyObject* c = PyCell_GET(PyTuple_GET_ITEM(f->closure, j));
+        if (j >= 0 && j < PyTuple_GET_SIZE(f->closure.get())) {
+          PyObject* c = PyCell_GET(PyTuple_GET_ITEM(f->closure.get(), j));
           if (c) cls = Value::object(Kind::Callable, c);
         }
       }
@@ -97,32 +99,29 @@ ValuePtr Tracer::makeSuper(std::vector<ValuePtr>& args) {
   return v;
 }
 
-int Tracer::objectHasAttr(const ValuePtr& obj, PyObject* name) {
-  if (overlayAttr(obj->reg, name)) return 1;  // stored earlier in the trace
+Result<bool> Tracer::objectHasAttr(const ValuePtr& obj, PyObject* name) {
+  if (overlayAttr(obj->reg, name)) return true;  // stored earlier in the trace
   PyObject* o = obj->obj.get();
   PyObject** dictptr = _PyObject_GetDictPtr(o);
   PyObject* dict = dictptr ? *dictptr : nullptr;
   if (dict && PyDict_GetItemWithError(dict, name)) {
     if (obj->reg >= 0)  // guarded present: the load fails when the key is gone
       load(LoadKind::InstanceDict, obj->reg, 0, name, guards().sourceName(obj->reg) + "." + PyUnicode_AsUTF8(name));
-    return 1;
+    return true;
   }
-  if (PyErr_Occurred()) return failFromPython("hasattr"), -1;
-  if (lookupInMro(classOf(obj), name, nullptr)) return 1;  // the class is guarded by type
-  if (!dict) {
-    int r = PyObject_HasAttr(o, name);  // no instance dict: only the type decides
-    return r;
-  }
+  if (PyErr_Occurred()) return failFromPython("hasattr");
+  if (lookupInMro(classOf(obj), name, nullptr)) return true;  // the class is guarded by type
+  if (!dict) return PyObject_HasAttr(o, name) == 1;  // no instance dict: only the type decides
   // Absent: the instance dict's exact keys are guarded (an attribute added later must
   // not be missed).
   if (obj->reg >= 0) {
-    int d = load(LoadKind::Attr, obj->reg, 0, intern("__dict__"), guards().sourceName(obj->reg) + ".__dict__");
+    int d = load(LoadKind::Attr, obj->reg, 0, interned(Str::dunder_dict), guards().sourceName(obj->reg) + ".__dict__");
     guards().checkDictKeys(d, dict);
   }
-  return 0;
+  return false;
 }
 
-ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
+Result<ValuePtr> Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   if (ValuePtr v = overlayAttr(obj->reg, name)) return v;
   ValuePtr self = obj;
@@ -173,8 +172,11 @@ ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   }
   if (!descr) {
     if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::object(Kind::Callable, cls);
-    if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable))
-      return Value::constant(Ref::steal(PyObject_GetAttr(cls, name)).get());
+    if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable)) {
+      Ref class_name = Ref::steal(PyObject_GetAttr(cls, name));
+      if (!class_name) return failFromPython("a class's __name__");
+      return Value::constant(class_name.get());
+    }
     if (self->is(Kind::Callable))
       return raiseNew(PyExc_AttributeError, std::string("type object '") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
                                                 "' has no attribute '" + n + "'");
@@ -216,7 +218,8 @@ ValuePtr Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   return fail(std::string("class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name + " is not supported yet");
 }
 
-ValuePtr Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+Result<ValuePtr> Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args,
+                                   std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   if (!isPlainPythonClass(cls))
     return fail(std::string("creating an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
                 " (custom __new__ or a builtin base) is not supported yet");
@@ -225,19 +228,20 @@ ValuePtr Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args, std::vecto
   obj->kind = Kind::NewObject;
   obj->obj = Ref::borrow(cls);
   obj->items.push_back(Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}));
-  PyObject* init = lookupInMro(cls, intern("__init__"), nullptr);
+  PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), obj);
-    ValuePtr r = inlineFunction(init, -1, std::move(args), std::move(kwargs));
-    if (!r) return nullptr;
-    if (!(r->is(Kind::Constant) && r->obj.get() == Py_None)) return fail("__init__() should return None (TypeError)");
+    Result<ValuePtr> r = inlineFunction(init, -1, std::move(args), std::move(kwargs));
+    if (!r) return r;
+    if (!((*r)->is(Kind::Constant) && (*r)->obj.get() == Py_None))
+      return fail("__init__() should return None (TypeError)");
   } else if (!args.empty() || !kwargs.empty()) {
     return fail(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + "() takes no arguments (TypeError)");
   }
   return obj;
 }
 
-ValuePtr Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
+Result<ValuePtr> Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
   FunctionParts& p = *fn->fn;
   if (!p.attrs) p.attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
   int k = p.attrs->findKey(name);
@@ -247,7 +251,7 @@ ValuePtr Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
   if (strcmp(n, "__name__") == 0) return Value::constant(co->co_name);
   if (strcmp(n, "__qualname__") == 0) return Value::constant(p.qualname.get());
   if (strcmp(n, "__module__") == 0) {
-    PyObject* m = PyDict_GetItemString(p.globals, "__name__");
+    PyObject* m = PyDict_GetItemString(p.globals.get(), "__name__");
     return Value::constant(m ? m : Py_None);
   }
   if (strcmp(n, "__doc__") == 0) {  // 3.11: a function's first constant is its docstring or None
@@ -259,28 +263,28 @@ ValuePtr Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
   return raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
 }
 
-bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+Done Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
   if (obj->is(Kind::Object) && obj->owned) {  // e.g. self.code = code in an exception's __init__
     Ref v = toPython(value);
-    if (!v) return fail("storing a non-constant on an object made in the trace"), false;
-    if (PyObject_SetAttr(obj->obj.get(), name, v.get()) < 0) return raisePython(), false;
-    return true;
+    if (!v) return fail("storing a non-constant on an object made in the trace");
+    if (PyObject_SetAttr(obj->obj.get(), name, v.get()) < 0) return raisePython();
+    return {};
   }
   if (obj->is(Kind::Function)) {  // attributes of a function made in the trace (functools.wraps)
     if (!obj->fn->attrs) obj->fn->attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
-    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fail("replacing a function's __dict__"), false;
+    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fail("replacing a function's __dict__");
     return storeSubscript(obj->fn->attrs, Value::constant(name), value);
   }
   if (obj->is(Kind::NewObject)) {
     PyObject* descr = lookupInMro(obj->obj.get(), name, nullptr);
     if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
       Ref fset = Ref::steal(PyObject_GetAttrString(descr, "fset"));
-      if (!fset || fset.get() == Py_None) return PyErr_Clear(), fail("can't set attribute (AttributeError)"), false;
-      return call(Value::object(Kind::Callable, fset.get()), {obj, value}, {}) != nullptr;
+      if (!fset || fset.get() == Py_None) return PyErr_Clear(), fail("can't set attribute (AttributeError)");
+      return outcomeOf(call(Value::object(Kind::Callable, fset.get()), {obj, value}, {}));
     }
-    if (lookupInMro(obj->obj.get(), intern("__setattr__"), nullptr) !=
+    if (lookupInMro(obj->obj.get(), interned(Str::dunder_setattr), nullptr) !=
         PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
-      return fail("a class with its own __setattr__ is not supported yet"), false;
+      return fail("a class with its own __setattr__ is not supported yet");
     return storeSubscript(obj->items[0], Value::constant(name), value);
   }
   bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
@@ -290,27 +294,24 @@ bool Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& valu
                                             : reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()));
     PyObject* descr = lookupInMro(cls, name, nullptr);
     if (descr && Py_TYPE(descr)->tp_descr_set && !obj->is(Kind::Callable))
-      return fail("setting a property or descriptor of an object from outside the trace is not supported yet"), false;
-    if (obj->is(Kind::Object) && lookupInMro(cls, intern("__setattr__"), nullptr) !=
+      return fail("setting a property or descriptor of an object from outside the trace is not supported yet");
+    if (obj->is(Kind::Object) && lookupInMro(cls, interned(Str::dunder_setattr), nullptr) !=
                                      PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
-      return fail("a class with its own __setattr__ is not supported yet"), false;
+      return fail("a class with its own __setattr__ is not supported yet");
     // Replayed after the graph with setattr (Module.__setattr__ included); reads later in
     // the trace see the new value.
-    if (!recordEffect({PendingEffect::Kind::SetAttr, obj->reg, Ref::borrow(name), value})) return false;
+    if (Done d = recordEffect({PendingEffect::Kind::SetAttr, obj->reg, Ref::borrow(name), value}); !d) return d;
     setOverlayAttr(obj->reg, name, value);
-    return true;
+    return {};
   }
-  fail(std::string("setting an attribute of a ") + kindName(obj->kind) +
-       " that exists outside the trace is not supported yet");
-  return false;
+  return fail(std::string("setting an attribute of a ") + kindName(obj->kind) +
+              " that exists outside the trace is not supported yet");
 }
 
-ValuePtr Tracer::callDunder(const ValuePtr& obj, const char* name, std::vector<ValuePtr> args, bool* found) {
-  *found = false;
-  if (!isUserObject(obj)) return nullptr;
-  PyObject* fn = lookupInMro(classOf(obj), intern(name), nullptr);
-  if (!fn || !PyFunction_Check(fn)) return nullptr;
-  *found = true;
+Result<ValuePtr> Tracer::callDunder(const ValuePtr& obj, PyObject* name, std::vector<ValuePtr> args) {
+  if (!isUserObject(obj)) return notHandled();
+  PyObject* fn = lookupInMro(classOf(obj), name, nullptr);
+  if (!fn || !PyFunction_Check(fn)) return notHandled();
   args.insert(args.begin(), obj);
   return inlineFunction(fn, -1, std::move(args), {});
 }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/scalars.h"
 #include "trace/tracer.h"
@@ -20,7 +21,20 @@ const char* const kBinaryOps[] = {
     "rshift", "sub", "truediv", "xor",
     "iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
     "irshift", "isub", "itruediv", "ixor"};
+const Obj kBinaryOpFns[] = {
+    Obj::operator_add,     Obj::operator_and_,      Obj::operator_floordiv, Obj::operator_lshift,
+    Obj::operator_matmul,  Obj::operator_mul,       Obj::operator_mod,      Obj::operator_or_,
+    Obj::operator_pow,     Obj::operator_rshift,    Obj::operator_sub,      Obj::operator_truediv,
+    Obj::operator_xor,     Obj::operator_iadd,      Obj::operator_iand,     Obj::operator_ifloordiv,
+    Obj::operator_ilshift, Obj::operator_imatmul,   Obj::operator_imul,     Obj::operator_imod,
+    Obj::operator_ior,     Obj::operator_ipow,      Obj::operator_irshift,  Obj::operator_isub,
+    Obj::operator_itruediv, Obj::operator_ixor};
 const char* const kCompareOps[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+const Obj kCompareOpFns[] = {Obj::operator_lt, Obj::operator_le, Obj::operator_eq,
+                             Obj::operator_ne, Obj::operator_gt, Obj::operator_ge};
+
+// An interned str for a name made at run time (a special method's name).
+Ref internedName(const std::string& name) { return Ref::steal(PyUnicode_InternFromString(name.c_str())); }
 
 // The items of a sequence value (tuple/list value, or a constant tuple such as a
 // torch.Size) as values; false when `v` is not one.
@@ -42,15 +56,6 @@ bool holdsTensorResult(PyObject* o) {
   return (PyTuple_Check(o) || PyList_Check(o));
 }
 
-// torch.<name> (borrowed, kept for the process), or null with an error set.
-PyObject* torchFunction(const char* name) {
-  Ref torch = Ref::steal(PyImport_ImportModule("torch"));
-  if (!torch) return nullptr;
-  PyObject* f = PyObject_GetAttrString(torch.get(), name);
-  if (f) Py_DECREF(f);  // torch keeps it alive
-  return f;
-}
-
 }  // namespace
 
 // ------------------------------------------------- numbers read from tensors (scalars.h)
@@ -64,7 +69,7 @@ PyObject* scalarType(Tracer& t, const ValuePtr& v) {
   return reinterpret_cast<PyObject*>(&PyLong_Type);
 }
 
-ValuePtr readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
+Result<ValuePtr> readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
   auto is = [how](const char* n) { return strcmp(how, n) == 0; };
   std::string op = is("item") ? "Tensor.item()" : std::string(how) + "() of a tensor";
   std::string reads = is("item") ? " reads a tensor's value" : " reads its value";
@@ -75,8 +80,9 @@ ValuePtr readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
     return t.fail(op + reads + " (set cdynamo.config.capture_scalar_outputs=True to keep it in the graph)");
   ValuePtr s = v;
   if (!scalar) {
-    s = t.recordCall(NodeOp::CallMethod, intern("item"), {v}, {});
-    if (!s) return nullptr;
+    Result<ValuePtr> item = t.recordCall(NodeOp::CallMethod, interned(Str::item), {v}, {});
+    if (!item) return item;
+    s = item.take();
   }
   if (is("item")) return s;
   if (s->is(Kind::Constant)) {  // the fake tensor held a constant (torch.tensor(2.0) made in the trace)
@@ -93,13 +99,13 @@ ValuePtr readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
   std::vector<ValuePtr> args{s};
   if (is("float")) {
     if (type == reinterpret_cast<PyObject*>(&PyFloat_Type)) return s;
-    target = torchFunction("sym_float");
+    target = lookup(Obj::torch_sym_float);
   } else if (is("int")) {
     if (type == reinterpret_cast<PyObject*>(&PyLong_Type)) return s;
-    target = torchFunction("sym_int");
+    target = lookup(Obj::torch_sym_int);
   } else if (is("bool")) {
     if (type == reinterpret_cast<PyObject*>(&PyBool_Type)) return s;
-    target = operatorFunction("ne");
+    target = lookup(Obj::operator_ne);
     args.push_back(Value::constant(Ref::steal(PyLong_FromLong(0)).get()));
   } else {
     return t.fail(std::string("reading a tensor's value as ") + how + " is not supported");
@@ -108,25 +114,25 @@ ValuePtr readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
   return t.recordCall(NodeOp::CallFunction, target, args, {});
 }
 
-bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
+Done Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
   switch (v->kind) {
     case Kind::Tensor:
       *out = graph::Arg::ofNode(v->node);
-      return true;
+      return {};
     case Kind::Constant:
       *out = graph::Arg::ofConst(v->obj.get());
-      return true;
+      return {};
     case Kind::Tuple:
     case Kind::List:
     case Kind::Slice: {
       std::vector<graph::Arg> items(v->items.size());
       for (size_t i = 0; i < v->items.size(); ++i)
-        if (!toArg(v->items[i], &items[i])) return false;
+        if (Done d = toArg(v->items[i], &items[i]); !d) return d;
       graph::Arg::Kind k = v->is(Kind::Tuple) ? graph::Arg::Kind::Tuple
                            : v->is(Kind::List) ? graph::Arg::Kind::List
                                                : graph::Arg::Kind::Slice;
       *out = graph::Arg::ofItems(k, std::move(items));
-      return true;
+      return {};
     }
     case Kind::Null:
     case Kind::Iterator:
@@ -145,15 +151,14 @@ bool Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
     case Kind::Partial:
       break;
   }
-  fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
-  return false;
+  return fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
 }
 
-ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
-                            const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+Result<ValuePtr> Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
+                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   std::vector<graph::Arg> gargs(args.size());
   for (size_t i = 0; i < args.size(); ++i)
-    if (!toArg(args[i], &gargs[i])) return nullptr;
+    if (Done d = toArg(args[i], &gargs[i]); !d) return d.stop();
   std::vector<std::pair<Ref, graph::Arg>> gkwargs;
   for (const auto& [k, v] : kwargs) {
     // out= writes into a tensor the trace holds as another value: the write would be a
@@ -161,7 +166,7 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
     if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !(v->is(Kind::Constant) && v->obj.get() == Py_None))
       return fail("a torch operation with out= is not supported yet");
     graph::Arg a;
-    if (!toArg(v, &a)) return nullptr;
+    if (Done d = toArg(v, &a); !d) return d.stop();
     gkwargs.emplace_back(k.copy(), std::move(a));
   }
   Ref plain;
@@ -189,11 +194,12 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
   if (!holdsTensorResult(fake)) return Value::constant(isConstantObject(fake) ? fake : Py_None);
   // A tuple or list of tensors (torch.split, x.chunk, torch.max(x, dim), ...): one
   // getitem node per element, as FX does.
-  PyObject* getitem = operatorFunction("getitem");
+  PyObject* getitem = lookup(Obj::operator_getitem);
   if (!getitem) return failFromPython("operator.getitem");
   std::vector<ValuePtr> items;
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fake); ++i) {
     Ref index = Ref::steal(PyLong_FromSsize_t(i));
+    if (!index) return failFromPython("indexing a tuple result");
     Ref unused;
     std::vector<graph::Arg> item_args;
     item_args.push_back(graph::Arg::ofNode(node));
@@ -209,10 +215,10 @@ ValuePtr Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<Value
   return Value::sequence(PyList_Check(fake) ? Kind::List : Kind::Tuple, std::move(items));
 }
 
-ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
+Result<ValuePtr> Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
   if (op < 0 || op >= static_cast<int>(sizeof(kBinaryOps) / sizeof(kBinaryOps[0])))
     return fail("unknown BINARY_OP argument " + std::to_string(op));
-  PyObject* fn = operatorFunction(kBinaryOps[op]);
+  PyObject* fn = lookup(kBinaryOpFns[op]);
   if (!fn) return failFromPython("operator lookup");
   if (isUserObject(a) || isUserObject(b)) {
     // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
@@ -220,20 +226,24 @@ ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
     if (name.back() == '_') name.pop_back();  // and_, or_
     bool inplace = op >= 13;
     std::string base = inplace ? name.substr(1) : name;
-    bool found = false;
-    ValuePtr r;
     // A method that returns NotImplemented passes the turn to the next candidate.
-    auto answered = [&]() {
-      return failed_ || (found && (!r || !(r->is(Kind::Constant) && r->obj.get() == Py_NotImplemented)));
+    auto answered = [](const Result<ValuePtr>& r) {
+      if (r.notHandled()) return false;
+      return !r || !((*r)->is(Kind::Constant) && (*r)->obj.get() == Py_NotImplemented);
+    };
+    auto tryDunder = [&](const ValuePtr& self, const std::string& dunder, const ValuePtr& other) -> Result<ValuePtr> {
+      Ref method = internedName(dunder);
+      if (!method) return failFromPython("a special method's name");
+      return callDunder(self, method.get(), {other});
     };
     if (inplace) {
-      r = callDunder(a, ("__" + name + "__").c_str(), {b}, &found);
-      if (answered()) return r;
+      Result<ValuePtr> r = tryDunder(a, "__" + name + "__", b);
+      if (answered(r)) return r;
     }
-    r = callDunder(a, ("__" + base + "__").c_str(), {b}, &found);
-    if (answered()) return r;
-    r = callDunder(b, ("__r" + base + "__").c_str(), {a}, &found);
-    if (answered()) return r;
+    Result<ValuePtr> r = tryDunder(a, "__" + base + "__", b);
+    if (answered(r)) return r;
+    r = tryDunder(b, "__r" + base + "__", a);
+    if (answered(r)) return r;
     return raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
@@ -272,20 +282,23 @@ ValuePtr Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
               kindName(b->kind) + " is not supported yet");
 }
 
-ValuePtr Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
+Result<ValuePtr> Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
   if (op == bytecode::Op::UNARY_NOT) {
-    int t = truthValue(a);
-    if (t < 0) return nullptr;
-    return Value::constant(t ? Py_False : Py_True);
+    Result<bool> t = truthValue(a);
+    if (!t) return t.stop();
+    return Value::constant(*t ? Py_False : Py_True);
   }
   const char* name = op == bytecode::Op::UNARY_NEGATIVE ? "neg" : op == bytecode::Op::UNARY_POSITIVE ? "pos" : "invert";
   if (isUserObject(a)) {
-    bool found = false;
-    ValuePtr r = callDunder(a, (std::string("__") + name + "__").c_str(), {}, &found);
-    if (found || failed_) return r;
+    Ref method = internedName(std::string("__") + name + "__");
+    if (!method) return failFromPython("a special method's name");
+    Result<ValuePtr> r = callDunder(a, method.get(), {});
+    if (!r.notHandled()) return r;
     return fail(std::string("bad operand type for unary ") + name + " (TypeError)");
   }
-  PyObject* fn = operatorFunction(name);
+  PyObject* fn = lookup(op == bytecode::Op::UNARY_NEGATIVE   ? Obj::operator_neg
+                        : op == bytecode::Op::UNARY_POSITIVE ? Obj::operator_pos
+                                                             : Obj::operator_invert);
   if (!fn) return failFromPython("operator lookup");
   if (a->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a}, {});
   if (a->is(Kind::Constant)) {
@@ -296,38 +309,37 @@ ValuePtr Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
   return fail(std::string("unary operator on a ") + kindName(a->kind) + " is not supported yet");
 }
 
-ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
+Result<ValuePtr> Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
   if (op < 0 || op > 5) return fail("unknown COMPARE_OP argument");
-  PyObject* fn = operatorFunction(kCompareOps[op]);
+  PyObject* fn = lookup(kCompareOpFns[op]);
   if (!fn) return failFromPython("operator lookup");
   if (isUserObject(a) || isUserObject(b)) {
     // Python's rich comparison: a.__op__(b), then b.__reflected__(a), skipping
     // NotImplemented; != falls back to inverting ==; == and != finally to identity.
     static const char* const kReflected[] = {"gt", "ge", "eq", "ne", "lt", "le"};
-    auto isNotImplemented = [](const ValuePtr& v) {
-      return v && v->is(Kind::Constant) && v->obj.get() == Py_NotImplemented;
+    auto isNotImplemented = [](const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get() == Py_NotImplemented; };
+    auto tryDunder = [&](const ValuePtr& self, const char* cmp, const ValuePtr& other) -> Result<ValuePtr> {
+      Ref method = internedName(std::string("__") + cmp + "__");
+      if (!method) return failFromPython("a special method's name");
+      return callDunder(self, method.get(), {other});
     };
-    auto tryPair = [&](int cmp, bool* done) -> ValuePtr {
-      *done = false;
-      bool found = false;
-      ValuePtr r = callDunder(a, (std::string("__") + kCompareOps[cmp] + "__").c_str(), {b}, &found);
-      if (failed_ || (found && !r)) return *done = true, nullptr;
-      if (found && !isNotImplemented(r)) return *done = true, r;
-      r = callDunder(b, (std::string("__") + kReflected[cmp] + "__").c_str(), {a}, &found);
-      if (failed_ || (found && !r)) return *done = true, nullptr;
-      if (found && !isNotImplemented(r)) return *done = true, r;
-      return nullptr;
+    // a.__op__(b), then b.__reflected__(a); NotHandled when neither answers.
+    auto tryPair = [&](int cmp) -> Result<ValuePtr> {
+      Result<ValuePtr> r = tryDunder(a, kCompareOps[cmp], b);
+      if (!r.notHandled() && (!r || !isNotImplemented(*r))) return r;
+      r = tryDunder(b, kReflected[cmp], a);
+      if (!r.notHandled() && (!r || !isNotImplemented(*r))) return r;
+      return notHandled();
     };
-    bool done = false;
-    ValuePtr r = tryPair(op, &done);
-    if (done) return r;
+    Result<ValuePtr> r = tryPair(op);
+    if (!r.notHandled()) return r;
     if (op == Py_NE) {
-      r = tryPair(Py_EQ, &done);
-      if (done) {
-        if (!r) return nullptr;
-        int t = truthValue(r);
-        if (t < 0) return nullptr;
-        return Value::constant(t ? Py_False : Py_True);
+      r = tryPair(Py_EQ);
+      if (!r.notHandled()) {
+        if (!r) return r;
+        Result<bool> t = truthValue(*r);
+        if (!t) return t.stop();
+        return Value::constant(*t ? Py_False : Py_True);
       }
     }
     if (op == Py_EQ || op == Py_NE) {  // identity comparison, as object.__eq__ does
@@ -348,24 +360,25 @@ ValuePtr Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
               " is not supported yet");
 }
 
-ValuePtr Tracer::moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out) {
+Done Tracer::moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out) {
   // nn.Sequential / ModuleList / ModuleDict hold their children in _modules; their
   // indexing, len and membership are answered from it, with its keys guarded.
   PyObject** dictptr = _PyObject_GetDictPtr(m->obj.get());
   PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
   if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
-  int mreg = load(guards::LoadKind::InstanceDict, m->reg, 0, intern("_modules"), guards().sourceName(m->reg) + "._modules");
+  int mreg = load(guards::LoadKind::InstanceDict, m->reg, 0, interned(Str::underscore_modules),
+                  guards().sourceName(m->reg) + "._modules");
   guards().checkDictKeys(mreg, modules);
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(modules, &pos, &key, &value)) {
     int reg = load(guards::LoadKind::DictItem, mreg, 0, key,
                    guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
-    ValuePtr v = wrap(value, reg);
-    if (!v) return nullptr;
-    out->emplace_back(Ref::borrow(key), std::move(v));
+    Result<ValuePtr> v = wrap(value, reg);
+    if (!v) return v.stop();
+    out->emplace_back(Ref::borrow(key), v.take());
   }
-  return Value::constant(Py_None);
+  return {};
 }
 
 bool Tracer::isModuleContainer(const ValuePtr& m) {
@@ -379,10 +392,10 @@ bool Tracer::isModuleContainer(const ValuePtr& m) {
   return false;
 }
 
-ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
+Result<ValuePtr> Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
   if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     std::vector<std::pair<Ref, ValuePtr>> children;
-    if (!moduleContainerItems(obj, &children)) return nullptr;
+    if (Done d = moduleContainerItems(obj, &children); !d) return d.stop();
     if (index->is(Kind::Constant) && PyUnicode_Check(index->obj.get())) {
       for (auto& [k, v] : children)
         if (PyUnicode_Compare(k.get(), index->obj.get()) == 0) return v;
@@ -395,13 +408,12 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
     return subscript(list, index);
   }
   if (isUserObject(obj)) {
-    bool found = false;
-    ValuePtr r = callDunder(obj, "__getitem__", {index}, &found);
-    if (found || failed_) return r;
+    Result<ValuePtr> r = callDunder(obj, interned(Str::dunder_getitem), {index});
+    if (!r.notHandled()) return r;
     return fail("object is not subscriptable (TypeError)");
   }
   if (obj->is(Kind::Tensor)) {
-    PyObject* fn = operatorFunction("getitem");
+    PyObject* fn = lookup(Obj::operator_getitem);
     if (!fn) return failFromPython("operator lookup");
     return recordCall(NodeOp::CallFunction, fn, {obj, index}, {});
   }
@@ -419,7 +431,7 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
   if (obj->is(Kind::Dict)) {
     std::vector<ValuePtr> args{index};
     std::vector<std::pair<Ref, ValuePtr>> kwargs;
-    return callContainerMethod(obj, intern("__getitem__"), args, kwargs);
+    return callContainerMethod(obj, interned(Str::dunder_getitem), args, kwargs);
   }
   if ((obj->is(Kind::Tuple) || obj->is(Kind::List)) && index->is(Kind::Slice)) {
     Ref parts[3];
@@ -438,7 +450,7 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
   }
   if (obj->is(Kind::Constant) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     graph::Arg idx;
-    if (!toArg(index, &idx)) return nullptr;
+    if (Done d = toArg(index, &idx); !d) return d.stop();
     Ref key;
     if (index->is(Kind::Constant)) {
       key = index->obj.copy();
@@ -459,16 +471,15 @@ ValuePtr Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
               " is not supported yet");
 }
 
-ValuePtr Tracer::getIter(const ValuePtr& obj) {
+Result<ValuePtr> Tracer::getIter(const ValuePtr& obj) {
   auto it = std::make_shared<Value>();
   it->kind = Kind::Iterator;
   if (obj->is(Kind::Iterator)) return obj;
   if (isUserObject(obj)) {
-    bool found = false;
-    ValuePtr r = callDunder(obj, "__iter__", {}, &found);
-    if (failed_) return nullptr;
-    if (found) return getIter(r);
-    return fail("object is not iterable (TypeError)");
+    Result<ValuePtr> r = callDunder(obj, interned(Str::dunder_iter), {});
+    if (r.notHandled()) return fail("object is not iterable (TypeError)");
+    if (!r) return r;
+    return getIter(*r);
   }
   if (obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Set)) {
     it->items = obj->items;
@@ -501,7 +512,7 @@ ValuePtr Tracer::getIter(const ValuePtr& obj) {
     PyObject** dictptr = _PyObject_GetDictPtr(obj->obj.get());
     PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
     if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
-    int mreg = load(guards::LoadKind::InstanceDict, obj->reg, 0, intern("_modules"),
+    int mreg = load(guards::LoadKind::InstanceDict, obj->reg, 0, interned(Str::underscore_modules),
                     guards().sourceName(obj->reg) + "._modules");
     guards().checkLength(mreg, PyDict_GET_SIZE(modules));
     PyObject *key, *value;
@@ -510,68 +521,65 @@ ValuePtr Tracer::getIter(const ValuePtr& obj) {
       if (value == Py_None) continue;
       int reg = load(guards::LoadKind::DictItem, mreg, 0, key,
                      guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
-      ValuePtr m = wrap(value, reg);
-      if (!m) return nullptr;
-      it->items.push_back(std::move(m));
+      Result<ValuePtr> m = wrap(value, reg);
+      if (!m) return m;
+      it->items.push_back(m.take());
     }
     return it;
   }
   return fail(std::string("iterating a ") + kindName(obj->kind) + " is not supported yet");
 }
 
-int Tracer::truthValue(const ValuePtr& v) {
+Result<bool> Tracer::truthValue(const ValuePtr& v) {
   switch (v->kind) {
     case Kind::Constant: {
       int t = PyObject_IsTrue(v->obj.get());
-      if (t < 0) failFromPython("truth value of a constant");
-      return t;
+      if (t < 0) return failFromPython("truth value of a constant");
+      return t != 0;
     }
     case Kind::Tuple:
     case Kind::List:
     case Kind::Dict:
     case Kind::Set:
-      return v->items.empty() ? 0 : 1;
+      return !v->items.empty();
     case Kind::Function:
     case Kind::Cell:
     case Kind::Context:
-      return 1;
+      return true;
     case Kind::Object:
     case Kind::NewObject: {
       // Python's order: __bool__, then __len__, else true.
-      for (const char* dunder : {"__bool__", "__len__"}) {
-        bool found = false;
-        ValuePtr r = callDunder(v, dunder, {}, &found);
-        if (failed_) return -1;
-        if (found) return r ? truthValue(r) : -1;
+      for (Str dunder : {Str::dunder_bool, Str::dunder_len}) {
+        Result<ValuePtr> r = callDunder(v, interned(dunder), {});
+        if (r.notHandled()) continue;
+        if (!r) return r.stop();
+        return truthValue(*r);
       }
-      return 1;
+      return true;
     }
     case Kind::Super:
     case Kind::Partial:
-      return 1;
+      return true;
     case Kind::Tensor:
       if (isScalarValue(*this, v))
-        fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
-      else
-        fail("control flow depends on a tensor's value (data-dependent branch)");
-      return -1;
+        return fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
+      return fail("control flow depends on a tensor's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
     case Kind::Method:
-      return 1;
+      return true;
     case Kind::Module: {
       int t = PyObject_IsTrue(v->obj.get());
-      if (t < 0) failFromPython("truth value of a module");
-      return t;
+      if (t < 0) return failFromPython("truth value of a module");
+      return t != 0;
     }
     case Kind::Slice:
-      return 1;
+      return true;
     case Kind::Null:
     case Kind::Iterator:
       break;
   }
-  fail(std::string("truth value of a ") + kindName(v->kind));
-  return -1;
+  return fail(std::string("truth value of a ") + kindName(v->kind));
 }
 
 }  // namespace cdynamo::trace

@@ -7,7 +7,8 @@
 // "unsupported" reason and the source location; the frame then runs natively.
 //
 // Errors: translate() never lets a Python exception escape except the user-facing ones
-// (BackendCompilerFailed, and Unsupported under fullgraph=True).
+// (BackendCompilerFailed, and Unsupported under fullgraph=True). Inside, every operation
+// reports its outcome through trace/result.h (Ok, Unsupported, Raised, NotHandled).
 #pragma once
 #include <Python.h>
 
@@ -23,16 +24,17 @@
 #include "runtime/compiled_entry.h"
 #include "support/check.h"
 #include "support/frame_view.h"
+#include "trace/result.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {
 
 // One frame being interpreted: the root frame or an inlined call.
 struct SymbolicFrame {
-  PyCodeObject* code = nullptr;
-  PyObject* globals = nullptr;   // borrowed from the function
-  PyObject* builtins = nullptr;
-  PyObject* closure = nullptr;
+  PyCodeObject* code = nullptr;  // borrowed: the function being run (kept by its caller's frame)
+  Borrowed globals;              // borrowed from the function
+  Borrowed builtins;
+  Borrowed closure;              // tuple of cells, or null
   std::vector<bytecode::Instruction> instrs;
   std::vector<ValuePtr> locals;
   std::vector<char> deleted;     // root frame: locals deleted in the trace (not re-read from the frame)
@@ -108,133 +110,140 @@ class Tracer {
   BreakTarget failedAt() const;
 
   // ---- used by the opcode handlers (interpreter.cpp, calls.cpp, builder.cpp) ----
-  // Stops the trace; returns null so handlers can `return fail(...)`.
-  std::nullptr_t fail(std::string reason);
-  // Turns the pending Python error into an unsupported reason.
-  std::nullptr_t failFromPython(const std::string& what);
+  // Stops the trace: records the reason (the first one wins) and where the trace was;
+  // handlers `return fail(...)`.
+  Stop fail(std::string reason);
+  // Turns the pending Python error into an unsupported reason (and clears it).
+  Stop failFromPython(const std::string& what);
   bool failed() const { return failed_; }
 
   // Wraps a real Python object read from guard register `reg` (-1: no source, e.g. a
   // constant or default value) into a Value, adding the guards that its use implies.
-  ValuePtr wrap(PyObject* obj, int reg);
+  Result<ValuePtr> wrap(PyObject* obj, int reg);
   int load(guards::LoadKind kind, int base, int index, PyObject* name, std::string what);
   guards::GuardProgram& guards() { return entry_->guards; }
   graph::GraphBuilder& graph() { return graph_; }
 
-  // Runs a frame to its return; an exception raised in it (pending_exc_) is delivered to
-  // the frame's handlers through its exception table, or propagates (null result, no
-  // failure) to the caller's CALL instruction.
-  ValuePtr runFrame(SymbolicFrame& f);
+  // Runs a frame to its return; an exception raised in it (Raised) is delivered to the
+  // frame's handlers through its exception table, or propagates (Raised) to the caller's
+  // CALL instruction.
+  Result<ValuePtr> runFrame(SymbolicFrame& f);
 
   // ---- exceptions raised inside the trace (modelled, never real Python errors) ----
   // Raises the pending Python error as an exception of the traced program.
-  std::nullptr_t raisePython();
+  Stop raisePython();
   // Raises `type(message)` in the traced program.
-  std::nullptr_t raiseNew(PyObject* type, const std::string& message);
-  std::nullptr_t raiseValue(ValuePtr exc);
-  bool exceptionPending() const { return pending_exc_ != nullptr; }
+  Stop raiseNew(PyObject* type, const std::string& message);
+  Stop raiseValue(ValuePtr exc);
+  // The exception in flight (set exactly while an outcome is Raised), or null.
+  const ValuePtr& pendingException() const { return pending_exc_; }
+  // Takes the exception in flight away (to re-raise it after a cleanup).
+  ValuePtr takePendingException();
   // An instance of an exception class, made for real when its construction runs no
   // Python code (builtin exceptions and subclasses without __init__/__new__).
-  ValuePtr makeException(PyObject* cls, std::vector<ValuePtr>& args);
-  ValuePtr getAttr(const ValuePtr& obj, PyObject* name);
-  ValuePtr call(const ValuePtr& fn, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
-  ValuePtr binaryOp(int op, const ValuePtr& a, const ValuePtr& b);
-  ValuePtr unaryOp(bytecode::Op op, const ValuePtr& a);
-  ValuePtr compareOp(int op, const ValuePtr& a, const ValuePtr& b);
-  ValuePtr subscript(const ValuePtr& obj, const ValuePtr& index);
-  ValuePtr getIter(const ValuePtr& obj);
-  // Python truth value of a value known at trace time; -1 after fail().
-  int truthValue(const ValuePtr& v);
+  Result<ValuePtr> makeException(PyObject* cls, std::vector<ValuePtr>& args);
+  Result<ValuePtr> getAttr(const ValuePtr& obj, PyObject* name);
+  Result<ValuePtr> call(const ValuePtr& fn, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  Result<ValuePtr> binaryOp(int op, const ValuePtr& a, const ValuePtr& b);
+  Result<ValuePtr> unaryOp(bytecode::Op op, const ValuePtr& a);
+  Result<ValuePtr> compareOp(int op, const ValuePtr& a, const ValuePtr& b);
+  Result<ValuePtr> subscript(const ValuePtr& obj, const ValuePtr& index);
+  Result<ValuePtr> getIter(const ValuePtr& obj);
+  // Python truth value of a value known at trace time.
+  Result<bool> truthValue(const ValuePtr& v);
 
   // containers.cpp: container opcodes and methods of lists, dicts, sets and tuples.
-  // Each returns false (after fail()) when it cannot model the operation.
-  bool runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
-  ValuePtr callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
-                               std::vector<std::pair<Ref, ValuePtr>>& kwargs);
-  bool storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+  Done runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
+  Result<ValuePtr> callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
+                                       std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Done storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
   // functions.cpp: closures, functions made in the trace, star-calls.
-  bool runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
-  ValuePtr inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
-                      const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
-                      const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
-                      std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  Done runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
+  Result<ValuePtr> inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
+                              const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
+                              const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
+                              std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
   // context.cpp: torch's grad-mode, inference-mode and autocast context managers.
   // Entering and leaving them records the state change in the graph and applies it at
   // trace time (so fake tensors see it); restoreGlobalState() undoes what is left.
   bool isTorchContextClass(PyObject* cls);
-  ValuePtr makeContext(PyObject* cls, std::vector<ValuePtr>& args, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
-  ValuePtr enterContext(const ValuePtr& ctx);
+  Result<ValuePtr> makeContext(PyObject* cls, std::vector<ValuePtr>& args,
+                               std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> enterContext(const ValuePtr& ctx);
   // The bound __exit__ of a real grad-mode context object (a `with` block continued in a
-  // resume function): the same Value BEFORE_WITH pushes. *handled = false (nothing done)
-  // for any other method.
-  ValuePtr wrapContextExit(PyObject* self, PyObject* func, int self_reg, bool* handled);
-  ValuePtr exitContext(const ValuePtr& ctx);
+  // resume function): the same Value BEFORE_WITH pushes. NotHandled for any other method.
+  Result<ValuePtr> wrapContextExit(PyObject* self, PyObject* func, int self_reg);
+  Result<ValuePtr> exitContext(const ValuePtr& ctx);
   void restoreGlobalState();
   // objects.cpp: user-defined classes — objects read from the program (Object), objects
   // made in the trace (NewObject), super(), and Python-level dunder methods.
-  ValuePtr objectGetAttr(const ValuePtr& obj, PyObject* name);
-  // hasattr() on an Object read from the program: 1, 0 (both guarded), -1 after fail().
-  int objectHasAttr(const ValuePtr& obj, PyObject* name);
-  ValuePtr newObject(PyObject* cls, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
-  bool storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value);
-  // Calls the Python-level special method `name` of a user object's class, if it has one
-  // (*found = false otherwise, with nothing done).
-  ValuePtr callDunder(const ValuePtr& obj, const char* name, std::vector<ValuePtr> args, bool* found);
-  ValuePtr makeSuper(std::vector<ValuePtr>& args);
+  Result<ValuePtr> objectGetAttr(const ValuePtr& obj, PyObject* name);
+  // hasattr() on an Object read from the program (guarded either way).
+  Result<bool> objectHasAttr(const ValuePtr& obj, PyObject* name);
+  Result<ValuePtr> newObject(PyObject* cls, std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  Done storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value);
+  // Calls the Python-level special method `name` (a str) of a user object's class;
+  // NotHandled (nothing done) when the class has none.
+  Result<ValuePtr> callDunder(const ValuePtr& obj, PyObject* name, std::vector<ValuePtr> args);
+  Result<ValuePtr> makeSuper(std::vector<ValuePtr>& args);
   // Attributes of a function made in the trace: its name, module, doc, and those set on it.
-  ValuePtr functionAttr(const ValuePtr& fn, PyObject* name);
+  Result<ValuePtr> functionAttr(const ValuePtr& fn, PyObject* name);
   // A class made by collections.namedtuple (a tuple subclass with _fields).
   static bool isNamedTupleClass(PyObject* cls);
   bool isUserObject(const ValuePtr& v) const {
     return v->is(Kind::Object) || v->is(Kind::NewObject);
   }
-  // builtins.cpp
-  ValuePtr callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
-                       std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
+  // builtins.cpp: a call of one of Python's builtins; NotHandled when `fn` is not one the
+  // tracer models.
+  Result<ValuePtr> callBuiltin(PyObject* fn, std::vector<ValuePtr>& args,
+                               std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   // The items an iterable value yields (lists, tuples, dicts' keys, constants, modules).
-  bool iterate(const ValuePtr& v, std::vector<ValuePtr>* out);
+  Done iterate(const ValuePtr& v, std::vector<ValuePtr>* out);
   // The items `v` would give, without consuming it when it is an Iterator.
-  bool peekItems(const ValuePtr& v, std::vector<ValuePtr>* out);
+  Done peekItems(const ValuePtr& v, std::vector<ValuePtr>* out);
   // The real Python object for a value made only of constants (constants, and tuples,
   // lists, dicts and sets of them), or null (no error set) when it holds anything else.
   Ref toPython(const ValuePtr& v);
-  // The value for a real Python object made only of constants, or null after fail().
-  ValuePtr fromPython(PyObject* o);
+  // The value for a real Python object made only of constants.
+  Result<ValuePtr> fromPython(PyObject* o);
   // Calls a pure C function (math, operator, a method of an immutable constant, an
-  // immutable type) for real when every argument is made of constants.
-  ValuePtr foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
-                            std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool* handled);
+  // immutable type) for real when every argument is made of constants; NotHandled when
+  // `fn` is not one or an argument is not made of constants.
+  Result<ValuePtr> foldConstantCall(PyObject* fn, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   // Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
   bool isModuleContainer(const ValuePtr& m);
-  ValuePtr moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
-  // Whether two tensor values are the same Python object: 1, 0, or -1 after fail().
-  // Graph inputs compare their objects at trace time, guarded (aliasing can change).
-  int sameTensorObject(const ValuePtr& a, const ValuePtr& b);
+  Done moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
+  // Whether two tensor values are the same Python object. Graph inputs compare their
+  // objects at trace time, guarded (aliasing can change).
+  Result<bool> sameTensorObject(const ValuePtr& a, const ValuePtr& b);
   // Python type of a value (borrowed), or null.
   PyObject* typeOf(const ValuePtr& v);
 
   // Records a graph call; `target` is a callable, or a method name with op CallMethod.
   // Returns the result Value: a tensor node, a tuple of them, or a constant when the
   // operation only reads metadata (static shapes).
-  ValuePtr recordCall(graph::NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
-                      const std::vector<std::pair<Ref, ValuePtr>>& kwargs);
-  // Converts a value into a graph argument; false (after fail) when it cannot be one.
-  bool toArg(const ValuePtr& v, graph::Arg* out);
+  Result<ValuePtr> recordCall(graph::NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
+                              const std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  // Converts a value into a graph argument (Unsupported when it cannot be one).
+  Done toArg(const ValuePtr& v, graph::Arg* out);
 
  private:
-  ValuePtr inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
-                          std::vector<std::pair<Ref, ValuePtr>> kwargs);
-  ValuePtr callModule(const ValuePtr& module, std::vector<ValuePtr> args,
-                      std::vector<std::pair<Ref, ValuePtr>> kwargs);
-  ValuePtr loadGlobal(SymbolicFrame& f, PyObject* name);
-  ValuePtr loadRootLocal(SymbolicFrame& f, int index);
-  bool buildOutput(const ValuePtr& v, runtime::OutputPlan* plan);
-  bool compileGraph();
+  Result<ValuePtr> inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
+                                  std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  Result<ValuePtr> callModule(const ValuePtr& module, std::vector<ValuePtr> args,
+                              std::vector<std::pair<Ref, ValuePtr>> kwargs);
+  Result<ValuePtr> loadGlobal(SymbolicFrame& f, PyObject* name);
+  // Root argument `index` as the frame was entered; NotHandled when it is not an argument
+  // bound at entry.
+  Result<ValuePtr> loadRootLocal(SymbolicFrame& f, int index);
+  Done buildOutput(const ValuePtr& v, runtime::OutputPlan* plan);
+  Done compileGraph();
   void setLocation(Unsupported* u);
   // graph_break.cpp: turns the state at the break target into the entry's break plan
   // and the break code's arguments.
-  bool buildBreak(SymbolicFrame& root, runtime::OutputPlan* args);
-  bool buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
+  Done buildBreak(SymbolicFrame& root, runtime::OutputPlan* args);
+  Done buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
 
   FrameView root_view_;
   PyObject* config_;
@@ -259,9 +268,14 @@ class Tracer {
   int fail_visit_ = 0;
   bool stopped_at_break_ = false;
   bool grad_mode_at_break_ = true;
-  ValuePtr pending_exc_;        // an exception in flight (being delivered to a handler)
+  ValuePtr pending_exc_;        // the exception in flight (outcome Raised), or null
   ValuePtr current_exc_;        // the exception being handled (sys.exc_info()), or null
-  ValuePtr runInstructions(SymbolicFrame& f);
+  // Runs `f` until it returns (Ok: its value), raises out of it (Raised) or fails. The root
+  // frame reaching the break target returns Ok with the Null value instead, its state
+  // intact (stopped_at_break_).
+  Result<ValuePtr> runInstructions(SymbolicFrame& f);
+  // Starts the fake mode and grad-mode guard, runs the root frame, undoes global state.
+  Result<ValuePtr> traceRoot(SymbolicFrame& root);
 
   // Side effects on objects that exist outside the trace, replayed after the graph runs
   // (in program order; mutated containers get their final contents). Reads later in the
@@ -311,9 +325,9 @@ class Tracer {
   uint64_t mutations_ = 0;
   // Moves iterator `it` to `pos` (`ended`: its end was observed), its sources with it; the
   // derived iterators not yet exhausted that take from `it` go stale.
-  bool advanceIterator(const ValuePtr& it, size_t pos, bool ended);
-  // False (trace failed) when `it` is a derived iterator gone stale (IterLink::stale).
-  bool usableIterator(const Value* it);
+  Done advanceIterator(const ValuePtr& it, size_t pos, bool ended);
+  // Unsupported when `it` is a derived iterator gone stale (IterLink::stale).
+  Done usableIterator(const Value* it);
   void syncSources(const Value* derived);
   // The link of zip/map over args[first:] (items `seqs`, `n` results): one item of each per
   // result; at the end each argument is tried in order until one has none left (strict:
@@ -327,21 +341,21 @@ class Tracer {
   // order of events while the generator itself changes nothing outside the trace.
   int generator_depth_ = 0;
  public:
-  // Records a side effect to replay (false after fail() inside a generator run in place).
-  bool recordEffect(PendingEffect e);
+  // Records a side effect to replay (Unsupported inside a generator run in place).
+  Done recordEffect(PendingEffect e);
   bool inGenerator() const { return generator_depth_ > 0; }
  private:
   std::vector<std::pair<std::pair<int, std::string>, ValuePtr>> attr_overlay_;  // (reg, name) -> value
   std::unordered_map<PyObject*, ValuePtr> cell_overlay_;  // real cell -> value stored in the trace
  public:
   // Records a mutation of a container read from the program (no-op for containers made
-  // in the trace). Returns false (after fail()) when it cannot be replayed.
-  bool noteContainerMutation(const ValuePtr& container);
+  // in the trace); Unsupported when it cannot be replayed.
+  Done noteContainerMutation(const ValuePtr& container);
   // The value last stored to attribute `name` of the object in register `reg`, or null.
   ValuePtr overlayAttr(int reg, PyObject* name);
   void setOverlayAttr(int reg, PyObject* name, ValuePtr value);
  private:
-  bool buildEffects();
+  Done buildEffects();
   bool grad_mode_at_start_ = true;
  public:
   bool currentGradMode();

@@ -98,8 +98,8 @@ struct Value {
 struct FunctionParts {
   Ref code;
   Ref qualname;
-  PyObject* globals = nullptr;   // borrowed from the frame that made it
-  PyObject* builtins = nullptr;
+  Borrowed globals;              // borrowed from the frame that made it (its function keeps them)
+  Borrowed builtins;
   ValuePtr defaults;             // Tuple or null
   ValuePtr kwdefaults;           // Dict or null
   std::vector<ValuePtr> closure; // Cell values
