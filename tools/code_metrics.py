@@ -6,8 +6,9 @@
   namespaces are not indented) or one level into a class/struct (two spaces), and close at
   the matching brace; length in lines, the signature line included.
 * files: line counts of csrc/**/*.{cpp,h,def}.
-* kind tests: `is(Kind::X)` / `kind == Kind::X` tests of a value's kind, outside csrc/trace/values/
-  (which defines them).
+* kind tests: tests of one value kind outside an exhaustive dispatch, outside
+  csrc/trace/values/ (which defines them): `is(Kind::X)`, `kind == Kind::X`, and the typed
+  tests `get<X>()` (a pointer that is null for any other kind).
 * raw refcounts: Py_INCREF/Py_DECREF/Py_XINCREF/Py_XDECREF/Py_CLEAR outside csrc/support/,
   and how many of those carry a `why:` comment on the same line or one of the three before.
 """
@@ -70,7 +71,7 @@ def main():
     ap.add_argument("--top", type=int, default=5)
     a = ap.parse_args()
     funcs, files, kind_tests, raw, raw_why = [], [], 0, 0, 0
-    kind_re = re.compile(r"is\(Kind::\w+\)|kind [!=]= Kind::\w+")
+    kind_re = re.compile(r"is\(Kind::\w+\)|kind [!=]= Kind::\w+|->get<\w+>\(\)")
     raw_re = re.compile(r"\bPy_(X?INCREF|X?DECREF|CLEAR)\b")
     for path, lines in sources():
         files.append((len(lines), path))

@@ -68,7 +68,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
-    v = Value::object(Kind::Object, obj, reg);  // an exception object reached from one made in the trace
+    v = Value::object(obj, reg);  // an exception object reached from one made in the trace
   } else if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
              PyList_CheckExact(obj)) {
     bool tuple = PyTuple_Check(obj);
@@ -87,8 +87,12 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       if (!item) return item;
       items.push_back(item.take());
     }
-    v = Value::sequence(tuple ? Kind::Tuple : Kind::List, std::move(items), reg);
-    if (tuple && !PyTuple_CheckExact(obj)) v->obj = Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    if (!tuple)
+      v = Value::list(std::move(items), reg);
+    else if (PyTuple_CheckExact(obj))
+      v = Value::tuple(std::move(items), reg);
+    else
+      v = Value::of(Tuple{std::move(items), Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)))}, reg);
   } else if (PyDict_Check(obj) && (PyDict_CheckExact(obj) || !PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) ||
                                     strcmp(Py_TYPE(obj)->tp_name, "collections.OrderedDict") == 0)) {
     // A dict read from the program: its type and exact key order are guarded, each value
@@ -114,8 +118,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       keys.push_back(Ref::borrow(key));
       values.push_back(item.take());
     }
-    v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values));
-    v->reg = reg;
+    v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values), reg);
   } else if (PySet_CheckExact(obj)) {
     // A set read from the program: only sets of constants, guarded equal as a whole
     // (their order of iteration is then the same too).
@@ -134,7 +137,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       guards().checkType(reg, Py_TYPE(obj));
       guards().checkEquals(reg, frozen.get());
     }
-    v = Value::sequence(Kind::Set, std::move(values), reg);
+    v = Value::set(std::move(values), reg);
   } else if (Py_IS_TYPE(obj, &PyTupleIter_Type) && reg >= 0) {
     // A tuple iterator passed in: what a resume function receives for a for loop a break
     // interrupted (the break's output plan rebuilds the loop's iterator as iter(tuple)).
@@ -158,7 +161,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       items.push_back(item.take());
       item_regs.push_back(item_reg);
     }
-    v = Value::sequence(Kind::Iterator, std::move(items), reg);
+    v = Value::iterator(std::move(items), reg);
     input_iterators_.push_back(InputIterator{v, rest_reg, std::move(item_regs)});
   } else if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
@@ -167,10 +170,10 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     // buffers, flags, hook dicts) is loaded live from the object and guarded itself, so
     // another instance of the same structure reuses the entry.
     guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(Kind::Module, obj, reg);
+    v = Value::of(Module{Ref::borrow(obj)}, reg);
   } else if (PyModule_Check(obj)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
-    v = Value::object(Kind::PyModule, obj, reg);
+    v = Value::of(PyModule{Ref::borrow(obj)}, reg);
   } else if (PyMethod_Check(obj)) {
     // A bound method (e.g. rebuilt on a resume function's stack): the receiver and the
     // function are sources of their own, so a new method object of the same pair matches.
@@ -225,23 +228,23 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     int globals_reg =
         load(LoadKind::Attr, reg, 0, interned(Str::dunder_globals), guards().sourceName(reg) + ".__globals__");
     guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
-    v = Value::object(Kind::Callable, obj, reg);
+    v = Value::callable(obj, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
-    v = Value::object(Kind::Callable, obj, reg);
+    v = Value::callable(obj, reg);
   } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
     // An instance of a user class: its class is guarded; attributes are read (and
     // guarded) when the trace reads them.
     if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(Kind::Object, obj, reg);
+    v = Value::object(obj, reg);
   } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
     // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
     // opaque, guarded by type, its attributes read like a user object's. What the trace
     // cannot model about it stops the trace where it is used, not where it is read (a
     // resume function that only carries it along is still captured).
     guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(Kind::Object, obj, reg);
+    v = Value::object(obj, reg);
   } else {
     return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
   }

@@ -44,13 +44,14 @@ Ref Tracer::toPython(const ValuePtr& v) {
     if (v->is(Kind::Constant) || v->is(Kind::Callable) || (v->is(Kind::Object) && v->reg < 0)) return Ref::borrow(r);
     return Ref();
   }
-  if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set) || v->is(Kind::Iterator)) {
+  if (const std::vector<ValuePtr>* items = v->elements()) {
     auto link = iter_links_.find(v.get());
     if (link != iter_links_.end() && link->second.stale) return Ref();  // its items are no longer known
     Ref list = Ref::steal(PyList_New(0));
     if (!list) return PyErr_Clear(), Ref();
-    for (size_t i = v->is(Kind::Iterator) ? v->pos : 0; i < v->items.size(); ++i) {
-      const ValuePtr& item = v->items[i];
+    const Iterator* it = v->get<Iterator>();
+    for (size_t i = it ? it->pos : 0; i < items->size(); ++i) {
+      const ValuePtr& item = (*items)[i];
       Ref p = toPython(item);
       if (!p || PyList_Append(list.get(), p.get()) < 0) return PyErr_Clear(), Ref();
     }
@@ -60,12 +61,13 @@ Ref Tracer::toPython(const ValuePtr& v) {
     if (!out) PyErr_Clear();  // unhashable items of a set: not a constant
     return out;
   }
-  if (v->is(Kind::Dict) && v->obj.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
+  const Dict* dict = v->get<Dict>();
+  if (dict && dict->type.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
     Ref d = Ref::steal(PyDict_New());
     if (!d) return PyErr_Clear(), Ref();
-    for (size_t i = 0; i < v->keys.size(); ++i) {
-      Ref p = toPython(v->items[i]);
-      if (!p || PyDict_SetItem(d.get(), v->keys[i].get(), p.get()) < 0) return PyErr_Clear(), Ref();
+    for (size_t i = 0; i < dict->keys.size(); ++i) {
+      Ref p = toPython(dict->values[i]);
+      if (!p || PyDict_SetItem(d.get(), dict->keys[i].get(), p.get()) < 0) return PyErr_Clear(), Ref();
     }
     return d;
   }
@@ -81,7 +83,7 @@ Result<ValuePtr> Tracer::fromPython(PyObject* o) {
       if (!item) return item;
       items.push_back(item.take());
     }
-    return Value::sequence(PyList_CheckExact(o) ? Kind::List : Kind::Tuple, std::move(items));
+    return PyList_CheckExact(o) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
   }
   if (PyDict_CheckExact(o)) {
     std::vector<Ref> keys;
@@ -102,9 +104,9 @@ Result<ValuePtr> Tracer::fromPython(PyObject* o) {
     if (!it) return failFromPython("iterating a set");
     while (Ref x = Ref::steal(PyIter_Next(it.get()))) items.push_back(Value::constant(x.get()));
     if (PyErr_Occurred()) return failFromPython("iterating a set");
-    return Value::sequence(Kind::Set, std::move(items));
+    return Value::set(std::move(items));
   }
-  if (PyType_Check(o) || PyCFunction_Check(o)) return Value::object(Kind::Callable, o);
+  if (PyType_Check(o) || PyCFunction_Check(o)) return Value::callable(o);
   return fail(std::string("a value of type ") + Py_TYPE(o)->tp_name + " computed from constants");
 }
 
@@ -160,10 +162,10 @@ Result<ValuePtr> Tracer::foldConstantCall(PyObject* fn, std::vector<ValuePtr>& a
 }
 
 PyObject* Tracer::typeOf(const ValuePtr& v) {
-  switch (v->kind) {
+  switch (v->kind()) {
     case Kind::Tensor: {
       if (isScalarValue(*this, v)) return scalarType(*this, v);  // float, int or bool when the graph runs
-      auto ex = example_of_node_.find(v->node);
+      auto ex = example_of_node_.find(v->as<Tensor>().node);
       if (ex != example_of_node_.end()) return reinterpret_cast<PyObject*>(Py_TYPE(ex->second.get()));
       PyObject* t = lookup(Obj::torch_Tensor);
       if (!t) PyErr_Clear();
@@ -174,18 +176,21 @@ PyObject* Tracer::typeOf(const ValuePtr& v) {
     case Kind::Module:
     case Kind::PyModule:
     case Kind::Object:
-      return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
-    case Kind::Tuple: return v->obj ? v->obj.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+      return reinterpret_cast<PyObject*>(Py_TYPE(v->real()));
+    case Kind::Tuple: {
+      const Tuple& t = v->as<Tuple>();
+      return t.namedtuple ? t.namedtuple.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+    }
     case Kind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
-    case Kind::Dict: return v->obj.get();
+    case Kind::Dict: return v->as<Dict>().type.get();
     case Kind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
     case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
     case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+    case Kind::NewObject: return v->as<NewObject>().cls.get();
     case Kind::Null:
     case Kind::Iterator:
-    case Kind::NewObject:
-      return v->obj.get();
-    case Kind::Method:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
     case Kind::Cell:
     case Kind::Context:
     case Kind::Super:
@@ -208,8 +213,8 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("id")) return fail("id() depends on object addresses, unknown at trace time");
   if (is("super")) return makeSuper(args);
   if (is("object") && args.empty() && kwargs.empty()) return newObject(f, {}, {});
-  if (is("setattr") && args.size() == 3 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
-    if (Done d = storeAttr(args[0], args[1]->obj.get(), args[2]); !d) return d.stop();
+  if (is("setattr") && args.size() == 3 && args[1]->constant() && PyUnicode_Check(args[1]->constant())) {
+    if (Done d = storeAttr(args[0], args[1]->constant(), args[2]); !d) return d.stop();
     return Value::constant(Py_None);
   }
   if (is("globals") || is("locals") || is("vars") || is("object") || is("delattr") || is("setattr"))
@@ -246,8 +251,8 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
     if (!r) return raisePython();
     for (const ValuePtr& a : args)  // consumed, as the real call did
-      if (a->is(Kind::Iterator))
-        if (Done d = advanceIterator(a, a->items.size(), true); !d) return d.stop();
+      if (const Iterator* it = a->get<Iterator>())
+        if (Done d = advanceIterator(a, it->items.size(), true); !d) return d.stop();
     return fromPython(r.get());
   }
 
@@ -255,8 +260,9 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     const ValuePtr& v = args[0];
     Result<ValuePtr> r = callDunder(v, interned(Str::dunder_len), {});
     if (!r.notHandled()) return r;
-    if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set))
-      return constInt(static_cast<long>(v->items.size()));
+    if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set))
+      return constInt(static_cast<long>(v->elements()->size()));
+    if (const Dict* d = v->get<Dict>()) return constInt(static_cast<long>(d->values.size()));
     if (v->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, f, args, {});
     if (isModuleContainer(v)) {
       std::vector<std::pair<Ref, ValuePtr>> children;
@@ -265,22 +271,23 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     }
   }
   if ((is("isinstance") || is("issubclass")) && args.size() == 2) {
-    PyObject* cls = args[1]->obj.get();
+    PyObject* cls = args[1]->real();
     Ref cls_tuple;
-    if (args[1]->is(Kind::Tuple)) {
-      cls_tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args[1]->items.size())));
+    if (const Tuple* classes = args[1]->get<Tuple>()) {
+      cls_tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(classes->items.size())));
       if (!cls_tuple) return failFromPython(std::string(which) + "()");
-      for (size_t i = 0; i < args[1]->items.size(); ++i) {
-        if (!args[1]->items[i]->obj) return fail("isinstance() with a non-class");
-        PyTuple_SET_ITEM(cls_tuple.get(), i, args[1]->items[i]->obj.copy().release());
+      for (size_t i = 0; i < classes->items.size(); ++i) {
+        PyObject* c = classes->items[i]->real();
+        if (!c) return fail("isinstance() with a non-class");
+        PyTuple_SET_ITEM(cls_tuple.get(), i, Ref::borrow(c).release());
       }
       cls = cls_tuple.get();
     }
     if (!cls) return fail(std::string(which) + "() with a non-class");
     int r;
     if (is("issubclass")) {
-      if (!args[0]->obj) return fail("issubclass() of a non-class");
-      r = PyObject_IsSubclass(args[0]->obj.get(), cls);
+      if (!args[0]->real()) return fail("issubclass() of a non-class");
+      r = PyObject_IsSubclass(args[0]->real(), cls);
     } else if (args[0]->real()) {
       r = PyObject_IsInstance(args[0]->real(), cls);
     } else {
@@ -294,14 +301,14 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
   if (is("type") && args.size() == 1) {
     PyObject* t = typeOf(args[0]);
     if (!t) return fail("type() of a value whose type is not known");
-    return Value::object(Kind::Callable, t);
+    return Value::callable(t);
   }
   if (is("callable") && args.size() == 1) {
     const ValuePtr& v = args[0];
-    bool c = v->is(Kind::Callable) || v->is(Kind::Method) || v->is(Kind::Function) || v->is(Kind::Module) ||
-             (v->real() && PyCallable_Check(v->real()));
-    if (v->is(Kind::NewObject)) {
-      Ref call = Ref::steal(PyObject_GetAttrString(v->obj.get(), "__call__"));
+    bool c = v->is(Kind::Callable) || v->is(Kind::BoundMethod) || v->is(Kind::NamedMethod) ||
+             v->is(Kind::Function) || v->is(Kind::Module) || (v->real() && PyCallable_Check(v->real()));
+    if (const NewObject* o = v->get<NewObject>()) {
+      Ref call = Ref::steal(PyObject_GetAttrString(o->cls.get(), "__call__"));
       PyErr_Clear();
       c = call.get() != nullptr;
     }
@@ -311,9 +318,9 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     std::vector<ValuePtr> items;
     if (!args.empty())
       if (Done d = iterate(args[0], &items); !d) return d.stop();
-    if (is("tuple")) return Value::sequence(Kind::Tuple, std::move(items));
-    if (is("list")) return Value::sequence(Kind::List, std::move(items));
-    ValuePtr s = Value::sequence(Kind::Set, {});
+    if (is("tuple")) return Value::tuple(std::move(items));
+    if (is("list")) return Value::list(std::move(items));
+    ValuePtr s = Value::set({});
     std::vector<ValuePtr> a(1);
     std::vector<std::pair<Ref, ValuePtr>> kw;
     for (const ValuePtr& v : items) {
@@ -323,8 +330,10 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (is("frozenset")) {
       Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
       if (!fs) return failFromPython("frozenset()");
-      for (const ValuePtr& v : s->items)
-        if (PySet_Add(fs.get(), v->obj.get()) < 0) return failFromPython("frozenset()");
+      for (const ValuePtr& v : s->as<Set>().items) {
+        if (!v->real()) return fail("frozenset() of values made in the trace (tensors) is not supported yet");
+        if (PySet_Add(fs.get(), v->real()) < 0) return failFromPython("frozenset()");
+      }
       return Value::constant(fs.get());
     }
     return s;
@@ -334,54 +343,54 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     if (Result<ValuePtr> r = callContainerMethod(d, interned(Str::update), args, kwargs); !r) return r;
     return d;
   }
-  if (is("getattr") && (args.size() == 2 || args.size() == 3) && args[1]->is(Kind::Constant) &&
-      PyUnicode_Check(args[1]->obj.get())) {
+  PyObject* attr_name = args.size() >= 2 ? args[1]->constant() : nullptr;
+  if (attr_name && !PyUnicode_Check(attr_name)) attr_name = nullptr;
+  // A NewObject's attribute: in its __dict__ or its class.
+  auto newObjectHas = [&](const NewObject& o) {
+    return o.attrs->as<Dict>().findKey(attr_name) >= 0 || PyObject_HasAttr(o.cls.get(), attr_name);
+  };
+  if (is("getattr") && (args.size() == 2 || args.size() == 3) && attr_name) {
     if (args.size() == 3) {
       // With a default, an absent attribute is not an error: only constants' and
       // modules' attributes can be probed without tracing a read.
       if (args[0]->is(Kind::Object)) {
-        Result<bool> has = objectHasAttr(args[0], args[1]->obj.get());
+        Result<bool> has = objectHasAttr(args[0], attr_name);
         if (!has) return has.stop();
         if (!*has) return args[2];
       } else if (args[0]->real()) {
-        int has = PyObject_HasAttr(args[0]->real(), args[1]->obj.get());
+        int has = PyObject_HasAttr(args[0]->real(), attr_name);
         if (!has) return args[2];
-      } else if (args[0]->is(Kind::NewObject)) {
-        int has = args[0]->items[0]->findKey(args[1]->obj.get()) >= 0 ||
-                  PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
-        if (!has) return args[2];
+      } else if (const NewObject* o = args[0]->get<NewObject>()) {
+        if (!newObjectHas(*o)) return args[2];
       }
     }
-    return getAttr(args[0], args[1]->obj.get());
+    return getAttr(args[0], attr_name);
   }
-  if (is("hasattr") && args.size() == 2 && args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
+  if (is("hasattr") && args.size() == 2 && attr_name) {
     if (args[0]->is(Kind::Object)) {
-      Result<bool> has = objectHasAttr(args[0], args[1]->obj.get());
+      Result<bool> has = objectHasAttr(args[0], attr_name);
       if (!has) return has.stop();
       return Value::constant(*has ? Py_True : Py_False);
     }
     PyObject* probe = args[0]->real();
-    if (args[0]->is(Kind::Tensor))
-      probe = isScalarValue(*this, args[0]) ? scalarType(*this, args[0]) : graph_.fake(args[0]->node);
-    if (args[0]->is(Kind::NewObject)) {
-      bool has = args[0]->items[0]->findKey(args[1]->obj.get()) >= 0 ||
-                 PyObject_HasAttr(args[0]->obj.get(), args[1]->obj.get());
-      return Value::constant(has ? Py_True : Py_False);
-    }
+    if (const Tensor* t = args[0]->get<Tensor>())
+      probe = isScalarValue(*this, args[0]) ? scalarType(*this, args[0]) : graph_.fake(t->node);
+    if (const NewObject* o = args[0]->get<NewObject>()) return Value::constant(newObjectHas(*o) ? Py_True : Py_False);
     if (!probe) return fail("hasattr() on a value that cannot be probed");
-    int r = PyObject_HasAttr(probe, args[1]->obj.get());
+    int r = PyObject_HasAttr(probe, attr_name);
     return Value::constant(r ? Py_True : Py_False);
   }
   if (is("iter") && args.size() == 1) return getIter(args[0]);
   if (is("next") && (args.size() == 1 || args.size() == 2)) {
     const ValuePtr& it = args[0];
-    if (!it->is(Kind::Iterator)) return fail("next() of a non-iterator");
-    if (it->pos < it->items.size()) {
-      ValuePtr item = it->items[it->pos];
-      if (Done d = advanceIterator(it, it->pos + 1, false); !d) return d.stop();
+    const Iterator* iter = it->get<Iterator>();
+    if (!iter) return fail("next() of a non-iterator");
+    if (iter->pos < iter->items.size()) {
+      ValuePtr item = iter->items[iter->pos];
+      if (Done d = advanceIterator(it, iter->pos + 1, false); !d) return d.stop();
       return item;
     }
-    if (Done d = advanceIterator(it, it->pos, true); !d) return d.stop();
+    if (Done d = advanceIterator(it, iter->pos, true); !d) return d.stop();
     if (args.size() == 2) return args[1];
     PyErr_SetNone(PyExc_StopIteration);
     return raisePython();
@@ -392,16 +401,15 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     long start = 0;
     if (args.size() == 2) {
       if (!args[1]->is(Kind::Constant)) return fail("enumerate() start must be a constant");
-      start = PyLong_AsLong(args[1]->obj.get());
+      start = PyLong_AsLong(args[1]->constant());
     }
     for (auto& [k, v] : kwargs) {
       if (PyUnicode_CompareWithASCIIString(k.get(), "start") != 0 || !v->is(Kind::Constant)) return fail("enumerate() keyword");
-      start = PyLong_AsLong(v->obj.get());
+      start = PyLong_AsLong(v->constant());
     }
-    auto it = std::make_shared<Value>();
-    it->kind = Kind::Iterator;
-    for (size_t i = 0; i < items.size(); ++i)
-      it->items.push_back(Value::sequence(Kind::Tuple, {constInt(start + static_cast<long>(i)), items[i]}));
+    std::vector<ValuePtr> pairs;
+    for (size_t i = 0; i < items.size(); ++i) pairs.push_back(Value::tuple({constInt(start + static_cast<long>(i)), items[i]}));
+    ValuePtr it = Value::iterator(std::move(pairs));
     if (args[0]->is(Kind::Iterator)) {
       std::vector<size_t> consumed(items.size());
       for (size_t k = 0; k < items.size(); ++k) consumed[k] = k + 1;
@@ -413,7 +421,7 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     bool strict = false;
     for (auto& [k, v] : kwargs) {
       if (PyUnicode_CompareWithASCIIString(k.get(), "strict") != 0 || !v->is(Kind::Constant)) return fail("zip() keyword");
-      strict = PyObject_IsTrue(v->obj.get()) == 1;
+      strict = PyObject_IsTrue(v->constant()) == 1;
     }
     std::vector<std::vector<ValuePtr>> seqs(args.size());
     size_t n = SIZE_MAX;
@@ -423,13 +431,13 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
       n = std::min(n, seqs[i].size());
     }
     if (args.empty()) n = 0;
-    auto it = std::make_shared<Value>();
-    it->kind = Kind::Iterator;
+    std::vector<ValuePtr> rows;
     for (size_t k = 0; k < n; ++k) {
       std::vector<ValuePtr> row;
       for (auto& s : seqs) row.push_back(s[k]);
-      it->items.push_back(Value::sequence(Kind::Tuple, std::move(row)));
+      rows.push_back(Value::tuple(std::move(row)));
     }
+    ValuePtr it = Value::iterator(std::move(rows));
     linkLockstep(it, args, 0, seqs, n, strict);
     return it;
   }
@@ -437,10 +445,7 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     std::vector<ValuePtr> items;
     if (args[0]->is(Kind::Iterator)) return fail("reversed() of an iterator (TypeError)");
     if (Done d = iterate(args[0], &items); !d) return d.stop();
-    auto it = std::make_shared<Value>();
-    it->kind = Kind::Iterator;
-    it->items.assign(items.rbegin(), items.rend());
-    return it;
+    return Value::iterator(std::vector<ValuePtr>(items.rbegin(), items.rend()));
   }
   if ((is("map") || is("filter")) && args.size() >= 2) {
     if (is("filter") && args.size() != 2) return fail("filter() takes two arguments (TypeError)");
@@ -454,19 +459,18 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     // The function runs for every item now; the real map/filter run it as items are taken.
     const uint64_t mutations_before = mutations_;
     const int nodes_before = graph_.numNodes();
-    auto it = std::make_shared<Value>();
-    it->kind = Kind::Iterator;
+    std::vector<ValuePtr> results;
     for (size_t k = 0; k < n; ++k) {
       std::vector<ValuePtr> row;
       for (auto& s : seqs) row.push_back(s[k]);
       if (is("map")) {
         Result<ValuePtr> r = call(args[0], std::move(row), {});
         if (!r) return r;
-        it->items.push_back(r.take());
+        results.push_back(r.take());
       } else {
         ValuePtr keep = row[0];
         Result<bool> t = false;
-        if (args[0]->is(Kind::Constant) && args[0]->obj.get() == Py_None) {
+        if (args[0]->isNone()) {
           t = truthValue(keep);
         } else {
           Result<ValuePtr> r = call(args[0], std::move(row), {});
@@ -475,11 +479,12 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
         }
         if (!t) return t.stop();
         if (*t) {
-          it->items.push_back(keep);
+          results.push_back(keep);
           kept.push_back(k);
         }
       }
     }
+    ValuePtr it = Value::iterator(std::move(results));
     if (mutations_ != mutations_before || graph_.anyImpureFrom(nodes_before))
       return fail(std::string(is("map") ? "map()" : "filter()") +
                   " with a function that changes state: it runs lazily, item by item, in Python "
@@ -526,10 +531,10 @@ Result<ValuePtr> Tracer::callBuiltin(PyObject* f, std::vector<ValuePtr>& args,
     bool constants = true;
     for (const ValuePtr& v : items) constants = constants && v->is(Kind::Constant);
     if (constants) {
-      std::vector<ValuePtr> one{Value::sequence(Kind::Tuple, items)};
+      std::vector<ValuePtr> one{Value::tuple(items)};
       Ref tup = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(items.size())));
       if (!tup) return failFromPython(std::string(which) + "()");
-      for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(tup.get(), i, items[i]->obj.copy().release());
+      for (size_t i = 0; i < items.size(); ++i) PyTuple_SET_ITEM(tup.get(), i, Ref::borrow(items[i]->constant()).release());
       std::vector<ValuePtr> cargs{Value::constant(tup.get())};
       std::vector<std::pair<Ref, ValuePtr>> nokw;
       return callBuiltin(f, cargs, nokw);

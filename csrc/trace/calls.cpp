@@ -91,9 +91,9 @@ bool isType(PyObject* f, Obj o) {
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   auto has = [](const ValuePtr& v, auto&& self) -> bool {
     if (v->is(Kind::Tensor)) return true;
-    for (const ValuePtr& i : v->items)
-      if (self(i, self)) return true;
-    return false;
+    bool found = false;
+    forEachChild(*v, [&](const ValuePtr& c) { found = found || self(c, self); });
+    return found;
   };
   for (const ValuePtr& a : args)
     if (has(a, has)) return true;
@@ -141,7 +141,7 @@ bool isDisabledCode(PyCodeObject* code) { return disabled_query && disabled_quer
 
 Result<ValuePtr> Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
-  switch (obj->kind) {
+  switch (obj->kind()) {
     case Kind::Tensor: {
       if (isScalarValue(*this, obj))  // a number read from a tensor: not a tensor's attributes
         return fail(std::string("attribute '") + n + "' of a value read from a tensor (Tensor.item()) is not supported yet");
@@ -153,7 +153,7 @@ Result<ValuePtr> Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
       if (!descr) return fail(std::string("Tensor has no attribute '") + n + "'");
       if (Py_TYPE(descr)->tp_descr_set == nullptr || PyFunction_Check(descr))
-        return Value::tensorMethod(obj, name);  // methods: called later as call_method
+        return Value::namedMethod(obj, name);  // methods: called later as call_method
       // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
       // ones (x.T, x.mT) become getattr nodes.
       PyObject* getattr = lookup(Obj::builtins_getattr);
@@ -162,7 +162,7 @@ Result<ValuePtr> Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
     }
     case Kind::Module: {
       if (ValuePtr v = overlayAttr(obj->reg, name)) return v;
-      PyObject* m = obj->obj.get();
+      PyObject* m = obj->as<Module>().obj.get();
       PyObject* descr = _PyType_Lookup(Py_TYPE(m), name);
       if (descr && Py_TYPE(descr)->tp_descr_set)
         return fail(std::string("module attribute '") + n + "' is a property or descriptor (not supported yet)");
@@ -192,11 +192,12 @@ Result<ValuePtr> Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       return fail(std::string("module has no attribute '") + n + "' (AttributeError)");
     }
     case Kind::PyModule: {
-      Ref v = Ref::steal(PyObject_GetAttr(obj->obj.get(), name));
+      PyObject* module = obj->as<PyModule>().obj.get();
+      Ref v = Ref::steal(PyObject_GetAttr(module, name));
       if (!v) return failFromPython(std::string("module attribute '") + n + "'");
       // torch's own namespaces are assumed stable (as TorchDynamo does); a user module's
       // attributes are guarded through its __dict__.
-      const char* modname = PyModule_GetName(obj->obj.get());
+      const char* modname = PyModule_GetName(module);
       if (!modname) return failFromPython("module name");
       bool torch_ns = strcmp(modname, "torch") == 0 || strncmp(modname, "torch.", 6) == 0;
       int reg = -1;
@@ -210,100 +211,106 @@ Result<ValuePtr> Tracer::getAttr(const ValuePtr& obj, PyObject* name) {
       return objectGetAttr(obj, name);
     case Kind::Constant:
     case Kind::Callable: {
-      if (obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
-          (reinterpret_cast<PyTypeObject*>(obj->obj.get())->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-          !isModuleClass(obj->obj.get()))
+      PyObject* o = obj->real();
+      const bool callable = obj->is(Kind::Callable);
+      if (callable && PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+          !isModuleClass(o))
         return objectGetAttr(obj, name);  // attributes of a user class: methods, classmethods, constants
-      Ref v = Ref::steal(PyObject_GetAttr(obj->obj.get(), name));
+      Ref v = Ref::steal(PyObject_GetAttr(o, name));
       if (!v) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError)) return raisePython();
         return failFromPython(std::string("attribute '") + n + "'");
       }
       if (isConstantObject(v.get())) return Value::constant(v.get());
-      if (obj->is(Kind::Callable) && PyFunction_Check(obj->obj.get()) && PyDict_CheckExact(v.get()))
+      if (callable && PyFunction_Check(o) && PyDict_CheckExact(v.get()))
         return wrap(v.get(), -1);  // a function's __dict__ / __annotations__, read (functools.wraps)
-      if (obj->is(Kind::Constant) && PyCallable_Check(v.get()))
-        return Value::object(Kind::Callable, v.get());  // a method of an immutable constant
-      if (obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
-          !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->obj.get()), Py_TPFLAGS_HEAPTYPE) &&
+      if (!callable && PyCallable_Check(v.get()))
+        return Value::callable(v.get());  // a method of an immutable constant
+      if (callable && PyType_Check(o) && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(o), Py_TPFLAGS_HEAPTYPE) &&
           PyCallable_Check(v.get()))
-        return Value::object(Kind::Callable, v.get());  // object.__setattr__, dict.fromkeys, ...
-      return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
+        return Value::callable(v.get());  // object.__setattr__, dict.fromkeys, ...
+      return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
     }
-    case Kind::Tuple:
-      if (obj->obj) {  // a namedtuple: fields by position
-        Ref fields = Ref::steal(PyObject_GetAttrString(obj->obj.get(), "_fields"));
+    case Kind::Tuple: {
+      const Tuple& t = obj->as<Tuple>();
+      if (t.namedtuple) {  // a namedtuple: fields by position
+        Ref fields = Ref::steal(PyObject_GetAttrString(t.namedtuple.get(), "_fields"));
         if (!fields) return failFromPython("namedtuple fields");
         if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
-          if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return obj->items[static_cast<size_t>(i)];
+          if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return t.items[static_cast<size_t>(i)];
       }
       return Value::namedMethod(obj, name);
+    }
     case Kind::List:
     case Kind::Dict:
     case Kind::Set:
       return Value::namedMethod(obj, name);  // list.append, dict.items, ...: called later
+    case Kind::Function:
+      return functionAttr(obj, name);
+    case Kind::Context:
+      return Value::namedMethod(obj, name);
     case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:
-    case Kind::Method:
-    case Kind::Function:
-      return functionAttr(obj, name);
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
     case Kind::Cell:
     case Kind::Partial:
       break;
-    case Kind::Context:
-      return Value::namedMethod(obj, name);
   }
-  return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind) + " is not supported yet");
+  return fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
 }
 
 Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
                               std::vector<std::pair<Ref, ValuePtr>> kwargs) {
-  switch (fn->kind) {
+  switch (fn->kind()) {
     case Kind::Module:
       return callModule(fn, std::move(args), std::move(kwargs));
-    case Kind::Method: {
-      const ValuePtr& self = fn->items[0];
-      if (!fn->obj) {
-        if (self->is(Kind::Context)) {
-          const char* m = PyUnicode_AsUTF8(fn->name.get());
-          if (strcmp(m, "__exit__") == 0) return exitContext(self);
-          if (strcmp(m, "__enter__") == 0) return enterContext(self);
-          return fail(std::string("context manager method ") + m + " is not supported");
-        }
-        if (!self->is(Kind::Tensor)) return callContainerMethod(self, fn->name.get(), args, kwargs);
-        // Reading the tensor's value into Python: stops the trace, or (with
-        // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
-        static const char* const kValueReads[][2] = {
-            {"item", "item"}, {"tolist", "tolist"}, {"__bool__", "bool"}, {"__int__", "int"}, {"__float__", "float"}};
-        if (args.empty() && kwargs.empty())
-          for (const auto& read : kValueReads)
-            if (PyUnicode_CompareWithASCIIString(fn->name.get(), read[0]) == 0) return readTensorValue(*this, self, read[1]);
-        // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers
-        // as a constant).
-        args.insert(args.begin(), self);
-        return recordCall(NodeOp::CallMethod, fn->name.get(), args, kwargs);
+    case Kind::NamedMethod: {
+      const NamedMethod& m = fn->as<NamedMethod>();
+      const ValuePtr& self = m.self;
+      if (self->is(Kind::Context)) {
+        const char* mname = PyUnicode_AsUTF8(m.name.get());
+        if (strcmp(mname, "__exit__") == 0) return exitContext(self);
+        if (strcmp(mname, "__enter__") == 0) return enterContext(self);
+        return fail(std::string("context manager method ") + mname + " is not supported");
       }
+      if (!self->is(Kind::Tensor)) return callContainerMethod(self, m.name.get(), args, kwargs);
+      // Reading the tensor's value into Python: stops the trace, or (with
+      // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
+      static const char* const kValueReads[][2] = {
+          {"item", "item"}, {"tolist", "tolist"}, {"__bool__", "bool"}, {"__int__", "int"}, {"__float__", "float"}};
+      if (args.empty() && kwargs.empty())
+        for (const auto& read : kValueReads)
+          if (PyUnicode_CompareWithASCIIString(m.name.get(), read[0]) == 0) return readTensorValue(*this, self, read[1]);
+      // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers
+      // as a constant).
       args.insert(args.begin(), self);
-      if (PyFunction_Check(fn->obj.get())) return inlineFunction(fn->obj.get(), -1, std::move(args), std::move(kwargs));
-      return call(Value::object(Kind::Callable, fn->obj.get()), std::move(args), std::move(kwargs));
+      return recordCall(NodeOp::CallMethod, m.name.get(), args, kwargs);
+    }
+    case Kind::BoundMethod: {
+      const BoundMethod& m = fn->as<BoundMethod>();
+      args.insert(args.begin(), m.self);
+      PyObject* function = m.function.get();
+      if (PyFunction_Check(function)) return inlineFunction(function, -1, std::move(args), std::move(kwargs));
+      return call(Value::callable(function), std::move(args), std::move(kwargs));
     }
     case Kind::Function: {
-      const FunctionParts& p = *fn->fn;
+      const Function& p = fn->as<Function>();
       if (isDisabledCodeObject(p.code.get())) return fail(disabledReason(p.qualname.get()));
       return inlineCode(reinterpret_cast<PyCodeObject*>(p.code.get()), p.globals.get(), p.builtins.get(), nullptr,
                         &p.closure, nullptr, nullptr, p.defaults, p.kwdefaults, -1, std::move(args),
                         std::move(kwargs));
     }
     case Kind::Callable: {
-      PyObject* f = fn->obj.get();
+      PyObject* f = fn->real();
       // Before anything that looks at the callable's name or module: functools.wraps gives
       // a disabled wrapper the __module__ of what it wraps (a torch function, say).
       if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
         return fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
-      if (fn->owned) {  // a C method bound to an object the trace made: run it on constants
-        Ref pargs = toPython(Value::sequence(Kind::Tuple, args));
+      if (fn->as<Callable>().owned) {  // a C method bound to an object the trace made: run it on constants
+        Ref pargs = toPython(Value::tuple(args));
         if (!pargs || !kwargs.empty()) return fail("a method of an object made in the trace called with non-constants");
         Ref r = Ref::steal(PyObject_Call(f, pargs.get(), nullptr));
         if (!r) return raisePython();
@@ -319,27 +326,23 @@ Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         return recordCall(NodeOp::CallFunction, f, args, kwargs);  // operator.add(x, y) on tensors
       if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__")) return Value::constant(Py_None);
       if (f == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__") && args.size() == 3 &&
-          args[1]->is(Kind::Constant) && PyUnicode_Check(args[1]->obj.get())) {
+          args[1]->constant() && PyUnicode_Check(args[1]->constant())) {
         // object.__setattr__(self, name, value): how frozen dataclasses set fields.
-        if (args[0]->is(Kind::NewObject)) {
-          if (Done d = storeSubscript(args[0]->items[0], args[1], args[2]); !d) return d.stop();
+        if (NewObject* o = args[0]->get<NewObject>()) {
+          if (Done d = storeSubscript(o->attrs, args[1], args[2]); !d) return d.stop();
           return Value::constant(Py_None);
         }
         return fail("object.__setattr__ on an object from outside the trace (a side effect)");
       }
       if (isType(f, Obj::functools_partial)) {
         if (args.empty()) return fail("partial() needs a function (TypeError)");
-        auto p = std::make_shared<Value>();
-        p->kind = Kind::Partial;
-        p->items.push_back(args[0]);
-        p->items.push_back(Value::sequence(Kind::Tuple, std::vector<ValuePtr>(args.begin() + 1, args.end())));
-        ValuePtr kw = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+        ValuePtr kw = Value::emptyDict();
+        Dict& d = kw->as<Dict>();
         for (auto& [k, v] : kwargs) {
-          kw->keys.push_back(k.copy());
-          kw->items.push_back(v);
+          d.keys.push_back(k.copy());
+          d.values.push_back(v);
         }
-        p->items.push_back(kw);
-        return p;
+        return Value::of(Partial{args[0], Value::tuple(std::vector<ValuePtr>(args.begin() + 1, args.end())), kw, nullptr});
       }
       if (isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::functools_partial)) {
         // A partial object from the program: immutable (func, args, keywords), guarded by identity.
@@ -392,19 +395,16 @@ Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           if (!w) return w;
           items[static_cast<size_t>(i)] = w.take();
         }
-        ValuePtr t = Value::sequence(Kind::Tuple, std::move(items));
-        t->obj = Ref::borrow(f);
-        return t;
+        return Value::of(Tuple{std::move(items), Ref::borrow(f)});
       }
       if (isType(f, Obj::collections_deque)) {
-        ValuePtr q = Value::sequence(Kind::List, {});
-        q->obj = Ref::borrow(f);
+        ValuePtr q = Value::of(List{{}, Ref::borrow(f), Ref()});
         ValuePtr maxlen = args.size() > 1 ? args[1] : nullptr;
         for (auto& [k, v] : kwargs)
           if (PyUnicode_CompareWithASCIIString(k.get(), "maxlen") == 0) maxlen = v;
-        if (maxlen && !(maxlen->is(Kind::Constant) && (maxlen->obj.get() == Py_None || PyLong_Check(maxlen->obj.get()))))
-          return fail("deque maxlen must be a constant int");
-        if (maxlen && maxlen->obj.get() != Py_None) q->ctor_arg = maxlen->obj.copy();
+        PyObject* max = maxlen ? maxlen->constant() : nullptr;
+        if (maxlen && !(max && (max == Py_None || PyLong_Check(max)))) return fail("deque maxlen must be a constant int");
+        if (max && max != Py_None) q->as<List>().maxlen = Ref::borrow(max);
         if (!args.empty()) {
           std::vector<ValuePtr> a{args[0]};
           std::vector<std::pair<Ref, ValuePtr>> kw;
@@ -416,18 +416,18 @@ Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
         ValuePtr d = Value::dict(f, {}, {});
         if (!args.empty()) {
           if (!args[0]->real() || !PyCallable_Check(args[0]->real())) return fail("defaultdict factory must be a callable");
-          d->ctor_arg = Ref::borrow(args[0]->real());
+          d->as<Dict>().default_factory = Ref::borrow(args[0]->real());
           std::vector<ValuePtr> rest(args.begin() + 1, args.end());
           if (Result<ValuePtr> r = callContainerMethod(d, interned(Str::update), rest, kwargs); !r) return r;
         }
         return d;
       }
       if (isType(f, Obj::operator_itemgetter) || isType(f, Obj::operator_attrgetter)) {
-        Ref made = toPython(Value::sequence(Kind::Tuple, args));
+        Ref made = toPython(Value::tuple(args));
         if (!made || !kwargs.empty()) return fail("itemgetter/attrgetter of non-constants");
         Ref obj = Ref::steal(PyObject_Call(f, made.get(), nullptr));
         if (!obj) return raisePython();
-        return Value::object(Kind::Callable, obj.get());
+        return Value::callable(obj.get());
       }
       if (isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::operator_itemgetter) ||
           isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::operator_attrgetter)) {
@@ -453,7 +453,7 @@ Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           if (!v) return v;
           got.push_back(v.take());
         }
-        return got.size() == 1 ? got[0] : Value::sequence(Kind::Tuple, std::move(got));
+        return got.size() == 1 ? got[0] : Value::tuple(std::move(got));
       }
       if (isType(f, Obj::collections_OrderedDict)) {
         ValuePtr d = Value::dict(f, {}, {});
@@ -512,11 +512,12 @@ Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       break;
     }
     case Kind::Partial: {
-      std::vector<ValuePtr> all = fn->items[1]->items;
+      const Partial& p = fn->as<Partial>();
+      std::vector<ValuePtr> all = p.args->as<Tuple>().items;
       all.insert(all.end(), args.begin(), args.end());
       std::vector<std::pair<Ref, ValuePtr>> kw;
-      const ValuePtr& bound = fn->items[2];
-      for (size_t i = 0; i < bound->keys.size(); ++i) kw.emplace_back(bound->keys[i].copy(), bound->items[i]);
+      const Dict& bound = p.kwargs->as<Dict>();
+      for (size_t i = 0; i < bound.keys.size(); ++i) kw.emplace_back(bound.keys[i].copy(), bound.values[i]);
       for (auto& kv : kwargs) {
         bool replaced = false;
         for (auto& existing : kw)
@@ -526,44 +527,40 @@ Result<ValuePtr> Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
           }
         if (!replaced) kw.push_back(std::move(kv));
       }
-      if (fn->items.size() > 3) {  // a function decorated with a torch context manager
-        const ValuePtr& tmpl = fn->items[3];
-        std::vector<ValuePtr> ctx_args = tmpl->items;
+      if (p.context) {  // a function decorated with a torch context manager
+        const Context& tmpl = p.context->as<Context>();
+        std::vector<ValuePtr> ctx_args = tmpl.args;
         std::vector<std::pair<Ref, ValuePtr>> no_kw;
         for (ValuePtr& a : ctx_args)
           if (!a) a = Value::constant(Py_None);
-        Result<ValuePtr> ctx = makeContext(tmpl->obj.get(), ctx_args, no_kw);
+        Result<ValuePtr> ctx = makeContext(tmpl.cls.get(), ctx_args, no_kw);
         if (!ctx) return ctx;
         if (Result<ValuePtr> entered = enterContext(*ctx); !entered) return entered;
-        Result<ValuePtr> r = call(fn->items[0], std::move(all), std::move(kw));
+        Result<ValuePtr> r = call(p.fn, std::move(all), std::move(kw));
         if (!r && r.outcome() != Outcome::Raised) return r;
         ValuePtr pending = takePendingException();
         if (Result<ValuePtr> exited = exitContext(*ctx); !exited) return exited;
         if (pending) return raiseValue(std::move(pending));
         return r;
       }
-      return call(fn->items[0], std::move(all), std::move(kw));
+      return call(p.fn, std::move(all), std::move(kw));
     }
     case Kind::Context: {
       // @torch.no_grad() on a function: a function that enters a fresh copy of the
       // context around each call.
       if (args.size() != 1 || !kwargs.empty()) return fail("calling a context manager with these arguments");
-      auto p = std::make_shared<Value>();
-      p->kind = Kind::Partial;
-      p->items = {args[0], Value::sequence(Kind::Tuple, {}), Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {})};
-      p->items.push_back(fn);  // items[3]: the context template
-      return p;
+      return Value::of(Partial{args[0], Value::tuple({}), Value::emptyDict(), fn});
     }
     case Kind::Cell:
     case Kind::Super:
       break;
   }
-  return fail(std::string("calling a ") + kindName(fn->kind) + " is not supported");
+  return fail(std::string("calling a ") + kindName(fn->kind()) + " is not supported");
 }
 
 Result<ValuePtr> Tracer::callModule(const ValuePtr& module, std::vector<ValuePtr> args,
                                     std::vector<std::pair<Ref, ValuePtr>> kwargs) {
-  PyObject* m = module->obj.get();
+  PyObject* m = module->as<Module>().obj.get();
   // Inlining forward skips Module.__call__, which is only right while no hook would run:
   // check now, and guard that the module's own hook dicts stay empty.
   static const char* const kHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",

@@ -16,7 +16,7 @@ using bytecode::Op;
 
 namespace {
 
-bool isHashableConstant(const ValuePtr& v) { return v->is(Kind::Constant) && PyObject_Hash(v->obj.get()) != -1; }
+bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
 
 // Set members the trace can compare: hashable constants, and modules (hashed and compared
 // by identity, as nn.Module does: named_modules() keeps a set of them).
@@ -33,7 +33,8 @@ PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
 
 Done Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
   if (Done d = peekItems(v, out); !d) return d;
-  if (v->is(Kind::Iterator)) return advanceIterator(v, v->items.size(), true);  // consuming it exhausts it
+  if (const Iterator* it = v->get<Iterator>())
+    return advanceIterator(v, it->items.size(), true);  // consuming it exhausts it
   return {};
 }
 
@@ -41,8 +42,8 @@ Done Tracer::peekItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
   if (Done d = usableIterator(v.get()); !d) return d;
   Result<ValuePtr> got = getIter(v);
   if (!got) return got.stop();
-  const ValuePtr& it = *got;
-  out->assign(it->items.begin() + static_cast<std::ptrdiff_t>(std::min(it->pos, it->items.size())), it->items.end());
+  const Iterator& it = (*got)->as<Iterator>();
+  out->assign(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())), it.items.end());
   return {};
 }
 
@@ -57,12 +58,13 @@ Done Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
   if (Done d = usableIterator(it.get()); !d) return d;
   ++mutations_;
   for (auto& [derived, link] : iter_links_) {
-    if (link.derived->ended || link.derived == it) continue;
+    if (link.derived->as<Iterator>().ended || link.derived == it) continue;
     for (const ValuePtr& s : link.sources)
       if (s == it) link.stale = true;
   }
-  it->pos = std::min(pos, it->items.size());
-  it->ended = it->ended || ended;
+  Iterator& iter = it->as<Iterator>();
+  iter.pos = std::min(pos, iter.items.size());
+  iter.ended = iter.ended || ended;
   syncSources(it.get());
   return {};
 }
@@ -71,14 +73,16 @@ void Tracer::syncSources(const Value* derived) {
   auto found = iter_links_.find(derived);
   if (found == iter_links_.end()) return;
   const IterLink& link = found->second;
-  const size_t k = derived->pos;
+  const Iterator& d = derived->as<Iterator>();
+  const size_t k = d.pos;
   for (size_t s = 0; s < link.sources.size(); ++s) {
     const ValuePtr& src = link.sources[s];
-    if (derived->ended && k >= link.consumed.size()) {
-      src->pos = link.start[s] + link.consumed_at_end[s];
-      src->ended = link.ended_at_end[s];
+    Iterator& source = src->as<Iterator>();
+    if (d.ended && k >= link.consumed.size()) {
+      source.pos = link.start[s] + link.consumed_at_end[s];
+      source.ended = link.ended_at_end[s];
     } else {
-      src->pos = link.start[s] + (k == 0 ? 0 : link.consumed[k - 1]);
+      source.pos = link.start[s] + (k == 0 ? 0 : link.consumed[k - 1]);
     }
     syncSources(src.get());
   }
@@ -111,7 +115,7 @@ void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources
   if (sources.empty()) return;
   IterLink link;
   link.derived = derived;
-  for (const ValuePtr& s : sources) link.start.push_back(s->pos);
+  for (const ValuePtr& s : sources) link.start.push_back(s->as<Iterator>().pos);
   link.sources = std::move(sources);
   link.consumed = std::move(consumed);
   link.consumed_at_end = std::move(consumed_at_end);
@@ -119,52 +123,58 @@ void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources
   iter_links_[derived.get()] = std::move(link);
 }
 
+Result<Ref> Tracer::constantSlice(const Slice& slice) {
+  PyObject* parts[3];
+  for (int k = 0; k < 3; ++k) {
+    parts[k] = slice.parts[static_cast<size_t>(k)]->constant();
+    if (!parts[k]) return fail("slice bounds must be constants");
+  }
+  return Ref::steal(PySlice_New(parts[0], parts[1], parts[2]));
+}
+
 Done Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
   if (Done d = noteContainerMutation(obj); !d) return d;
-  if (obj->is(Kind::List) && index->is(Kind::Slice)) {
-    Ref parts[3];
-    for (int k = 0; k < 3; ++k) {
-      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants");
-      parts[k] = index->items[k]->obj.copy();
-    }
-    Ref slice = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+  List* list = obj->get<List>();
+  if (list && index->is(Kind::Slice)) {
+    Result<Ref> slice = constantSlice(index->as<Slice>());
+    if (!slice) return slice.stop();
     Py_ssize_t start, stop, step, len;
-    if (!slice || PySlice_GetIndicesEx(slice.get(), static_cast<Py_ssize_t>(obj->items.size()), &start, &stop, &step,
-                                       &len) < 0)
+    if (!*slice || PySlice_GetIndicesEx(slice->get(), static_cast<Py_ssize_t>(list->items.size()), &start, &stop,
+                                        &step, &len) < 0)
       return raisePython();
     if (step != 1) return fail("extended slice assignment is not supported yet");
     std::vector<ValuePtr> repl;
     if (value)
       if (Done d = iterate(value, &repl); !d) return d;
     if (stop < start) stop = start;
-    obj->items.erase(obj->items.begin() + start, obj->items.begin() + stop);
-    obj->items.insert(obj->items.begin() + start, repl.begin(), repl.end());
+    list->items.erase(list->items.begin() + start, list->items.begin() + stop);
+    list->items.insert(list->items.begin() + start, repl.begin(), repl.end());
     return {};
   }
-  if (obj->is(Kind::List) && index->is(Kind::Constant) && PyLong_Check(index->obj.get())) {
-    Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
-    Py_ssize_t k = PyLong_AsSsize_t(index->obj.get());
+  if (list && index->constant() && PyLong_Check(index->constant())) {
+    Py_ssize_t n = static_cast<Py_ssize_t>(list->items.size());
+    Py_ssize_t k = PyLong_AsSsize_t(index->constant());
     if (k < 0) k += n;
     if (k < 0 || k >= n) return fail("list assignment index out of range (IndexError)");
-    obj->items[static_cast<size_t>(k)] = value;
+    list->items[static_cast<size_t>(k)] = value;
     return {};
   }
-  if (obj->is(Kind::Dict)) {
+  if (Dict* d = obj->get<Dict>()) {
     if (!isHashableConstant(index)) {
       PyErr_Clear();
       return fail("dict keys must be constants");
     }
-    int k = obj->findKey(index->obj.get());
+    int k = d->findKey(index->constant());
     if (k == -2) return failFromPython("dict key comparison");
     if (k >= 0) {
-      obj->items[static_cast<size_t>(k)] = value;
+      d->values[static_cast<size_t>(k)] = value;
     } else {
-      obj->keys.push_back(index->obj.copy());
-      obj->items.push_back(value);
+      d->keys.push_back(Ref::borrow(index->constant()));
+      d->values.push_back(value);
     }
     return {};
   }
-  return fail(std::string("item assignment on a ") + kindName(obj->kind) + " is not supported yet");
+  return fail(std::string("item assignment on a ") + kindName(obj->kind()) + " is not supported yet");
 }
 
 Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
@@ -175,7 +185,7 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       std::vector<ValuePtr> values;
       std::vector<ValuePtr> flat(f.stack.end() - 2 * arg, f.stack.end());
       f.stack.resize(f.stack.size() - 2 * static_cast<size_t>(arg));
-      ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+      ValuePtr d = Value::emptyDict();
       for (int i = 0; i < arg; ++i)
         if (Done done = storeSubscript(d, flat[2 * i], flat[2 * i + 1]); !done) return done;
       f.stack.push_back(d);
@@ -185,9 +195,9 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       ValuePtr keys = pop(f);
       std::vector<ValuePtr> values(f.stack.end() - arg, f.stack.end());
       f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
-      ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+      ValuePtr d = Value::emptyDict();
       for (int i = 0; i < arg; ++i)
-        if (Done done = storeSubscript(d, Value::constant(PyTuple_GET_ITEM(keys->obj.get(), i)), values[i]); !done)
+        if (Done done = storeSubscript(d, Value::constant(PyTuple_GET_ITEM(keys->constant(), i)), values[i]); !done)
           return done;
       f.stack.push_back(d);
       return {};
@@ -195,7 +205,7 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
     case Op::BUILD_SET: {
       std::vector<ValuePtr> items(f.stack.end() - arg, f.stack.end());
       f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
-      ValuePtr s = Value::sequence(Kind::Set, {});
+      ValuePtr s = Value::set({});
       for (const ValuePtr& v : items) {
         std::vector<ValuePtr> a{v};
         std::vector<std::pair<Ref, ValuePtr>> kw;
@@ -218,9 +228,11 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
     case Op::DICT_MERGE: {
       ValuePtr v = pop(f);
       ValuePtr& target = f.stack[f.stack.size() - static_cast<size_t>(arg)];
-      if (ins.op == Op::DICT_MERGE && v->is(Kind::Dict)) {
-        for (const Ref& k : v->keys) {
-          int found = target->findKey(k.get());
+      const Dict* from = v->get<Dict>();
+      const Dict* into = target->get<Dict>();
+      if (ins.op == Op::DICT_MERGE && from && into) {
+        for (const Ref& k : from->keys) {
+          int found = into->findKey(k.get());
           if (found == -2) return failFromPython("dict merge");
           if (found >= 0) return fail("got multiple values for a keyword argument (TypeError)");
         }
@@ -243,7 +255,7 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       if (obj->is(Kind::List) && index->is(Kind::Constant))
         return outcomeOf(callContainerMethod(obj, interned(Str::pop), a, kw));
       if (obj->is(Kind::List) && index->is(Kind::Slice)) return storeSubscript(obj, index, nullptr);  // del xs[a:b]
-      return fail(std::string("del on an item of a ") + kindName(obj->kind) + " is not supported yet");
+      return fail(std::string("del on an item of a ") + kindName(obj->kind()) + " is not supported yet");
     }
     case Op::UNPACK_EX: {
       ValuePtr seq = pop(f);
@@ -253,7 +265,7 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
       if (items.size() < before + after) return fail("not enough values to unpack (ValueError)");
       std::vector<ValuePtr> middle(items.begin() + before, items.end() - after);
       for (size_t i = 0; i < after; ++i) f.stack.push_back(items[items.size() - 1 - i]);
-      f.stack.push_back(Value::sequence(Kind::List, std::move(middle)));
+      f.stack.push_back(Value::list(std::move(middle)));
       for (size_t i = before; i > 0; --i) f.stack.push_back(items[i - 1]);
       return {};
     }
@@ -263,378 +275,439 @@ Done Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& i
   return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a container opcode");
 }
 
+namespace {
+
+// The constant int argument `i`, if it is one.
+bool constIntArg(const std::vector<ValuePtr>& args, size_t i, Py_ssize_t* out) {
+  PyObject* c = i < args.size() ? args[i]->constant() : nullptr;
+  if (!c || !PyLong_Check(c)) return false;
+  *out = PyLong_AsSsize_t(c);
+  return true;
+}
+
+// Equality of two values as Python would decide it, when it can be known at trace time.
+bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
+  const Tensor* ta = a->get<Tensor>();
+  const Tensor* tb = b->get<Tensor>();
+  if (a == b || (ta && tb && ta->node == tb->node)) return *eq = 1, true;
+  if (a->constant() && b->constant()) {
+    *eq = PyObject_RichCompareBool(a->constant(), b->constant(), Py_EQ);
+    return *eq >= 0;
+  }
+  if ((a->constant() && !tb) || (b->constant() && !ta)) return *eq = 0, true;
+  return false;
+}
+
+}  // namespace
+
 Result<ValuePtr> Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
                                              std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
-  auto noEffect = [&]() { return noteContainerMutation(self); };
-  auto constInt = [&](size_t i, Py_ssize_t* out) {
-    if (i >= args.size() || !args[i]->is(Kind::Constant) || !PyLong_Check(args[i]->obj.get())) return false;
-    *out = PyLong_AsSsize_t(args[i]->obj.get());
-    return true;
-  };
-  // Equality of two values as Python would decide it, when it can be known at trace time.
-  auto sameValue = [&](const ValuePtr& a, const ValuePtr& b, int* eq) {
-    if (a == b || (a->is(Kind::Tensor) && b->is(Kind::Tensor) && a->node == b->node)) return *eq = 1, true;
-    if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
-      *eq = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), Py_EQ);
-      return *eq >= 0;
-    }
-    if ((a->is(Kind::Constant) && !b->is(Kind::Tensor)) || (b->is(Kind::Constant) && !a->is(Kind::Tensor)))
-      return *eq = 0, true;
-    return false;
-  };
   if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")) &&
       !(self->is(Kind::Tuple) && is("_replace")))
     return fail(std::string("keyword arguments to .") + n + "() are not supported yet");
+  Result<ValuePtr> r = notHandled();
+  switch (self->kind()) {
+    case Kind::Tuple:
+      r = namedTupleMethod(self, n, kwargs);
+      if (r.notHandled()) r = sequenceMethod(self, n, args, kwargs);
+      break;
+    case Kind::List:
+      r = dequeMethod(self, n, args);
+      if (r.notHandled()) r = sequenceMethod(self, n, args, kwargs);
+      break;
+    case Kind::Dict:
+      r = dictMethod(self, n, args, kwargs);
+      break;
+    case Kind::Set:
+      r = setMethod(self, n, args);
+      break;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::NewObject:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
+  }
+  if (!r.notHandled()) return r;
+  return fail(std::string(kindName(self->kind())) + "." + n + "() is not supported yet");
+}
 
-  if (self->is(Kind::Tuple) && self->obj && (is("_replace") || is("_asdict"))) {
-    Ref fields = Ref::steal(PyObject_GetAttrString(self->obj.get(), "_fields"));
-    if (!fields) return failFromPython("namedtuple fields");
-    if (is("_asdict")) {
-      std::vector<Ref> keys;
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) keys.push_back(Ref::borrow(PyTuple_GET_ITEM(fields.get(), i)));
-      return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), self->items);
-    }
-    ValuePtr t = Value::sequence(Kind::Tuple, self->items);
-    t->obj = self->obj.copy();
-    for (auto& [k, v] : kwargs) {
-      bool found = false;
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
-        if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), k.get()) == 0) {
-          t->items[static_cast<size_t>(i)] = v;
-          found = true;
-        }
-      if (!found) return fail("_replace() got an unexpected field (ValueError)");
-    }
-    return t;
+Result<ValuePtr> Tracer::namedTupleMethod(const ValuePtr& self, const char* n,
+                                          std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  const Tuple& nt = self->as<Tuple>();
+  if (!nt.namedtuple || !(is("_replace") || is("_asdict"))) return notHandled();
+  Ref fields = Ref::steal(PyObject_GetAttrString(nt.namedtuple.get(), "_fields"));
+  if (!fields) return failFromPython("namedtuple fields");
+  if (is("_asdict")) {
+    std::vector<Ref> keys;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+      keys.push_back(Ref::borrow(PyTuple_GET_ITEM(fields.get(), i)));
+    return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), nt.items);
   }
-  if (self->is(Kind::List) && self->obj) {  // a deque
-    std::vector<ValuePtr>& items = self->items;
-    long maxlen = self->ctor_arg ? PyLong_AsLong(self->ctor_arg.get()) : -1;
-    auto trim = [&](bool from_left) {
-      while (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
-        items.erase(from_left ? items.begin() : items.end() - 1);
-    };
-    if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
-      if (Done d = noEffect(); !d) return d.stop();
-      if ((is("append") || is("appendleft")) && args.size() == 1) {
-        if (is("append")) {
-          items.push_back(args[0]);
-          trim(true);
-        } else {
-          items.insert(items.begin(), args[0]);
-          trim(false);
-        }
-        return Value::constant(Py_None);
+  Tuple replaced{nt.items, nt.namedtuple.copy()};
+  for (auto& [k, v] : kwargs) {
+    bool found = false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), k.get()) == 0) {
+        replaced.items[static_cast<size_t>(i)] = v;
+        found = true;
       }
-      if ((is("extend") || is("extendleft")) && args.size() == 1) {
-        std::vector<ValuePtr> more;
-        if (Done d = iterate(args[0], &more); !d) return d.stop();
-        for (const ValuePtr& m : more) {
-          if (is("extend")) {
-            items.push_back(m);
-            trim(true);
-          } else {
-            items.insert(items.begin(), m);
-            trim(false);
-          }
-        }
-        return Value::constant(Py_None);
-      }
-      if ((is("pop") || is("popleft")) && args.empty()) {
-        if (items.empty()) return raiseNew(PyExc_IndexError, is("pop") ? "pop from an empty deque" : "pop from an empty deque");
-        ValuePtr v = is("pop") ? items.back() : items.front();
-        items.erase(is("pop") ? items.end() - 1 : items.begin());
-        return v;
-      }
-    }
-    if (is("insert") || is("sort") || is("copy")) return fail(std::string("deque.") + n + "() is not supported yet");
+    if (!found) return fail("_replace() got an unexpected field (ValueError)");
   }
-  if (self->is(Kind::List) || self->is(Kind::Tuple)) {
-    bool list = self->is(Kind::List);
-    std::vector<ValuePtr>& items = self->items;
-    if (is("index") || is("count")) {
-      if (args.empty()) return fail("missing argument");
-      Py_ssize_t count = 0;
-      for (size_t i = 0; i < items.size(); ++i) {
-        int eq;
-        if (!sameValue(items[i], args[0], &eq)) return fail(std::string(".") + n + "() needs comparisons known at trace time");
-        if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
-        count += eq;
+  return Value::of(std::move(replaced));
+}
+
+Result<ValuePtr> Tracer::dequeMethod(const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  List& q = self->as<List>();
+  if (!q.deque) return notHandled();
+  std::vector<ValuePtr>& items = q.items;
+  long maxlen = q.maxlen ? PyLong_AsLong(q.maxlen.get()) : -1;
+  auto trim = [&](bool from_left) {
+    while (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
+      items.erase(from_left ? items.begin() : items.end() - 1);
+  };
+  if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
+    if (Done d = noteContainerMutation(self); !d) return d.stop();
+    if ((is("append") || is("appendleft")) && args.size() == 1) {
+      if (is("append")) {
+        items.push_back(args[0]);
+        trim(true);
+      } else {
+        items.insert(items.begin(), args[0]);
+        trim(false);
       }
-      if (is("index")) {
-        Ref r = toPython(args[0]);
-        Ref s = r ? Ref::steal(PyObject_Repr(r.get())) : Ref();
-        PyErr_Clear();
-        return raiseNew(PyExc_ValueError, std::string(s ? PyUnicode_AsUTF8(s.get()) : "value") +
-                                              (self->is(Kind::List) ? " is not in list" : " is not in tuple"));
-      }
-      return Value::constant(Ref::steal(longOf(count)).get());
-    }
-    if (!list) return fail(std::string("tuple has no method .") + n + "()");
-    if (is("copy")) return Value::sequence(Kind::List, items);
-    if (Done d = noEffect(); !d) return d.stop();
-    if (is("append") && args.size() == 1) {
-      items.push_back(args[0]);
       return Value::constant(Py_None);
     }
-    if (is("extend") && args.size() == 1) {
+    if ((is("extend") || is("extendleft")) && args.size() == 1) {
       std::vector<ValuePtr> more;
       if (Done d = iterate(args[0], &more); !d) return d.stop();
-      items.insert(items.end(), more.begin(), more.end());
-      return Value::constant(Py_None);
-    }
-    if (is("insert") && args.size() == 2) {
-      Py_ssize_t k, sz = static_cast<Py_ssize_t>(items.size());
-      if (!constInt(0, &k)) return fail("list.insert needs a constant index");
-      if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
-      k = std::min(k, sz);
-      items.insert(items.begin() + k, args[1]);
-      return Value::constant(Py_None);
-    }
-    if (is("pop") && args.size() <= 1) {
-      Py_ssize_t k = -1, sz = static_cast<Py_ssize_t>(items.size());
-      if (!args.empty() && !constInt(0, &k)) return fail("list.pop needs a constant index");
-      if (sz == 0) return raiseNew(PyExc_IndexError, "pop from empty list");
-      if (k < 0) k += sz;
-      if (k < 0 || k >= sz) return raiseNew(PyExc_IndexError, "pop index out of range");
-      ValuePtr v = items[static_cast<size_t>(k)];
-      items.erase(items.begin() + k);
-      return v;
-    }
-    if (is("remove") && args.size() == 1) {
-      for (size_t i = 0; i < items.size(); ++i) {
-        int eq;
-        if (!sameValue(items[i], args[0], &eq)) return fail("list.remove needs comparisons known at trace time");
-        if (eq) {
-          items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-          return Value::constant(Py_None);
+      for (const ValuePtr& m : more) {
+        if (is("extend")) {
+          items.push_back(m);
+          trim(true);
+        } else {
+          items.insert(items.begin(), m);
+          trim(false);
         }
       }
-      return raiseNew(PyExc_ValueError, "list.remove(x): x not in list");
-    }
-    if (is("clear")) {
-      items.clear();
       return Value::constant(Py_None);
     }
-    if (is("reverse")) {
-      std::reverse(items.begin(), items.end());
-      return Value::constant(Py_None);
+    if ((is("pop") || is("popleft")) && args.empty()) {
+      if (items.empty()) return raiseNew(PyExc_IndexError, "pop from an empty deque");
+      ValuePtr v = is("pop") ? items.back() : items.front();
+      items.erase(is("pop") ? items.end() - 1 : items.begin());
+      return v;
     }
-    if (is("sort")) {
-      // Sort constants with Python's own sort (same order, same errors).
-      Ref tmp = Ref::steal(PyList_New(0));
-      Ref kw = Ref::steal(PyDict_New());
-      if (!tmp || !kw) return failFromPython("list.sort");
-      for (const ValuePtr& v : items) {
-        if (!v->is(Kind::Constant)) return fail("list.sort on non-constants is not supported");
-        if (PyList_Append(tmp.get(), v->obj.get()) < 0) return failFromPython("list.sort");
-      }
-      for (auto& [k, v] : kwargs) {
-        if (!v->is(Kind::Constant)) return fail("list.sort(key=...) with a function is not supported yet");
-        if (PyDict_SetItem(kw.get(), k.get(), v->obj.get()) < 0) return failFromPython("list.sort");
-      }
-      Ref sort = Ref::steal(PyObject_GetAttrString(tmp.get(), "sort"));
-      Ref empty = Ref::steal(PyTuple_New(0));
-      Ref r = Ref::steal(sort && empty ? PyObject_Call(sort.get(), empty.get(), kw.get()) : nullptr);
-      if (!r) return failFromPython("list.sort");
-      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tmp.get()); ++i)
-        items[static_cast<size_t>(i)] = Value::constant(PyList_GET_ITEM(tmp.get(), i));
-      return Value::constant(Py_None);
+  }
+  if (is("insert") || is("sort") || is("copy")) return fail(std::string("deque.") + n + "() is not supported yet");
+  return notHandled();  // the methods it shares with list
+}
+
+Result<ValuePtr> Tracer::sequenceMethod(const ValuePtr& self, const char* n, std::vector<ValuePtr>& args,
+                                        std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  const bool list = self->is(Kind::List);
+  std::vector<ValuePtr>& items = *self->elements();
+  if (is("index") || is("count")) {
+    if (args.empty()) return fail("missing argument");
+    Py_ssize_t count = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      int eq;
+      if (!sameValue(items[i], args[0], &eq)) return fail(std::string(".") + n + "() needs comparisons known at trace time");
+      if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
+      count += eq;
     }
-  } else if (self->is(Kind::Dict)) {
-    std::vector<Ref>& keys = self->keys;
-    std::vector<ValuePtr>& values = self->items;
-    auto keyOf = [&](size_t i) -> PyObject* {
-      if (i >= args.size() || !isHashableConstant(args[i])) {
-        PyErr_Clear();
-        return nullptr;
-      }
-      return args[i]->obj.get();
-    };
-    if (is("keys") || is("values") || is("items")) {
-      std::vector<ValuePtr> out;
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (is("keys")) out.push_back(Value::constant(keys[i].get()));
-        else if (is("values")) out.push_back(values[i]);
-        else out.push_back(Value::sequence(Kind::Tuple, {Value::constant(keys[i].get()), values[i]}));
-      }
-      return Value::sequence(Kind::List, std::move(out));
+    if (is("index")) {
+      Ref r = toPython(args[0]);
+      Ref s = r ? Ref::steal(PyObject_Repr(r.get())) : Ref();
+      PyErr_Clear();
+      return raiseNew(PyExc_ValueError,
+                      std::string(s ? PyUnicode_AsUTF8(s.get()) : "value") + (list ? " is not in list" : " is not in tuple"));
     }
-    if (is("get") || is("__getitem__") || is("__contains__")) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict lookups need constant keys");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
-      if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
-      if (k >= 0) return values[static_cast<size_t>(k)];
-      if (is("__getitem__") && self->ctor_arg) {  // defaultdict: the factory makes the value
-        if (Done d = noEffect(); !d) return d.stop();
-        Result<ValuePtr> v = call(Value::object(Kind::Callable, self->ctor_arg.get()), {}, {});
-        if (!v) return v;
-        keys.push_back(Ref::borrow(key));
-        values.push_back(*v);
-        return v;
+    return Value::constant(Ref::steal(longOf(count)).get());
+  }
+  if (!list) return fail(std::string("tuple has no method .") + n + "()");
+  if (is("copy")) return Value::list(items);
+  if (Done d = noteContainerMutation(self); !d) return d.stop();
+  if (is("append") && args.size() == 1) {
+    items.push_back(args[0]);
+    return Value::constant(Py_None);
+  }
+  if (is("extend") && args.size() == 1) {
+    std::vector<ValuePtr> more;
+    if (Done d = iterate(args[0], &more); !d) return d.stop();
+    items.insert(items.end(), more.begin(), more.end());
+    return Value::constant(Py_None);
+  }
+  if (is("insert") && args.size() == 2) {
+    Py_ssize_t k, sz = static_cast<Py_ssize_t>(items.size());
+    if (!constIntArg(args, 0, &k)) return fail("list.insert needs a constant index");
+    if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
+    k = std::min(k, sz);
+    items.insert(items.begin() + k, args[1]);
+    return Value::constant(Py_None);
+  }
+  if (is("pop") && args.size() <= 1) {
+    Py_ssize_t k = -1, sz = static_cast<Py_ssize_t>(items.size());
+    if (!args.empty() && !constIntArg(args, 0, &k)) return fail("list.pop needs a constant index");
+    if (sz == 0) return raiseNew(PyExc_IndexError, "pop from empty list");
+    if (k < 0) k += sz;
+    if (k < 0 || k >= sz) return raiseNew(PyExc_IndexError, "pop index out of range");
+    ValuePtr v = items[static_cast<size_t>(k)];
+    items.erase(items.begin() + k);
+    return v;
+  }
+  if (is("remove") && args.size() == 1) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      int eq;
+      if (!sameValue(items[i], args[0], &eq)) return fail("list.remove needs comparisons known at trace time");
+      if (eq) {
+        items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+        return Value::constant(Py_None);
       }
-      if (is("__getitem__")) {
-        PyErr_SetObject(PyExc_KeyError, key);
-        return raisePython();
-      }
-      return args.size() > 1 ? args[1] : Value::constant(Py_None);
     }
-    if (is("copy")) {
-      std::vector<Ref> kcopy;
-      for (const Ref& k : keys) kcopy.push_back(k.copy());
-      return Value::dict(self->obj.get(), std::move(kcopy), values);
+    return raiseNew(PyExc_ValueError, "list.remove(x): x not in list");
+  }
+  if (is("clear")) {
+    items.clear();
+    return Value::constant(Py_None);
+  }
+  if (is("reverse")) {
+    std::reverse(items.begin(), items.end());
+    return Value::constant(Py_None);
+  }
+  if (is("sort")) return sortConstants(items, kwargs);
+  return notHandled();
+}
+
+Result<ValuePtr> Tracer::sortConstants(std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  // Sort constants with Python's own sort (same order, same errors).
+  Ref tmp = Ref::steal(PyList_New(0));
+  Ref kw = Ref::steal(PyDict_New());
+  if (!tmp || !kw) return failFromPython("list.sort");
+  for (const ValuePtr& v : items) {
+    if (!v->constant()) return fail("list.sort on non-constants is not supported");
+    if (PyList_Append(tmp.get(), v->constant()) < 0) return failFromPython("list.sort");
+  }
+  for (auto& [k, v] : kwargs) {
+    if (!v->constant()) return fail("list.sort(key=...) with a function is not supported yet");
+    if (PyDict_SetItem(kw.get(), k.get(), v->constant()) < 0) return failFromPython("list.sort");
+  }
+  Ref sort = Ref::steal(PyObject_GetAttrString(tmp.get(), "sort"));
+  Ref empty = Ref::steal(PyTuple_New(0));
+  Ref r = Ref::steal(sort && empty ? PyObject_Call(sort.get(), empty.get(), kw.get()) : nullptr);
+  if (!r) return failFromPython("list.sort");
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tmp.get()); ++i)
+    items[static_cast<size_t>(i)] = Value::constant(PyList_GET_ITEM(tmp.get(), i));
+  return Value::constant(Py_None);
+}
+
+Result<ValuePtr> Tracer::dictMethod(const ValuePtr& self, const char* n, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  Dict& dict = self->as<Dict>();
+  std::vector<Ref>& keys = dict.keys;
+  std::vector<ValuePtr>& values = dict.values;
+  auto keyOf = [&](size_t i) -> PyObject* {
+    if (i >= args.size() || !isHashableConstant(args[i])) {
+      PyErr_Clear();
+      return nullptr;
     }
-    if (Done d = noEffect(); !d) return d.stop();
+    return args[i]->constant();
+  };
+  if (is("keys") || is("values") || is("items")) {
+    std::vector<ValuePtr> out;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (is("keys")) out.push_back(Value::constant(keys[i].get()));
+      else if (is("values")) out.push_back(values[i]);
+      else out.push_back(Value::tuple({Value::constant(keys[i].get()), values[i]}));
+    }
+    return Value::list(std::move(out));
+  }
+  if (is("get") || is("__getitem__") || is("__contains__")) {
+    PyObject* key = keyOf(0);
+    if (!key) return fail("dict lookups need constant keys");
+    int k = dict.findKey(key);
+    if (k == -2) return failFromPython("dict key comparison");
+    if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
+    if (k >= 0) return values[static_cast<size_t>(k)];
+    if (is("__getitem__") && dict.default_factory) {  // defaultdict: the factory makes the value
+      if (Done d = noteContainerMutation(self); !d) return d.stop();
+      Result<ValuePtr> v = call(Value::callable(dict.default_factory.get()), {}, {});
+      if (!v) return v;
+      keys.push_back(Ref::borrow(key));
+      values.push_back(*v);
+      return v;
+    }
+    if (is("__getitem__")) {
+      PyErr_SetObject(PyExc_KeyError, key);
+      return raisePython();
+    }
+    return args.size() > 1 ? args[1] : Value::constant(Py_None);
+  }
+  if (is("copy")) {
+    std::vector<Ref> kcopy;
+    for (const Ref& k : keys) kcopy.push_back(k.copy());
+    return Value::dict(dict.type.get(), std::move(kcopy), values);
+  }
+  if (Done d = noteContainerMutation(self); !d) return d.stop();
+  if (is("setdefault") || is("pop") || is("move_to_end")) {
+    if (is("move_to_end") && args.empty()) return notHandled();
+    PyObject* key = keyOf(0);
+    if (!key) return fail("dict keys must be constants");
+    int k = dict.findKey(key);
+    if (k == -2) return failFromPython("dict key comparison");
     if (is("setdefault")) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict keys must be constants");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
       if (k >= 0) return values[static_cast<size_t>(k)];
       ValuePtr v = args.size() > 1 ? args[1] : Value::constant(Py_None);
       keys.push_back(Ref::borrow(key));
       values.push_back(v);
       return v;
     }
-    if (is("pop")) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict keys must be constants");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
-      if (k < 0) {
-        if (args.size() > 1) return args[1];
-        PyErr_SetObject(PyExc_KeyError, key);
-        return raisePython();
-      }
-      ValuePtr v = values[static_cast<size_t>(k)];
-      keys.erase(keys.begin() + k);
-      values.erase(values.begin() + k);
-      return v;
+    if (k < 0) {
+      if (is("pop") && args.size() > 1) return args[1];
+      PyErr_SetObject(PyExc_KeyError, key);
+      return raisePython();
     }
-    if (is("popitem")) {
-      if (keys.empty()) return fail("popitem(): dictionary is empty (KeyError)");
-      ValuePtr pair = Value::sequence(Kind::Tuple, {Value::constant(keys.back().get()), values.back()});
-      keys.pop_back();
-      values.pop_back();
-      return pair;
+    ValuePtr v = values[static_cast<size_t>(k)];
+    Ref kk = std::move(keys[static_cast<size_t>(k)]);
+    keys.erase(keys.begin() + k);
+    values.erase(values.begin() + k);
+    if (is("pop")) return v;
+    bool last = args.size() < 2 || PyObject_IsTrue(args[1]->constant());
+    keys.insert(last ? keys.end() : keys.begin(), std::move(kk));
+    values.insert(last ? values.end() : values.begin(), v);
+    return Value::constant(Py_None);
+  }
+  if (is("popitem")) {
+    if (keys.empty()) return fail("popitem(): dictionary is empty (KeyError)");
+    ValuePtr pair = Value::tuple({Value::constant(keys.back().get()), values.back()});
+    keys.pop_back();
+    values.pop_back();
+    return pair;
+  }
+  if (is("clear")) {
+    keys.clear();
+    values.clear();
+    return Value::constant(Py_None);
+  }
+  if (is("update")) return dictUpdate(self, args, kwargs);
+  return notHandled();
+}
+
+Result<ValuePtr> Tracer::dictUpdate(const ValuePtr& self, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  for (const ValuePtr& other : args) {
+    if (const Dict* from = other->get<Dict>()) {
+      for (size_t i = 0; i < from->keys.size(); ++i)
+        if (Done d = storeSubscript(self, Value::constant(from->keys[i].get()), from->values[i]); !d) return d.stop();
+      continue;
     }
-    if (is("clear")) {
-      keys.clear();
-      values.clear();
-      return Value::constant(Py_None);
-    }
-    if (is("move_to_end") && !args.empty()) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict keys must be constants");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
-      if (k < 0) {
-        PyErr_SetObject(PyExc_KeyError, key);
-        return raisePython();
-      }
-      bool last = args.size() < 2 || PyObject_IsTrue(args[1]->obj.get());
-      Ref kk = std::move(keys[static_cast<size_t>(k)]);
-      ValuePtr vv = values[static_cast<size_t>(k)];
-      keys.erase(keys.begin() + k);
-      values.erase(values.begin() + k);
-      keys.insert(last ? keys.end() : keys.begin(), std::move(kk));
-      values.insert(last ? values.end() : values.begin(), vv);
-      return Value::constant(Py_None);
-    }
-    if (is("update")) {
-      for (const ValuePtr& other : args) {
-        if (other->is(Kind::Dict)) {
-          for (size_t i = 0; i < other->keys.size(); ++i)
-            if (Done d = storeSubscript(self, Value::constant(other->keys[i].get()), other->items[i]); !d)
-              return d.stop();
-          continue;
-        }
-        std::vector<ValuePtr> pairs;
-        if (Done d = iterate(other, &pairs); !d) return d.stop();
-        for (const ValuePtr& p : pairs) {
-          std::vector<ValuePtr> kv;
-          if (!iterate(p, &kv) || kv.size() != 2) return fail("dict update sequence element is not a pair");
-          if (Done s = storeSubscript(self, kv[0], kv[1]); !s) return s.stop();
-        }
-      }
-      for (auto& [k, v] : kwargs)
-        if (Done d = storeSubscript(self, Value::constant(k.get()), v); !d) return d.stop();
-      return Value::constant(Py_None);
-    }
-  } else if (self->is(Kind::Set)) {
-    std::vector<ValuePtr>& items = self->items;
-    auto contains = [&](PyObject* o) -> int {
-      for (const ValuePtr& v : items) {
-        if (v->obj.get() == o) return 1;
-        if (v->is(Kind::Module) || !PyObject_TypeCheck(o, &PyBaseObject_Type)) continue;
-        int eq = PyObject_RichCompareBool(v->obj.get(), o, Py_EQ);
-        if (eq != 0) return eq;
-      }
-      return 0;
-    };
-    // Tensors are hashed by identity: two graph inputs are the same object exactly when
-    // they alias at trace time (shared parameters), which a guard then pins.
-    auto containsTensor = [&](const ValuePtr& t) -> int {
-      for (const ValuePtr& v : items) {
-        if (!v->is(Kind::Tensor)) continue;
-        Result<bool> same = sameTensorObject(v, t);
-        if (*same) return 1;
-      }
-      return 0;
-    };
-    // A number read from a tensor hashes and compares by its value, unknown until the graph runs.
-    if (!args.empty() && isScalarValue(*this, args[0]))
-      return fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
-    if (is("__contains__")) {
-      if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant, module or tensor");
-      int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
-      if (c < 0) return failFromPython("set membership");
-      return Value::constant(c ? Py_True : Py_False);
-    }
-    if (is("copy")) return Value::sequence(Kind::Set, items);
-    if (Done d = noEffect(); !d) return d.stop();
-    if (is("add") && args.size() == 1) {
-      if (!isSetMember(args[0])) return fail("set items must be constants, modules or tensors");
-      int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
-      if (c < 0) return failFromPython("set add");
-      if (!c) items.push_back(args[0]);
-      return Value::constant(Py_None);
-    }
-    if ((is("update") || is("discard") || is("remove")) && args.size() >= 1) {
-      if (is("update")) {
-        for (const ValuePtr& other : args) {
-          std::vector<ValuePtr> more;
-          if (Done d = iterate(other, &more); !d) return d.stop();
-          for (const ValuePtr& m : more) {
-            std::vector<ValuePtr> a{m};
-            std::vector<std::pair<Ref, ValuePtr>> kw;
-            if (Result<ValuePtr> r = callContainerMethod(self, interned(Str::add), a, kw); !r) return r;
-          }
-        }
-        return Value::constant(Py_None);
-      }
-      if (!isHashableConstant(args[0])) return PyErr_Clear(), fail("set items must be constants");
-      for (size_t i = 0; i < items.size(); ++i) {
-        int eq = PyObject_RichCompareBool(items[i]->obj.get(), args[0]->obj.get(), Py_EQ);
-        if (eq < 0) return failFromPython("set remove");
-        if (eq) {
-          items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-          return Value::constant(Py_None);
-        }
-      }
-      if (is("remove")) return fail("KeyError in set.remove");
-      return Value::constant(Py_None);
-    }
-    if (is("clear")) {
-      items.clear();
-      return Value::constant(Py_None);
+    std::vector<ValuePtr> pairs;
+    if (Done d = iterate(other, &pairs); !d) return d.stop();
+    for (const ValuePtr& p : pairs) {
+      std::vector<ValuePtr> kv;
+      if (!iterate(p, &kv) || kv.size() != 2) return fail("dict update sequence element is not a pair");
+      if (Done s = storeSubscript(self, kv[0], kv[1]); !s) return s.stop();
     }
   }
-  return fail(std::string(kindName(self->kind)) + "." + n + "() is not supported yet");
+  for (auto& [k, v] : kwargs)
+    if (Done d = storeSubscript(self, Value::constant(k.get()), v); !d) return d.stop();
+  return Value::constant(Py_None);
+}
+
+Result<ValuePtr> Tracer::setMethod(const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  std::vector<ValuePtr>& items = self->as<Set>().items;
+  // Constants (and modules, by identity) already in the set; tensors are compared below.
+  auto contains = [&](PyObject* o) -> int {
+    for (const ValuePtr& v : items) {
+      PyObject* item = v->real();
+      if (!item) continue;  // a tensor: never equal to a constant or module
+      if (item == o) return 1;
+      if (v->is(Kind::Module) || !PyObject_TypeCheck(o, &PyBaseObject_Type)) continue;
+      int eq = PyObject_RichCompareBool(item, o, Py_EQ);
+      if (eq != 0) return eq;
+    }
+    return 0;
+  };
+  // Tensors are hashed by identity: two graph inputs are the same object exactly when
+  // they alias at trace time (shared parameters), which a guard then pins.
+  auto containsTensor = [&](const ValuePtr& t) -> int {
+    for (const ValuePtr& v : items) {
+      if (!v->is(Kind::Tensor)) continue;
+      Result<bool> same = sameTensorObject(v, t);
+      if (*same) return 1;
+    }
+    return 0;
+  };
+  auto member = [&](const ValuePtr& v) { return v->is(Kind::Tensor) ? containsTensor(v) : contains(v->real()); };
+  // A number read from a tensor hashes and compares by its value, unknown until the graph runs.
+  if (!args.empty() && isScalarValue(*this, args[0]))
+    return fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
+  if (is("__contains__")) {
+    if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant, module or tensor");
+    int c = member(args[0]);
+    if (c < 0) return failFromPython("set membership");
+    return Value::constant(c ? Py_True : Py_False);
+  }
+  if (is("copy")) return Value::set(items);
+  if (Done d = noteContainerMutation(self); !d) return d.stop();
+  if (is("add") && args.size() == 1) {
+    if (!isSetMember(args[0])) return fail("set items must be constants, modules or tensors");
+    int c = member(args[0]);
+    if (c < 0) return failFromPython("set add");
+    if (!c) items.push_back(args[0]);
+    return Value::constant(Py_None);
+  }
+  if (is("update") && !args.empty()) {
+    for (const ValuePtr& other : args) {
+      std::vector<ValuePtr> more;
+      if (Done d = iterate(other, &more); !d) return d.stop();
+      for (const ValuePtr& m : more) {
+        std::vector<ValuePtr> a{m};
+        std::vector<std::pair<Ref, ValuePtr>> kw;
+        if (Result<ValuePtr> r = callContainerMethod(self, interned(Str::add), a, kw); !r) return r;
+      }
+    }
+    return Value::constant(Py_None);
+  }
+  if ((is("discard") || is("remove")) && !args.empty()) {
+    if (!isHashableConstant(args[0])) return PyErr_Clear(), fail("set items must be constants");
+    for (size_t i = 0; i < items.size(); ++i) {
+      PyObject* item = items[i]->real();
+      if (!item) continue;  // a tensor is never equal to a constant
+      int eq = PyObject_RichCompareBool(item, args[0]->constant(), Py_EQ);
+      if (eq < 0) return failFromPython("set remove");
+      if (eq) {
+        items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+        return Value::constant(Py_None);
+      }
+    }
+    if (is("remove")) return fail("KeyError in set.remove");
+    return Value::constant(Py_None);
+  }
+  if (is("clear")) {
+    items.clear();
+    return Value::constant(Py_None);
+  }
+  return notHandled();
 }
 
 }  // namespace cdynamo::trace

@@ -79,40 +79,34 @@ Result<ValuePtr> Tracer::wrapContextExit(PyObject* self, PyObject* func, int sel
                         guards().sourceName(self_reg) + ".prev");
     guards().checkEquals(prev_reg, prev);
   }
-  auto ctx = std::make_shared<Value>();
-  ctx->kind = Kind::Context;
-  ctx->obj = Ref::borrow(cls);
-  ctx->pos = prev == Py_True ? 1 : 0;
-  return Value::namedMethod(ctx, interned(Str::dunder_exit));
+  Context ctx{Ref::borrow(cls), {}, -1, prev == Py_True};
+  return Value::namedMethod(Value::of(std::move(ctx)), interned(Str::dunder_exit));
 }
 
-Done Tracer::buildContextExit(const ValuePtr& ctx, runtime::OutputPlan* plan) {
+Done Tracer::buildContextExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   // The bound __exit__ of a real context object that restores the mode saved on entry:
   // cdynamo._resume.grad_mode_exit(cls, prev).
-  Ctx k = kindOf(ctx->obj.get());
+  const Context& ctx = value->as<Context>();
+  Ctx k = kindOf(ctx.cls.get());
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
     return fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
   PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
   if (!helper) return failFromPython("cdynamo._resume.grad_mode_exit");
-  plan->kind = runtime::OutputPlan::Kind::Call;
-  plan->constant = Ref::borrow(helper);
-  plan->items.resize(2);
-  plan->items[0].kind = runtime::OutputPlan::Kind::Constant;
-  plan->items[0].constant = ctx->obj.copy();
-  plan->items[1].kind = runtime::OutputPlan::Kind::Constant;
-  plan->items[1].constant = Ref::borrow(ctx->pos ? Py_True : Py_False);
+  std::vector<runtime::OutputPlan> args(2);
+  args[0] = runtime::OutputPlan::constant(ctx.cls.get());
+  args[1] = runtime::OutputPlan::constant(ctx.saved_grad_mode ? Py_True : Py_False);
+  plan->step = runtime::plan::Call{Ref::borrow(helper), std::move(args)};
   return {};
 }
 
 Result<ValuePtr> Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
                                      std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   Ctx k = kindOf(cls);
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Context;
-  v->obj = Ref::borrow(cls);
+  Context ctx{Ref::borrow(cls), {}, -1, false};
+  std::vector<ValuePtr>& items = ctx.args;
   for (const ValuePtr& a : args) {
     if (!a->is(Kind::Constant)) return fail("context manager arguments must be constants");
-    v->items.push_back(a);
+    items.push_back(a);
   }
   // Keyword arguments, in the order of each constructor's parameters.
   static const char* const kAutocastParams[] = {"device_type", "dtype", "enabled", "cache_enabled"};
@@ -128,28 +122,30 @@ Result<ValuePtr> Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
       pos = 0;
     }
     if (pos == SIZE_MAX) return fail(std::string("unknown keyword '") + name + "' of a context manager");
-    while (v->items.size() <= pos) v->items.push_back(nullptr);
-    v->items[pos] = val;
+    while (items.size() <= pos) items.push_back(nullptr);
+    items[pos] = val;
   }
   if (k == Ctx::SetGradEnabled) {
     // set_grad_enabled(b) changes the mode when it is called, with or without `with`.
-    if (v->items.empty() || !v->items[0]) return fail("set_grad_enabled() needs a mode");
-    v->pos = gradEnabled() ? 1 : 0;
-    int t = PyObject_IsTrue(v->items[0]->obj.get());
+    if (items.empty() || !items[0]) return fail("set_grad_enabled() needs a mode");
+    ctx.saved_grad_mode = gradEnabled();
+    int t = PyObject_IsTrue(items[0]->constant());
     if (t < 0) return failFromPython("set_grad_enabled");
     if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
       return failFromPython("set_grad_enabled");
   }
-  return v;
+  return Value::of(std::move(ctx));
 }
 
-Result<ValuePtr> Tracer::enterContext(const ValuePtr& ctx) {
+Result<ValuePtr> Tracer::enterContext(const ValuePtr& value) {
   if (inGenerator()) return fail("a context manager inside a generator that is run in place");
-  switch (kindOf(ctx->obj.get())) {
+  Context& ctx = value->as<Context>();
+  const Ctx kind = kindOf(ctx.cls.get());
+  switch (kind) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad: {
-      ctx->pos = gradEnabled() ? 1 : 0;
-      PyObject* mode = kindOf(ctx->obj.get()) == Ctx::NoGrad ? Py_False : Py_True;
+      ctx.saved_grad_mode = gradEnabled();
+      PyObject* mode = kind == Ctx::NoGrad ? Py_False : Py_True;
       if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode))) < 0)
         return failFromPython("no_grad");
       return Value::constant(Py_None);
@@ -157,21 +153,21 @@ Result<ValuePtr> Tracer::enterContext(const ValuePtr& ctx) {
     case Ctx::SetGradEnabled:
       return Value::constant(Py_None);
     case Ctx::InferenceMode: {
-      PyObject* mode = ctx->items.empty() || !ctx->items[0] ? Py_True : ctx->items[0]->obj.get();
+      PyObject* mode = ctx.args.empty() || !ctx.args[0] ? Py_True : ctx.args[0]->constant();
       int node = graph_.addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
       if (node < 0) return failFromPython("inference_mode");
-      ctx->node = node;
+      ctx.enter_node = node;
       open_contexts_.push_back({Ref::borrow(fn(Obj::torch_exit_inference_mode)), Ref::borrow(graph_.fake(node))});
       return Value::constant(Py_None);
     }
     case Ctx::Autocast: {
       std::vector<graph::Arg> args;
       for (size_t i = 0; i < 4; ++i)
-        args.push_back(graph::Arg::ofConst(i < ctx->items.size() && ctx->items[i] ? ctx->items[i]->obj.get()
+        args.push_back(graph::Arg::ofConst(i < ctx.args.size() && ctx.args[i] ? ctx.args[i]->constant()
                                            : i == 2 ? Py_True : Py_None));
       int node = graph_.addEffect(fn(Obj::torch_enter_autocast), std::move(args));
       if (node < 0) return failFromPython("autocast");
-      ctx->node = node;
+      ctx.enter_node = node;
       open_contexts_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(graph_.fake(node))});
       return Value::constant(Py_None);
     }
@@ -181,22 +177,25 @@ Result<ValuePtr> Tracer::enterContext(const ValuePtr& ctx) {
   return fail("entering an unknown context manager");
 }
 
-Result<ValuePtr> Tracer::exitContext(const ValuePtr& ctx) {
-  switch (kindOf(ctx->obj.get())) {
+Result<ValuePtr> Tracer::exitContext(const ValuePtr& value) {
+  const Context& ctx = value->as<Context>();
+  const Ctx kind = kindOf(ctx.cls.get());
+  switch (kind) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad:
     case Ctx::SetGradEnabled:
       if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C),
-                           single(graph::Arg::ofConst(ctx->pos ? Py_True : Py_False))) < 0)
+                           single(graph::Arg::ofConst(ctx.saved_grad_mode ? Py_True : Py_False))) < 0)
         return failFromPython("leaving a grad-mode context");
       return Value::constant(Py_None);
     case Ctx::InferenceMode:
     case Ctx::Autocast: {
-      PyObject* exit_fn = kindOf(ctx->obj.get()) == Ctx::Autocast ? fn(Obj::torch_exit_autocast)
+      PyObject* exit_fn = kind == Ctx::Autocast ? fn(Obj::torch_exit_autocast)
                                                                   : fn(Obj::torch_exit_inference_mode);
-      if (graph_.addEffect(exit_fn, single(graph::Arg::ofNode(ctx->node))) < 0) return failFromPython("leaving a context");
+      if (graph_.addEffect(exit_fn, single(graph::Arg::ofNode(ctx.enter_node))) < 0)
+        return failFromPython("leaving a context");
       for (size_t i = open_contexts_.size(); i > 0; --i)
-        if (open_contexts_[i - 1].handle.get() == graph_.fake(ctx->node)) {
+        if (open_contexts_[i - 1].handle.get() == graph_.fake(ctx.enter_node)) {
           open_contexts_.erase(open_contexts_.begin() + static_cast<std::ptrdiff_t>(i - 1));
           break;
         }

@@ -28,13 +28,13 @@ Stop Tracer::raisePython() {
   Ref type_ref = Ref::steal(type), exc = Ref::steal(value), tb_ref = Ref::steal(tb);
   if (!exc) return fail("internal: an exception that could not be normalized");
   PyException_SetTraceback(exc.get(), Py_None);
-  return raiseValue(Value::object(Kind::Object, exc.get()));
+  return raiseValue(Value::object(exc.get()));
 }
 
 Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   Ref exc = Ref::steal(PyObject_CallFunction(type, "s", message.c_str()));
   if (!exc) return failFromPython("making an exception");
-  return raiseValue(Value::object(Kind::Object, exc.get()));
+  return raiseValue(Value::object(exc.get()));
 }
 
 Result<ValuePtr> Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
@@ -61,14 +61,13 @@ Result<ValuePtr> Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& arg
                                                                                   pargs.get(), nullptr)
                                    : PyObject_Call(cls, pargs.get(), nullptr));
   if (!exc) return failFromPython("making an exception");
-  ValuePtr v = Value::object(Kind::Object, exc.get());
-  v->owned = true;
+  ValuePtr v = Value::of(Object{exc.copy(), true});
   if (python_init) {
     std::vector<ValuePtr> init_args{v};
     init_args.insert(init_args.end(), args.begin(), args.end());
     Result<ValuePtr> r = inlineFunction(init, -1, std::move(init_args), {});
     if (!r) return r;
-    if (!((*r)->is(Kind::Constant) && (*r)->obj.get() == Py_None))
+    if (!(*r)->isNone())
       return fail("__init__() should return None (TypeError)");
   }
   return v;

@@ -14,10 +14,7 @@ using bytecode::Op;
 namespace {
 
 ValuePtr newCell(ValuePtr contents) {
-  auto c = std::make_shared<Value>();
-  c->kind = Kind::Cell;
-  if (contents) c->items.push_back(std::move(contents));
-  return c;
+  return Value::of(Cell{std::move(contents), Ref()});
 }
 
 bool isFreeSlot(PyCodeObject* co, int i) { return i >= co->co_nlocalsplus - co->co_nfreevars; }
@@ -48,7 +45,7 @@ Done Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
         ValuePtr contents = pop(f);
         ValuePtr cell = newCell(contents);
         int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-        cell->obj = Ref::borrow(PyTuple_GET_ITEM(f.closure.get(), j));  // the real cell: stores go to it
+        cell->as<Cell>().outer = Ref::borrow(PyTuple_GET_ITEM(f.closure.get(), j));  // the real cell: stores go to it
         f.locals[arg] = cell;
       }
       if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return fail("LOAD_CLOSURE of a slot that is not a cell");
@@ -58,8 +55,9 @@ Done Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
     case Op::LOAD_DEREF: {
       ValuePtr slot = f.locals[arg];
       if (slot && slot->is(Kind::Cell)) {
-        if (slot->items.empty()) return fail("free variable referenced before assignment (NameError)");
-        f.stack.push_back(slot->items[0]);
+        const ValuePtr& contents = slot->as<Cell>().contents;
+        if (!contents) return fail("free variable referenced before assignment (NameError)");
+        f.stack.push_back(contents);
         return {};
       }
       if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made");
@@ -109,18 +107,18 @@ Done Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       ValuePtr slot = f.locals[arg];
       PyObject* real_cell = nullptr;  // a cell of a function outside the trace (nonlocal)
       if (slot && slot->is(Kind::Cell)) {
-        real_cell = slot->obj.get();
+        real_cell = slot->as<Cell>().outer.get();
       } else if (isFreeSlot(co, arg) && f.closure) {
         real_cell = PyTuple_GET_ITEM(f.closure.get(), arg - (co->co_nlocalsplus - co->co_nfreevars));
         slot = newCell(nullptr);
-        slot->obj = Ref::borrow(real_cell);
+        slot->as<Cell>().outer = Ref::borrow(real_cell);
         f.locals[arg] = slot;
       } else {
         return fail("STORE_DEREF to a cell that was never made");
       }
       if (ins.op == Op::DELETE_DEREF && real_cell) return fail("del of a nonlocal variable outside the trace");
-      slot->items.clear();
-      if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
+      ValuePtr& contents = slot->as<Cell>().contents;
+      contents = ins.op == Op::STORE_DEREF ? pop(f) : nullptr;
       if (real_cell) {
         // The cell written on every run is this frame's own (a closure made again has a
         // new cell), read from the closure the same way as the guards read its contents.
@@ -137,30 +135,28 @@ Done Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
         } else {
           reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
         }
-        if (Done d = recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]}); !d) return d;
-        cell_overlay_[real_cell] = slot->items[0];
+        if (Done d = recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), contents}); !d) return d;
+        cell_overlay_[real_cell] = contents;
       }
       return {};
     }
     case Op::MAKE_FUNCTION: {
       ValuePtr code = pop(f);
-      auto parts = std::make_shared<FunctionParts>();
+      Function fn;
       if (arg & 0x08) {
         ValuePtr closure = pop(f);
-        parts->closure = closure->items;
+        fn.closure = closure->as<Tuple>().items;
       }
       if (arg & 0x04) pop(f);  // annotations: not needed to run the function
-      if (arg & 0x02) parts->kwdefaults = pop(f);
-      if (arg & 0x01) parts->defaults = pop(f);
-      if (!code->is(Kind::Constant) || !PyCode_Check(code->obj.get())) return fail("MAKE_FUNCTION without a code object");
-      parts->code = code->obj.copy();
-      parts->qualname = Ref::borrow(reinterpret_cast<PyCodeObject*>(code->obj.get())->co_qualname);
-      parts->globals = f.globals;
-      parts->builtins = f.builtins;
-      auto fn = std::make_shared<Value>();
-      fn->kind = Kind::Function;
-      fn->fn = std::move(parts);
-      f.stack.push_back(std::move(fn));
+      if (arg & 0x02) fn.kwdefaults = pop(f);
+      if (arg & 0x01) fn.defaults = pop(f);
+      PyObject* c = code->constant();
+      if (!c || !PyCode_Check(c)) return fail("MAKE_FUNCTION without a code object");
+      fn.code = Ref::borrow(c);
+      fn.qualname = Ref::borrow(reinterpret_cast<PyCodeObject*>(c)->co_qualname);
+      fn.globals = f.globals;
+      fn.builtins = f.builtins;
+      f.stack.push_back(Value::of(std::move(fn)));
       return {};
     }
     case Op::CALL_FUNCTION_EX: {
@@ -173,10 +169,11 @@ Done Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& in
       if (Done d = iterate(callargs, &args); !d) return d;
       std::vector<std::pair<Ref, ValuePtr>> kw;
       if (kwargs) {
-        if (!kwargs->is(Kind::Dict)) return fail("**kwargs of a call must be a dict");
-        for (size_t i = 0; i < kwargs->keys.size(); ++i) {
-          if (!PyUnicode_Check(kwargs->keys[i].get())) return fail("keywords must be strings (TypeError)");
-          kw.emplace_back(kwargs->keys[i].copy(), kwargs->items[i]);
+        const Dict* d = kwargs->get<Dict>();
+        if (!d) return fail("**kwargs of a call must be a dict");
+        for (size_t i = 0; i < d->keys.size(); ++i) {
+          if (!PyUnicode_Check(d->keys[i].get())) return fail("keywords must be strings (TypeError)");
+          kw.emplace_back(d->keys[i].copy(), d->values[i]);
         }
       }
       Result<ValuePtr> r = call(fn, std::move(args), std::move(kw));
@@ -227,19 +224,19 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
   int slot_varkw = slot_varargs + (varargs ? 1 : 0);
   if (args.size() > static_cast<size_t>(nparams)) {
     if (!varargs) return fail("too many positional arguments (TypeError)");
-    f.locals[slot_varargs] = Value::sequence(Kind::Tuple, std::vector<ValuePtr>(args.begin() + nparams, args.end()));
+    f.locals[slot_varargs] = Value::tuple(std::vector<ValuePtr>(args.begin() + nparams, args.end()));
   } else if (varargs) {
-    f.locals[slot_varargs] = Value::sequence(Kind::Tuple, {});
+    f.locals[slot_varargs] = Value::tuple({});
   }
-  ValuePtr extra_kw = varkw ? Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}) : nullptr;
+  ValuePtr extra_kw = varkw ? Value::emptyDict() : nullptr;
   for (auto& [k, v] : kwargs) {
     int slot = -1;
     for (int i = co->co_posonlyargcount; i < nparams + nkwonly; ++i)
       if (PyUnicode_Compare(PyTuple_GET_ITEM(co->co_localsplusnames, i), k.get()) == 0) slot = i;
     if (slot < 0) {
       if (!varkw) return fail(std::string("unexpected keyword argument '") + PyUnicode_AsUTF8(k.get()) + "' (TypeError)");
-      extra_kw->keys.push_back(k.copy());
-      extra_kw->items.push_back(v);
+      extra_kw->as<Dict>().keys.push_back(k.copy());
+      extra_kw->as<Dict>().values.push_back(v);
       continue;
     }
     if (f.locals[slot]) return fail("multiple values for an argument (TypeError)");
@@ -247,8 +244,10 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
   }
   if (varkw) f.locals[slot_varkw] = extra_kw;
   Py_ssize_t ndefaults = defaults ? PyTuple_GET_SIZE(defaults)
-                                  : (defaults_value ? static_cast<Py_ssize_t>(defaults_value->items.size()) : 0);
-  if (defaults_value && defaults_value->is(Kind::Constant)) ndefaults = PyTuple_GET_SIZE(defaults_value->obj.get());
+                                  : (defaults_value && defaults_value->is(Kind::Tuple)
+                                         ? static_cast<Py_ssize_t>(defaults_value->as<Tuple>().items.size())
+                                         : 0);
+  if (defaults_value && defaults_value->constant()) ndefaults = PyTuple_GET_SIZE(defaults_value->constant());
   for (int i = 0; i < nparams; ++i) {
     if (f.locals[i]) continue;
     Py_ssize_t d = i - (nparams - ndefaults);
@@ -257,9 +256,9 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
     if (defaults) {
       v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
     } else if (defaults_value->is(Kind::Constant)) {
-      v = Value::constant(PyTuple_GET_ITEM(defaults_value->obj.get(), d));
+      v = Value::constant(PyTuple_GET_ITEM(defaults_value->constant(), d));
     } else {
-      v = defaults_value->items[static_cast<size_t>(d)];
+      v = defaults_value->as<Tuple>().items[static_cast<size_t>(d)];
     }
     if (!v) return v;
     f.locals[i] = v.take();
@@ -273,9 +272,9 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
       if (d) v = wrap(d, -1);
       else if (PyErr_Occurred()) return failFromPython("keyword-only defaults");
     } else if (kwdefaults_value && kwdefaults_value->is(Kind::Dict)) {
-      int k = kwdefaults_value->findKey(name);
+      int k = kwdefaults_value->as<Dict>().findKey(name);
       if (k == -2) return failFromPython("keyword-only defaults");
-      if (k >= 0) v = kwdefaults_value->items[static_cast<size_t>(k)];
+      if (k >= 0) v = kwdefaults_value->as<Dict>().values[static_cast<size_t>(k)];
     }
     if (v.notHandled()) return fail("missing a required keyword-only argument (TypeError)");
     if (!v) return v;

@@ -122,7 +122,6 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
 }  // namespace
 
 Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
-  using K = runtime::OutputPlan::Kind;
   if (pending_exc_ || current_exc_) return fail("graph break while an exception is being handled");
   if (!open_contexts_.empty()) return fail("graph break inside inference_mode or autocast");
   // The code the generated functions copy: the original, also when this frame is a
@@ -147,7 +146,7 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   bytecode::FrameLayout at;
   at.index = shape.first - shift;
   at.unbound.assign(static_cast<size_t>(nvar), false);
-  args->kind = K::Tuple;
+  std::vector<runtime::OutputPlan> items;  // the break code's arguments
   const std::vector<int> cells = bytecode::cellSlots(orig);
   auto isCell = [&](int i) {
     for (int c : cells)
@@ -160,17 +159,11 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   for (int i = 0; i < nvar; ++i) {
     if (!live[static_cast<size_t>(i)] && !isCell(i)) {
       at.unbound[static_cast<size_t>(i)] = true;
-      runtime::OutputPlan p;
-      p.kind = K::Constant;
-      p.constant = Ref::borrow(Py_None);
-      args->items.push_back(std::move(p));
+      items.push_back(runtime::OutputPlan::constant(Py_None));
       continue;
     }
     if (isCell(i)) {  // an argument captured by an inner function: it travels as a cell
-      runtime::OutputPlan p;
-      p.kind = K::Constant;
-      p.constant = Ref::borrow(Py_None);
-      args->items.push_back(std::move(p));
+      items.push_back(runtime::OutputPlan::constant(Py_None));
       continue;
     }
     ValuePtr v = f.locals[static_cast<size_t>(i)];
@@ -182,19 +175,18 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
     runtime::OutputPlan p;
     if (!v) {
       at.unbound[static_cast<size_t>(i)] = true;
-      p.kind = K::Constant;
-      p.constant = Ref::borrow(Py_None);
+      p = runtime::OutputPlan::constant(Py_None);
     } else if (Done d = buildOutput(v, &p); !d) {
       return d;
     }
-    args->items.push_back(std::move(p));
+    items.push_back(std::move(p));
   }
   for (const ValuePtr& v : f.stack) {
     at.stack_null.push_back(v->is(Kind::Null));
     if (v->is(Kind::Null)) continue;
     runtime::OutputPlan p;
     if (Done d = buildOutput(v, &p); !d) return d;
-    args->items.push_back(std::move(p));
+    items.push_back(std::move(p));
   }
 
   // The frame's cells, after everything else (the runtime makes them the closure). A
@@ -203,14 +195,15 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   if (!origin) {
     for (int slot : cells) {
       ValuePtr cell = f.locals[static_cast<size_t>(slot)];
-      if (!cell || !cell->is(Kind::Cell) || cell->obj)
+      if (!cell || !cell->is(Kind::Cell) || cell->as<Cell>().outer)
         return fail("internal: a cell variable without its cell at a graph break");
       runtime::OutputPlan p;  // shared (memo) with the closures made in the trace
       if (Done d = buildOutput(cell, &p); !d) return d;
-      args->items.push_back(std::move(p));
+      items.push_back(std::move(p));
       ++ncells;
     }
   }
+  *args = runtime::plan::Tuple{std::move(items)};
 
   std::vector<bytecode::FrameLayout> successors;
   std::vector<Ref> resume_codes;

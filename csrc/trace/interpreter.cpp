@@ -14,7 +14,37 @@ using bytecode::Op;
 
 namespace {
 
-bool isNoneValue(const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get() == Py_None; }
+bool isNoneValue(const ValuePtr& v) { return v->isNone(); }
+
+// Whether a value is a mutable object made in the trace (distinct from every other one).
+bool madeMutable(const ValuePtr& v) {
+  switch (v->kind()) {
+    case Kind::NewObject:
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
+      return v->reg < 0;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Tuple:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      return false;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -209,17 +239,16 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
           same = 1;  // the same value: the same object
         } else if (hasObj(a) && hasObj(b)) {
           same = a->real() == b->real();
-        } else if ((a->is(Kind::NewObject) || a->is(Kind::List) || a->is(Kind::Dict) || a->is(Kind::Set)) &&
-                   (b->is(Kind::NewObject) || b->is(Kind::List) || b->is(Kind::Dict) || b->is(Kind::Set)) &&
-                   a->reg < 0 && b->reg < 0) {
+        } else if (madeMutable(a) && madeMutable(b)) {
           same = 0;  // two distinct objects made in the trace
         } else if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
-          if (a->node != b->node) return fail("identity of two distinct tensors is not known at trace time");
+          if (a->as<Tensor>().node != b->as<Tensor>().node)
+            return fail("identity of two distinct tensors is not known at trace time");
           same = 1;
-        } else if ((hasObj(a) && a->is(Kind::Constant)) || (hasObj(b) && b->is(Kind::Constant))) {
+        } else if (a->constant() || b->constant()) {
           same = 0;  // a constant is never the same object as a tensor or container
         } else {
-          return fail(std::string("`is` between ") + kindName(a->kind) + " and " + kindName(b->kind));
+          return fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));
         }
         f.stack.push_back(Value::constant((same != arg) ? Py_True : Py_False));
         break;
@@ -232,7 +261,7 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
           std::vector<std::pair<Ref, ValuePtr>> children;
           CHECK_DONE(moduleContainerItems(container, &children));
           r = 0;
-          for (auto& kv : children) r = r || PyObject_RichCompareBool(kv.first.get(), item->obj.get(), Py_EQ) == 1;
+          for (auto& kv : children) r = r || PyObject_RichCompareBool(kv.first.get(), item->constant(), Py_EQ) == 1;
         } else if (isUserObject(container)) {
           Result<ValuePtr> c = callDunder(container, interned(Str::dunder_contains), {item});
           if (c.notHandled()) return fail("`in` on an object without __contains__ is not supported yet");
@@ -241,18 +270,18 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
           if (!t) return t.stop();
           r = *t;
         } else if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
-          r = PySequence_Contains(container->obj.get(), item->obj.get());
+          r = PySequence_Contains(container->constant(), item->constant());
           if (r < 0) return failFromPython("`in` on constants");
         } else {
           std::vector<ValuePtr> a{item};
           std::vector<std::pair<Ref, ValuePtr>> kw;
           bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
           if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
-            return fail(std::string("`in` on a ") + kindName(container->kind) + " is not supported yet");
+            return fail(std::string("`in` on a ") + kindName(container->kind()) + " is not supported yet");
           Result<ValuePtr> c =
               callContainerMethod(container, interned(mapping ? Str::dunder_contains : Str::count), a, kw);
           if (!c) return c.stop();
-          r = PyObject_IsTrue((*c)->obj.get());
+          r = PyObject_IsTrue((*c)->constant());
         }
         f.stack.push_back(Value::constant((r != arg) ? Py_True : Py_False));
         break;
@@ -279,40 +308,43 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
       }
       case Op::BUILD_TUPLE:
       case Op::BUILD_LIST:
-        f.stack.push_back(Value::sequence(ins.op == Op::BUILD_TUPLE ? Kind::Tuple : Kind::List,
-                                          popN(f, static_cast<size_t>(arg))));
+        if (ins.op == Op::BUILD_TUPLE)
+          f.stack.push_back(Value::tuple(popN(f, static_cast<size_t>(arg))));
+        else
+          f.stack.push_back(Value::list(popN(f, static_cast<size_t>(arg))));
         break;
       case Op::LIST_TO_TUPLE: {
         ValuePtr l = pop(f);
-        if (!l->is(Kind::List)) return fail("LIST_TO_TUPLE on a non-list");
-        f.stack.push_back(Value::sequence(Kind::Tuple, l->items));
+        const List* list = l->get<List>();
+        if (!list) return fail("LIST_TO_TUPLE on a non-list");
+        f.stack.push_back(Value::tuple(list->items));
         break;
       }
       case Op::LIST_EXTEND: {
         ValuePtr seq = pop(f);
-        ValuePtr& list = f.stack[f.stack.size() - static_cast<size_t>(arg)];
+        List& list = f.stack[f.stack.size() - static_cast<size_t>(arg)]->as<List>();
         Result<ValuePtr> it = getIter(seq);
         if (!it) return it.stop();
-        for (const ValuePtr& v : (*it)->items) list->items.push_back(v);
+        for (const ValuePtr& v : (*it)->as<Iterator>().items) list.items.push_back(v);
         break;
       }
       case Op::BUILD_SLICE: {
         std::vector<ValuePtr> parts = popN(f, static_cast<size_t>(arg));
         if (parts.size() == 2) parts.push_back(Value::constant(Py_None));
-        f.stack.push_back(Value::sequence(Kind::Slice, std::move(parts)));
+        f.stack.push_back(Value::of(Slice{{parts[0], parts[1], parts[2]}}));
         break;
       }
       case Op::UNPACK_SEQUENCE: {
         ValuePtr seq = pop(f);
         Result<ValuePtr> got = getIter(seq);
         if (!got) return got.stop();
-        const ValuePtr& it = *got;
-        if (it->items.size() > static_cast<size_t>(arg))
+        const std::vector<ValuePtr>& items = (*got)->as<Iterator>().items;
+        if (items.size() > static_cast<size_t>(arg))
           return raiseNew(PyExc_ValueError, "too many values to unpack (expected " + std::to_string(arg) + ")");
-        if (it->items.size() < static_cast<size_t>(arg))
+        if (items.size() < static_cast<size_t>(arg))
           return raiseNew(PyExc_ValueError, "not enough values to unpack (expected " + std::to_string(arg) +
-                                                ", got " + std::to_string(it->items.size()) + ")");
-        for (auto r = it->items.rbegin(); r != it->items.rend(); ++r) f.stack.push_back(*r);
+                                                ", got " + std::to_string(items.size()) + ")");
+        for (auto r = items.rbegin(); r != items.rend(); ++r) f.stack.push_back(*r);
         break;
       }
       case Op::GET_ITER:
@@ -320,13 +352,14 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         break;
       case Op::FOR_ITER: {
         ValuePtr it = f.stack.back();
-        if (!it->is(Kind::Iterator)) return fail("FOR_ITER on a non-iterator");
-        if (it->pos < it->items.size()) {
-          ValuePtr item = it->items[it->pos];
-          CHECK_DONE(advanceIterator(it, it->pos + 1, false));
+        Iterator* iter = it->get<Iterator>();
+        if (!iter) return fail("FOR_ITER on a non-iterator");
+        if (iter->pos < iter->items.size()) {
+          ValuePtr item = iter->items[iter->pos];
+          CHECK_DONE(advanceIterator(it, iter->pos + 1, false));
           f.stack.push_back(std::move(item));
         } else {
-          CHECK_DONE(advanceIterator(it, it->pos, true));
+          CHECK_DONE(advanceIterator(it, iter->pos, true));
           f.stack.pop_back();
           CHECK_DONE(jumpTo(ins.jumpTarget()));
           next_pc = f.pc;
@@ -396,9 +429,9 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
           return raiseValue(current_exc_);
         }
         ValuePtr exc = pop(f);
-        if (exc->is(Kind::Callable) && PyExceptionClass_Check(exc->obj.get())) {
+        if (exc->is(Kind::Callable) && PyExceptionClass_Check(exc->real())) {
           std::vector<ValuePtr> none;
-          Result<ValuePtr> made = makeException(exc->obj.get(), none);
+          Result<ValuePtr> made = makeException(exc->real(), none);
           if (!made) return made.stop();
           exc = made.take();
         }
@@ -423,7 +456,7 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
       }
       case Op::POP_EXCEPT: {
         ValuePtr v = pop(f);
-        current_exc_ = (v->is(Kind::Constant) && v->obj.get() == Py_None) ? nullptr : v;
+        current_exc_ = v->isNone() ? nullptr : v;
         break;
       }
       case Op::CHECK_EXC_MATCH: {
@@ -447,12 +480,12 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr exit = f.stack[f.stack.size() - 4];
         PyObject* e = exc->real();
         if (!e) return fail("exception made in the trace reaching a with-block");
-        PUSH_RESULT(call(exit, {Value::object(Kind::Callable, reinterpret_cast<PyObject*>(Py_TYPE(e))), exc,
+        PUSH_RESULT(call(exit, {Value::callable(reinterpret_cast<PyObject*>(Py_TYPE(e))), exc,
                                 Value::constant(Py_None)}, {}));
         break;
       }
       case Op::LOAD_ASSERTION_ERROR:
-        f.stack.push_back(Value::object(Kind::Callable, PyExc_AssertionError));
+        f.stack.push_back(Value::callable(PyExc_AssertionError));
         break;
       case Op::IMPORT_NAME: {
         // `import m` of a module that is already imported (the common case inside
@@ -462,15 +495,15 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         ValuePtr level = pop(f);
         PyObject* name = PyTuple_GET_ITEM(names, arg);
         PyObject* modules = PyImport_GetModuleDict();
-        if (!level->is(Kind::Constant) || PyLong_AsLong(level->obj.get()) != 0 || !fromlist->is(Kind::Constant))
+        if (!level->is(Kind::Constant) || PyLong_AsLong(level->constant()) != 0 || !fromlist->is(Kind::Constant))
           return fail("relative imports inside the trace are not supported yet");
         if (!PyDict_GetItemWithError(modules, name)) {
           if (PyErr_Occurred()) return failFromPython("sys.modules");
           return fail("an import that would load a new module");
         }
-        Ref mod = Ref::steal(PyImport_ImportModuleLevelObject(name, f.globals.get(), nullptr, fromlist->obj.get(), 0));
+        Ref mod = Ref::steal(PyImport_ImportModuleLevelObject(name, f.globals.get(), nullptr, fromlist->constant(), 0));
         if (!mod) return raisePython();
-        f.stack.push_back(Value::object(Kind::PyModule, mod.get()));
+        f.stack.push_back(Value::of(PyModule{mod.copy()}));
         break;
       }
       case Op::IMPORT_FROM:
@@ -503,7 +536,7 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
           break;
         }
         if (!ctx->is(Kind::Context))
-          return fail(std::string("`with` on a ") + kindName(ctx->kind) + " is not supported yet");
+          return fail(std::string("`with` on a ") + kindName(ctx->kind()) + " is not supported yet");
         Result<ValuePtr> entered = enterContext(ctx);
         if (!entered) return entered.stop();
         f.stack.push_back(Value::namedMethod(ctx, interned(Str::dunder_exit)));
@@ -514,10 +547,7 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         ++opcodeCounts()[static_cast<int>(ins.op)];
         if (f.generator) {
           pop(f);
-          auto it = std::make_shared<Value>();
-          it->kind = Kind::Iterator;
-          it->items = std::move(f.yielded);
-          return it;
+          return Value::iterator(std::move(f.yielded));
         }
         return pop(f);
       case Op::GET_YIELD_FROM_ITER:
@@ -528,9 +558,10 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         // yielded now; the expression's value is None (iterators return nothing).
         pop(f);
         ValuePtr& receiver = f.stack.back();
-        if (!f.generator || !receiver->is(Kind::Iterator)) return fail("SEND outside a generator run in place");
-        for (size_t k = receiver->pos; k < receiver->items.size(); ++k) f.yielded.push_back(receiver->items[k]);
-        CHECK_DONE(advanceIterator(ValuePtr(receiver), receiver->items.size(), true));
+        Iterator* iter = receiver->get<Iterator>();
+        if (!f.generator || !iter) return fail("SEND outside a generator run in place");
+        for (size_t k = iter->pos; k < iter->items.size(); ++k) f.yielded.push_back(iter->items[k]);
+        CHECK_DONE(advanceIterator(ValuePtr(receiver), iter->items.size(), true));
         receiver = Value::constant(Py_None);
         CHECK_DONE(jumpTo(ins.jumpTarget()));
         next_pc = f.pc;
@@ -572,15 +603,16 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
       case Op::FORMAT_VALUE: {
         // f-string pieces of constants: format with CPython's own conversion rules.
         Ref spec;
-        if ((arg & 0x04) == 0x04) spec = pop(f)->obj.copy();
+        if ((arg & 0x04) == 0x04) spec = Ref::borrow(pop(f)->constant());
         ValuePtr v = pop(f);
-        if (!v->is(Kind::Constant)) return fail(std::string("formatting a ") + kindName(v->kind) + " in an f-string is not supported yet");
+        PyObject* c = v->constant();
+        if (!c) return fail(std::string("formatting a ") + kindName(v->kind()) + " in an f-string is not supported yet");
         Ref conv;
         switch (arg & 0x03) {
-          case 1: conv = Ref::steal(PyObject_Str(v->obj.get())); break;
-          case 2: conv = Ref::steal(PyObject_Repr(v->obj.get())); break;
-          case 3: conv = Ref::steal(PyObject_ASCII(v->obj.get())); break;
-          default: conv = v->obj.copy();
+          case 1: conv = Ref::steal(PyObject_Str(c)); break;
+          case 2: conv = Ref::steal(PyObject_Repr(c)); break;
+          case 3: conv = Ref::steal(PyObject_ASCII(c)); break;
+          default: conv = Ref::borrow(c);
         }
         if (!conv) return failFromPython("f-string conversion");
         Ref out = Ref::steal(PyObject_Format(conv.get(), spec.get()));
@@ -593,8 +625,9 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         Ref tuple = Ref::steal(PyTuple_New(arg));
         if (!tuple) return failFromPython("BUILD_STRING");
         for (int k = 0; k < arg; ++k) {
-          if (!parts[k]->is(Kind::Constant) || !PyUnicode_Check(parts[k]->obj.get())) return fail("BUILD_STRING of non-strings");
-          PyTuple_SET_ITEM(tuple.get(), k, parts[k]->obj.copy().release());
+          PyObject* part = parts[k]->constant();
+          if (!part || !PyUnicode_Check(part)) return fail("BUILD_STRING of non-strings");
+          PyTuple_SET_ITEM(tuple.get(), k, Ref::borrow(part).release());
         }
         Ref empty = Ref::steal(PyUnicode_FromString(""));
         Ref joined = Ref::steal(empty ? PyUnicode_Join(empty.get(), tuple.get()) : nullptr);

@@ -17,8 +17,8 @@ using guards::LoadKind;
 namespace {
 
 PyObject* classOf(const ValuePtr& v) {
-  if (v->is(Kind::NewObject)) return v->obj.get();
-  return reinterpret_cast<PyObject*>(Py_TYPE(v->obj.get()));
+  if (const NewObject* o = v->get<NewObject>()) return o->cls.get();
+  return reinterpret_cast<PyObject*>(Py_TYPE(v->real()));
 }
 
 // Looks `name` up in the MRO of `type`, starting after `after` (super()) when given.
@@ -73,17 +73,17 @@ Result<ValuePtr> Tracer::makeSuper(std::vector<ValuePtr>& args) {
       if (!r && !r.notHandled()) return r;
       if (r) self = r.take();
     }
-    if (self && self->is(Kind::Cell)) self = self->items.empty() ? nullptr : self->items[0];
+    if (self && self->is(Kind::Cell)) self = self->as<Cell>().contents;
     for (int i = 0; i < co->co_nlocalsplus; ++i) {
       if (PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(co->co_localsplusnames, i), "__class__") != 0) continue;
       ValuePtr slot = f->locals[i];
-      if (slot && slot->is(Kind::Cell) && !slot->items.empty()) {
-        cls = slot->items[0];
+      if (slot && slot->is(Kind::Cell) && slot->as<Cell>().contents) {
+        cls = slot->as<Cell>().contents;
       } else if (f->closure) {
         int j = i - (co->co_nlocalsplus - co->co_nfreevars);
         if (j >= 0 && j < PyTuple_GET_SIZE(f->closure.get())) {
           PyObject* c = PyCell_GET(PyTuple_GET_ITEM(f->closure.get(), j));
-          if (c) cls = Value::object(Kind::Callable, c);
+          if (c) cls = Value::callable(c);
         }
       }
     }
@@ -91,17 +91,13 @@ Result<ValuePtr> Tracer::makeSuper(std::vector<ValuePtr>& args) {
   } else {
     return fail("super() with one argument is not supported");
   }
-  if (!cls->obj || !PyType_Check(cls->obj.get())) return fail("super() of a non-class");
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Super;
-  v->obj = cls->obj.copy();
-  v->items.push_back(self);
-  return v;
+  if (!cls->real() || !PyType_Check(cls->real())) return fail("super() of a non-class");
+  return Value::of(Super{Ref::borrow(cls->real()), self});
 }
 
 Result<bool> Tracer::objectHasAttr(const ValuePtr& obj, PyObject* name) {
   if (overlayAttr(obj->reg, name)) return true;  // stored earlier in the trace
-  PyObject* o = obj->obj.get();
+  PyObject* o = obj->real();
   PyObject** dictptr = _PyObject_GetDictPtr(o);
   PyObject* dict = dictptr ? *dictptr : nullptr;
   if (dict && PyDict_GetItemWithError(dict, name)) {
@@ -126,33 +122,34 @@ Result<ValuePtr> Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
   if (ValuePtr v = overlayAttr(obj->reg, name)) return v;
   ValuePtr self = obj;
   PyObject* after = nullptr;
-  if (obj->is(Kind::Super)) {
-    self = obj->items[0];
-    after = obj->obj.get();
+  if (const Super* sup = obj->get<Super>()) {
+    self = sup->self;
+    after = sup->after.get();
   }
   PyObject* cls = nullptr;
-  if (self->is(Kind::Module)) cls = reinterpret_cast<PyObject*>(Py_TYPE(self->obj.get()));
+  if (self->is(Kind::Module)) cls = reinterpret_cast<PyObject*>(Py_TYPE(self->real()));
   else if (isUserObject(self)) cls = classOf(self);
-  else if (self->is(Kind::Callable) && PyType_Check(self->obj.get())) cls = self->obj.get();  // classmethod's cls
-  if (!cls) return fail(std::string("super() of a ") + kindName(self->kind));
+  else if (self->is(Kind::Callable) && PyType_Check(self->real())) cls = self->real();  // classmethod's cls
+  if (!cls) return fail(std::string("super() of a ") + kindName(self->kind()));
   if (!obj->is(Kind::Super) && !self->is(Kind::Callable)) {
-    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::object(Kind::Callable, cls);
-    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0 && self->is(Kind::NewObject)) return self->items[0];
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::callable(cls);
+    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0 && self->is(Kind::NewObject))
+      return self->as<NewObject>().attrs;
   }
   PyObject* descr = lookupInMro(cls, name, after);
 
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
     Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
     if (!fget || fget.get() == Py_None) return PyErr_Clear(), fail(std::string("property '") + n + "' has no getter");
-    return call(Value::object(Kind::Callable, fget.get()), {self}, {});
+    return call(Value::callable(fget.get()), {self}, {});
   }
   if (!obj->is(Kind::Super)) {
-    if (self->is(Kind::NewObject)) {
-      const ValuePtr& attrs = self->items[0];
-      int k = attrs->findKey(name);
-      if (k >= 0) return attrs->items[static_cast<size_t>(k)];
+    if (const NewObject* o = self->get<NewObject>()) {
+      const Dict& attrs = o->attrs->as<Dict>();
+      int k = attrs.findKey(name);
+      if (k >= 0) return attrs.values[static_cast<size_t>(k)];
     } else if (self->is(Kind::Object)) {
-      PyObject** dictptr = _PyObject_GetDictPtr(self->obj.get());
+      PyObject** dictptr = _PyObject_GetDictPtr(self->real());
       if (dictptr && *dictptr) {
         PyObject* v = PyDict_GetItemWithError(*dictptr, name);
         if (v) {
@@ -163,7 +160,7 @@ Result<ValuePtr> Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
       }
       if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr)->tp_descr_get) {
         // __slots__ members and other data descriptors: read through getattr.
-        Ref v = Ref::steal(PyObject_GetAttr(self->obj.get(), name));
+        Ref v = Ref::steal(PyObject_GetAttr(self->real(), name));
         if (!v) return failFromPython(std::string("attribute '") + n + "'");
         int reg = self->reg >= 0 ? load(LoadKind::Attr, self->reg, 0, name, guards().sourceName(self->reg) + "." + n) : -1;
         return wrap(v.get(), reg);
@@ -171,7 +168,7 @@ Result<ValuePtr> Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
     }
   }
   if (!descr) {
-    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::object(Kind::Callable, cls);
+    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::callable(cls);
     if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable)) {
       Ref class_name = Ref::steal(PyObject_GetAttr(cls, name));
       if (!class_name) return failFromPython("a class's __name__");
@@ -184,29 +181,28 @@ Result<ValuePtr> Tracer::objectGetAttr(const ValuePtr& obj, PyObject* name) {
                                               "' object has no attribute '" + n + "'");
   }
   if (PyFunction_Check(descr)) {
-    if (self->is(Kind::Callable)) return Value::object(Kind::Callable, descr);  // Class.method: plain function
+    if (self->is(Kind::Callable)) return Value::callable(descr);  // Class.method: plain function
     return Value::boundMethod(self, descr);
   }
   if (Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
     Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
     if (!fn) return failFromPython("staticmethod");
-    return Value::object(Kind::Callable, fn.get());
+    return Value::callable(fn.get());
   }
   if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
     Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
     if (!fn) return failFromPython("classmethod");
-    return Value::boundMethod(Value::object(Kind::Callable, cls), fn.get());
+    return Value::boundMethod(Value::callable(cls), fn.get());
   }
   if (descr == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__"))
-    return Value::object(Kind::Callable, descr);  // object.__init__: a no-op on our objects
-  if (self->is(Kind::Object) && self->owned && Py_TYPE(descr)->tp_descr_get) {
+    return Value::callable(descr);  // object.__init__: a no-op on our objects
+  const Object* owned = self->get<Object>();
+  if (owned && owned->owned && Py_TYPE(descr)->tp_descr_get) {
     // A C method of an object the trace made (BaseException.__init__ through super()):
     // bound and later called for real, on constants only.
-    Ref bound = Ref::steal(Py_TYPE(descr)->tp_descr_get(descr, self->obj.get(), cls));
+    Ref bound = Ref::steal(Py_TYPE(descr)->tp_descr_get(descr, owned->obj.get(), cls));
     if (!bound) return failFromPython("binding a method");
-    ValuePtr m = Value::object(Kind::Callable, bound.get());
-    m->owned = true;
-    return m;
+    return Value::of(Callable{std::move(bound), true});
   }
   if (isConstantObject(descr) || PyType_Check(descr)) return wrap(descr, -1);
   if (PyList_CheckExact(descr) || PyDict_CheckExact(descr) || PyTuple_CheckExact(descr)) {
@@ -224,16 +220,13 @@ Result<ValuePtr> Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args,
     return fail(std::string("creating an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
                 " (custom __new__ or a builtin base) is not supported yet");
   if (isModuleClass(cls)) return fail("creating an nn.Module inside the trace is not supported yet");
-  auto obj = std::make_shared<Value>();
-  obj->kind = Kind::NewObject;
-  obj->obj = Ref::borrow(cls);
-  obj->items.push_back(Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}));
+  ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict()});
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), obj);
     Result<ValuePtr> r = inlineFunction(init, -1, std::move(args), std::move(kwargs));
     if (!r) return r;
-    if (!((*r)->is(Kind::Constant) && (*r)->obj.get() == Py_None))
+    if (!(*r)->isNone())
       return fail("__init__() should return None (TypeError)");
   } else if (!args.empty() || !kwargs.empty()) {
     return fail(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + "() takes no arguments (TypeError)");
@@ -242,10 +235,10 @@ Result<ValuePtr> Tracer::newObject(PyObject* cls, std::vector<ValuePtr> args,
 }
 
 Result<ValuePtr> Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
-  FunctionParts& p = *fn->fn;
-  if (!p.attrs) p.attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
-  int k = p.attrs->findKey(name);
-  if (k >= 0) return p.attrs->items[static_cast<size_t>(k)];
+  Function& p = fn->as<Function>();
+  if (!p.attrs) p.attrs = Value::emptyDict();
+  int k = p.attrs->as<Dict>().findKey(name);
+  if (k >= 0) return p.attrs->as<Dict>().values[static_cast<size_t>(k)];
   PyCodeObject* co = reinterpret_cast<PyCodeObject*>(p.code.get());
   const char* n = PyUnicode_AsUTF8(name);
   if (strcmp(n, "__name__") == 0) return Value::constant(co->co_name);
@@ -264,34 +257,34 @@ Result<ValuePtr> Tracer::functionAttr(const ValuePtr& fn, PyObject* name) {
 }
 
 Done Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
-  if (obj->is(Kind::Object) && obj->owned) {  // e.g. self.code = code in an exception's __init__
+  const Object* owned = obj->get<Object>();
+  if (owned && owned->owned) {  // e.g. self.code = code in an exception's __init__
     Ref v = toPython(value);
     if (!v) return fail("storing a non-constant on an object made in the trace");
-    if (PyObject_SetAttr(obj->obj.get(), name, v.get()) < 0) return raisePython();
+    if (PyObject_SetAttr(owned->obj.get(), name, v.get()) < 0) return raisePython();
     return {};
   }
-  if (obj->is(Kind::Function)) {  // attributes of a function made in the trace (functools.wraps)
-    if (!obj->fn->attrs) obj->fn->attrs = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  if (Function* fn = obj->get<Function>()) {  // attributes of a function made in the trace (functools.wraps)
+    if (!fn->attrs) fn->attrs = Value::emptyDict();
     if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fail("replacing a function's __dict__");
-    return storeSubscript(obj->fn->attrs, Value::constant(name), value);
+    return storeSubscript(fn->attrs, Value::constant(name), value);
   }
-  if (obj->is(Kind::NewObject)) {
-    PyObject* descr = lookupInMro(obj->obj.get(), name, nullptr);
+  if (const NewObject* o = obj->get<NewObject>()) {
+    PyObject* descr = lookupInMro(o->cls.get(), name, nullptr);
     if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
       Ref fset = Ref::steal(PyObject_GetAttrString(descr, "fset"));
       if (!fset || fset.get() == Py_None) return PyErr_Clear(), fail("can't set attribute (AttributeError)");
-      return outcomeOf(call(Value::object(Kind::Callable, fset.get()), {obj, value}, {}));
+      return outcomeOf(call(Value::callable(fset.get()), {obj, value}, {}));
     }
-    if (lookupInMro(obj->obj.get(), interned(Str::dunder_setattr), nullptr) !=
+    if (lookupInMro(o->cls.get(), interned(Str::dunder_setattr), nullptr) !=
         PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
       return fail("a class with its own __setattr__ is not supported yet");
-    return storeSubscript(obj->items[0], Value::constant(name), value);
+    return storeSubscript(o->attrs, Value::constant(name), value);
   }
-  bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->obj.get()) &&
-                    PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->obj.get()), Py_TPFLAGS_HEAPTYPE);
+  bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->real()) &&
+                    PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->real()), Py_TPFLAGS_HEAPTYPE);
   if ((obj->is(Kind::Object) || obj->is(Kind::Module) || user_class) && obj->reg >= 0) {
-    PyObject* cls = obj->is(Kind::Callable) ? reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()))
-                                            : reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()));
+    PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj->real()));
     PyObject* descr = lookupInMro(cls, name, nullptr);
     if (descr && Py_TYPE(descr)->tp_descr_set && !obj->is(Kind::Callable))
       return fail("setting a property or descriptor of an object from outside the trace is not supported yet");
@@ -304,7 +297,7 @@ Done Tracer::storeAttr(const ValuePtr& obj, PyObject* name, const ValuePtr& valu
     setOverlayAttr(obj->reg, name, value);
     return {};
   }
-  return fail(std::string("setting an attribute of a ") + kindName(obj->kind) +
+  return fail(std::string("setting an attribute of a ") + kindName(obj->kind()) +
               " that exists outside the trace is not supported yet");
 }
 

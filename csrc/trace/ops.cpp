@@ -40,11 +40,11 @@ Ref internedName(const std::string& name) { return Ref::steal(PyUnicode_InternFr
 // torch.Size) as values; false when `v` is not one.
 bool sequenceItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
   if (v->is(Kind::Tuple) || v->is(Kind::List)) {
-    *out = v->items;
+    *out = *v->elements();
     return true;
   }
-  if (v->is(Kind::Constant) && PyTuple_Check(v->obj.get())) {
-    PyObject* t = v->obj.get();
+  if (v->constant() && PyTuple_Check(v->constant())) {
+    PyObject* t = v->constant();
     out->clear();
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(t); ++i) out->push_back(Value::constant(PyTuple_GET_ITEM(t, i)));
     return true;
@@ -60,10 +60,13 @@ bool holdsTensorResult(PyObject* o) {
 
 // ------------------------------------------------- numbers read from tensors (scalars.h)
 
-bool isScalarValue(Tracer& t, const ValuePtr& v) { return v->is(Kind::Tensor) && t.graph().isScalar(v->node); }
+bool isScalarValue(Tracer& t, const ValuePtr& v) {
+  const Tensor* tensor = v->get<Tensor>();
+  return tensor && t.graph().isScalar(tensor->node);
+}
 
 PyObject* scalarType(Tracer& t, const ValuePtr& v) {
-  const char* n = Py_TYPE(t.graph().fake(v->node))->tp_name;
+  const char* n = Py_TYPE(t.graph().fake(v->as<Tensor>().node))->tp_name;
   if (strcmp(n, "SymFloat") == 0) return reinterpret_cast<PyObject*>(&PyFloat_Type);
   if (strcmp(n, "SymBool") == 0) return reinterpret_cast<PyObject*>(&PyBool_Type);
   return reinterpret_cast<PyObject*>(&PyLong_Type);
@@ -87,7 +90,7 @@ Result<ValuePtr> readTensorValue(Tracer& t, const ValuePtr& v, const char* how) 
   if (is("item")) return s;
   if (s->is(Kind::Constant)) {  // the fake tensor held a constant (torch.tensor(2.0) made in the trace)
     PyTypeObject* type = is("int") ? &PyLong_Type : is("float") ? &PyFloat_Type : &PyBool_Type;
-    Ref r = Ref::steal(PyObject_CallOneArg(reinterpret_cast<PyObject*>(type), s->obj.get()));
+    Ref r = Ref::steal(PyObject_CallOneArg(reinterpret_cast<PyObject*>(type), s->constant()));
     if (!r) return t.raisePython();
     return Value::constant(r.get());
   }
@@ -115,29 +118,37 @@ Result<ValuePtr> readTensorValue(Tracer& t, const ValuePtr& v, const char* how) 
 }
 
 Done Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
-  switch (v->kind) {
+  auto items = [&](graph::Arg::Kind k, const ValuePtr* begin, const ValuePtr* end) -> Done {
+    std::vector<graph::Arg> args(static_cast<size_t>(end - begin));
+    for (size_t i = 0; i < args.size(); ++i)
+      if (Done d = toArg(begin[i], &args[i]); !d) return d;
+    *out = graph::Arg::ofItems(k, std::move(args));
+    return {};
+  };
+  switch (v->kind()) {
     case Kind::Tensor:
-      *out = graph::Arg::ofNode(v->node);
+      *out = graph::Arg::ofNode(v->as<Tensor>().node);
       return {};
     case Kind::Constant:
-      *out = graph::Arg::ofConst(v->obj.get());
+      *out = graph::Arg::ofConst(v->constant());
       return {};
-    case Kind::Tuple:
-    case Kind::List:
+    case Kind::Tuple: {
+      const std::vector<ValuePtr>& t = v->as<Tuple>().items;
+      return items(graph::Arg::Kind::Tuple, t.data(), t.data() + t.size());
+    }
+    case Kind::List: {
+      const std::vector<ValuePtr>& l = v->as<List>().items;
+      return items(graph::Arg::Kind::List, l.data(), l.data() + l.size());
+    }
     case Kind::Slice: {
-      std::vector<graph::Arg> items(v->items.size());
-      for (size_t i = 0; i < v->items.size(); ++i)
-        if (Done d = toArg(v->items[i], &items[i]); !d) return d;
-      graph::Arg::Kind k = v->is(Kind::Tuple) ? graph::Arg::Kind::Tuple
-                           : v->is(Kind::List) ? graph::Arg::Kind::List
-                                               : graph::Arg::Kind::Slice;
-      *out = graph::Arg::ofItems(k, std::move(items));
-      return {};
+      const auto& parts = v->as<Slice>().parts;
+      return items(graph::Arg::Kind::Slice, parts.data(), parts.data() + parts.size());
     }
     case Kind::Null:
     case Kind::Iterator:
     case Kind::Callable:
-    case Kind::Method:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
     case Kind::Module:
     case Kind::PyModule:
     case Kind::Dict:
@@ -151,7 +162,7 @@ Done Tracer::toArg(const ValuePtr& v, graph::Arg* out) {
     case Kind::Partial:
       break;
   }
-  return fail(std::string("a ") + kindName(v->kind) + " cannot be passed to a graph operation");
+  return fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");
 }
 
 Result<ValuePtr> Tracer::recordCall(NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
@@ -163,7 +174,7 @@ Result<ValuePtr> Tracer::recordCall(NodeOp op, PyObject* target, const std::vect
   for (const auto& [k, v] : kwargs) {
     // out= writes into a tensor the trace holds as another value: the write would be a
     // node nothing reads (dropped) and later reads would see the old value.
-    if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !(v->is(Kind::Constant) && v->obj.get() == Py_None))
+    if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !v->isNone())
       return fail("a torch operation with out= is not supported yet");
     graph::Arg a;
     if (Done d = toArg(v, &a); !d) return d.stop();
@@ -212,7 +223,7 @@ Result<ValuePtr> Tracer::recordCall(NodeOp op, PyObject* target, const std::vect
     if (item < 0) return failFromPython("indexing a tuple result");
     items.push_back(Value::tensor(item));
   }
-  return Value::sequence(PyList_Check(fake) ? Kind::List : Kind::Tuple, std::move(items));
+  return PyList_Check(fake) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
 }
 
 Result<ValuePtr> Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) {
@@ -229,7 +240,7 @@ Result<ValuePtr> Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) 
     // A method that returns NotImplemented passes the turn to the next candidate.
     auto answered = [](const Result<ValuePtr>& r) {
       if (r.notHandled()) return false;
-      return !r || !((*r)->is(Kind::Constant) && (*r)->obj.get() == Py_NotImplemented);
+      return !r || (*r)->constant() != Py_NotImplemented;
     };
     auto tryDunder = [&](const ValuePtr& self, const std::string& dunder, const ValuePtr& other) -> Result<ValuePtr> {
       Ref method = internedName(dunder);
@@ -248,7 +259,7 @@ Result<ValuePtr> Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) 
   }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
-    Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->obj.get(), b->obj.get(), nullptr));
+    Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->constant(), b->constant(), nullptr));
     if (!r) return raisePython();
     if (!isConstantObject(r.get())) return fail("operator on constants returned a non-constant");
     return Value::constant(r.get());
@@ -265,21 +276,21 @@ Result<ValuePtr> Tracer::binaryOp(int op, const ValuePtr& a, const ValuePtr& b) 
   std::vector<ValuePtr> left, right;
   const int kAdd = 0, kMul = 5, kIAdd = 13, kIMul = 18;
   if ((op == kAdd || op == kIAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
-      (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind == b->kind)) {
+      (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
     if (op == kIAdd && a->is(Kind::List)) return fail("in-place list += is not supported yet");
     left.insert(left.end(), right.begin(), right.end());
     Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
     return Value::sequence(k, std::move(left));
   }
   if ((op == kMul || op == kIMul) && sequenceItems(a, &left) && b->is(Kind::Constant) &&
-      PyLong_CheckExact(b->obj.get()) && !a->is(Kind::Constant)) {
-    long n = PyLong_AsLong(b->obj.get());
+      PyLong_CheckExact(b->constant()) && !a->is(Kind::Constant)) {
+    long n = PyLong_AsLong(b->constant());
     std::vector<ValuePtr> out;
     for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
-    return Value::sequence(a->kind, std::move(out));
+    return Value::sequence(a->kind(), std::move(out));
   }
-  return fail(std::string("operator ") + kBinaryOps[op] + " on " + kindName(a->kind) + " and " +
-              kindName(b->kind) + " is not supported yet");
+  return fail(std::string("operator ") + kBinaryOps[op] + " on " + kindName(a->kind()) + " and " +
+              kindName(b->kind()) + " is not supported yet");
 }
 
 Result<ValuePtr> Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
@@ -302,11 +313,11 @@ Result<ValuePtr> Tracer::unaryOp(bytecode::Op op, const ValuePtr& a) {
   if (!fn) return failFromPython("operator lookup");
   if (a->is(Kind::Tensor)) return recordCall(NodeOp::CallFunction, fn, {a}, {});
   if (a->is(Kind::Constant)) {
-    Ref r = Ref::steal(PyObject_CallOneArg(fn, a->obj.get()));
+    Ref r = Ref::steal(PyObject_CallOneArg(fn, a->constant()));
     if (!r) return failFromPython(std::string("operator.") + name + " on a constant");
     return Value::constant(r.get());
   }
-  return fail(std::string("unary operator on a ") + kindName(a->kind) + " is not supported yet");
+  return fail(std::string("unary operator on a ") + kindName(a->kind()) + " is not supported yet");
 }
 
 Result<ValuePtr> Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b) {
@@ -317,7 +328,7 @@ Result<ValuePtr> Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b)
     // Python's rich comparison: a.__op__(b), then b.__reflected__(a), skipping
     // NotImplemented; != falls back to inverting ==; == and != finally to identity.
     static const char* const kReflected[] = {"gt", "ge", "eq", "ne", "lt", "le"};
-    auto isNotImplemented = [](const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get() == Py_NotImplemented; };
+    auto isNotImplemented = [](const ValuePtr& v) { return v->constant() == Py_NotImplemented; };
     auto tryDunder = [&](const ValuePtr& self, const char* cmp, const ValuePtr& other) -> Result<ValuePtr> {
       Ref method = internedName(std::string("__") + cmp + "__");
       if (!method) return failFromPython("a special method's name");
@@ -356,14 +367,14 @@ Result<ValuePtr> Tracer::compareOp(int op, const ValuePtr& a, const ValuePtr& b)
     if (!isConstantObject(r.get())) return fail("comparison returned a non-constant");
     return Value::constant(r.get());
   }
-  return fail(std::string("comparison of ") + kindName(a->kind) + " and " + kindName(b->kind) +
+  return fail(std::string("comparison of ") + kindName(a->kind()) + " and " + kindName(b->kind()) +
               " is not supported yet");
 }
 
 Done Tracer::moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out) {
   // nn.Sequential / ModuleList / ModuleDict hold their children in _modules; their
   // indexing, len and membership are answered from it, with its keys guarded.
-  PyObject** dictptr = _PyObject_GetDictPtr(m->obj.get());
+  PyObject** dictptr = _PyObject_GetDictPtr(m->as<Module>().obj.get());
   PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
   if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
   int mreg = load(guards::LoadKind::InstanceDict, m->reg, 0, interned(Str::underscore_modules),
@@ -383,7 +394,7 @@ Done Tracer::moduleContainerItems(const ValuePtr& m, std::vector<std::pair<Ref, 
 
 bool Tracer::isModuleContainer(const ValuePtr& m) {
   if (!m->is(Kind::Module)) return false;
-  for (PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(m->obj.get())); t;
+  for (PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(m->as<Module>().obj.get())); t;
        t = reinterpret_cast<PyObject*>(reinterpret_cast<PyTypeObject*>(t)->tp_base)) {
     const char* n = reinterpret_cast<PyTypeObject*>(t)->tp_name;
     if (strcmp(n, "Sequential") == 0 || strcmp(n, "ModuleList") == 0 || strcmp(n, "ModuleDict") == 0) return true;
@@ -396,15 +407,15 @@ Result<ValuePtr> Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
   if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(obj, &children); !d) return d.stop();
-    if (index->is(Kind::Constant) && PyUnicode_Check(index->obj.get())) {
+    if (index->constant() && PyUnicode_Check(index->constant())) {
       for (auto& [k, v] : children)
-        if (PyUnicode_Compare(k.get(), index->obj.get()) == 0) return v;
-      PyErr_SetObject(PyExc_KeyError, index->obj.get());
+        if (PyUnicode_Compare(k.get(), index->constant()) == 0) return v;
+      PyErr_SetObject(PyExc_KeyError, index->constant());
       return raisePython();
     }
     std::vector<ValuePtr> mods;
     for (auto& kv : children) mods.push_back(kv.second);
-    ValuePtr list = Value::sequence(Kind::List, std::move(mods));
+    ValuePtr list = Value::list(std::move(mods));
     return subscript(list, index);
   }
   if (isUserObject(obj)) {
@@ -417,15 +428,18 @@ Result<ValuePtr> Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
     if (!fn) return failFromPython("operator lookup");
     return recordCall(NodeOp::CallFunction, fn, {obj, index}, {});
   }
-  if ((obj->is(Kind::Tuple) || obj->is(Kind::List)) && index->is(Kind::Constant)) {
-    PyObject* i = index->obj.get();
-    Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
+  const bool sequence = obj->is(Kind::Tuple) || obj->is(Kind::List);
+  if (sequence && index->constant()) {
+    const std::vector<ValuePtr>& items = *obj->elements();
+    PyObject* i = index->constant();
+    Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
     if (PyLong_Check(i)) {
       Py_ssize_t k = PyLong_AsSsize_t(i);
       if (k == -1 && PyErr_Occurred()) return failFromPython("index");
       if (k < 0) k += n;
-      if (k < 0 || k >= n) return raiseNew(PyExc_IndexError, obj->is(Kind::List) ? "list index out of range" : "tuple index out of range");
-      return obj->items[static_cast<size_t>(k)];
+      if (k < 0 || k >= n)
+        return raiseNew(PyExc_IndexError, obj->is(Kind::List) ? "list index out of range" : "tuple index out of range");
+      return items[static_cast<size_t>(k)];
     }
   }
   if (obj->is(Kind::Dict)) {
@@ -433,115 +447,131 @@ Result<ValuePtr> Tracer::subscript(const ValuePtr& obj, const ValuePtr& index) {
     std::vector<std::pair<Ref, ValuePtr>> kwargs;
     return callContainerMethod(obj, interned(Str::dunder_getitem), args, kwargs);
   }
-  if ((obj->is(Kind::Tuple) || obj->is(Kind::List)) && index->is(Kind::Slice)) {
-    Ref parts[3];
-    for (int k = 0; k < 3; ++k) {
-      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants");
-      parts[k] = index->items[k]->obj.copy();
-    }
-    Ref slice = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+  if (sequence && index->is(Kind::Slice)) {
+    const std::vector<ValuePtr>& items = *obj->elements();
+    Result<Ref> slice = constantSlice(index->as<Slice>());
+    if (!slice) return slice.stop();
     Py_ssize_t start, stop, step, len;
-    if (!slice || PySlice_GetIndicesEx(slice.get(), static_cast<Py_ssize_t>(obj->items.size()), &start, &stop,
-                                       &step, &len) < 0)
+    if (!*slice ||
+        PySlice_GetIndicesEx(slice->get(), static_cast<Py_ssize_t>(items.size()), &start, &stop, &step, &len) < 0)
       return failFromPython("slicing a sequence");
     std::vector<ValuePtr> out;
-    for (Py_ssize_t k = 0, at = start; k < len; ++k, at += step) out.push_back(obj->items[static_cast<size_t>(at)]);
-    return Value::sequence(obj->kind, std::move(out));
+    for (Py_ssize_t k = 0, at = start; k < len; ++k, at += step) out.push_back(items[static_cast<size_t>(at)]);
+    return Value::sequence(obj->kind(), std::move(out));
   }
-  if (obj->is(Kind::Constant) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+  if (obj->constant() && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     graph::Arg idx;
     if (Done d = toArg(index, &idx); !d) return d.stop();
     Ref key;
-    if (index->is(Kind::Constant)) {
-      key = index->obj.copy();
+    if (index->constant()) {
+      key = Ref::borrow(index->constant());
     } else {
-      Ref parts[3];
-      for (int k = 0; k < 3; ++k) {
-        if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants");
-        parts[k] = index->items[k]->obj.copy();
-      }
-      key = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+      Result<Ref> slice = constantSlice(index->as<Slice>());
+      if (!slice) return slice.stop();
+      key = slice.take();
     }
-    Ref r = Ref::steal(key ? PyObject_GetItem(obj->obj.get(), key.get()) : nullptr);
+    Ref r = Ref::steal(key ? PyObject_GetItem(obj->constant(), key.get()) : nullptr);
     if (!r) return raisePython();
     if (!isConstantObject(r.get())) return fail("subscript of a constant returned a non-constant");
     return Value::constant(r.get());
   }
-  return fail(std::string("subscript of a ") + kindName(obj->kind) + " by a " + kindName(index->kind) +
+  return fail(std::string("subscript of a ") + kindName(obj->kind()) + " by a " + kindName(index->kind()) +
               " is not supported yet");
 }
 
 Result<ValuePtr> Tracer::getIter(const ValuePtr& obj) {
-  auto it = std::make_shared<Value>();
-  it->kind = Kind::Iterator;
-  if (obj->is(Kind::Iterator)) return obj;
-  if (isUserObject(obj)) {
-    Result<ValuePtr> r = callDunder(obj, interned(Str::dunder_iter), {});
-    if (r.notHandled()) return fail("object is not iterable (TypeError)");
-    if (!r) return r;
-    return getIter(*r);
-  }
-  if (obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Set)) {
-    it->items = obj->items;
-    return it;
-  }
-  if (obj->is(Kind::Dict)) {
-    for (const Ref& k : obj->keys) it->items.push_back(Value::constant(k.get()));
-    return it;
-  }
-  if (obj->is(Kind::Constant)) {
-    Ref iter = Ref::steal(PyObject_GetIter(obj->obj.get()));
-    if (!iter) return failFromPython("iterating a constant");
-    while (PyObject* item = PyIter_Next(iter.get())) {
-      Ref owned = Ref::steal(item);
-      if (!isConstantObject(item)) return fail("iterating a constant gave a non-constant");
-      it->items.push_back(Value::constant(item));
+  switch (obj->kind()) {
+    case Kind::Iterator:
+      return obj;
+    case Kind::Object:
+    case Kind::NewObject: {
+      Result<ValuePtr> r = callDunder(obj, interned(Str::dunder_iter), {});
+      if (r.notHandled()) return fail("object is not iterable (TypeError)");
+      if (!r) return r;
+      return getIter(*r);
     }
-    if (PyErr_Occurred()) return failFromPython("iterating a constant");
-    return it;
-  }
-  if (obj->is(Kind::Module)) {
-    // nn.Sequential and nn.ModuleList iterate over their submodules (_modules.values()).
-    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj->obj.get()));
-    Ref iter_fn = Ref::steal(PyObject_GetAttrString(type, "__iter__"));
-    Ref qualname = iter_fn ? Ref::steal(PyObject_GetAttrString(iter_fn.get(), "__qualname__")) : Ref();
-    PyErr_Clear();
-    const char* q = qualname && PyUnicode_Check(qualname.get()) ? PyUnicode_AsUTF8(qualname.get()) : "";
-    if (strcmp(q, "Sequential.__iter__") != 0 && strcmp(q, "ModuleList.__iter__") != 0)
-      return fail(std::string("iterating a module of type ") + Py_TYPE(obj->obj.get())->tp_name + " is not supported yet");
-    PyObject** dictptr = _PyObject_GetDictPtr(obj->obj.get());
-    PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
-    if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
-    int mreg = load(guards::LoadKind::InstanceDict, obj->reg, 0, interned(Str::underscore_modules),
-                    guards().sourceName(obj->reg) + "._modules");
-    guards().checkLength(mreg, PyDict_GET_SIZE(modules));
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(modules, &pos, &key, &value)) {
-      if (value == Py_None) continue;
-      int reg = load(guards::LoadKind::DictItem, mreg, 0, key,
-                     guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
-      Result<ValuePtr> m = wrap(value, reg);
-      if (!m) return m;
-      it->items.push_back(m.take());
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Set:
+      return Value::iterator(*obj->elements());
+    case Kind::Dict: {
+      std::vector<ValuePtr> keys;
+      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      return Value::iterator(std::move(keys));
     }
-    return it;
+    case Kind::Constant: {
+      Ref iter = Ref::steal(PyObject_GetIter(obj->constant()));
+      if (!iter) return failFromPython("iterating a constant");
+      std::vector<ValuePtr> items;
+      while (Ref item = Ref::steal(PyIter_Next(iter.get()))) {
+        if (!isConstantObject(item.get())) return fail("iterating a constant gave a non-constant");
+        items.push_back(Value::constant(item.get()));
+      }
+      if (PyErr_Occurred()) return failFromPython("iterating a constant");
+      return Value::iterator(std::move(items));
+    }
+    case Kind::Module:
+      return moduleIter(obj);
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Slice:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::PyModule:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
   }
-  return fail(std::string("iterating a ") + kindName(obj->kind) + " is not supported yet");
+  return fail(std::string("iterating a ") + kindName(obj->kind()) + " is not supported yet");
+}
+
+Result<ValuePtr> Tracer::moduleIter(const ValuePtr& obj) {
+  // nn.Sequential and nn.ModuleList iterate over their submodules (_modules.values()).
+  PyObject* m = obj->as<Module>().obj.get();
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m));
+  Ref iter_fn = Ref::steal(PyObject_GetAttrString(type, "__iter__"));
+  Ref qualname = iter_fn ? Ref::steal(PyObject_GetAttrString(iter_fn.get(), "__qualname__")) : Ref();
+  PyErr_Clear();
+  const char* q = qualname && PyUnicode_Check(qualname.get()) ? PyUnicode_AsUTF8(qualname.get()) : "";
+  if (strcmp(q, "Sequential.__iter__") != 0 && strcmp(q, "ModuleList.__iter__") != 0)
+    return fail(std::string("iterating a module of type ") + Py_TYPE(m)->tp_name + " is not supported yet");
+  PyObject** dictptr = _PyObject_GetDictPtr(m);
+  PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!modules || !PyDict_Check(modules)) return fail("module without _modules");
+  int mreg = load(guards::LoadKind::InstanceDict, obj->reg, 0, interned(Str::underscore_modules),
+                  guards().sourceName(obj->reg) + "._modules");
+  guards().checkLength(mreg, PyDict_GET_SIZE(modules));
+  std::vector<ValuePtr> items;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &key, &value)) {
+    if (value == Py_None) continue;
+    int reg =
+        load(guards::LoadKind::DictItem, mreg, 0, key, guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
+    Result<ValuePtr> child = wrap(value, reg);
+    if (!child) return child;
+    items.push_back(child.take());
+  }
+  return Value::iterator(std::move(items));
 }
 
 Result<bool> Tracer::truthValue(const ValuePtr& v) {
-  switch (v->kind) {
+  switch (v->kind()) {
     case Kind::Constant: {
-      int t = PyObject_IsTrue(v->obj.get());
+      int t = PyObject_IsTrue(v->constant());
       if (t < 0) return failFromPython("truth value of a constant");
       return t != 0;
     }
     case Kind::Tuple:
     case Kind::List:
-    case Kind::Dict:
     case Kind::Set:
-      return !v->items.empty();
+      return !v->elements()->empty();
+    case Kind::Dict:
+      return !v->as<Dict>().values.empty();
     case Kind::Function:
     case Kind::Cell:
     case Kind::Context:
@@ -566,10 +596,11 @@ Result<bool> Tracer::truthValue(const ValuePtr& v) {
       return fail("control flow depends on a tensor's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
-    case Kind::Method:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
       return true;
     case Kind::Module: {
-      int t = PyObject_IsTrue(v->obj.get());
+      int t = PyObject_IsTrue(v->real());
       if (t < 0) return failFromPython("truth value of a module");
       return t != 0;
     }
@@ -579,7 +610,7 @@ Result<bool> Tracer::truthValue(const ValuePtr& v) {
     case Kind::Iterator:
       break;
   }
-  return fail(std::string("truth value of a ") + kindName(v->kind));
+  return fail(std::string("truth value of a ") + kindName(v->kind()));
 }
 
 }  // namespace cdynamo::trace

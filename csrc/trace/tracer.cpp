@@ -103,23 +103,56 @@ void Tracer::setLocation(Unsupported* u) {
   u->user_stack = stack;
 }
 
+Done Tracer::buildOutputs(const std::vector<ValuePtr>& values, std::vector<runtime::OutputPlan>* out) {
+  out->resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    if (Done d = buildOutput(values[i], &(*out)[i]); !d) return d;
+  return {};
+}
+
 Done Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
-  using K = runtime::OutputPlan::Kind;
-  const bool container = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::Tuple);
-  if ((container || v->is(Kind::Iterator)) && v->reg >= 0) {
-    // A container or iterator read from the program is handed back as the object itself
-    // (its mutations, or what the trace consumed of it, are replayed on it as effects).
-    plan->kind = K::Register;
-    plan->index = v->reg;
+  namespace P = runtime::plan;
+  // A container or iterator read from the program is handed back as the object itself
+  // (its mutations, or what the trace consumed of it, are replayed on it as effects); one
+  // made in the trace is one object however often it is reachable (the memo).
+  bool container = false, made_once = false;
+  switch (v->kind()) {
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
+    case Kind::Tuple:
+    case Kind::Iterator:
+      container = true;
+      made_once = true;
+      break;
+    case Kind::NewObject:
+    case Kind::Cell:
+    case Kind::Function:
+      made_once = true;
+      break;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Slice:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Object:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
+  }
+  if (container && v->reg >= 0) {
+    *plan = P::Register{v->reg};
     return {};
   }
-  if (v->reg < 0 && (container || v->is(Kind::NewObject) || v->is(Kind::Iterator) || v->is(Kind::Cell) ||
-                     v->is(Kind::Function))) {
-    // A mutable value made in the trace is one object however often it is reachable.
+  if (made_once && v->reg < 0) {
     auto it = memo_slot_.find(v.get());
     if (it != memo_slot_.end()) {
-      plan->kind = K::Memo;
-      plan->index = it->second.first;
+      *plan = P::Memo{it->second.first};
       return {};
     }
     if (!v->is(Kind::Tuple)) {
@@ -127,141 +160,157 @@ Done Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
       memo_slot_.emplace(v.get(), std::make_pair(plan->memo, v));
     }
   }
-  auto items = [&](const std::vector<ValuePtr>& values) -> Done {
-    plan->items.resize(values.size());
-    for (size_t i = 0; i < values.size(); ++i)
-      if (Done d = buildOutput(values[i], &plan->items[i]); !d) return d;
-    return {};
-  };
-  switch (v->kind) {
+  switch (v->kind()) {
     case Kind::Tensor: {
-      auto in = input_reg_of_node_.find(v->node);
+      const int node = v->as<Tensor>().node;
+      auto in = input_reg_of_node_.find(node);
       if (in != input_reg_of_node_.end()) {
         // An input returned as is: hand back the very same object, as eager does.
-        plan->kind = K::Register;
-        plan->index = in->second;
+        plan->step = P::Register{in->second};
         return {};
       }
-      plan->kind = K::GraphOutput;
       for (size_t i = 0; i < outputs_.size(); ++i)
-        if (outputs_[i] == v->node) {
-          plan->index = static_cast<int>(i);
+        if (outputs_[i] == node) {
+          plan->step = P::GraphOutput{static_cast<int>(i)};
           return {};
         }
-      outputs_.push_back(v->node);
-      plan->index = static_cast<int>(outputs_.size() - 1);
+      outputs_.push_back(node);
+      plan->step = P::GraphOutput{static_cast<int>(outputs_.size() - 1)};
       return {};
     }
     case Kind::Constant:
-      plan->kind = K::Constant;
-      plan->constant = v->obj.copy();
+      plan->step = P::Constant{v->as<Constant>().obj.copy()};
       return {};
-    case Kind::Tuple:
-    case Kind::List:
-      plan->kind = v->is(Kind::Tuple) ? K::Tuple : K::List;
-      if (v->obj) plan->constant = v->obj.copy();  // a namedtuple class, or deque
-      plan->ctor_arg = v->ctor_arg.copy();
-      return items(v->items);
-    case Kind::Dict:
-    case Kind::Set:
-      plan->kind = v->is(Kind::Dict) ? K::Dict : K::Set;
-      plan->constant = v->obj.copy();
-      plan->ctor_arg = v->ctor_arg.copy();
-      for (const Ref& k : v->keys) plan->keys.push_back(k.copy());
-      return items(v->items);
+    case Kind::Tuple: {
+      const Tuple& t = v->as<Tuple>();
+      std::vector<runtime::OutputPlan> items;
+      if (Done d = buildOutputs(t.items, &items); !d) return d;
+      if (t.namedtuple)
+        plan->step = P::NamedTuple{t.namedtuple.copy(), std::move(items)};
+      else
+        plan->step = P::Tuple{std::move(items)};
+      return {};
+    }
+    case Kind::List: {
+      const List& l = v->as<List>();
+      std::vector<runtime::OutputPlan> items;
+      if (Done d = buildOutputs(l.items, &items); !d) return d;
+      if (l.deque)
+        plan->step = P::Deque{l.deque.copy(), l.maxlen.copy(), std::move(items)};
+      else
+        plan->step = P::List{std::move(items)};
+      return {};
+    }
+    case Kind::Dict: {
+      const Dict& d = v->as<Dict>();
+      P::Dict out{d.type.copy(), d.default_factory.copy(), {}, {}};
+      for (const Ref& k : d.keys) out.keys.push_back(k.copy());
+      if (Done done = buildOutputs(d.values, &out.values); !done) return done;
+      plan->step = std::move(out);
+      return {};
+    }
+    case Kind::Set: {
+      std::vector<runtime::OutputPlan> items;
+      if (Done d = buildOutputs(v->as<Set>().items, &items); !d) return d;
+      plan->step = P::Set{std::move(items)};
+      return {};
+    }
     case Kind::Module:
     case Kind::Callable:
     case Kind::PyModule:
     case Kind::Object:
       if (v->reg >= 0) {
-        plan->kind = K::Register;
-        plan->index = v->reg;
+        plan->step = P::Register{v->reg};
         return {};
       }
       if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
-        plan->kind = K::Constant;
-        plan->constant = v->obj.copy();
+        plan->step = P::Constant{Ref::borrow(v->real())};
         return {};
       }
       break;
-    case Kind::NewObject:
-      plan->kind = K::NewObject;
-      plan->constant = v->obj.copy();
-      plan->items.resize(1);
-      return buildOutput(v->items[0], &plan->items[0]);
-    case Kind::Slice:
+    case Kind::NewObject: {
+      const NewObject& o = v->as<NewObject>();
+      auto attrs = std::make_unique<runtime::OutputPlan>();
+      if (Done d = buildOutput(o.attrs, attrs.get()); !d) return d;
+      plan->step = P::NewObject{o.cls.copy(), std::move(attrs)};
+      return {};
+    }
+    case Kind::Slice: {
+      // slice(start, stop, step)
+      const Slice& sl = v->as<Slice>();
+      std::vector<runtime::OutputPlan> parts;
+      if (Done d = buildOutputs({sl.parts.begin(), sl.parts.end()}, &parts); !d) return d;
+      plan->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PySlice_Type)), std::move(parts)};
+      return {};
+    }
     case Kind::Iterator: {
+      // iter() over the items it has left.
       if (Done d = usableIterator(v.get()); !d) return d;
-      // slice(start, stop, step); an iterator becomes iter() over the items it has left.
-      plan->kind = K::Call;
-      if (v->is(Kind::Slice)) {
-        plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PySlice_Type));
-        return items(v->items);
-      }
+      const Iterator& it = v->as<Iterator>();
       PyObject* iter = lookup(Obj::builtins_iter);
       if (!iter) return failFromPython("builtins.iter");
-      plan->constant = Ref::borrow(iter);
-      std::vector<ValuePtr> rest(v->items.begin() + static_cast<std::ptrdiff_t>(std::min(v->pos, v->items.size())), v->items.end());
-      plan->items.resize(1);
-      return buildOutput(Value::sequence(Kind::Tuple, std::move(rest)), &plan->items[0]);
+      std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
+                                 it.items.end());
+      std::vector<runtime::OutputPlan> args(1);
+      if (Done d = buildOutput(Value::tuple(std::move(rest)), &args[0]); !d) return d;
+      plan->step = P::Call{Ref::borrow(iter), std::move(args)};
+      return {};
     }
-    case Kind::Method: {
-      const ValuePtr& receiver = v->items[0];
-      if (receiver->is(Kind::Context) && !v->obj && PyUnicode_CompareWithASCIIString(v->name.get(), "__exit__") == 0)
-        return buildContextExit(receiver, plan);
-      plan->kind = K::Call;
-      plan->items.resize(2);
-      if (v->obj) {  // types.MethodType(function, receiver)
-        plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyMethod_Type));
-        plan->items[0].kind = K::Constant;
-        plan->items[0].constant = v->obj.copy();
-        return buildOutput(receiver, &plan->items[1]);
-      }
+    case Kind::BoundMethod: {  // types.MethodType(function, receiver)
+      const BoundMethod& m = v->as<BoundMethod>();
+      std::vector<runtime::OutputPlan> args(2);
+      args[0] = runtime::OutputPlan::constant(m.function.get());
+      if (Done d = buildOutput(m.self, &args[1]); !d) return d;
+      plan->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PyMethod_Type)), std::move(args)};
+      return {};
+    }
+    case Kind::NamedMethod: {  // getattr(receiver, name)
+      const NamedMethod& m = v->as<NamedMethod>();
+      if (m.self->is(Kind::Context) && PyUnicode_CompareWithASCIIString(m.name.get(), "__exit__") == 0)
+        return buildContextExit(m.self, plan);
       PyObject* getattr = lookup(Obj::builtins_getattr);
       if (!getattr) return failFromPython("builtins.getattr");
-      plan->constant = Ref::borrow(getattr);
-      plan->items[1].kind = K::Constant;
-      plan->items[1].constant = v->name.copy();
-      return buildOutput(receiver, &plan->items[0]);
-    }
-    case Kind::Cell:
-      // A cell made in the trace (a local captured by an inner function).
-      if (v->obj) break;  // a cell of an enclosing function: not rebuilt (yet)
-      plan->kind = K::Call;
-      plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyCell_Type));
-      if (!v->items.empty()) {
-        plan->items.resize(1);
-        return buildOutput(v->items[0], &plan->items[0]);
-      }
+      std::vector<runtime::OutputPlan> args(2);
+      if (Done d = buildOutput(m.self, &args[0]); !d) return d;
+      args[1] = runtime::OutputPlan::constant(m.name.get());
+      plan->step = P::Call{Ref::borrow(getattr), std::move(args)};
       return {};
+    }
+    case Kind::Cell: {
+      // A cell made in the trace (a local captured by an inner function).
+      const Cell& c = v->as<Cell>();
+      if (c.outer) break;  // a cell of an enclosing function: not rebuilt (yet)
+      std::vector<runtime::OutputPlan> args;
+      if (c.contents) {
+        args.resize(1);
+        if (Done d = buildOutput(c.contents, &args[0]); !d) return d;
+      }
+      plan->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PyCell_Type)), std::move(args)};
+      return {};
+    }
     case Kind::Function: {
       // A function made in the trace: cdynamo._resume.make_function(code, globals,
       // qualname, defaults, kwdefaults, closure, attrs), its cells shared through the memo.
-      const FunctionParts& fp = *v->fn;
+      const Function& fp = v->as<Function>();
       PyObject* helper = lookup(Obj::cdynamo_resume_make_function);
       if (!helper) return failFromPython("cdynamo._resume.make_function");
-      plan->kind = K::Call;
-      plan->constant = Ref::borrow(helper);
-      plan->items.resize(7);
-      auto constant = [&](size_t i, PyObject* o) {
-        plan->items[i].kind = K::Constant;
-        plan->items[i].constant = Ref::borrow(o ? o : Py_None);
-      };
+      std::vector<runtime::OutputPlan> args(7);
       auto optional = [&](size_t i, const ValuePtr& part) -> Done {
-        if (part) return buildOutput(part, &plan->items[i]);
-        constant(i, nullptr);
+        if (part) return buildOutput(part, &args[i]);
+        args[i] = runtime::OutputPlan::constant(Py_None);
         return {};
       };
-      constant(0, fp.code.get());
-      constant(1, fp.globals.get());
-      constant(2, fp.qualname.get());
+      args[0] = runtime::OutputPlan::constant(fp.code.get());
+      args[1] = runtime::OutputPlan::constant(fp.globals.get());
+      args[2] = runtime::OutputPlan::constant(fp.qualname.get());
       if (Done d = optional(3, fp.defaults); !d) return d;
       if (Done d = optional(4, fp.kwdefaults); !d) return d;
-      plan->items[5].kind = K::Tuple;
-      plan->items[5].items.resize(fp.closure.size());
-      for (size_t i = 0; i < fp.closure.size(); ++i)
-        if (Done d = buildOutput(fp.closure[i], &plan->items[5].items[i]); !d) return d;
-      return optional(6, fp.attrs);
+      std::vector<runtime::OutputPlan> cells;
+      if (Done d = buildOutputs(fp.closure, &cells); !d) return d;
+      args[5] = P::Tuple{std::move(cells)};
+      if (Done d = optional(6, fp.attrs); !d) return d;
+      plan->step = P::Call{Ref::borrow(helper), std::move(args)};
+      return {};
     }
     case Kind::Null:
     case Kind::Context:
@@ -269,15 +318,16 @@ Done Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
     case Kind::Partial:
       break;
   }
-  return fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");
+  return fail(std::string("returning a ") + kindName(v->kind()) + " is not supported yet");
 }
 
 Result<bool> Tracer::sameTensorObject(const ValuePtr& a, const ValuePtr& b) {
-  if (a->node == b->node) return true;
-  auto ia = example_of_node_.find(a->node), ib = example_of_node_.find(b->node);
+  const int na = a->as<Tensor>().node, nb = b->as<Tensor>().node;
+  if (na == nb) return true;
+  auto ia = example_of_node_.find(na), ib = example_of_node_.find(nb);
   if (ia == example_of_node_.end() || ib == example_of_node_.end()) return false;  // a computed tensor is new
   bool same = ia->second.get() == ib->second.get();
-  guards().checkAliasing(input_reg_of_node_.at(a->node), input_reg_of_node_.at(b->node), same);
+  guards().checkAliasing(input_reg_of_node_.at(na), input_reg_of_node_.at(nb), same);
   return same;
 }
 
@@ -293,7 +343,7 @@ Done Tracer::noteContainerMutation(const ValuePtr& c) {
   ++mutations_;
   if (c->reg < 0) return {};  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set))
-    return fail(std::string("mutating a ") + kindName(c->kind) + " from outside the trace is not supported yet");
+    return fail(std::string("mutating a ") + kindName(c->kind()) + " from outside the trace is not supported yet");
   for (const PendingEffect& e : effects_)
     if (e.kind == PendingEffect::Kind::Container && e.value == c) return {};
   return recordEffect({PendingEffect::Kind::Container, c->reg, Ref(), c});
@@ -312,42 +362,44 @@ void Tracer::setOverlayAttr(int reg, PyObject* name, ValuePtr value) {
 }
 
 Done Tracer::buildEffects() {
-  using K = runtime::SideEffect::Kind;
+  using E = runtime::SideEffect;
   for (const InputIterator& in : input_iterators_) {
-    const ValuePtr& it = in.value;
-    if (it->pos == 0) continue;
-    runtime::SideEffect out;
-    out.kind = K::Advance;
-    out.reg = it->reg;
-    out.value.kind = runtime::OutputPlan::Kind::Constant;
-    out.value.constant = Ref::steal(PyLong_FromSize_t(std::min(it->pos, it->items.size())));
-    if (!out.value.constant) return failFromPython("an iterator's advance count");
-    entry_->effects.push_back(std::move(out));
+    const Iterator& it = in.value->as<Iterator>();
+    if (it.pos == 0) continue;
+    entry_->effects.push_back(E{in.value->reg, E::Advance{static_cast<Py_ssize_t>(std::min(it.pos, it.items.size()))}});
   }
   for (const PendingEffect& e : effects_) {
-    runtime::SideEffect out;
-    out.reg = e.reg;
-    out.name = e.name.copy();
-    switch (e.kind) {
-      case PendingEffect::Kind::SetAttr: out.kind = K::SetAttr; break;
-      case PendingEffect::Kind::SetItem: out.kind = K::SetItem; break;
-      case PendingEffect::Kind::SetCell: out.kind = K::SetCell; break;
-      case PendingEffect::Kind::Container:
-        out.kind = e.value->is(Kind::List) ? K::ReplaceList : e.value->is(Kind::Set) ? K::ReplaceSet : K::ReplaceDict;
-        break;
-    }
+    runtime::OutputPlan value;
     if (e.kind == PendingEffect::Kind::Container) {
-      // The container's final contents, as a fresh list/dict to copy from.
-      ValuePtr copy = e.value->is(Kind::List) || e.value->is(Kind::Set) ? Value::sequence(e.value->kind, e.value->items)
-                                                                          : nullptr;
-      if (!copy) {
+      // The container's final contents, as a fresh list/set/dict to copy from.
+      ValuePtr copy;
+      if (const List* l = e.value->get<List>()) {
+        copy = Value::list(l->items);
+      } else if (const Set* st = e.value->get<Set>()) {
+        copy = Value::set(st->items);
+      } else {
+        const Dict& d = e.value->as<Dict>();
         std::vector<Ref> keys;
-        for (const Ref& k : e.value->keys) keys.push_back(k.copy());
-        copy = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), e.value->items);
+        for (const Ref& k : d.keys) keys.push_back(k.copy());
+        copy = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), d.values);
       }
-      if (Done d = buildOutput(copy, &out.value); !d) return d;
-    } else if (Done d = buildOutput(e.value, &out.value); !d) {
+      if (Done d = buildOutput(copy, &value); !d) return d;
+    } else if (Done d = buildOutput(e.value, &value); !d) {
       return d;
+    }
+    E out{e.reg, E::SetCell{}};
+    switch (e.kind) {
+      case PendingEffect::Kind::SetAttr: out.what = E::SetAttr{e.name.copy(), std::move(value)}; break;
+      case PendingEffect::Kind::SetItem: out.what = E::SetItem{e.name.copy(), std::move(value)}; break;
+      case PendingEffect::Kind::SetCell: out.what = E::SetCell{std::move(value)}; break;
+      case PendingEffect::Kind::Container:
+        if (e.value->is(Kind::List))
+          out.what = E::ReplaceList{std::move(value)};
+        else if (e.value->is(Kind::Set))
+          out.what = E::ReplaceSet{std::move(value)};
+        else
+          out.what = E::ReplaceDict{std::move(value)};
+        break;
     }
     entry_->effects.push_back(std::move(out));
   }
@@ -357,8 +409,27 @@ Done Tracer::buildEffects() {
 namespace {
 
 void registersIn(const runtime::OutputPlan& p, std::unordered_set<int>* out) {
-  if (p.kind == runtime::OutputPlan::Kind::Register) out->insert(p.index);
-  for (const runtime::OutputPlan& item : p.items) registersIn(item, out);
+  namespace P = runtime::plan;
+  auto all = [&](const std::vector<runtime::OutputPlan>& items) {
+    for (const runtime::OutputPlan& item : items) registersIn(item, out);
+  };
+  struct {
+    std::unordered_set<int>* out;
+    decltype(all)& items;
+    void operator()(const P::Register& r) const { out->insert(r.reg); }
+    void operator()(const P::GraphOutput&) const {}
+    void operator()(const P::Constant&) const {}
+    void operator()(const P::Memo&) const {}
+    void operator()(const P::Tuple& t) const { items(t.items); }
+    void operator()(const P::NamedTuple& t) const { items(t.items); }
+    void operator()(const P::List& l) const { items(l.items); }
+    void operator()(const P::Deque& d) const { items(d.items); }
+    void operator()(const P::Dict& d) const { items(d.values); }
+    void operator()(const P::Set& s) const { items(s.items); }
+    void operator()(const P::NewObject& n) const { registersIn(*n.attrs, out); }
+    void operator()(const P::Call& c) const { items(c.args); }
+  } visitor{out, all};
+  std::visit(visitor, p.step);
 }
 
 }  // namespace
@@ -370,13 +441,14 @@ void Tracer::guardInputIterators() {
   registersIn(entry_->output, &read);
   for (const runtime::SideEffect& e : entry_->effects) {
     read.insert(e.reg);
-    registersIn(e.value, &read);
+    if (const runtime::OutputPlan* stored = runtime::storedValue(e)) registersIn(*stored, &read);
   }
   for (const InputIterator& in : input_iterators_) {
     const ValuePtr& it = in.value;
-    const size_t taken = std::min(it->pos, in.item_regs.size());
+    const Iterator& iter = it->as<Iterator>();
+    const size_t taken = std::min(iter.pos, in.item_regs.size());
     std::vector<int> untaken(in.item_regs.begin() + static_cast<std::ptrdiff_t>(taken), in.item_regs.end());
-    bool unread = !it->ended;
+    bool unread = !iter.ended;
     std::vector<int> under = guards().registersUnder(untaken);
     std::unordered_set<int> under_set(under.begin(), under.end());
     std::unordered_set<const Value*> under_values;

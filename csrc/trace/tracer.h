@@ -149,6 +149,8 @@ class Tracer {
   Result<ValuePtr> compareOp(int op, const ValuePtr& a, const ValuePtr& b);
   Result<ValuePtr> subscript(const ValuePtr& obj, const ValuePtr& index);
   Result<ValuePtr> getIter(const ValuePtr& obj);
+  // iter() of nn.Sequential / nn.ModuleList: their children, guarded.
+  Result<ValuePtr> moduleIter(const ValuePtr& module);
   // Python truth value of a value known at trace time.
   Result<bool> truthValue(const ValuePtr& v);
 
@@ -157,6 +159,9 @@ class Tracer {
   Result<ValuePtr> callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
                                        std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   Done storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+  // The real slice of a Slice of constants (Unsupported otherwise; null with an error set
+  // if making it failed).
+  Result<Ref> constantSlice(const Slice& slice);
   // functions.cpp: closures, functions made in the trace, star-calls.
   Done runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins);
   Result<ValuePtr> inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
@@ -229,6 +234,18 @@ class Tracer {
   Done toArg(const ValuePtr& v, graph::Arg* out);
 
  private:
+  // containers.cpp: the methods of each container kind; NotHandled for a name it does not have.
+  Result<ValuePtr> namedTupleMethod(const ValuePtr& self, const char* name,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> dequeMethod(const ValuePtr& self, const char* name, std::vector<ValuePtr>& args);
+  Result<ValuePtr> sequenceMethod(const ValuePtr& self, const char* name, std::vector<ValuePtr>& args,
+                                  std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> sortConstants(std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> dictMethod(const ValuePtr& self, const char* name, std::vector<ValuePtr>& args,
+                              std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> dictUpdate(const ValuePtr& self, std::vector<ValuePtr>& args,
+                              std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> setMethod(const ValuePtr& self, const char* name, std::vector<ValuePtr>& args);
   Result<ValuePtr> inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
                                   std::vector<std::pair<Ref, ValuePtr>> kwargs);
   Result<ValuePtr> callModule(const ValuePtr& module, std::vector<ValuePtr> args,
@@ -238,6 +255,7 @@ class Tracer {
   // bound at entry.
   Result<ValuePtr> loadRootLocal(SymbolicFrame& f, int index);
   Done buildOutput(const ValuePtr& v, runtime::OutputPlan* plan);
+  Done buildOutputs(const std::vector<ValuePtr>& values, std::vector<runtime::OutputPlan>* out);
   Done compileGraph();
   void setLocation(Unsupported* u);
   // graph_break.cpp: turns the state at the break target into the entry's break plan

@@ -1,9 +1,13 @@
-"""Special methods of user objects that raise, caught inside the traced frame.
+"""Special methods of user objects that raise, caught inside the traced frame; attributes
+of values that have none to model.
 
 Before the tracer's one failure protocol (trace/result.h), a traced special method that
-raised came back as a null value that some callers took for a result: `in`, `for` and
-`len()` over such an object crashed the interpreter. Each case raises in the method and
-catches the exception in the compiled function; the frame is captured whole."""
+raised came back as a null value that some callers took for a result: `in` and `for` over
+such an object crashed the interpreter. Each case raises in the method and catches the
+exception in the compiled function; the frame is captured whole. Before typed values
+(trace/values/value.h), an attribute of a method, an iterator or a slice was read as a
+function's attribute from a payload those kinds do not have (a crash): now such a read
+stops the trace there (a graph break) and runs natively."""
 import pytest
 import torch
 
@@ -116,6 +120,19 @@ def enter_raises(x):
     except RuntimeError:
         x = x + 1
     return x
+
+
+@case(T4, expect_graphs=None)
+def attribute_of_a_method(x):
+    m = x.relu
+    return m.__name__, x + 1
+
+
+@case(T4, expect_graphs=None)
+def attribute_of_an_iterator(x):
+    it = iter([x, x])
+    n = it.__length_hint__()
+    return n, next(it) + 1
 
 
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
