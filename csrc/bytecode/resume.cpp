@@ -336,8 +336,7 @@ std::vector<std::vector<bool>> computeLiveness(PyCodeObject* co) {
   std::vector<std::vector<int>> succ(n);
   for (size_t i = 0; i < n; ++i) {
     Op op = ins[i].op;
-    bool falls = op != Op::RETURN_VALUE && op != Op::RAISE_VARARGS && op != Op::RERAISE &&
-                 op != Op::JUMP_FORWARD && op != Op::JUMP_BACKWARD && op != Op::JUMP_BACKWARD_NO_INTERRUPT;
+    bool falls = !neverFallsThrough(op);
     if (falls && i + 1 < n) succ[i].push_back(static_cast<int>(i + 1));
     if (opHasFlag(static_cast<int>(op), 'J')) {
       int t = indexAtOffset(ins, ins[i].jumpTarget());

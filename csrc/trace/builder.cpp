@@ -6,6 +6,7 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -69,7 +70,43 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     v = Value::constant(obj, reg);
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
     v = Value::object(obj, reg);  // an exception object reached from one made in the trace
-  } else if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
+  } else if (Result<ValuePtr> c = wrapContainer(obj, reg); !c.notHandled()) {
+    if (!c) return c;
+    v = c.take();
+  } else if (Result<ValuePtr> f = wrapCallable(obj, reg); !f.notHandled()) {
+    if (!f) return f;
+    v = f.take();
+  } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
+    // An instance of a user class: its class is guarded; attributes are read (and
+    // guarded) when the trace reads them.
+    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
+    v = Value::object(obj, reg);
+  } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
+    // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
+    // opaque, guarded by type, its attributes read like a user object's. What the trace
+    // cannot model about it stops the trace where it is used, not where it is read (a
+    // resume function that only carries it along is still captured).
+    guards().checkType(reg, Py_TYPE(obj));
+    v = Value::object(obj, reg);
+  } else {
+    return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
+  }
+  if (reg >= 0) wrapped_[reg] = v;
+  if (mutable_object && reg >= 0 && v) {
+    // ... and two distinct objects of one type stay distinct (an entry traced with two
+    // lists must not run for one list passed twice).
+    for (const auto& [other, value] : wrapped_objects_)
+      if (Py_TYPE(other) == Py_TYPE(obj) && value->reg >= 0) guards().checkAliasing(value->reg, reg, false);
+    wrapped_objects_.emplace(obj, v);
+  }
+  return v;
+}
+
+// Lists, tuples (named too), dicts, sets and tuple iterators read from the program;
+// NotHandled for other objects.
+Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
+  ValuePtr v;
+  if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
              PyList_CheckExact(obj)) {
     bool tuple = PyTuple_Check(obj);
     if (reg >= 0) {
@@ -143,9 +180,10 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     // interrupted (the break's output plan rebuilds the loop's iterator as iter(tuple)).
     // Modeled as an Iterator over the items it has left, guarded by its type, their number
     // and each item as it is used; what the trace consumes is replayed on the real
-    // iterator (an Advance effect, buildEffects), which the outputs hand back as itself.
+    // iterator (an Advance effect, Iterators::appendAdvances), which the outputs hand back
+    // as itself.
     // Its length and the items it has left past those taken are guarded only as far as
-    // the trace depended on them (guardInputIterators, once the entry is complete).
+    // the trace depended on them (Iterators::guardInputs, once the entry is complete).
     guards().checkType(reg, Py_TYPE(obj));
     int rest_reg = load(LoadKind::IterRemaining, reg, 0, nullptr, guards().sourceName(reg) + ".<items left>");
     Ref rest = guards::iterRemaining(obj);
@@ -162,8 +200,18 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       item_regs.push_back(item_reg);
     }
     v = Value::iterator(std::move(items), reg);
-    input_iterators_.push_back(InputIterator{v, rest_reg, std::move(item_regs)});
-  } else if (isModule(obj)) {
+    iterators_.addInput(v, rest_reg, std::move(item_regs));
+  } else {
+    return notHandled();
+  }
+  return v;
+}
+
+// nn.Modules, Python modules, bound methods and callables read from the program;
+// NotHandled for other objects.
+Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
+  ValuePtr v;
+  if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
     // Like TorchDynamo with inline_inbuilt_nn_modules: the module's class is guarded, not
     // its identity. Everything the trace reads through it (submodules, parameters,
@@ -185,7 +233,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       self_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_self), guards().sourceName(reg) + ".__self__");
       func_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_func), guards().sourceName(reg) + ".__func__");
     }
-    Result<ValuePtr> exit = wrapContextExit(self, func, self_reg);
+    Result<ValuePtr> exit = contexts_.wrapExit(self, func, self_reg);
     if (!exit && !exit.notHandled()) return exit;
     if (exit) {
       v = exit.take();
@@ -233,28 +281,8 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::callable(obj, reg);
-  } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
-    // An instance of a user class: its class is guarded; attributes are read (and
-    // guarded) when the trace reads them.
-    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(obj, reg);
-  } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
-    // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
-    // opaque, guarded by type, its attributes read like a user object's. What the trace
-    // cannot model about it stops the trace where it is used, not where it is read (a
-    // resume function that only carries it along is still captured).
-    guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(obj, reg);
   } else {
-    return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
-  }
-  if (reg >= 0) wrapped_[reg] = v;
-  if (mutable_object && reg >= 0 && v) {
-    // ... and two distinct objects of one type stay distinct (an entry traced with two
-    // lists must not run for one list passed twice).
-    for (const auto& [other, value] : wrapped_objects_)
-      if (Py_TYPE(other) == Py_TYPE(obj) && value->reg >= 0) guards().checkAliasing(value->reg, reg, false);
-    wrapped_objects_.emplace(obj, v);
+    return notHandled();
   }
   return v;
 }
@@ -274,9 +302,9 @@ Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
 }
 
 Result<ValuePtr> Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
-  if (!attr_overlay_.empty()) {  // a global stored earlier in the trace
+  if (effects_.anyAttrOverlay()) {  // a global stored earlier in the trace
     int reg = load(LoadKind::Constant, -1, 0, f.globals.get(), "globals");
-    if (ValuePtr v = overlayAttr(reg, name)) return v;
+    if (ValuePtr v = effects_.overlayAttr(reg, name)) return v;
   }
   PyObject* obj = PyDict_GetItemWithError(f.globals.get(), name);
   if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins.get(), name);

@@ -5,6 +5,7 @@
 // for real, so the user sees exactly CPython's behaviour.
 #include <string>
 
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -37,7 +38,7 @@ Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   return raiseValue(Value::object(exc.get()));
 }
 
-Result<ValuePtr> Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
+Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& args) {
   // The instance is made by C code (BaseException.__new__); a Python __init__ is then
   // traced on it like any method. A Python __new__ would run outside the trace: refused.
   PyObject* init = nullptr;
@@ -45,30 +46,30 @@ Result<ValuePtr> Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& arg
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
     PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
     PyObject* n = dict ? PyDict_GetItemString(dict, "__new__") : nullptr;
-    if (n && PyFunction_Check(n)) return fail("an exception class with a Python __new__ is not supported yet");
+    if (n && PyFunction_Check(n)) return t.fail("an exception class with a Python __new__ is not supported yet");
     PyObject* f = dict ? PyDict_GetItemString(dict, "__init__") : nullptr;
     if (f && !init) init = f;
   }
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-  if (!pargs) return failFromPython("making an exception");
+  if (!pargs) return t.failFromPython("making an exception");
   for (size_t i = 0; i < args.size(); ++i) {
-    Ref p = toPython(args[i]);
-    if (!p) return fail("exception arguments must be constants");
+    Ref p = toPython(t, args[i]);
+    if (!p) return t.fail("exception arguments must be constants");
     PyTuple_SET_ITEM(pargs.get(), i, p.release());
   }
   bool python_init = init && PyFunction_Check(init);
   Ref exc = Ref::steal(python_init ? reinterpret_cast<PyTypeObject*>(cls)->tp_new(reinterpret_cast<PyTypeObject*>(cls),
                                                                                   pargs.get(), nullptr)
                                    : PyObject_Call(cls, pargs.get(), nullptr));
-  if (!exc) return failFromPython("making an exception");
+  if (!exc) return t.failFromPython("making an exception");
   ValuePtr v = Value::of(Object{exc.copy(), true});
   if (python_init) {
     std::vector<ValuePtr> init_args{v};
     init_args.insert(init_args.end(), args.begin(), args.end());
-    Result<ValuePtr> r = inlineFunction(init, -1, std::move(init_args), {});
+    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(init_args), {});
     if (!r) return r;
     if (!(*r)->isNone())
-      return fail("__init__() should return None (TypeError)");
+      return t.fail("__init__() should return None (TypeError)");
   }
   return v;
 }

@@ -121,9 +121,72 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
 
 }  // namespace
 
+Done Tracer::breakArguments(SymbolicFrame& f, PyCodeObject* orig, bool in_resume_code, bytecode::FrameLayout* at,
+                            std::vector<runtime::OutputPlan>* items, int* ncells) {
+  // Locals: every co_varnames entry of the original, bound or not.
+  const int nvar = orig->co_nlocals;
+  at->unbound.assign(static_cast<size_t>(nvar), false);
+  const std::vector<int> cells = bytecode::cellSlots(orig);
+  auto isCell = [&](int i) {
+    for (int c : cells)
+      if (c == i) return true;
+    return false;
+  };
+  // Dead locals (never read again before written) are not passed on: they would only be
+  // guarded (a float from time.time() in a dead local would recompile every call).
+  const std::vector<bool> live = bytecode::liveLocals(orig, at->index);
+  for (int i = 0; i < nvar; ++i) {
+    if (!live[static_cast<size_t>(i)] && !isCell(i)) {
+      at->unbound[static_cast<size_t>(i)] = true;
+      items->push_back(runtime::OutputPlan::constant(Py_None));
+      continue;
+    }
+    if (isCell(i)) {  // an argument captured by an inner function: it travels as a cell
+      items->push_back(runtime::OutputPlan::constant(Py_None));
+      continue;
+    }
+    ValuePtr v = f.locals[static_cast<size_t>(i)];
+    if (!v && !f.deleted[static_cast<size_t>(i)]) {
+      Result<ValuePtr> r = loadRootLocal(f, i);
+      if (!r && !r.notHandled()) return r.stop();
+      if (r) v = r.take();
+    }
+    runtime::OutputPlan p;
+    if (!v) {
+      at->unbound[static_cast<size_t>(i)] = true;
+      p = runtime::OutputPlan::constant(Py_None);
+    } else if (Done d = outputs_.plan(v, &p); !d) {
+      return d;
+    }
+    items->push_back(std::move(p));
+  }
+  for (const ValuePtr& v : f.stack) {
+    at->stack_null.push_back(v->is(Kind::Null));
+    if (v->is(Kind::Null)) continue;
+    runtime::OutputPlan p;
+    if (Done d = outputs_.plan(v, &p); !d) return d;
+    items->push_back(std::move(p));
+  }
+
+  // The frame's cells, after everything else (the runtime makes them the closure). A
+  // resume function's cells are its closure already.
+  *ncells = 0;
+  if (in_resume_code) return {};
+  for (int slot : cells) {
+    ValuePtr cell = f.locals[static_cast<size_t>(slot)];
+    if (!cell || !cell->is(Kind::Cell) || cell->as<Cell>().outer)
+      return fail("internal: a cell variable without its cell at a graph break");
+    runtime::OutputPlan p;  // shared (memo) with the closures made in the trace
+    if (Done d = outputs_.plan(cell, &p); !d) return d;
+    items->push_back(std::move(p));
+    ++*ncells;
+  }
+  return {};
+}
+
 Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   if (pending_exc_ || current_exc_) return fail("graph break while an exception is being handled");
-  if (!open_contexts_.empty()) return fail("graph break inside inference_mode or autocast");
+  if (contexts_.anyOpen()) return fail("graph break inside inference_mode or autocast");
   // The code the generated functions copy: the original, also when this frame is a
   // resume function (its instructions past the prologue are the original's, shifted).
   PyCodeObject* orig = f.code;
@@ -141,68 +204,11 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   for (const Successor& s : shape.successors)
     if (s.index < shift) return fail("graph break jumping into a resume function's prologue");
 
-  // Locals: every co_varnames entry of the original, bound or not.
-  const int nvar = orig->co_nlocals;
   bytecode::FrameLayout at;
   at.index = shape.first - shift;
-  at.unbound.assign(static_cast<size_t>(nvar), false);
   std::vector<runtime::OutputPlan> items;  // the break code's arguments
-  const std::vector<int> cells = bytecode::cellSlots(orig);
-  auto isCell = [&](int i) {
-    for (int c : cells)
-      if (c == i) return true;
-    return false;
-  };
-  // Dead locals (never read again before written) are not passed on: they would only be
-  // guarded (a float from time.time() in a dead local would recompile every call).
-  const std::vector<bool> live = bytecode::liveLocals(orig, at.index);
-  for (int i = 0; i < nvar; ++i) {
-    if (!live[static_cast<size_t>(i)] && !isCell(i)) {
-      at.unbound[static_cast<size_t>(i)] = true;
-      items.push_back(runtime::OutputPlan::constant(Py_None));
-      continue;
-    }
-    if (isCell(i)) {  // an argument captured by an inner function: it travels as a cell
-      items.push_back(runtime::OutputPlan::constant(Py_None));
-      continue;
-    }
-    ValuePtr v = f.locals[static_cast<size_t>(i)];
-    if (!v && !f.deleted[static_cast<size_t>(i)]) {
-      Result<ValuePtr> r = loadRootLocal(f, i);
-      if (!r && !r.notHandled()) return r.stop();
-      if (r) v = r.take();
-    }
-    runtime::OutputPlan p;
-    if (!v) {
-      at.unbound[static_cast<size_t>(i)] = true;
-      p = runtime::OutputPlan::constant(Py_None);
-    } else if (Done d = buildOutput(v, &p); !d) {
-      return d;
-    }
-    items.push_back(std::move(p));
-  }
-  for (const ValuePtr& v : f.stack) {
-    at.stack_null.push_back(v->is(Kind::Null));
-    if (v->is(Kind::Null)) continue;
-    runtime::OutputPlan p;
-    if (Done d = buildOutput(v, &p); !d) return d;
-    items.push_back(std::move(p));
-  }
-
-  // The frame's cells, after everything else (the runtime makes them the closure). A
-  // resume function's cells are its closure already.
   int ncells = 0;
-  if (!origin) {
-    for (int slot : cells) {
-      ValuePtr cell = f.locals[static_cast<size_t>(slot)];
-      if (!cell || !cell->is(Kind::Cell) || cell->as<Cell>().outer)
-        return fail("internal: a cell variable without its cell at a graph break");
-      runtime::OutputPlan p;  // shared (memo) with the closures made in the trace
-      if (Done d = buildOutput(cell, &p); !d) return d;
-      items.push_back(std::move(p));
-      ++ncells;
-    }
-  }
+  if (Done d = breakArguments(f, orig, origin != nullptr, &at, &items, &ncells); !d) return d;
   *args = runtime::plan::Tuple{std::move(items)};
 
   std::vector<bytecode::FrameLayout> successors;

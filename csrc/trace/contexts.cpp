@@ -1,11 +1,8 @@
-// torch's global-state context managers inside a trace: torch.no_grad(), enable_grad(),
-// set_grad_enabled(b), inference_mode(mode), autocast(...). Each state change becomes
-// a graph node (as in TorchDynamo: torch._C._set_grad_enabled, _enter/_exit_autocast,
-// _enter/_exit_inference_mode) and is applied at trace time too, so that fake tensors
-// are computed under the same state; whatever is still applied when the trace ends
-// (success or not) is undone by restoreGlobalState().
+// torch's global-state context managers inside a trace (contexts.h).
 #include <cstring>
 #include <string>
+
+#include "trace/contexts.h"
 
 #include "support/lookup.h"
 #include "trace/tracer.h"
@@ -59,11 +56,11 @@ bool gradEnabled() {
 
 }  // namespace
 
-bool Tracer::isTorchContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; }
+bool Contexts::isContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; }
 
-bool Tracer::currentGradMode() { return gradEnabled(); }
+bool Contexts::gradMode() { return gradEnabled(); }
 
-Result<ValuePtr> Tracer::wrapContextExit(PyObject* self, PyObject* func, int self_reg) {
+Result<ValuePtr> Contexts::wrapExit(PyObject* self, PyObject* func, int self_reg) {
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(self));
   Ctx k = kindOf(cls);
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) return notHandled();
@@ -72,26 +69,26 @@ Result<ValuePtr> Tracer::wrapContextExit(PyObject* self, PyObject* func, int sel
   if (exit.get() != func) return notHandled();
   PyObject** dict = _PyObject_GetDictPtr(self);
   PyObject* prev = dict && *dict ? PyDict_GetItemString(*dict, "prev") : nullptr;
-  if (!prev || !PyBool_Check(prev)) return fail("a grad-mode context's __exit__ before its __enter__");
+  if (!prev || !PyBool_Check(prev)) return t_.fail("a grad-mode context's __exit__ before its __enter__");
   if (self_reg >= 0) {
-    guards().checkType(self_reg, Py_TYPE(self));
-    int prev_reg = load(guards::LoadKind::InstanceDict, self_reg, 0, interned(Str::prev),
-                        guards().sourceName(self_reg) + ".prev");
-    guards().checkEquals(prev_reg, prev);
+    t_.guards().checkType(self_reg, Py_TYPE(self));
+    int prev_reg = t_.load(guards::LoadKind::InstanceDict, self_reg, 0, interned(Str::prev),
+                        t_.guards().sourceName(self_reg) + ".prev");
+    t_.guards().checkEquals(prev_reg, prev);
   }
   Context ctx{Ref::borrow(cls), {}, -1, prev == Py_True};
   return Value::namedMethod(Value::of(std::move(ctx)), interned(Str::dunder_exit));
 }
 
-Done Tracer::buildContextExit(const ValuePtr& value, runtime::OutputPlan* plan) {
+Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   // The bound __exit__ of a real context object that restores the mode saved on entry:
   // cdynamo._resume.grad_mode_exit(cls, prev).
   const Context& ctx = value->as<Context>();
   Ctx k = kindOf(ctx.cls.get());
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
-    return fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
+    return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
   PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
-  if (!helper) return failFromPython("cdynamo._resume.grad_mode_exit");
+  if (!helper) return t_.failFromPython("cdynamo._resume.grad_mode_exit");
   std::vector<runtime::OutputPlan> args(2);
   args[0] = runtime::OutputPlan::constant(ctx.cls.get());
   args[1] = runtime::OutputPlan::constant(ctx.saved_grad_mode ? Py_True : Py_False);
@@ -99,19 +96,19 @@ Done Tracer::buildContextExit(const ValuePtr& value, runtime::OutputPlan* plan) 
   return {};
 }
 
-Result<ValuePtr> Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
-                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
+                                std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   Ctx k = kindOf(cls);
   Context ctx{Ref::borrow(cls), {}, -1, false};
   std::vector<ValuePtr>& items = ctx.args;
   for (const ValuePtr& a : args) {
-    if (!a->is(Kind::Constant)) return fail("context manager arguments must be constants");
+    if (!a->is(Kind::Constant)) return t_.fail("context manager arguments must be constants");
     items.push_back(a);
   }
   // Keyword arguments, in the order of each constructor's parameters.
   static const char* const kAutocastParams[] = {"device_type", "dtype", "enabled", "cache_enabled"};
   for (auto& [key, val] : kwargs) {
-    if (!val->is(Kind::Constant)) return fail("context manager arguments must be constants");
+    if (!val->is(Kind::Constant)) return t_.fail("context manager arguments must be constants");
     const char* name = PyUnicode_AsUTF8(key.get());
     size_t pos = SIZE_MAX;
     if (k == Ctx::Autocast) {
@@ -121,24 +118,24 @@ Result<ValuePtr> Tracer::makeContext(PyObject* cls, std::vector<ValuePtr>& args,
                (k == Ctx::SetGradEnabled && strcmp(name, "mode") == 0)) {
       pos = 0;
     }
-    if (pos == SIZE_MAX) return fail(std::string("unknown keyword '") + name + "' of a context manager");
+    if (pos == SIZE_MAX) return t_.fail(std::string("unknown keyword '") + name + "' of a context manager");
     while (items.size() <= pos) items.push_back(nullptr);
     items[pos] = val;
   }
   if (k == Ctx::SetGradEnabled) {
     // set_grad_enabled(b) changes the mode when it is called, with or without `with`.
-    if (items.empty() || !items[0]) return fail("set_grad_enabled() needs a mode");
+    if (items.empty() || !items[0]) return t_.fail("set_grad_enabled() needs a mode");
     ctx.saved_grad_mode = gradEnabled();
     int t = PyObject_IsTrue(items[0]->constant());
-    if (t < 0) return failFromPython("set_grad_enabled");
-    if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
-      return failFromPython("set_grad_enabled");
+    if (t < 0) return t_.failFromPython("set_grad_enabled");
+    if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
+      return t_.failFromPython("set_grad_enabled");
   }
   return Value::of(std::move(ctx));
 }
 
-Result<ValuePtr> Tracer::enterContext(const ValuePtr& value) {
-  if (inGenerator()) return fail("a context manager inside a generator that is run in place");
+Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
+  if (t_.inGenerator()) return t_.fail("a context manager inside a generator that is run in place");
   Context& ctx = value->as<Context>();
   const Ctx kind = kindOf(ctx.cls.get());
   switch (kind) {
@@ -146,18 +143,18 @@ Result<ValuePtr> Tracer::enterContext(const ValuePtr& value) {
     case Ctx::EnableGrad: {
       ctx.saved_grad_mode = gradEnabled();
       PyObject* mode = kind == Ctx::NoGrad ? Py_False : Py_True;
-      if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode))) < 0)
-        return failFromPython("no_grad");
+      if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode))) < 0)
+        return t_.failFromPython("no_grad");
       return Value::constant(Py_None);
     }
     case Ctx::SetGradEnabled:
       return Value::constant(Py_None);
     case Ctx::InferenceMode: {
       PyObject* mode = ctx.args.empty() || !ctx.args[0] ? Py_True : ctx.args[0]->constant();
-      int node = graph_.addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
-      if (node < 0) return failFromPython("inference_mode");
+      int node = t_.graph().addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
+      if (node < 0) return t_.failFromPython("inference_mode");
       ctx.enter_node = node;
-      open_contexts_.push_back({Ref::borrow(fn(Obj::torch_exit_inference_mode)), Ref::borrow(graph_.fake(node))});
+      open_.push_back({Ref::borrow(fn(Obj::torch_exit_inference_mode)), Ref::borrow(t_.graph().fake(node))});
       return Value::constant(Py_None);
     }
     case Ctx::Autocast: {
@@ -165,38 +162,38 @@ Result<ValuePtr> Tracer::enterContext(const ValuePtr& value) {
       for (size_t i = 0; i < 4; ++i)
         args.push_back(graph::Arg::ofConst(i < ctx.args.size() && ctx.args[i] ? ctx.args[i]->constant()
                                            : i == 2 ? Py_True : Py_None));
-      int node = graph_.addEffect(fn(Obj::torch_enter_autocast), std::move(args));
-      if (node < 0) return failFromPython("autocast");
+      int node = t_.graph().addEffect(fn(Obj::torch_enter_autocast), std::move(args));
+      if (node < 0) return t_.failFromPython("autocast");
       ctx.enter_node = node;
-      open_contexts_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(graph_.fake(node))});
+      open_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(t_.graph().fake(node))});
       return Value::constant(Py_None);
     }
     case Ctx::None:
       break;
   }
-  return fail("entering an unknown context manager");
+  return t_.fail("entering an unknown context manager");
 }
 
-Result<ValuePtr> Tracer::exitContext(const ValuePtr& value) {
+Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
   const Context& ctx = value->as<Context>();
   const Ctx kind = kindOf(ctx.cls.get());
   switch (kind) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad:
     case Ctx::SetGradEnabled:
-      if (graph_.addEffect(fn(Obj::torch_set_grad_enabled_C),
+      if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C),
                            single(graph::Arg::ofConst(ctx.saved_grad_mode ? Py_True : Py_False))) < 0)
-        return failFromPython("leaving a grad-mode context");
+        return t_.failFromPython("leaving a grad-mode context");
       return Value::constant(Py_None);
     case Ctx::InferenceMode:
     case Ctx::Autocast: {
       PyObject* exit_fn = kind == Ctx::Autocast ? fn(Obj::torch_exit_autocast)
                                                                   : fn(Obj::torch_exit_inference_mode);
-      if (graph_.addEffect(exit_fn, single(graph::Arg::ofNode(ctx.enter_node))) < 0)
-        return failFromPython("leaving a context");
-      for (size_t i = open_contexts_.size(); i > 0; --i)
-        if (open_contexts_[i - 1].handle.get() == graph_.fake(ctx.enter_node)) {
-          open_contexts_.erase(open_contexts_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+      if (t_.graph().addEffect(exit_fn, single(graph::Arg::ofNode(ctx.enter_node))) < 0)
+        return t_.failFromPython("leaving a context");
+      for (size_t i = open_.size(); i > 0; --i)
+        if (open_[i - 1].handle.get() == t_.graph().fake(ctx.enter_node)) {
+          open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(i - 1));
           break;
         }
       return Value::constant(Py_None);
@@ -204,15 +201,15 @@ Result<ValuePtr> Tracer::exitContext(const ValuePtr& value) {
     case Ctx::None:
       break;
   }
-  return fail("leaving an unknown context manager");
+  return t_.fail("leaving an unknown context manager");
 }
 
-void Tracer::restoreGlobalState() {
+void Contexts::restore() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);  // kept across the calls below, restored at the end
-  while (!open_contexts_.empty()) {
-    OpenContext c = std::move(open_contexts_.back());
-    open_contexts_.pop_back();
+  while (!open_.empty()) {
+    Open c = std::move(open_.back());
+    open_.pop_back();
     Ref r = Ref::steal(PyObject_CallOneArg(c.exit_fn.get(), c.handle.get()));
     if (!r) PyErr_Clear();
   }
