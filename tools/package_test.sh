@@ -10,8 +10,11 @@ PY=${PYTHON_BOOT:-python3.11}
 "$PY" -m venv "$WORK/venv"
 V="$WORK/venv/bin"
 "$V/pip" install -q --disable-pip-version-check torch==2.13.0 "scikit-build-core>=0.9" "cmake>=3.24" ninja
+# From a clean export of HEAD, as a user's checkout is: the development build leaves its
+# extension in src/cdynamo/, which the wheel's package copy would pick up.
+mkdir "$WORK/src" && git -C "$ROOT" archive HEAD | tar -x -C "$WORK/src"
 # No build isolation: the build reads the installed torch's headers and version.
-CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2} "$V/pip" install -q --disable-pip-version-check --no-build-isolation "$ROOT"
+CMAKE_BUILD_PARALLEL_LEVEL=${JOBS:-2} "$V/pip" install -q --disable-pip-version-check --no-build-isolation "$WORK/src"
 cd "$WORK"
 "$V/python" - "$ROOT" <<'PY'
 import importlib.metadata as md, os, sys
