@@ -7,6 +7,7 @@
 
 #include "frame/eval_frame.h"
 
+#include <chrono>
 #include <cstring>
 
 #include <pythread.h>
@@ -15,6 +16,7 @@
 #include "cache/code_cache.h"
 #include "support/pyref.h"
 #include "support/stats.h"
+#include "support/torch_types.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::frame {
@@ -26,6 +28,8 @@ thread_local PyObject* tls_config = nullptr;
 int threads_active = 0;  // guarded by the GIL
 unsigned log_channels = 0;
 int cache_size_limit = 8;
+Stance stance = Stance::Default;
+PyObject* event_sink = nullptr;  // owned
 
 // (path prefix, trace?) rules; the longest matching prefix decides; no match: trace.
 std::vector<std::pair<std::string, bool>> file_rules;
@@ -94,6 +98,7 @@ void recordNative(cache::CodeExtra* extra, PyCodeObject* code, const trace::Unsu
   NativeFrame nf{u.function, u.filename, u.reason, u.user_stack, u.line};
   if (nf.function.empty()) nf.function = codeName(code);
   native_frames.push_back(nf);
+  ContextOff off;  // logging runs Python code (a handler may be in traced files): never intercepted
   if (log_channels & kLogGraphBreaks)
     emitLog("graph_breaks", "frame " + codeName(code) + " runs natively: " + u.reason + "\n  at " + u.filename +
                                 ":" + std::to_string(u.line) + "\n" + u.user_stack);
@@ -114,6 +119,74 @@ void recordBreak(PyCodeObject* code, const runtime::CompiledEntry& entry) {
                 : Ref();
     if (!r) PyErr_Clear();
   }
+}
+
+// Cold: hands one translation outcome to the event sink (see setEventSink). `entry` is set
+// for a captured frame, `u` for one that runs natively; `why` is the recompile reason.
+void emitEvent(const char* kind, PyCodeObject* code, const runtime::CompiledEntry* entry,
+               const trace::Unsupported* u, const std::string& why, uint64_t ns, size_t num_entries) {
+  if (!event_sink) return;
+  ContextOff off;
+  PyObject *exc_type, *exc_value, *exc_tb;  // an "error" outcome has the user's error pending
+  PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+  struct Restore {
+    PyObject *t, *v, *tb;
+    ~Restore() { PyErr_Restore(t, v, tb); }
+  } restore{exc_type, exc_value, exc_tb};
+  Ref d = Ref::steal(Py_BuildValue("{s:s,s:O,s:K,s:n}", "kind", kind, "code", code, "translate_ns",
+                                   static_cast<unsigned long long>(ns), "num_entries",
+                                   static_cast<Py_ssize_t>(num_entries)));
+  if (!d) return PyErr_WriteUnraisable(event_sink);
+  auto set = [&](const char* key, PyObject* value) {  // steals value
+    Ref v = Ref::steal(value);
+    if (v && PyDict_SetItemString(d.get(), key, v.get()) == 0) return true;
+    return false;
+  };
+  auto where = [](const std::string& reason, const std::string& file, int line, const std::string& fn,
+                  const std::string& stack) {
+    return Py_BuildValue("{s:s,s:s,s:i,s:s,s:s}", "reason", reason.c_str(), "filename", file.c_str(), "line", line,
+                         "function", fn.c_str(), "user_stack", stack.c_str());
+  };
+  bool ok = set("recompile_reason", why.empty() ? Py_NewRef(Py_None) : PyUnicode_FromString(why.c_str()));
+  if (ok && entry) {
+    std::string guards = entry->guards.describe();
+    ok = set("name", PyUnicode_FromString(entry->name.c_str())) && set("guards", PyUnicode_FromString(guards.c_str())) &&
+         set("num_guards", PyLong_FromSsize_t(static_cast<Py_ssize_t>(entry->guards.numChecks()))) &&
+         set("graph_module", Py_NewRef(entry->graph_module ? entry->graph_module.get() : Py_None));
+    if (ok && entry->brk) {
+      const runtime::GraphBreakInfo& b = entry->break_info;
+      ok = set("graph_break", where(b.reason, b.filename, b.line, codeName(code), b.user_stack));
+    }
+  }
+  if (ok && u) ok = set("native", where(u->reason, u->filename, u->line, u->function, u->user_stack));
+  if (!ok) return PyErr_WriteUnraisable(event_sink);
+  Ref r = Ref::steal(PyObject_CallOneArg(event_sink, d.get()));
+  if (!r) PyErr_WriteUnraisable(event_sink);
+}
+
+// Cold: whether a frame holds a tensor or a module in its locals (directly, or one level
+// down in a list, tuple or dict), as torch._dynamo's has_tensor_in_frame decides whether
+// fail_on_recompile applies to it.
+bool hasTensorInFrame(const FrameView& view) {
+  ContextOff off;  // isinstance may run Python code (torch.Tensor's metaclass)
+  auto direct = [](PyObject* o) { return o && (isTensor(o) || isModule(o)); };
+  for (int i = 0; i < view.nfast; ++i) {
+    PyObject* o = view.fast[i];
+    if (!o) continue;
+    if (direct(o)) return true;
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+      Ref seq = Ref::steal(PySequence_Fast(o, ""));
+      if (!seq) return PyErr_Clear(), false;
+      for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq.get()); ++k)
+        if (direct(PySequence_Fast_GET_ITEM(seq.get(), k))) return true;
+    } else if (PyDict_Check(o)) {
+      PyObject *key, *value;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(o, &pos, &key, &value))
+        if (direct(value)) return true;
+    }
+  }
+  return false;
 }
 
 PyObject* evalDefault(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
@@ -196,11 +269,33 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       if (!previous) previous = e;
       ++same_config;
     }
+  std::string why;  // the recompile reason, computed only when someone reads it
+  if (previous && ((log_channels & kLogRecompiles) || event_sink || stance == Stance::FailOnRecompile)) {
+    ContextOff off;
+    why = previous->guards.explainFailure(view);
+  }
+  // set_stance: nothing new is compiled (the frame runs natively, nothing is marked), or
+  // a compile is an error.
+  if (stance == Stance::EagerOnRecompile) {
+    emitEvent("eager_on_recompile", code, nullptr, nullptr, why, 0, extra->entries.size());
+    return nullptr;
+  }
+  if (stance == Stance::FailOnRecompile && (previous || hasTensorInFrame(view))) {
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* name = PyUnicode_AsUTF8(code->co_name);
+    PyErr_Clear();
+    std::string msg = std::string("Detected recompile when torch.compile stance is 'fail_on_recompile'. filename: '") +
+                      (file ? file : "?") + "', function name: '" + (name ? name : "?") +
+                      "', line number: " + std::to_string(code->co_firstlineno);
+    if (!why.empty()) msg += "\n    triggered by the following guard failure(s):\n    - " + why;
+    PyErr_SetString(PyExc_RuntimeError, msg.c_str());
+    *error = true;
+    return nullptr;
+  }
   if (previous) {
     ++stats().recompiles;
     if (log_channels & kLogRecompiles) {
-      ContextOff off;
-      std::string why = previous->guards.explainFailure(view);
+      ContextOff off;  // logging runs Python code: never intercepted (the compile lock is held)
       emitLog("recompiles", "Recompiling function " + codeName(code) +
                                 "\n    triggered by the following guard failure:\n    - " + why);
     }
@@ -209,28 +304,41 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       u.reason = "cache size limit (" + std::to_string(cache_size_limit) + ") reached: too many recompiles";
       u.function = codeName(code);
       recordNative(extra, code, u);
+      emitEvent("native", code, nullptr, &u, why, 0, extra->entries.size());
       return nullptr;
     }
   }
+  emitEvent("start", code, nullptr, nullptr, why, 0, extra->entries.size());
   trace::TranslateResult r;
+  uint64_t ns;
   {
     ContextOff off;
     Ref pin = Ref::borrow(reinterpret_cast<PyObject*>(code));  // the extra dies with the code
+    auto start = std::chrono::steady_clock::now();
     r = trace::translate(view, config);
+    ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    stats().translate_ns += ns;
   }
   if (r.error) {  // a user-facing error (backend failure, fullgraph)
+    emitEvent("error", code, nullptr, nullptr, why, ns, extra->entries.size());
     *error = true;
     return nullptr;
   }
   if (!r.entry) {
     recordNative(extra, code, r.unsupported);
+    emitEvent("native", code, nullptr, &r.unsupported, why, ns, extra->entries.size());
     return nullptr;
   }
   ++stats().frames_captured;
   if (r.entry->brk) recordBreak(code, *r.entry);
   extra->state = cache::CodeState::Active;
   extra->entries.insert(extra->entries.begin(), r.entry);
-  if (log_channels & kLogGuards) emitLog("guards", "guards of " + r.entry->name + ":\n" + r.entry->guards.describe());
+  if (log_channels & kLogGuards) {
+    ContextOff off;
+    emitLog("guards", "guards of " + r.entry->name + ":\n" + r.entry->guards.describe());
+  }
+  emitEvent("captured", code, r.entry.get(), nullptr, why, ns, extra->entries.size());
   return r.entry;
 }
 
@@ -246,7 +354,13 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     }
     extra->state = shouldSkip(code) || bytecode::isBreakCode(code) ? cache::CodeState::Skip : cache::CodeState::Active;
   }
-  if (extra->state != cache::CodeState::Active) return evalDefault(ts, frame, throw_flag);
+  if (extra->state != cache::CodeState::Active) {
+    if (extra->context_off) {  // torch.compiler.disable's wrapper: nothing under it is traced
+      ContextOff off;
+      return evalDefault(ts, frame, throw_flag);
+    }
+    return evalDefault(ts, frame, throw_flag);
+  }
   // A frame that already ran (a resumed generator) is never replaced.
   if (frame->prev_instr != _PyCode_CODE(code) - 1) return evalDefault(ts, frame, throw_flag);
   ++stats().frames_seen;
@@ -303,6 +417,7 @@ void uninstallHook() {
 }  // namespace
 
 PyObject* callCompiled(PyObject* config, PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (stance == Stance::ForceEager) return PyObject_Vectorcall(fn, args, nargsf, kwnames);
   PyObject* saved = tls_config;
   tls_config = config;
   if (threads_active++ == 0) installHook();
@@ -331,5 +446,10 @@ const std::vector<NativeFrame>& nativeFrames() { return native_frames; }
 const std::vector<NativeFrame>& graphBreaks() { return graph_breaks; }
 void setLogChannels(unsigned mask) { log_channels = mask; }
 void setCacheSizeLimit(int limit) { cache_size_limit = limit; }
+void setStance(Stance s) { stance = s; }
+void setEventSink(PyObject* sink) {
+  Py_XINCREF(sink);
+  Py_XSETREF(event_sink, sink);
+}
 
 }  // namespace cdynamo::frame

@@ -52,4 +52,16 @@ enum LogChannel : unsigned {
 void setLogChannels(unsigned mask);
 void setCacheSizeLimit(int limit);
 
+// torch.compiler.set_stance's stances, as torch._dynamo implements them: ForceEager calls
+// compiled functions as plain Python; EagerOnRecompile compiles nothing new (a miss runs
+// natively, cached entries still run); FailOnRecompile raises RuntimeError on a miss of a
+// frame that has a tensor or module in its locals (or already has entries).
+enum class Stance : int { Default = 0, ForceEager = 1, EagerOnRecompile = 2, FailOnRecompile = 3 };
+void setStance(Stance stance);
+
+// A Python callable (or null) called on the cold path, with the compile context off, with
+// one dict per translation outcome (cdynamo._events: the run summary, the structured trace
+// and the capture report read it). Errors it raises are reported as unraisable.
+void setEventSink(PyObject* sink);
+
 }  // namespace cdynamo::frame

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/torch_types.h"
+#include "trace/call_rules.h"
 #include "trace/disabled.h"
 #include "trace/scalars.h"
 #include "trace/tracer.h"
@@ -307,6 +308,7 @@ ValuePtr Tracer::call(const ValuePtr& fn, std::vector<ValuePtr> args,
       // a disabled wrapper the __module__ of what it wraps (a torch function, say).
       if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
         return fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
+      if (CallRule rule = callRuleOf(f); rule != CallRule::None) return applyCallRule(*this, rule, f, args, kwargs);
       if (fn->owned) {  // a C method bound to an object the trace made: run it on constants
         Ref pargs = toPython(Value::sequence(Kind::Tuple, args));
         if (!pargs || !kwargs.empty()) return fail("a method of an object made in the trace called with non-constants");
