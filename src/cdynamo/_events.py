@@ -3,13 +3,19 @@ summary (``python -m cdynamo run``), the structured trace (tlparse) and the capt
 
 The C++ hook calls ``_sink`` on the cold path only (a miss: before a translation starts and
 once it ends), with the compile context off. Records survive ``cdynamo.reset()`` (they are
-the history of the process); ``clear()`` forgets them.
+the history of the process); ``clear()`` forgets them. A stored record holds no live object
+of the program: the code object is replaced by a snapshot of what the readers use
+(``CodeInfo``) and the graph module by a flag once the listeners have seen it, and only the
+newest ``MAX_RECORDS`` are kept, so that compile/reset cycles in a long run keep nothing
+alive and do not grow without bound.
 
 Compile ids follow torch._dynamo's: a code object gets a frame id the first time cdynamo
 translates it, and each translation of it a frame compile id (``[frame_id/compile_id]``).
 """
+import collections
 import dataclasses
 import time
+import weakref
 
 from . import _C
 
@@ -17,6 +23,27 @@ from . import _C
 # "native" (the frame could not be captured and runs natively), "error" (a user-facing
 # error: the backend failed, or fullgraph=True met a break), "eager_on_recompile" (the
 # stance ran a miss eagerly, compiling nothing).
+
+
+MAX_RECORDS = 10000
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeInfo:
+    """What the summary, the trace and the report read of a translated code object."""
+    co_filename: str
+    co_qualname: str
+    co_name: str
+    co_firstlineno: int
+    lines: tuple  # the source lines its instructions belong to
+
+    @staticmethod
+    def of(code):
+        lines = tuple(sorted({line for _, _, line in code.co_lines() if line is not None}))
+        return CodeInfo(code.co_filename, code.co_qualname, code.co_name, code.co_firstlineno, lines)
+
+    def co_lines(self):
+        return ((0, 0, line) for line in self.lines)
 
 
 @dataclasses.dataclass
@@ -29,7 +56,8 @@ class CompileRecord:
     name: str = None
     guards: str = ""
     num_guards: int = 0
-    graph_module: object = None
+    graph_module: object = None  # while the listeners run; then None (has_graph says whether there was one)
+    has_graph: bool = False
     graph_break: dict = None   # reason, filename, line, function, user_stack
     native: dict = None        # the same fields, for a frame that runs natively
     translate_ns: int = 0
@@ -54,17 +82,22 @@ class CompileRecord:
         return self.code.co_name.startswith("cdynamo_resume_in_")
 
 
-records = []
+records = collections.deque(maxlen=MAX_RECORDS)
 listeners = []         # fn(phase, record): "start" / "end"
-_frame_ids = {}        # code object -> frame id
-_compiles = {}         # code object -> translations so far
+_frame_ids = weakref.WeakKeyDictionary()  # code object -> frame id
+_next_frame_id = 0
+_compiles = weakref.WeakKeyDictionary()   # code object -> translations so far
 _current = None        # the record of the translation in progress
 _backend_ns = 0        # backend time since the last record ended
 _carried = {}          # counters of the C++ stats folded in before each reset()
 
 
 def _new_record(kind, code, reason):
-    frame_id = _frame_ids.setdefault(code, len(_frame_ids))
+    global _next_frame_id
+    frame_id = _frame_ids.get(code)
+    if frame_id is None:
+        frame_id = _frame_ids[code] = _next_frame_id
+        _next_frame_id += 1
     n = _compiles.get(code, 0)
     _compiles[code] = n + 1
     return CompileRecord(kind=kind, code=code, frame_id=frame_id, frame_compile_id=n, recompile_reason=reason,
@@ -96,8 +129,14 @@ def _sink(ev):
     for key in ("name", "guards", "num_guards", "graph_module", "graph_break", "native"):
         if key in ev:
             setattr(rec, key, ev[key])
+    rec.has_graph = rec.graph_module is not None
     records.append(rec)
-    _notify("end", rec)
+    try:
+        _notify("end", rec)
+    finally:
+        # Kept as history only: nothing of the program stays alive through it.
+        rec.graph_module = None
+        rec.code = CodeInfo.of(code)
 
 
 _backend_since_reset = 0
@@ -134,8 +173,9 @@ def cumulative_stats():
 
 
 def clear():
-    global _current, _backend_since_reset
+    global _current, _backend_since_reset, _next_frame_id
     _backend_since_reset = 0
+    _next_frame_id = 0
     records.clear()
     _frame_ids.clear()
     _compiles.clear()
@@ -154,7 +194,7 @@ def summary(title="cdynamo summary"):
     native = [r for r in records if r.kind == "native"]
     breaks = [r for r in captured if r.graph_break]
     recompiles = [r for r in records if r.recompile_reason and r.kind in ("captured", "native", "error")]
-    graphs = [r for r in captured if r.graph_module is not None]
+    graphs = [r for r in captured if r.has_graph]
     frontend_ns = max(0, s.get("translate_ns", 0) - s.get("backend_ns", 0))
     lines = [f"==== {title} ====",
              f"frames captured: {len(captured)} ({sum(1 for r in captured if r.is_resume)} of them resume functions "

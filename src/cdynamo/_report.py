@@ -52,7 +52,7 @@ def _is_user_file(path, include_libraries):
     return True
 
 
-def _code_lines(code):
+def _code_lines(code):  # a code object, or the snapshot a stored record keeps (_events.CodeInfo)
     return sorted({line for _, _, line in code.co_lines() if line is not None})
 
 
@@ -108,12 +108,12 @@ def _collect(records, include_libraries):
                     marks.at(path, b["line"])["break"].append({"id": cid, "reason": b["reason"], "where": where,
                                                                "location": f"{b['filename']}:{b['line']}",
                                                                "stack": b["user_stack"]})
-            if r.graph_module is not None:
+            if r.has_graph:
                 for line in lines:
                     if line != first and line >= start and (stop is None or line <= stop):
                         marks.at(path, line)["graph"].append(cid)
             marks.at(path, start)["guards"].append({"id": cid, "count": r.num_guards, "text": r.guards.strip(),
-                                                    "where": where, "graph": r.graph_module is not None})
+                                                    "where": where, "graph": r.has_graph})
         elif r.kind == "native":
             n = r.native
             marks.at(path, start)["native"].append({"id": cid, "reason": n["reason"], "where": where,
@@ -219,7 +219,7 @@ def render(records=None, title="cdynamo capture report", include_libraries=False
     records = list(_events.records if records is None else records)
     marks, files = _collect(records, include_libraries)
     captured = sum(1 for r in records if r.kind == "captured")
-    graphs = sum(1 for r in records if r.kind == "captured" and r.graph_module is not None)
+    graphs = sum(1 for r in records if r.kind == "captured" and r.has_graph)
     breaks = sum(1 for r in records if r.graph_break)
     native = sum(1 for r in records if r.kind == "native")
     recompiles = sum(1 for r in records if r.recompile_reason)
