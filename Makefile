@@ -11,7 +11,7 @@ BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
 
-.PHONY: all venv build demo test test-cpp test-py bench bench-quick clean
+.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize clean
 
 all: build
 
@@ -42,6 +42,13 @@ test-py: build
 	$(PY) -m pytest -q tests
 
 test: test-cpp test-py
+
+# The differential fuzzer (tools/fuzz/run.py): N random programs from SEED, each run eagerly
+# and under cdynamo and compared; failures are shrunk and listed (build/fuzz/seed-SEED/).
+SEED ?= 1
+N    ?= 1000
+fuzz: build
+	$(PY) tools/fuzz/run.py --seed $(SEED) -n $(N)
 
 bench: build
 	$(PY) benchmarks/run.py
