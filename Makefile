@@ -50,6 +50,20 @@ N    ?= 1000
 fuzz: build
 	$(PY) tools/fuzz/run.py --seed $(SEED) -n $(N)
 
+# The whole suite against an ASan+UBSan build of the extension, in its own build dir
+# (build-asan/), built in place over src/cdynamo/_C*.so: `make build` restores the normal one.
+ASAN_DIR := build-asan
+sanitize: $(DEPS_STAMP)
+	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE=$(abspath $(PY)) -DCDYNAMO_SANITIZE=ON
+	PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(ASAN_DIR) -j2
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0 PATH=$(abspath $(VENV))/bin:$$PATH ctest --output-on-failure
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0,abort_on_error=1,allocator_may_return_null=1 \
+	UBSAN_OPTIONS=print_stacktrace=1,halt_on_error=1 PYTHONMALLOC=malloc \
+	  $(PY) -m pytest -q -p no:cacheprovider tests; rc=$$?; \
+	  PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(BUILD_DIR) -j2; exit $$rc
+
 bench: build
 	$(PY) benchmarks/run.py
 
