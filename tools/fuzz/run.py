@@ -48,8 +48,11 @@ def signature(kind, mismatch):
     return "%s: %s" % (kind, m.group(1) if m else "value")
 
 
-def is_known(sig, tags, known):
-    return any(sig == k["signature"] and set(k["tags"]) <= set(tags) for k in known)
+def is_known(sig, tags, known, text=""):
+    """Same kind of difference (the signature, or a known symptom text) and every production
+    of the known bug's minimal program."""
+    return any((sig == k["signature"] or k.get("symptom_contains") and k["symptom_contains"] in (text or ""))
+               and set(k["tags"]) <= set(tags) for k in known)
 
 
 # ---------------------------------------------------------------------------------------- worker
@@ -98,13 +101,13 @@ def worker(args):
             if not state["failing"]:
                 state["generated"] += 1
                 sig = signature(rep.kind, rep.mismatch) if rep.mismatch else None
-                dup = sig is not None and is_known(sig, prog.tags, known)
+                dup = sig is not None and is_known(sig, prog.tags, known, rep.mismatch)
                 progress.write(json.dumps({"tags": sorted(prog.tags), "backend": backend, "graphs": rep.graphs,
                                            "breaks": rep.breaks, "native": rep.native, "break_reasons": rep.break_reasons,
                                            "raised": rep.eager_raised, "hits": rep.hits, "misses": rep.misses,
                                            "mismatch": sig, "duplicate": dup}) + "\n")
                 progress.flush()
-            if rep.mismatch and not is_known(signature(rep.kind, rep.mismatch), prog.tags, known):
+            if rep.mismatch and not is_known(signature(rep.kind, rep.mismatch), prog.tags, known, rep.mismatch):
                 state["failing"] = True
                 raise Mismatch(prog, backend, rep)
 
