@@ -11,7 +11,7 @@ BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
 
-.PHONY: all venv build demo test test-cpp test-py bench bench-quick clean package-test
+.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize clean package-test
 
 all: build
 
@@ -48,6 +48,27 @@ test-py: build
 	$(PY) -m pytest -q tests
 
 test: test-cpp test-py
+
+# The differential fuzzer (tools/fuzz/run.py): N random programs from SEED, each run eagerly
+# and under cdynamo and compared; failures are shrunk and listed (build/fuzz/seed-SEED/).
+SEED ?= 1
+N    ?= 1000
+fuzz: build
+	$(PY) tools/fuzz/run.py --seed $(SEED) -n $(N)
+
+# The whole suite against an ASan+UBSan build of the extension, in its own build dir
+# (build-asan/), built in place over src/cdynamo/_C*.so: `make build` restores the normal one.
+ASAN_DIR := build-asan
+sanitize: $(DEPS_STAMP)
+	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE=$(abspath $(PY)) -DCDYNAMO_SANITIZE=ON
+	PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(ASAN_DIR) -j2
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0 PATH=$(abspath $(VENV))/bin:$$PATH ctest --output-on-failure
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0,abort_on_error=1,allocator_may_return_null=1 \
+	UBSAN_OPTIONS=print_stacktrace=1,halt_on_error=1 PYTHONMALLOC=malloc \
+	  $(PY) -m pytest -q -p no:cacheprovider tests; rc=$$?; \
+	  PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(BUILD_DIR) -j2; exit $$rc
 
 bench: build
 	$(PY) benchmarks/run.py

@@ -308,6 +308,7 @@ PyMODINIT_FUNC PyInit__C(void) {
   if (!m) return nullptr;
   // The tracer asks the code cache which code cdynamo.disable marked (see trace/disabled.h).
   cdynamo::trace::setDisabledCodeQuery([](PyCodeObject* code) { return cdynamo::cache::isDisabled(code); });
+  cdynamo::frame::installForkHandler();
   PyObject* type = PyType_FromSpec(&compiledSpec);
   if (!type || PyModule_AddObject(m.get(), "CompiledFunction", type) < 0) {
     Py_XDECREF(type);

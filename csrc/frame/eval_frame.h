@@ -29,8 +29,14 @@ PyObject* callDisabled(PyObject* fn, PyObject* const* args, size_t nargsf, PyObj
 // traced, torch/nn/modules/module.py skipped). Set once by the Python package.
 void setFileRules(std::vector<std::pair<std::string, bool>> rules);
 
-// Drops every cache entry and every per-code decision.
+// Drops every cache entry and every per-code decision. Waits for a compile in flight on
+// another thread; called while this thread compiles (from a backend), it is done when that
+// compile ends (Note [The compile lock] in eval_frame.cpp).
 void reset();
+
+// Makes the child of os.fork() drop the compile lock and call counts of the threads that
+// did not survive the fork. Called once at import.
+void installForkHandler();
 
 // A frame that could not be captured and ran natively.
 struct NativeFrame {
