@@ -11,7 +11,7 @@ BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
 
-.PHONY: all venv build demo test test-cpp test-py bench bench-quick clean
+.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize clean package-test
 
 all: build
 
@@ -21,6 +21,12 @@ $(DEPS_STAMP): requirements-dev.txt
 	# Development install of the package: the source tree is on sys.path, the extension is
 	# built in place into src/cdynamo/ by CMake.
 	$(PY) -c "import sysconfig,os; open(os.path.join(sysconfig.get_paths()['purelib'],'cdynamo-dev.pth'),'w').write(os.path.abspath('src')+'\n')"
+	# CDYNAMO=1 in the environment: cdynamo is imported (and installs itself) at start-up.
+	cp src/cdynamo-env.pth $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/
+	# The capture report's test loads it in a headless browser (skipped, saying so, without one).
+	command -v chromium >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
+	  echo "chromium could not be installed: tests/api/test_run_trace_report.py will skip the browser check"
 	touch $@
 
 venv: $(DEPS_STAMP)
@@ -43,11 +49,37 @@ test-py: build
 
 test: test-cpp test-py
 
+# The differential fuzzer (tools/fuzz/run.py): N random programs from SEED, each run eagerly
+# and under cdynamo and compared; failures are shrunk and listed (build/fuzz/seed-SEED/).
+SEED ?= 1
+N    ?= 1000
+fuzz: build
+	$(PY) tools/fuzz/run.py --seed $(SEED) -n $(N)
+
+# The whole suite against an ASan+UBSan build of the extension, in its own build dir
+# (build-asan/), built in place over src/cdynamo/_C*.so: `make build` restores the normal one.
+ASAN_DIR := build-asan
+sanitize: $(DEPS_STAMP)
+	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	  -DPython_EXECUTABLE=$(abspath $(PY)) -DCDYNAMO_SANITIZE=ON
+	PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(ASAN_DIR) -j2
+	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0 PATH=$(abspath $(VENV))/bin:$$PATH ctest --output-on-failure
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	ASAN_OPTIONS=detect_leaks=0,abort_on_error=1,allocator_may_return_null=1 \
+	UBSAN_OPTIONS=print_stacktrace=1,halt_on_error=1 PYTHONMALLOC=malloc \
+	  $(PY) -m pytest -q -p no:cacheprovider tests; rc=$$?; \
+	  PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(BUILD_DIR) -j2; exit $$rc
+
 bench: build
 	$(PY) benchmarks/run.py
 
 bench-quick: build
 	$(PY) benchmarks/run.py --quick
+
+# pip install . into a fresh venv (with torch==2.13.0): builds the wheel with
+# scikit-build-core from scratch (slow: the whole C++ build), then imports it outside the tree.
+package-test: $(DEPS_STAMP)
+	PYTHON_BOOT=$(PYTHON_BOOT) bash tools/package_test.sh
 
 clean:
 	rm -rf $(BUILD_DIR) src/cdynamo/_C*.so

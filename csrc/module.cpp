@@ -13,6 +13,7 @@
 #include "runtime/continuation.h"
 #include "support/pyref.h"
 #include "support/stats.h"
+#include "trace/call_rules.h"
 #include "trace/disabled.h"
 
 using cdynamo::Ref;
@@ -131,12 +132,11 @@ PyObject* py_call_disabled(PyObject*, PyObject* const* args, Py_ssize_t nargs, P
   return cdynamo::frame::callDisabled(args[0], args + 1, static_cast<size_t>(nargs - 1), kwnames);
 }
 
-PyObject* py_mark_disabled(PyObject*, PyObject* code) {
-  if (!PyCode_Check(code)) {
-    PyErr_SetString(PyExc_TypeError, "mark_disabled(code)");
-    return nullptr;
-  }
-  if (!cdynamo::cache::markDisabled(reinterpret_cast<PyCodeObject*>(code))) return nullptr;
+PyObject* py_mark_disabled(PyObject*, PyObject* args) {
+  PyObject* code;
+  int context_off = 0;
+  if (!PyArg_ParseTuple(args, "O!|p:mark_disabled", &PyCode_Type, &code, &context_off)) return nullptr;
+  if (!cdynamo::cache::markDisabled(reinterpret_cast<PyCodeObject*>(code), context_off != 0)) return nullptr;
   Py_RETURN_NONE;
 }
 
@@ -169,10 +169,10 @@ PyObject* py_reset(PyObject*, PyObject*) {
 
 PyObject* py_stats(PyObject*, PyObject*) {
   const cdynamo::Stats& s = cdynamo::stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
                        s.frames_captured, "frames_native", s.frames_native, "graphs_compiled", s.graphs_compiled,
                        "graph_breaks", s.graph_breaks,
-                       "cache_hits", s.cache_hits, "cache_misses", s.cache_misses, "recompiles", s.recompiles,
+                       "cache_hits", s.cache_hits, "cache_misses", s.cache_misses, "recompiles", s.recompiles, "translate_ns", s.translate_ns,
                        "cache_entries", static_cast<Py_ssize_t>(cdynamo::cache::numEntries()));
 }
 
@@ -239,12 +239,43 @@ PyObject* py_set_cache_size_limit(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+PyObject* py_set_stance(PyObject*, PyObject* arg) {
+  long n = PyLong_AsLong(arg);
+  if (PyErr_Occurred()) return nullptr;
+  if (n < 0 || n > 3) {
+    PyErr_SetString(PyExc_ValueError, "set_stance(0..3)");
+    return nullptr;
+  }
+  cdynamo::frame::setStance(static_cast<cdynamo::frame::Stance>(n));
+  Py_RETURN_NONE;
+}
+
+PyObject* py_set_event_sink(PyObject*, PyObject* sink) {
+  if (sink != Py_None && !PyCallable_Check(sink)) {
+    PyErr_SetString(PyExc_TypeError, "set_event_sink(callable or None)");
+    return nullptr;
+  }
+  cdynamo::frame::setEventSink(sink == Py_None ? nullptr : sink);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_set_call_rules(PyObject*, PyObject* rules) {
+  if (rules != Py_None && !PyDict_Check(rules)) {
+    PyErr_SetString(PyExc_TypeError, "set_call_rules(dict or None)");
+    return nullptr;
+  }
+  cdynamo::trace::setCallRules(rules);
+  Py_RETURN_NONE;
+}
+
 PyMethodDef methods[] = {
     {"call_compiled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_call_compiled)),
      METH_FASTCALL | METH_KEYWORDS, "call_compiled(config, fn, *args, **kwargs): call with the frame hook on"},
     {"call_disabled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_call_disabled)),
      METH_FASTCALL | METH_KEYWORDS, "call_disabled(fn, *args, **kwargs): call with no compile context (cdynamo.disable)"},
-    {"mark_disabled", py_mark_disabled, METH_O, "mark_disabled(code): never trace this code; survives reset()"},
+    {"mark_disabled", py_mark_disabled, METH_VARARGS,
+     "mark_disabled(code, context_off=False): never trace this code (with context_off, nor what its frames call); "
+     "survives reset()"},
     {"is_disabled", py_is_disabled, METH_O, "is_disabled(code): whether mark_disabled was applied"},
     {"set_file_rules", py_set_file_rules, METH_O, "set_file_rules([(path_prefix, traced), ...]): longest prefix wins"},
     {"reset", py_reset, METH_NOARGS, "drop every cache entry, per-code decision and counter"},
@@ -256,6 +287,10 @@ PyMethodDef methods[] = {
     {"opcode_counts", py_opcode_counts, METH_NOARGS, "opcode name -> times the interpreter completed it"},
     {"set_log_channels", py_set_log_channels, METH_O, "set the CDYNAMO_LOGS bit mask"},
     {"set_cache_size_limit", py_set_cache_size_limit, METH_O, "entries per code object before running natively"},
+    {"set_stance", py_set_stance, METH_O, "0 default, 1 force_eager, 2 eager_on_recompile, 3 fail_on_recompile"},
+    {"set_call_rules", py_set_call_rules, METH_O,
+     "set_call_rules(dict): {callable: rule} the tracer consults (1 graph break, 2 in graph, 3 constant result)"},
+    {"set_event_sink", py_set_event_sink, METH_O, "set_event_sink(fn or None): fn(dict) per translation outcome"},
     {nullptr, nullptr, 0, nullptr},
 };
 
@@ -269,6 +304,7 @@ PyMODINIT_FUNC PyInit__C(void) {
   if (!m) return nullptr;
   // The tracer asks the code cache which code cdynamo.disable marked (see trace/disabled.h).
   cdynamo::trace::setDisabledCodeQuery([](PyCodeObject* code) { return cdynamo::cache::isDisabled(code); });
+  cdynamo::frame::installForkHandler();
   Ref type = Ref::steal(PyType_FromSpec(&compiledSpec));
   if (!type || PyModule_AddObjectRef(m.get(), "CompiledFunction", type.get()) < 0) return nullptr;
   return m.release();

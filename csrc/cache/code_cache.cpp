@@ -81,10 +81,11 @@ void resetAll() {
   graveyard.clear();
 }
 
-bool markDisabled(PyCodeObject* code) {
+bool markDisabled(PyCodeObject* code, bool context_off) {
   CodeExtra* e = getOrCreate(code);
   if (!e) return false;
   e->disabled = true;
+  e->context_off = e->context_off || context_off;
   e->state = CodeState::Skip;  // the hook evaluates Skip code with CPython, untouched
   e->native_reason.clear();
   // Entries made before the code was disabled are never run again; the caller's frame may

@@ -28,6 +28,10 @@ struct CodeExtra {
   // stops there. Unlike `state`, this survives resetAll(): it is the user's decision,
   // not a cached one.
   bool disabled = false;
+  // With `disabled`: frames of this code run with the compile context off, so nothing
+  // they call is traced either (torch.compiler.disable's recursive wrapper, whose code is
+  // shared by every function it wraps).
+  bool context_off = false;
   std::string native_reason;
   // Entries, most recently hit first. Iterate by index and hold an EntryPtr while using
   // one: a backend may release the GIL while compiling, and another thread may insert.
@@ -43,9 +47,10 @@ void touch(CodeExtra* extra, size_t i);
 // Forgets every decision and entry of every code object (cdynamo.reset()); disabled
 // code stays disabled.
 void resetAll();
-// Marks `code` as never traced (cdynamo.disable), dropping any entry it had. False with
-// an error set on failure.
-bool markDisabled(PyCodeObject* code);
+// Marks `code` as never traced (cdynamo.disable), dropping any entry it had; with
+// `context_off`, its frames also run with the compile context off. False with an error
+// set on failure.
+bool markDisabled(PyCodeObject* code, bool context_off = false);
 // Whether `code` was marked by markDisabled (cheap; never sets an error).
 inline bool isDisabled(PyCodeObject* code);
 // Number of code objects with state and total cache entries (for stats and tests).

@@ -7,7 +7,10 @@
 
 #include "frame/eval_frame.h"
 
+#include <chrono>
 #include <cstring>
+
+#include <pthread.h>
 
 #include <pythread.h>
 
@@ -16,6 +19,7 @@
 #include "support/lookup.h"
 #include "support/pyref.h"
 #include "support/stats.h"
+#include "support/torch_types.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::frame {
@@ -27,6 +31,8 @@ thread_local PyObject* tls_config = nullptr;
 int threads_active = 0;  // guarded by the GIL
 unsigned log_channels = 0;
 int cache_size_limit = 8;
+Stance stance = Stance::Default;
+Ref& event_sink = *new Ref();  // Note [Python references in statics] (support/pyref.h)
 
 // (path prefix, trace?) rules; the longest matching prefix decides; no match: trace.
 std::vector<std::pair<std::string, bool>> file_rules;
@@ -95,6 +101,7 @@ void recordNative(cache::CodeExtra* extra, PyCodeObject* code, const trace::Unsu
   NativeFrame nf{u.function, u.filename, u.reason, u.user_stack, u.line};
   if (nf.function.empty()) nf.function = codeName(code);
   native_frames.push_back(nf);
+  ContextOff off;  // logging runs Python code (a handler may be in traced files): never intercepted
   if (log_channels & kLogGraphBreaks)
     emitLog("graph_breaks", "frame " + codeName(code) + " runs natively: " + u.reason + "\n  at " + u.filename +
                                 ":" + std::to_string(u.line) + "\n" + u.user_stack);
@@ -117,32 +124,155 @@ void recordBreak(PyCodeObject* code, const runtime::CompiledEntry& entry) {
   }
 }
 
+// Cold: hands one translation outcome to the event sink (see setEventSink). `entry` is set
+// for a captured frame, `u` for one that runs natively; `why` is the recompile reason.
+void emitEvent(const char* kind, PyCodeObject* code, const runtime::CompiledEntry* entry,
+               const trace::Unsupported* u, const std::string& why, uint64_t ns, size_t num_entries) {
+  if (!event_sink) return;
+  ContextOff off;
+  PyObject *exc_type, *exc_value, *exc_tb;  // an "error" outcome has the user's error pending
+  PyErr_Fetch(&exc_type, &exc_value, &exc_tb);
+  struct Restore {
+    PyObject *t, *v, *tb;
+    ~Restore() { PyErr_Restore(t, v, tb); }
+  } restore{exc_type, exc_value, exc_tb};
+  Ref d = Ref::steal(Py_BuildValue("{s:s,s:O,s:K,s:n}", "kind", kind, "code", code, "translate_ns",
+                                   static_cast<unsigned long long>(ns), "num_entries",
+                                   static_cast<Py_ssize_t>(num_entries)));
+  if (!d) return PyErr_WriteUnraisable(event_sink.get());
+  auto set = [&](const char* key, PyObject* value) {  // steals value
+    Ref v = Ref::steal(value);
+    if (v && PyDict_SetItemString(d.get(), key, v.get()) == 0) return true;
+    return false;
+  };
+  auto where = [](const std::string& reason, const std::string& file, int line, const std::string& fn,
+                  const std::string& stack) {
+    return Py_BuildValue("{s:s,s:s,s:i,s:s,s:s}", "reason", reason.c_str(), "filename", file.c_str(), "line", line,
+                         "function", fn.c_str(), "user_stack", stack.c_str());
+  };
+  bool ok = set("recompile_reason", why.empty() ? Py_NewRef(Py_None) : PyUnicode_FromString(why.c_str()));
+  if (ok && entry) {
+    std::string guards = entry->guards.describe();
+    ok = set("name", PyUnicode_FromString(entry->name.c_str())) && set("guards", PyUnicode_FromString(guards.c_str())) &&
+         set("num_guards", PyLong_FromSsize_t(static_cast<Py_ssize_t>(entry->guards.numChecks()))) &&
+         set("graph_module", Py_NewRef(entry->graph_module ? entry->graph_module.get() : Py_None));
+    if (ok && entry->brk) {
+      const runtime::GraphBreakInfo& b = entry->break_info;
+      ok = set("graph_break", where(b.reason, b.filename, b.line, codeName(code), b.user_stack));
+    }
+  }
+  if (ok && u) ok = set("native", where(u->reason, u->filename, u->line, u->function, u->user_stack));
+  if (!ok) return PyErr_WriteUnraisable(event_sink.get());
+  Ref r = Ref::steal(PyObject_CallOneArg(event_sink.get(), d.get()));
+  if (!r) PyErr_WriteUnraisable(event_sink.get());
+}
+
+// Cold: whether a frame holds a tensor or a module in its locals (directly, or one level
+// down in a list, tuple or dict), as torch._dynamo's has_tensor_in_frame decides whether
+// fail_on_recompile applies to it.
+bool hasTensorInFrame(const FrameView& view) {
+  ContextOff off;  // isinstance may run Python code (torch.Tensor's metaclass)
+  auto direct = [](PyObject* o) { return o && (isTensor(o) || isModule(o)); };
+  for (int i = 0; i < view.nfast; ++i) {
+    PyObject* o = view.fast[i];
+    if (!o) continue;
+    if (direct(o)) return true;
+    if (PyList_Check(o) || PyTuple_Check(o)) {
+      Ref seq = Ref::steal(PySequence_Fast(o, ""));
+      if (!seq) return PyErr_Clear(), false;
+      for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(seq.get()); ++k)
+        if (direct(PySequence_Fast_GET_ITEM(seq.get(), k))) return true;
+    } else if (PyDict_Check(o)) {
+      PyObject *key, *value;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(o, &pos, &key, &value))
+        if (direct(value)) return true;
+    }
+  }
+  return false;
+}
+
+void resetNow();
+
 PyObject* evalDefault(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
   return _PyEval_EvalFrameDefault(ts, frame, throw_flag);
 }
 
-// One compile at a time (as in TorchDynamo): a backend may release the GIL, and two
-// threads missing on the same inputs must not both compile. Waiting releases the GIL.
-// Held only while deciding and translating, never while user code or a graph runs (a
-// native frame may call another compiled function on the same thread).
+// Note [The compile lock]
+// One compile at a time, process-wide (as in TorchDynamo): a translation runs Python code
+// (fake tensors, FX, the backend) that may switch threads at any call, the backend is not
+// known to be thread-safe (inductor patches global config), and generated code is memoized
+// in a process-wide registry (bytecode/resume.cpp) whose updates are not atomic with respect
+// to the Python calls they make. Tracing is bound by the GIL anyway, so serializing it costs
+// only the overlap of one thread's tracing with another's GIL-free backend work; cache hits
+// never take the lock. The lock:
+// * is re-entrant on the thread that holds it: a compiled function called while this thread
+//   compiles (from a backend, a property or __torch_function__ run during tracing, a
+//   dispatch mode) compiles its own frames instead of waiting for itself;
+// * is waited for with the GIL released (the holder may need the GIL to finish);
+// * is held only while deciding and translating, never while the frame or an entry runs;
+// * serializes reset() with translations: reset() from another thread waits for the one in
+//   flight; reset() on the thread that holds the lock (inside a backend) is deferred to the
+//   moment the outermost hold ends, so no translation ever sees its state cleared under it.
+// State owned by the lock's holder: cache entries being added, native/break records, the
+// per-code decisions made on a miss. Everything else the hook touches is read under the GIL.
 class CompileLock {
  public:
   CompileLock() {
+    unsigned long me = PyThread_get_thread_ident();
+    if (depth_ > 0 && owner_ == me) {
+      ++depth_;
+      return;
+    }
     if (!lock_) lock_ = PyThread_allocate_lock();
     if (!PyThread_acquire_lock(lock_, NOWAIT_LOCK)) {
       Py_BEGIN_ALLOW_THREADS
       PyThread_acquire_lock(lock_, WAIT_LOCK);
       Py_END_ALLOW_THREADS
     }
+    owner_ = me;
+    depth_ = 1;
   }
-  ~CompileLock() { PyThread_release_lock(lock_); }
+  ~CompileLock() {
+    if (depth_ > 1) {
+      --depth_;
+      return;
+    }
+    // Still held (depth 1) while a deferred reset runs: destroying entries may run Python
+    // code that compiles on this thread, which then re-enters instead of waiting for itself.
+    while (reset_pending_) {
+      reset_pending_ = false;
+      resetNow();
+    }
+    depth_ = 0;
+    owner_ = 0;
+    PyThread_release_lock(lock_);
+  }
   CompileLock(const CompileLock&) = delete;
   CompileLock& operator=(const CompileLock&) = delete;
 
+  static void afterForkChild() {
+    if (depth_ > 0 && owner_ != PyThread_get_thread_ident()) {
+      lock_ = PyThread_allocate_lock();  // the old one stays held by a thread that is gone
+      depth_ = 0;
+      owner_ = 0;
+    }
+  }
+  static bool heldByThisThread() { return depth_ > 0 && owner_ == PyThread_get_thread_ident(); }
+  static void deferReset() { reset_pending_ = true; }
+
  private:
+  // All read and written with the GIL held (the holder keeps them while it waits for the
+  // GIL; another thread only compares owner_ with itself).
   static PyThread_type_lock lock_;
+  static unsigned long owner_;
+  static int depth_;
+  static bool reset_pending_;
 };
 PyThread_type_lock CompileLock::lock_ = nullptr;
+unsigned long CompileLock::owner_ = 0;
+int CompileLock::depth_ = 0;
+bool CompileLock::reset_pending_ = false;
 
 // The first entry of `config` whose guards pass, or null.
 cache::EntryPtr findEntry(cache::CodeExtra* extra, PyObject* config, const FrameView& view, size_t* index) {
@@ -182,6 +312,34 @@ PyObject* runEntry(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExt
   return evalDefault(ts, frame, 0);
 }
 
+// torch's global state around a translation (cdynamo/_state.py): the backend may run the
+// graph, which sets grad mode and autocast as the program did. Cold path.
+PyObject* stateFn(const char* name) {
+  static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._state"));
+  return mod ? PyObject_GetAttrString(mod.get(), name) : nullptr;
+}
+
+Ref saveTorchState() {
+  Ref fn = Ref::steal(stateFn("save"));
+  return fn ? Ref::steal(PyObject_CallNoArgs(fn.get())) : Ref();
+}
+
+// Restores the snapshot; keeps the error in flight, if any (the translation's). False with
+// an error set when restoring itself failed and no error was in flight.
+bool restoreTorchState(PyObject* saved) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Ref fn = Ref::steal(stateFn("restore"));
+  Ref r = fn ? Ref::steal(PyObject_CallOneArg(fn.get(), saved)) : Ref();
+  if (type) {
+    if (!r) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    return true;
+  }
+  return static_cast<bool>(r);
+}
+
 // Cold path, under the compile lock: translate the frame and install the new entry, or
 // mark the code native. Returns the entry to run, or null (native, or *error set).
 cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const FrameView& view, bool* error) {
@@ -197,11 +355,33 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       if (!previous) previous = e;
       ++same_config;
     }
+  std::string why;  // the recompile reason, computed only when someone reads it
+  if (previous && ((log_channels & kLogRecompiles) || event_sink || stance == Stance::FailOnRecompile)) {
+    ContextOff off;
+    why = previous->guards.explainFailure(view);
+  }
+  // set_stance: nothing new is compiled (the frame runs natively, nothing is marked), or
+  // a compile is an error.
+  if (stance == Stance::EagerOnRecompile) {
+    emitEvent("eager_on_recompile", code, nullptr, nullptr, why, 0, extra->entries.size());
+    return nullptr;
+  }
+  if (stance == Stance::FailOnRecompile && (previous || hasTensorInFrame(view))) {
+    const char* file = PyUnicode_AsUTF8(code->co_filename);
+    const char* name = PyUnicode_AsUTF8(code->co_name);
+    PyErr_Clear();
+    std::string msg = std::string("Detected recompile when torch.compile stance is 'fail_on_recompile'. filename: '") +
+                      (file ? file : "?") + "', function name: '" + (name ? name : "?") +
+                      "', line number: " + std::to_string(code->co_firstlineno);
+    if (!why.empty()) msg += "\n    triggered by the following guard failure(s):\n    - " + why;
+    PyErr_SetString(PyExc_RuntimeError, msg.c_str());
+    *error = true;
+    return nullptr;
+  }
   if (previous) {
     ++stats().recompiles;
     if (log_channels & kLogRecompiles) {
-      ContextOff off;
-      std::string why = previous->guards.explainFailure(view);
+      ContextOff off;  // logging runs Python code: never intercepted (the compile lock is held)
       emitLog("recompiles", "Recompiling function " + codeName(code) +
                                 "\n    triggered by the following guard failure:\n    - " + why);
     }
@@ -210,34 +390,122 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       u.reason = "cache size limit (" + std::to_string(cache_size_limit) + ") reached: too many recompiles";
       u.function = codeName(code);
       recordNative(extra, code, u);
+      emitEvent("native", code, nullptr, &u, why, 0, extra->entries.size());
       return nullptr;
     }
   }
+  emitEvent("start", code, nullptr, nullptr, why, 0, extra->entries.size());
   trace::TranslateResult r;
+  uint64_t ns;
   {
     ContextOff off;
     Ref pin = Ref::borrow(reinterpret_cast<PyObject*>(code));  // the extra dies with the code
+    Ref saved = saveTorchState();
+    if (!saved) {  // cannot snapshot torch's state: translating could leave it changed
+      *error = true;
+      return nullptr;
+    }
+    auto start = std::chrono::steady_clock::now();
     r = trace::translate(view, config);
+    ns = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
+    stats().translate_ns += ns;
+    if (!restoreTorchState(saved.get())) {
+      *error = true;
+      return nullptr;
+    }
   }
   if (r.error) {  // a user-facing error (backend failure, fullgraph)
+    emitEvent("error", code, nullptr, nullptr, why, ns, extra->entries.size());
     *error = true;
     return nullptr;
   }
   if (!r.entry) {
     recordNative(extra, code, r.unsupported);
+    emitEvent("native", code, nullptr, &r.unsupported, why, ns, extra->entries.size());
     return nullptr;
   }
   ++stats().frames_captured;
   if (r.entry->brk) recordBreak(code, *r.entry);
   extra->state = cache::CodeState::Active;
   extra->entries.insert(extra->entries.begin(), r.entry);
-  if (log_channels & kLogGuards) emitLog("guards", "guards of " + r.entry->name + ":\n" + r.entry->guards.describe());
+  if (log_channels & kLogGuards) {
+    ContextOff off;
+    emitLog("guards", "guards of " + r.entry->name + ":\n" + r.entry->guards.describe());
+  }
+  emitEvent("captured", code, r.entry.get(), nullptr, why, ns, extra->entries.size());
   return r.entry;
+}
+
+// Another PEP 523 user's function that was installed when ours went in (torch._dynamo's
+// shim, when a cdynamo-compiled function is called inside a torch.compile'd one), or null.
+// Frames that are not ours go to it, and it is put back when ours comes out.
+_PyFrameEvalFunction previous_eval = nullptr;
+
+PyObject* evalOther(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
+  return previous_eval ? previous_eval(ts, frame, throw_flag) : _PyEval_EvalFrameDefault(ts, frame, throw_flag);
+}
+
+// Cold: the translation raised (a backend failure; Unsupported under fullgraph=True). A
+// KeyboardInterrupt or SystemExit that a backend raised leaves as itself, not wrapped. With
+// config.suppress_errors, a backend failure is a warning and the frame runs natively (the
+// code stays native, with the reason).
+PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExtra* extra) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  PyErr_NormalizeException(&type, &value, &tb);
+  if (tb && value) PyException_SetTraceback(value, tb);
+  Ref exc = Ref::steal(value), type_ref = Ref::steal(type), tb_ref = Ref::steal(tb);
+  if (!exc) return nullptr;
+  ContextOff off;
+  Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
+  Ref bcf = excmod ? Ref::steal(PyObject_GetAttrString(excmod.get(), "BackendCompilerFailed")) : Ref();
+  if (!bcf) return nullptr;
+  if (!PyObject_IsInstance(exc.get(), bcf.get())) {
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.get())), exc.get());
+    return nullptr;
+  }
+  Ref cause = Ref::steal(PyException_GetCause(exc.get()));
+  if (cause && !PyObject_IsInstance(cause.get(), PyExc_Exception)) {  // KeyboardInterrupt, SystemExit
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(cause.get())), cause.get());
+    return nullptr;
+  }
+  Ref cfg = Ref::steal(PyImport_ImportModule("cdynamo.config"));
+  Ref suppress = cfg ? Ref::steal(PyObject_GetAttrString(cfg.get(), "suppress_errors")) : Ref();
+  if (!suppress) PyErr_Clear();
+  if (!suppress || !PyObject_IsTrue(suppress.get())) {
+    PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.get())), exc.get());
+    return nullptr;
+  }
+  auto str = [](PyObject* o) {
+    Ref m = Ref::steal(PyObject_Str(o));
+    const char* c = m && PyUnicode_Check(m.get()) ? PyUnicode_AsUTF8(m.get()) : nullptr;
+    std::string out = c ? c : "?";
+    PyErr_Clear();
+    return out;
+  };
+  std::string text = str(exc.get());
+  if (cause) text += " (" + std::string(Py_TYPE(cause.get())->tp_name) + ": " + str(cause.get()) + ")";
+  if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1, "cdynamo: %s; the frame runs natively (config.suppress_errors)",
+                       text.c_str()) < 0)
+    return nullptr;  // warnings turned into errors
+  {
+    CompileLock lock;
+    trace::Unsupported u;
+    u.reason = "backend compiler failed (config.suppress_errors): " + text;
+    u.function = codeName(frame->f_code);
+    recordNative(extra, frame->f_code, u);
+  }
+  return evalDefault(ts, frame, 0);
 }
 
 PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
   PyObject* config = tls_config;
-  if (!config || throw_flag) return evalDefault(ts, frame, throw_flag);
+  if (!config) return evalOther(ts, frame, throw_flag);
+  // throw_flag: a generator being closed or thrown into. A trace or profile function
+  // (debugger, coverage.py, cProfile) must see the lines and calls eager execution has:
+  // the frame runs natively, entries untouched.
+  if (throw_flag || ts->c_tracefunc || ts->c_profilefunc) return evalDefault(ts, frame, throw_flag);
   PyCodeObject* code = frame->f_code;
   cache::CodeExtra* extra = cache::lookup(code);
   if (!extra || extra->state == cache::CodeState::Unknown) {
@@ -247,7 +515,13 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     }
     extra->state = shouldSkip(code) || bytecode::isBreakCode(code) ? cache::CodeState::Skip : cache::CodeState::Active;
   }
-  if (extra->state != cache::CodeState::Active) return evalDefault(ts, frame, throw_flag);
+  if (extra->state != cache::CodeState::Active) {
+    if (extra->context_off) {  // torch.compiler.disable's wrapper: nothing under it is traced
+      ContextOff off;
+      return evalDefault(ts, frame, throw_flag);
+    }
+    return evalDefault(ts, frame, throw_flag);
+  }
   // A frame that already ran (a resumed generator) is never replaced.
   if (frame->prev_instr != _PyCode_CODE(code) - 1) return evalDefault(ts, frame, throw_flag);
   ++stats().frames_seen;
@@ -277,38 +551,61 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
   bool error = false;
   {
     CompileLock lock;
-    if (extra->state != cache::CodeState::Active) return evalDefault(ts, frame, 0);
-    size_t index = 0;
-    entry = findEntry(extra, config, view, &index);  // compiled by another thread meanwhile?
-    if (entry) {
-      ++stats().cache_hits;
-    } else {
-      entry = compileMiss(extra, config, view, &error);
-      if (error) return nullptr;
+    // Another thread may have compiled these inputs, marked the code native, or reset the
+    // cache meanwhile (then the frame runs natively this once).
+    if (extra->state == cache::CodeState::Active) {
+      size_t index = 0;
+      entry = findEntry(extra, config, view, &index);
+      if (entry)
+        ++stats().cache_hits;
+      else
+        entry = compileMiss(extra, config, view, &error);
     }
-  }
+  }  // Released before anything runs: the frame or entry may call compiled functions.
+  if (error) return compileFailed(ts, frame, extra);
   if (!entry) return evalDefault(ts, frame, 0);
   return runEntry(ts, frame, extra, entry, view);
 }
 
 void installHook() {
   PyInterpreterState* interp = PyThreadState_GetInterpreter(PyThreadState_Get());
+  _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
+  if (current == evalFrame) return;  // still in (see uninstallHook)
+  previous_eval = current == _PyEval_EvalFrameDefault ? nullptr : current;
   _PyInterpreterState_SetEvalFrameFunc(interp, evalFrame);
 }
 
 void uninstallHook() {
   PyInterpreterState* interp = PyThreadState_GetInterpreter(PyThreadState_Get());
-  _PyInterpreterState_SetEvalFrameFunc(interp, _PyEval_EvalFrameDefault);
+  // Someone installed their function over ours (torch._dynamo does, and puts ours back when
+  // it is done): leave theirs; ours, once back, passes every frame on until the next time
+  // the last compiled call ends.
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) != evalFrame) return;
+  _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval ? previous_eval : _PyEval_EvalFrameDefault);
+  previous_eval = nullptr;
+}
+
+// Compiled calls in progress on this thread (the share of threads_active it owns).
+thread_local int tls_calls = 0;
+
+// In the child of os.fork() only the forking thread lives on: locks and counts held by the
+// others are dropped (pthread_atfork; the child has the GIL of the thread that forked).
+void afterForkChild() {
+  CompileLock::afterForkChild();
+  threads_active = tls_calls;
 }
 
 }  // namespace
 
 PyObject* callCompiled(PyObject* config, PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  if (stance == Stance::ForceEager) return PyObject_Vectorcall(fn, args, nargsf, kwnames);
   PyObject* saved = tls_config;
   tls_config = config;
+  ++tls_calls;
   if (threads_active++ == 0) installHook();
   PyObject* result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
   if (--threads_active == 0) uninstallHook();
+  --tls_calls;
   tls_config = saved;
   return result;
 }
@@ -318,19 +615,42 @@ PyObject* callDisabled(PyObject* fn, PyObject* const* args, size_t nargsf, PyObj
   return PyObject_Vectorcall(fn, args, nargsf, kwnames);
 }
 
+void installForkHandler() {
+  static bool done = false;
+  if (!done) done = pthread_atfork(nullptr, nullptr, afterForkChild) == 0;
+}
+
 void setFileRules(std::vector<std::pair<std::string, bool>> rules) { file_rules = std::move(rules); }
 
-void reset() {
+namespace {
+
+// Under the compile lock (Note [The compile lock]). Generated break and resume code is a
+// pure memo of code generation and stays (it dies with its original code object): an entry
+// still running on another thread keeps calling its break code, which must stay known as
+// such (bytecode::isBreakCode) or the hook would trace it as a user function.
+void resetNow() {
   cache::resetAll();
-  bytecode::clearGenerated();
   native_frames.clear();
   graph_breaks.clear();
   stats() = Stats{};
+}
+
+}  // namespace
+
+void reset() {
+  if (CompileLock::heldByThisThread()) {  // called from a backend or during tracing
+    CompileLock::deferReset();
+    return;
+  }
+  CompileLock lock;
+  resetNow();
 }
 
 const std::vector<NativeFrame>& nativeFrames() { return native_frames; }
 const std::vector<NativeFrame>& graphBreaks() { return graph_breaks; }
 void setLogChannels(unsigned mask) { log_channels = mask; }
 void setCacheSizeLimit(int limit) { cache_size_limit = limit; }
+void setStance(Stance s) { stance = s; }
+void setEventSink(PyObject* sink) { event_sink = Ref::borrow(sink); }
 
 }  // namespace cdynamo::frame

@@ -29,8 +29,14 @@ PyObject* callDisabled(PyObject* fn, PyObject* const* args, size_t nargsf, PyObj
 // traced, torch/nn/modules/module.py skipped). Set once by the Python package.
 void setFileRules(std::vector<std::pair<std::string, bool>> rules);
 
-// Drops every cache entry and every per-code decision.
+// Drops every cache entry and every per-code decision. Waits for a compile in flight on
+// another thread; called while this thread compiles (from a backend), it is done when that
+// compile ends (Note [The compile lock] in eval_frame.cpp).
 void reset();
+
+// Makes the child of os.fork() drop the compile lock and call counts of the threads that
+// did not survive the fork. Called once at import.
+void installForkHandler();
 
 // A frame that could not be captured and ran natively.
 struct NativeFrame {
@@ -51,5 +57,17 @@ enum LogChannel : unsigned {
 };
 void setLogChannels(unsigned mask);
 void setCacheSizeLimit(int limit);
+
+// torch.compiler.set_stance's stances, as torch._dynamo implements them: ForceEager calls
+// compiled functions as plain Python; EagerOnRecompile compiles nothing new (a miss runs
+// natively, cached entries still run); FailOnRecompile raises RuntimeError on a miss of a
+// frame that has a tensor or module in its locals (or already has entries).
+enum class Stance : int { Default = 0, ForceEager = 1, EagerOnRecompile = 2, FailOnRecompile = 3 };
+void setStance(Stance stance);
+
+// A Python callable (or null) called on the cold path, with the compile context off, with
+// one dict per translation outcome (cdynamo._events: the run summary, the structured trace
+// and the capture report read it). Errors it raises are reported as unraisable.
+void setEventSink(PyObject* sink);
 
 }  // namespace cdynamo::frame

@@ -13,6 +13,7 @@ struct Stats {
   uint64_t cache_hits = 0;
   uint64_t cache_misses = 0;
   uint64_t recompiles = 0;         // misses on a code object that already had entries
+  uint64_t translate_ns = 0;       // wall time in trace::translate (the frontend and the backends it calls)
 };
 
 Stats& stats();

@@ -1,10 +1,12 @@
 // Call rules: how a call of a real callable is traced when no builtin row names it (the
-// special callables of the table first, kSpecialRows; then callByRules, in order).
+// special callables of the table first, kSpecialRows; then callByRules, in order), and the
+// rules the Python package keeps (call_rules.h), consulted before any of them.
 #include <cstring>
 #include <string>
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/call_rules.h"
 #include "trace/callables.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
@@ -331,6 +333,78 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   std::string what = repr ? PyUnicode_AsUTF8(repr.get()) : "a callable";
   PyErr_Clear();
   return t.fail("call of " + what + " is not supported yet");
+}
+
+// ---- the rules the Python package keeps (call_rules.h) ----
+
+namespace {
+
+Ref& rules_dict = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+
+std::string qualnameOf(PyObject* fn) {
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__qualname__"));
+  if (!name || !PyUnicode_Check(name.get())) {
+    PyErr_Clear();
+    return Py_TYPE(fn)->tp_name;
+  }
+  const char* s = PyUnicode_AsUTF8(name.get());
+  if (!s) return PyErr_Clear(), "?";
+  return s;
+}
+
+}  // namespace
+
+void setCallRules(PyObject* rules) { rules_dict = Ref::borrow(rules && PyDict_Check(rules) ? rules : nullptr); }
+
+CallRule callRuleOf(PyObject* fn) {
+  if (rules_dict && PyDict_GET_SIZE(rules_dict.get()) > 0) {
+    PyObject* rule = PyDict_GetItemWithError(rules_dict.get(), fn);  // borrowed
+    if (rule && PyLong_Check(rule)) {
+      long n = PyLong_AsLong(rule);
+      if (n >= 1 && n <= 3) return static_cast<CallRule>(n);
+    }
+    if (!rule) PyErr_Clear();  // unhashable callables have no rule
+  }
+  if (PyFunction_Check(fn)) {
+    PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn)->func_dict;
+    PyObject* mark = dict ? PyDict_GetItemString(dict, "_dynamo_marked_constant") : nullptr;
+    if (mark == Py_True) return CallRule::ConstantResult;
+  }
+  return CallRule::None;
+}
+
+Result<ValuePtr> applyCallRule(Tracer& t, CallRule rule, PyObject* fn, Args& args, Kwargs& kwargs) {
+  switch (rule) {
+    case CallRule::GraphBreak: {
+      std::string reason = "call to torch._dynamo.graph_break()";
+      ValuePtr msg = !args.empty() ? args[0] : (!kwargs.empty() ? kwargs[0].second : nullptr);
+      PyObject* text = msg ? msg->constant() : nullptr;
+      if (text && PyUnicode_Check(text) && PyUnicode_GET_LENGTH(text) > 0)
+        reason += std::string(": ") + PyUnicode_AsUTF8(text);
+      return t.fail(reason);
+    }
+    case CallRule::InGraph:
+      return recordCall(t, NodeOp::CallFunction, fn, args, kwargs);
+    case CallRule::ConstantResult: {
+      Ref pargs = toPython(t, Value::tuple(args));
+      Ref pkw = Ref::steal(PyDict_New());
+      if (!pkw) return t.failFromPython("assume_constant_result");
+      bool constant = pargs.get() != nullptr;
+      for (auto& [k, v] : kwargs) {
+        Ref pv = constant ? toPython(t, v) : Ref();
+        if (!pv || PyDict_SetItem(pkw.get(), k.get(), pv.get()) < 0) constant = false;
+      }
+      PyErr_Clear();
+      if (!constant)
+        return t.fail("call of " + qualnameOf(fn) + " (assume_constant_result) with arguments that are not constants");
+      Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), pkw.get()));
+      if (!r) return t.raisePython();
+      return fromPython(t, r.get());
+    }
+    case CallRule::None:
+      break;
+  }
+  return t.fail("internal: unknown call rule");
 }
 
 }  // namespace cdynamo::trace

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "trace/call_rules.h"
 #include "trace/callables.h"
 #include "trace/disabled.h"
 #include "trace/ops.h"
@@ -155,6 +156,7 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
   // disabled wrapper the __module__ of what it wraps (a torch function, say).
   if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
     return t.fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
+  if (CallRule rule = callRuleOf(f); rule != CallRule::None) return applyCallRule(t, rule, f, args, kwargs);
   if (fn->as<Callable>().owned) {  // a C method bound to an object the trace made: run it on constants
     Ref pargs = toPython(t, Value::tuple(args));
     if (!pargs || !kwargs.empty()) return t.fail("a method of an object made in the trace called with non-constants");

@@ -2,11 +2,12 @@
 import functools
 import os
 import sysconfig
+import time
 import weakref
 
 import torch
 
-from . import _C, _backends, config as _config
+from . import _C, _backends, _events, _rules, config as _config
 
 
 class CompileConfig:
@@ -16,16 +17,31 @@ class CompileConfig:
     different backends keep separate entries.
     """
 
-    __slots__ = ("backend", "fullgraph", "dynamic", "backend_name", "__weakref__")
+    __slots__ = ("orig_backend", "backend", "fullgraph", "dynamic", "backend_name", "__weakref__")
 
     def __init__(self, backend, fullgraph, dynamic, backend_name):
-        self.backend = backend
+        self.orig_backend = backend
+        self.backend = _timed(backend)  # what the core calls
         self.fullgraph = bool(fullgraph)
         self.dynamic = dynamic
         self.backend_name = backend_name
 
     def __repr__(self):
         return f"CompileConfig(backend={self.backend_name}, fullgraph={self.fullgraph}, dynamic={self.dynamic})"
+
+
+def _timed(backend):
+    """The backend, timing its calls for stats()["backend_s"] and the run summary."""
+    def call(gm, example_inputs):
+        start = time.perf_counter_ns()
+        try:
+            return backend(gm, example_inputs)
+        finally:
+            _events.add_backend_time(time.perf_counter_ns() - start)
+
+    call.__name__ = getattr(backend, "__name__", type(backend).__name__)
+    call.__wrapped__ = backend
+    return call
 
 
 def _file_rules():
@@ -100,7 +116,7 @@ _configs = weakref.WeakValueDictionary()
 def _config_for(backend, fullgraph, dynamic, name):
     key = (id(backend), bool(fullgraph), dynamic)
     cfg = _configs.get(key)
-    if cfg is None or cfg.backend is not backend:
+    if cfg is None or cfg.orig_backend is not backend:
         cfg = CompileConfig(backend, fullgraph, dynamic, name)
         _configs[key] = cfg
     return cfg
@@ -110,7 +126,8 @@ def _make_backend(backend, mode, options, dynamic):
     if backend == "inductor" and (mode is not None or options is not None):
         return torch._TorchCompileInductorWrapper(mode, options, dynamic)
     if mode is not None or options is not None:
-        raise ValueError("cdynamo: mode= and options= apply to the inductor backend only")
+        # As torch.compile does: the backend is called with mode=/options= keywords.
+        return torch._TorchCompileWrapper(backend, mode, options, dynamic)
     return _backends.resolve(backend)
 
 
@@ -129,6 +146,9 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
                                  options=options, disable=disable)
     if disable:
         return model
+    if mode is not None and options is not None:
+        raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
+    _rules.ensure_torch_rules()
     if dynamic:
         raise NotImplementedError("cdynamo: dynamic=True (symbolic shapes) is not supported yet; "
                                   "use dynamic=None or dynamic=False")
@@ -246,14 +266,22 @@ class DisabledModule(_WrapperModule):
 
 def reset():
     """Drop every cache entry, every per-code decision and all counters (not the marks of
-    cdynamo.disable: those are the user's decisions)."""
+    cdynamo.disable: those are the user's decisions). The history behind the run summary,
+    the structured trace and the capture report (cdynamo._events) is kept."""
+    _events.fold_stats()
     _C.reset()
     _C.set_cache_size_limit(_config.cache_size_limit)
 
 
 def stats():
-    """Counters since the last reset, plus the frames that ran natively and why."""
+    """Counters since the last reset, plus the frames that ran natively and why.
+
+    ``frontend_s``: time spent translating frames, less ``backend_s``, the time in the
+    backends' compile calls."""
     s = _C.stats()
+    backend_ns = _events.backend_ns_since_reset()
+    s["backend_s"] = backend_ns / 1e9
+    s["frontend_s"] = max(0, s.pop("translate_ns") - backend_ns) / 1e9
     s["native_frames"] = _C.native_frames()
     s["graph_break_reasons"] = _C.graph_breaks()
     return s

@@ -1,0 +1,102 @@
+"""Memory soak (issue 14): RSS and tracemalloc over many cache hits and compile/reset cycles.
+
+    .venv/bin/python benchmarks/soak_memory.py [--hits 1000000] [--cycles 10000]
+
+Prints RSS (from /proc/self/statm) and tracemalloc's traced Python memory at ten checkpoints of
+each phase, and the growth from the first checkpoint to the last. A hit allocates nothing
+that outlives the call, and a compile/reset cycle frees what it made, so both should be flat
+(a few hundred KiB of noise from allocator caches). Numbers, not assertions: tests cover the
+freeing itself (tests/reliability/test_memory.py).
+"""
+import argparse
+import gc
+import os
+import sys
+import time
+import tracemalloc
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
+import cdynamo  # noqa: E402
+from cdynamo.testing import CompileCounter  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def rss_kib():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def checkpoint(rows, label):
+    gc.collect()
+    cur, _ = tracemalloc.get_traced_memory()
+    rows.append((label, rss_kib(), cur // 1024))
+
+
+def report(title, rows):
+    print(title)
+    for label, rss, traced in rows:
+        print("  %-18s RSS %8d KiB   tracemalloc %8d KiB" % (label, rss, traced))
+    print("  growth first->last: RSS %+d KiB, tracemalloc %+d KiB" % (rows[-1][1] - rows[1][1], rows[-1][2] - rows[1][2]))
+
+
+def f(x, y, n):
+    z = x * y
+    for i in range(n):
+        z = z + i
+    return z.relu(), [n, "k"]
+
+
+def g(x):
+    y = x.sin()
+    if y.sum() > 0:  # graph break: two graphs and a resume function per compile
+        return y + 1
+    return y - 1
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hits", type=int, default=1_000_000)
+    ap.add_argument("--cycles", type=int, default=10_000)
+    args = ap.parse_args()
+    tracemalloc.start()
+
+    cf = cdynamo.compile(f, backend="eager")
+    cg = cdynamo.compile(g, backend="eager")
+    x, y = torch.ones(8), torch.ones(8)
+    rows = []
+    checkpoint(rows, "before")
+    cf(x, y, 3), cg(x)
+    t0 = time.time()
+    step = max(1, args.hits // 10)
+    for i in range(args.hits):
+        cf(x, y, 3)
+        if i % 4 == 0:
+            cg(x)
+        if i % step == step - 1:
+            checkpoint(rows, "hits %d" % (i + 1))
+    s = cdynamo.stats()
+    assert s["cache_misses"] == 3 and s["frames_native"] == 0, s
+    report("%d cache hits (f, and g with a graph break every 4th call) in %.0f s; misses %d"
+           % (args.hits, time.time() - t0, s["cache_misses"]), rows)
+
+    rows = []
+    checkpoint(rows, "before")
+    t0 = time.time()
+    step = max(1, args.cycles // 10)
+    for i in range(args.cycles):
+        cnt = CompileCounter()
+        c1 = cdynamo.compile(f, backend=cnt)
+        c2 = cdynamo.compile(g, backend=cnt)
+        c1(x, y, i % 3)
+        c2(x if i % 2 else -x)
+        cdynamo.reset()
+        if i % step == step - 1:
+            checkpoint(rows, "cycles %d" % (i + 1))
+    report("%d compile/reset cycles (3 graphs each) in %.0f s" % (args.cycles, time.time() - t0), rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""Runs one generated program eagerly and under cdynamo.compile, and compares everything.
+
+``check(program, backend)`` executes the program's source twice (two module namespaces,
+so global stores are separate), then calls the eager ``f`` and the compiled ``f`` on the
+same sequence of argument sets (each built twice from one seed, never shared):
+
+    A (len 4), B (len 4, other values, other n), A again (a cache hit), C (len 3: other shapes),
+    D (like A, but y requires grad)
+
+After each call it compares the outcome (result: types all the way down, tensors by value,
+dtype, shape and requires_grad, identities with the arguments and among the results; or the
+exception's type and message), the arguments' state, the globals G0/GL, stdout and grad mode.
+Returns a ``Report``: the first difference (or None), and what cdynamo did (graphs, breaks,
+native frames with reasons).
+"""
+import contextlib
+import dataclasses
+import io
+import math
+import re
+import types
+
+import torch
+
+import cdynamo  # noqa: E402
+import cdynamo.testing
+
+
+class Box:
+    """The `obj` argument: an object with a tensor and an int attribute."""
+
+    def __init__(self, t, a):
+        self.t = t
+        self.a = a
+
+
+def make_args(variant):
+    """(x, y, n, lst, dct, obj) of one call; equal for equal variants, never shared."""
+    seed, size, n, grad = {"A": (1, 4, 2, False), "B": (2, 4, 3, False), "C": (3, 3, 2, False),
+                           "D": (1, 4, 2, True)}[variant]
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(size, generator=g)
+    y = torch.randn(size, generator=g)
+    if grad:
+        y.requires_grad_(True)
+    lst = [3, 1, 2] if seed != 2 else [5, 0, 4, 4]
+    dct = {"a": 1, "c": 5} if seed != 2 else {"b": 7}
+    obj = Box(torch.randn(size, generator=g), 7 + seed)
+    return (x, y, n, lst, dct, obj)
+
+
+CALLS = ["A", "B", "A", "C", "D"]
+
+
+@dataclasses.dataclass
+class Report:
+    mismatch: str = None      # what differs, first difference only (None: all equal)
+    kind: str = None          # "result", "exception", "args", "globals", "stdout", "grad_mode", "internal"
+    call: int = -1
+    graphs: int = 0
+    breaks: int = 0
+    native: list = dataclasses.field(default_factory=list)   # native frame reasons
+    break_reasons: list = dataclasses.field(default_factory=list)
+    hits: int = 0
+    misses: int = 0
+    eager_raised: int = 0     # calls that raised eagerly (the program's own exceptions)
+
+
+# ---------------------------------------------------------------------------------------- comparison
+
+def _tname(o):
+    t = type(o)
+    return t.__qualname__ if t.__module__ in ("__fuzz__", __name__) else "%s.%s" % (t.__module__, t.__qualname__)
+
+
+def same(a, b, path, memo_a, memo_b):
+    """First difference between a and b as a string, or None. memo_*: id -> path (identities)."""
+    if _tname(a) != _tname(b):
+        return "%s: type %s vs %s" % (path, _tname(a), _tname(b))
+    if isinstance(a, (list, dict, set, torch.Tensor, types.SimpleNamespace)) or hasattr(a, "__dict__") and not callable(a):
+        pa, pb = memo_a.get(id(a)), memo_b.get(id(b))
+        if pa != pb:
+            return "%s: identity %s vs %s" % (path, pa, pb)
+        if pa is not None:
+            return None
+        memo_a[id(a)] = path
+        memo_b[id(b)] = path
+    if isinstance(a, torch.Tensor):
+        if a.dtype != b.dtype or a.shape != b.shape or a.requires_grad != b.requires_grad:
+            return "%s: tensor %s%s rg=%s vs %s%s rg=%s" % (path, a.dtype, tuple(a.shape), a.requires_grad, b.dtype,
+                                                            tuple(b.shape), b.requires_grad)
+        da, db = a.detach(), b.detach()
+        if da.is_floating_point():
+            ok = torch.allclose(da, db, rtol=1e-5, atol=1e-6, equal_nan=True)
+        else:
+            ok = torch.equal(da, db)
+        return None if ok else "%s: tensor values %s vs %s" % (path, da.tolist(), db.tolist())
+    if isinstance(a, float):
+        if math.isnan(a) and math.isnan(b) or a == b or math.isclose(a, b, rel_tol=1e-6):
+            return None
+        return "%s: %r vs %r" % (path, a, b)
+    if isinstance(a, (list, tuple)):
+        if len(a) != len(b):
+            return "%s: len %d vs %d (%r vs %r)" % (path, len(a), len(b), a, b)
+        for i, (u, v) in enumerate(zip(a, b)):
+            d = same(u, v, "%s[%d]" % (path, i), memo_a, memo_b)
+            if d:
+                return d
+        return None
+    if isinstance(a, dict):
+        if list(a.keys()) != list(b.keys()):
+            return "%s: keys %r vs %r" % (path, list(a.keys()), list(b.keys()))
+        for k in a:
+            d = same(a[k], b[k], "%s[%r]" % (path, k), memo_a, memo_b)
+            if d:
+                return d
+        return None
+    if isinstance(a, (set, frozenset)):
+        return None if a == b else "%s: %r vs %r" % (path, a, b)
+    if isinstance(a, BaseException):
+        return None if str(a) == str(b) else "%s: exception %r vs %r" % (path, a, b)
+    if hasattr(a, "__dict__") and not callable(a) and not isinstance(a, types.ModuleType):
+        return same(vars(a), vars(b), path + ".__dict__", memo_a, memo_b)
+    if callable(a):
+        return None  # functions made by the program: compared by type only
+    return None if a == b else "%s: %r vs %r" % (path, a, b)
+
+
+def _register(o, path, memo):
+    """Records the identities of the objects reachable from an argument (a returned argument
+    or part of one must be that very object)."""
+    if not isinstance(o, (list, dict, torch.Tensor, Box)) or id(o) in memo:
+        return
+    memo[id(o)] = path
+    if isinstance(o, list):
+        for i, v in enumerate(o):
+            _register(v, "%s[%d]" % (path, i), memo)
+    elif isinstance(o, dict):
+        for k, v in o.items():
+            _register(v, "%s[%r]" % (path, k), memo)
+    elif isinstance(o, Box):
+        for k, v in vars(o).items():
+            _register(v, "%s.%s" % (path, k), memo)
+
+
+def _norm_stdout(s):
+    return re.sub(r"grad_fn=<\w+>", "grad_fn=<...>", s)
+
+
+def _outcome(fn, args):
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            out = ("ok", fn(*args))
+        except Exception as e:  # noqa: BLE001 - the program's exception is the result compared
+            out = ("raised", e)
+    return out, _norm_stdout(buf.getvalue()), torch.is_grad_enabled()
+
+
+def _namespace(program):
+    ns = {"__name__": "__fuzz__"}
+    exec(compile(program.source, "<fuzz>", "exec"), ns)
+    return ns
+
+
+def _backend(name):
+    if name == "count":
+        return cdynamo.testing.CompileCounter()
+    return name
+
+
+def check(program, backend="count"):
+    """Runs `program` eagerly and compiled over CALLS; returns a Report (see module doc)."""
+    rep = Report()
+    cdynamo.reset()
+    eager_ns = _namespace(program)
+    comp_ns = _namespace(program)
+    eager_f = eager_ns[program.fn_name]
+    compiled_f = cdynamo.compile(comp_ns[program.fn_name], backend=_backend(backend))
+    for ci, variant in enumerate(CALLS):
+        ea = make_args(variant)
+        ca = make_args(variant)
+        e_out, e_stdout, e_grad = _outcome(eager_f, ea)
+        c_out, c_stdout, c_grad = _outcome(compiled_f, ca)
+        torch.set_grad_enabled(True)
+        rep.call = ci
+        if e_out[0] == "raised":
+            rep.eager_raised += 1
+        diff = None
+        if e_out[0] != c_out[0]:
+            kind = "exception"
+            diff = "eager %s, compiled %s" % (_describe(e_out), _describe(c_out))
+        elif e_out[0] == "raised":
+            kind = "exception"
+            if type(e_out[1]) is not type(c_out[1]) or str(e_out[1]) != str(c_out[1]):
+                diff = "eager %s, compiled %s" % (_describe(e_out), _describe(c_out))
+        else:
+            kind = "result"
+            memo_e, memo_c = {}, {}
+            for i, (a, b) in enumerate(zip(ea, ca)):
+                _register(a, "arg%d" % i, memo_e)
+                _register(b, "arg%d" % i, memo_c)
+            diff = same(e_out[1], c_out[1], "result", memo_e, memo_c)
+        if diff is None:
+            kind = "args"
+            diff = same(list(ea), list(ca), "args", {}, {})
+        if diff is None:
+            kind = "globals"
+            diff = same([eager_ns["G0"], eager_ns["GL"]], [comp_ns["G0"], comp_ns["GL"]], "globals", {}, {})
+        if diff is None and e_stdout != c_stdout:
+            kind = "stdout"
+            diff = "stdout %r vs %r" % (e_stdout, c_stdout)
+        if diff is None and e_grad != c_grad:
+            kind = "grad_mode"
+            diff = "grad mode after the call %s vs %s" % (e_grad, c_grad)
+        if diff is not None:
+            rep.mismatch = "call %d (%s): %s" % (ci, variant, diff)
+            rep.kind = kind
+            break
+    s = cdynamo.stats()
+    rep.graphs = s["graphs_compiled"]
+    rep.breaks = s["graph_breaks"]
+    rep.hits = s["cache_hits"]
+    rep.misses = s["cache_misses"]
+    rep.native = [f["reason"] for f in s["native_frames"]]
+    rep.break_reasons = [f["reason"] for f in s["graph_break_reasons"]]
+    return rep
+
+
+def _describe(out):
+    if out[0] == "ok":
+        r = repr(out[1])
+        return "returned " + (r if len(r) < 300 else r[:300] + "...")
+    e = out[1]
+    return "raised %s(%r)" % (type(e).__name__, str(e)[:300])
