@@ -30,18 +30,27 @@ class CompileConfig:
         return f"CompileConfig(backend={self.backend_name}, fullgraph={self.fullgraph}, dynamic={self.dynamic})"
 
 
-def _timed(backend):
-    """The backend, timing its calls for stats()["backend_s"] and the run summary."""
-    def call(gm, example_inputs):
+class _timed:
+    """The backend, timing its calls for stats()["backend_s"] and the run summary.
+
+    A module-level class rather than a closure so that a compiled module (which holds its
+    configuration) stays picklable, as torch.compile's are."""
+
+    __slots__ = ("__wrapped__", "__name__")
+
+    def __init__(self, backend):
+        self.__wrapped__ = backend
+        self.__name__ = getattr(backend, "__name__", type(backend).__name__)
+
+    def __call__(self, gm, example_inputs):
         start = time.perf_counter_ns()
         try:
-            return backend(gm, example_inputs)
+            return self.__wrapped__(gm, example_inputs)
         finally:
             _events.add_backend_time(time.perf_counter_ns() - start)
 
-    call.__name__ = getattr(backend, "__name__", type(backend).__name__)
-    call.__wrapped__ = backend
-    return call
+    def __reduce__(self):
+        return (_timed, (self.__wrapped__,))
 
 
 def _file_rules():

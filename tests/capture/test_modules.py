@@ -205,3 +205,22 @@ def test_module_state_changes_after_many_hits_are_seen():
     hits()
     assert (cm(x).abs() < 1).all()
     assert cnt.frame_count >= 4
+
+
+def test_compiled_module_survives_pickling():
+    # torch.save of a compiled module (as torch.compile's can be saved): the wrapper, its
+    # configuration and its backend pickle; the loaded copy computes the same and compiles.
+    import io
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    counter = CompileCounter()
+    compiled = cdynamo.compile(model, backend=counter)
+    x = torch.randn(2, 3)
+    expected = model(x)
+    torch.testing.assert_close(compiled(x), expected)
+    buf = io.BytesIO()
+    torch.save(compiled, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    torch.testing.assert_close(loaded(x), expected)
+    assert counter.frame_count >= 1
