@@ -11,7 +11,7 @@ BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
 
-.PHONY: all venv build demo test test-cpp test-py bench bench-quick clean
+.PHONY: all venv build demo test test-cpp test-py bench bench-quick conformance clean
 
 all: build
 
@@ -48,6 +48,15 @@ bench: build
 
 bench-quick: build
 	$(PY) benchmarks/run.py --quick
+
+# PyTorch's own TorchDynamo tests (test_functions.py, test_modules.py from ../shared/peer)
+# under cdynamo through the peer shim, against the strict list docs/conformance_failing.tsv;
+# torch._dynamo's own run of each file is cached in build/conformance/. Not part of `make test`
+# (several minutes). CONFORMANCE_ARGS: e.g. --only functions, --update, --rerun-baseline.
+conformance: build
+	$(PY) -c 'import expecttest, pytest_timeout, hypothesis' 2>/dev/null || \
+	  $(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) expecttest pytest-timeout hypothesis
+	$(PY) tools/conformance.py $(CONFORMANCE_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR) src/cdynamo/_C*.so
