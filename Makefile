@@ -11,7 +11,7 @@ BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
 
-.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize clean package-test
+.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize conformance clean package-test
 
 all: build
 
@@ -80,6 +80,15 @@ bench-quick: build
 # scikit-build-core from scratch (slow: the whole C++ build), then imports it outside the tree.
 package-test: $(DEPS_STAMP)
 	PYTHON_BOOT=$(PYTHON_BOOT) bash tools/package_test.sh
+
+# PyTorch's own TorchDynamo tests (test_functions.py, test_modules.py from ../shared/peer)
+# under cdynamo through the peer shim, against the strict list docs/conformance_failing.tsv;
+# torch._dynamo's own run of each file is cached in build/conformance/. Not part of `make test`
+# (several minutes). CONFORMANCE_ARGS: e.g. --only functions, --update, --rerun-baseline.
+conformance: build
+	$(PY) -c 'import expecttest, pytest_timeout, hypothesis' 2>/dev/null || \
+	  $(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) expecttest pytest-timeout hypothesis
+	$(PY) tools/conformance.py $(CONFORMANCE_ARGS)
 
 clean:
 	rm -rf $(BUILD_DIR) src/cdynamo/_C*.so
