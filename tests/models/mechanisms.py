@@ -12,6 +12,7 @@ each, with the C++ location and torch._dynamo's rule, is in the case's `why` and
     python tests/models/mechanisms.py CASE     # one case, in this process (used for crashes)
 """
 import collections
+import copy
 import dataclasses
 import enum
 import inspect
@@ -372,6 +373,61 @@ def _():
         except AttributeError:
             n = 0
         return x * n
+
+    return f, [(torch.randn(3),)]
+
+
+SCALES = {0: 2.0, 1: 3.0}
+
+
+@case("dict_item_int_keys", models=("t5", "bart"),
+      why="a Python error left set: GuardProgram::load (guards/guard_program.cpp) shares loads by comparing names "
+          "with PyUnicode_Compare, which raises TypeError (\"Can't compare int and int\") for the int keys of "
+          "DictItem loads and leaves it pending; the next C API call that checks for errors fails (here: "
+          "'operator lookup: SystemError: __import__ returned a result with an exception set'; in T5/BART: "
+          "'global lookup: TypeError' at LOAD_GLOBAL, a native frame)")
+def _():
+    def f(x):
+        y = x * SCALES[0]
+        y = y + SCALES[1]
+        return torch.relu(y)
+
+    return f, [(torch.randn(3),)]
+
+
+class Hyper:
+    def __init__(self):
+        self.scale = 2.0
+        self.shifts = [1.0, 2.0]
+
+
+HYPER = Hyper()
+
+
+@case("deepcopy_of_object", models=("t5", "bart"),
+      why="copy.deepcopy (PreTrainedConfig.get_text_config of an encoder-decoder config) keys its memo by id(); "
+          "builtins.cpp refuses id() ('id() depends on object addresses'). torch._dynamo inlines copy.deepcopy: "
+          "id() of an object read from the program is its real id under an identity guard, of an object made in "
+          "the trace a stand-in id usable as a key")
+def _():
+    def f(x):
+        h = copy.deepcopy(HYPER)
+        return x * h.scale + h.shifts[1]
+
+    return f, [(torch.randn(3),)]
+
+
+VALIDATORS = {int: lambda v: v * 2, float: lambda v: v + 1}
+
+
+@case("dict_with_type_keys", models=("bart",),
+      why="a dict read from the program whose keys are types (huggingface_hub's _BASIC_TYPE_VALIDATORS): the "
+          "Dict model requires constant keys ('dict keys must be constants'); torch._dynamo keys its dicts by any "
+          "hashable value whose hash is stable (types, functions, enum members, objects by identity)")
+def _():
+    def f(x):
+        v = VALIDATORS.get(float)
+        return x * v(1.0)
 
     return f, [(torch.randn(3),)]
 
