@@ -383,14 +383,15 @@ SCALES = {0: 2.0, 1: 3.0}
 @case("dict_item_int_keys", models=("t5", "bart"),
       why="a Python error left set: GuardProgram::load (guards/guard_program.cpp) shares loads by comparing names "
           "with PyUnicode_Compare, which raises TypeError (\"Can't compare int and int\") for the int keys of "
-          "DictItem loads and leaves it pending; the next C API call that checks for errors fails (here: "
-          "'operator lookup: SystemError: __import__ returned a result with an exception set'; in T5/BART: "
-          "'global lookup: TypeError' at LOAD_GLOBAL, a native frame)")
+          "DictItem loads (made when the dict is wrapped) and leaves it pending; the next check of "
+          "PyErr_Occurred() fails (here loadGlobal of the builtin len: 'global lookup: TypeError' at "
+          "LOAD_GLOBAL, a native frame, as in T5/BART; or 'SystemError: ... returned a result with an "
+          "exception set')")
 def _():
     def f(x):
-        y = x * SCALES[0]
-        y = y + SCALES[1]
-        return torch.relu(y)
+        scale = SCALES[0]  # wrapping SCALES makes a DictItem load per key
+        n = len(SCALES)  # a builtin: loadGlobal checks PyErr_Occurred() when a name is not a global
+        return x * scale * n
 
     return f, [(torch.randn(3),)]
 
