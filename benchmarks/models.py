@@ -66,8 +66,10 @@ def frontend_s(d, eager_s):
     return max(d["first_call_s"] - eager_s, 1e-6)
 
 
-def short(reason, n=160):
+def short(reason, n=200):
     reason = re.sub(r"\s+", " ", reason)
+    reason = re.sub(r"[^\s(\[]*/site-packages/", "", reason)  # paths relative to site-packages
+    reason = reason.replace(str(ROOT) + "/", "")
     return reason if len(reason) <= n else reason[: n - 1] + "…"
 
 

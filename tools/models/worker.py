@@ -22,6 +22,7 @@ import argparse
 import copy
 import json
 import os
+import re
 import statistics
 import sys
 import time
@@ -134,7 +135,9 @@ def warm_up():
 
 
 def site(entry):
-    return f"{Path(entry['filename']).name}:{entry['line']} in {entry['function']}"
+    """'file.py:line in function (its file.py:line)', without directories."""
+    function = re.sub(r"\(\S*/([^/\s]+:\d+)\)$", r"(\1)", entry["function"])
+    return f"{Path(entry['filename']).name}:{entry['line']} in {function}"
 
 
 def cdynamo_findings():
