@@ -11,7 +11,8 @@ BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
 
-.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize clean package-test
+.PHONY: all venv build demo test test-cpp test-py bench bench-quick fuzz sanitize conformance clean package-test \
+        models models-train models-inductor models-deps
 
 all: build
 
@@ -31,6 +32,21 @@ $(DEPS_STAMP): requirements-dev.txt
 
 venv: $(DEPS_STAMP)
 
+# Real models (issue 11): timm and transformers. timm goes in with --no-deps (its other
+# requirements are in requirements-models.txt): PyPI's torchvision is a CUDA build that
+# cannot import beside the CPU torch, so it is kept out and timm imports through
+# tools/models/tv_shim.py. The last two lines check that it worked.
+MODELS_STAMP := $(VENV)/.cdynamo-models
+TIMM_PIN     := timm==1.0.31
+$(MODELS_STAMP): $(DEPS_STAMP) requirements-models.txt
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) -r requirements-models.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_PIN) $(TIMM_PIN)
+	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	$(PY) -c "import sys; sys.path.insert(0, 'tools/models'); import zoo; zoo._import_timm(); import transformers"
+	touch $@
+
+models-deps: $(MODELS_STAMP)
+
 $(BUILD_DIR)/build.ninja: $(DEPS_STAMP) CMakeLists.txt
 	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(BUILD_DIR) -G Ninja \
 	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DPython_EXECUTABLE=$(abspath $(PY)) $(CMAKE_ARGS)
@@ -44,7 +60,7 @@ demo: build
 test-cpp: build
 	cd $(BUILD_DIR) && PATH=$(abspath $(VENV))/bin:$$PATH ctest --output-on-failure
 
-test-py: build
+test-py: build $(MODELS_STAMP)
 	$(PY) -m pytest -q tests
 
 test: test-cpp test-py
@@ -80,6 +96,26 @@ bench-quick: build
 # scikit-build-core from scratch (slow: the whole C++ build), then imports it outside the tree.
 package-test: $(DEPS_STAMP)
 	PYTHON_BOOT=$(PYTHON_BOOT) bash tools/package_test.sh
+
+# PyTorch's own TorchDynamo tests (test_functions.py, test_modules.py from ../shared/peer)
+# under cdynamo through the peer shim, against the strict list docs/conformance_failing.tsv;
+# torch._dynamo's own run of each file is cached in build/conformance/. Not part of `make test`
+# (several minutes). CONFORMANCE_ARGS: e.g. --only functions, --update, --rerun-baseline.
+conformance: build
+	$(PY) -c 'import expecttest, pytest_timeout, hypothesis' 2>/dev/null || \
+	  $(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) expecttest pytest-timeout hypothesis
+	$(PY) tools/conformance.py $(CONFORMANCE_ARGS)
+
+# Each model in its own process; rewrites its sections of docs/models.md (see benchmarks/models.py).
+models: build $(MODELS_STAMP)
+	$(PY) benchmarks/models.py
+	$(PY) benchmarks/models.py --train
+
+models-train: build $(MODELS_STAMP)
+	$(PY) benchmarks/models.py --train
+
+models-inductor: build $(MODELS_STAMP)
+	$(PY) benchmarks/models.py --inductor
 
 clean:
 	rm -rf $(BUILD_DIR) src/cdynamo/_C*.so

@@ -442,8 +442,20 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
 // Frames that are not ours go to it, and it is put back when ours comes out.
 _PyFrameEvalFunction previous_eval = nullptr;
 
+// The frame this thread is handing to `previous_eval` right now. The other hook may hand a
+// frame it does not want back to the function it replaced, which can be ours (torch._dynamo's
+// shim does, when it was put in over us and we then over it): that frame is evaluated by
+// CPython instead of being passed on again, or the two hooks would bounce it forever (the
+// calls are tail calls: a hang, not a stack overflow).
+thread_local _PyInterpreterFrame* tls_passing_on = nullptr;
+
 PyObject* evalOther(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
-  return previous_eval ? previous_eval(ts, frame, throw_flag) : _PyEval_EvalFrameDefault(ts, frame, throw_flag);
+  if (!previous_eval || tls_passing_on == frame) return _PyEval_EvalFrameDefault(ts, frame, throw_flag);
+  _PyInterpreterFrame* saved = tls_passing_on;
+  tls_passing_on = frame;
+  PyObject* result = previous_eval(ts, frame, throw_flag);
+  tls_passing_on = saved;
+  return result;
 }
 
 // Cold: the translation raised (a backend failure; Unsupported under fullgraph=True). A

@@ -16,6 +16,8 @@ torch's disable wrappers (``torch.compiler.disable`` / ``torch._dynamo.disable``
 one code object per kind; that code is marked in cdynamo's code cache, so a trace stops at
 a call of any torch-disabled function and nothing under the recursive wrapper is traced.
 """
+import types
+
 from . import _C
 
 GRAPH_BREAK = 1
@@ -73,4 +75,11 @@ def ensure_torch_rules():
     nonrecursive = getattr(decorators, "_nonrecursive_disable_wrapper_code", None)
     if nonrecursive is not None:
         _C.mark_disabled(nonrecursive)
+    # A function compiled by torch._dynamo itself (torch.compile while cdynamo is not
+    # installed): everything under its wrapper is torch._dynamo's to intercept, so cdynamo's
+    # context is off there and frames pass on to torch._dynamo's hook.
+    from torch._dynamo import eval_frame as dynamo_eval_frame
+    for const in dynamo_eval_frame._TorchDynamoContext.__call__.__code__.co_consts:
+        if isinstance(const, types.CodeType) and const.co_name == "compile_wrapper":
+            _C.mark_disabled(const, True)
     _torch_ready = True

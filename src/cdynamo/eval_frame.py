@@ -30,18 +30,27 @@ class CompileConfig:
         return f"CompileConfig(backend={self.backend_name}, fullgraph={self.fullgraph}, dynamic={self.dynamic})"
 
 
-def _timed(backend):
-    """The backend, timing its calls for stats()["backend_s"] and the run summary."""
-    def call(gm, example_inputs):
+class _timed:
+    """The backend, timing its calls for stats()["backend_s"] and the run summary.
+
+    A module-level class rather than a closure so that a compiled module (which holds its
+    configuration) stays picklable, as torch.compile's are."""
+
+    __slots__ = ("__wrapped__", "__name__")
+
+    def __init__(self, backend):
+        self.__wrapped__ = backend
+        self.__name__ = getattr(backend, "__name__", type(backend).__name__)
+
+    def __call__(self, gm, example_inputs):
         start = time.perf_counter_ns()
         try:
-            return backend(gm, example_inputs)
+            return self.__wrapped__(gm, example_inputs)
         finally:
             _events.add_backend_time(time.perf_counter_ns() - start)
 
-    call.__name__ = getattr(backend, "__name__", type(backend).__name__)
-    call.__wrapped__ = backend
-    return call
+    def __reduce__(self):
+        return (_timed, (self.__wrapped__,))
 
 
 def _file_rules():
@@ -86,13 +95,20 @@ class OptimizedModule(_WrapperModule):
     """An nn.Module compiled by cdynamo (the counterpart of torch's OptimizedModule).
 
     The original module is ``_orig_mod`` (so ``state_dict`` keys carry the ``_orig_mod.``
-    prefix, as with torch.compile); other attribute reads go to it.
+    prefix, as with torch.compile). It stands for the original one as torch's wrapper does:
+    attribute reads, writes and deletes go to it (but for the wrapper's own and its class's
+    attributes), ``training`` is its flag, and ``dir()`` lists its attributes first.
     """
 
+    # Names that belong to the wrapper itself, not to the module it wraps.
+    _own_attributes = frozenset({"_orig_mod", "_cdynamo_config", "__dict__"})
+
     def __init__(self, mod, compile_config):
+        # nn.Module.__init__ sets `training` through __setattr__; until _orig_mod is there
+        # the wrapper's own attributes are its own.
+        self.__dict__["_cdynamo_config"] = compile_config
         super().__init__()
         self._orig_mod = mod
-        self.__dict__["_cdynamo_config"] = compile_config
 
     # `self._orig_mod` would miss the instance __dict__ (nn.Module keeps submodules in
     # _modules), format an AttributeError and run two Python __getattr__ frames on every
@@ -102,6 +118,44 @@ class OptimizedModule(_WrapperModule):
 
     def forward(self, *args, **kwargs):
         return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
+
+    def _forwards(self, name):
+        """Whether setting/deleting attribute `name` acts on the wrapped module."""
+        modules = self.__dict__.get("_modules")
+        return (modules is not None and "_orig_mod" in modules and name not in self._own_attributes
+                and not hasattr(type(self), name))
+
+    def __setattr__(self, name, value):
+        if self._forwards(name):
+            setattr(self._modules["_orig_mod"], name, value)
+        else:
+            super().__setattr__(name, value)
+
+    def __delattr__(self, name):
+        if self._forwards(name):
+            delattr(self._modules["_orig_mod"], name)
+        else:
+            super().__delattr__(name)
+
+    @property
+    def training(self):
+        modules = self.__dict__.get("_modules")
+        if modules is not None and "_orig_mod" in modules:
+            return modules["_orig_mod"].training
+        return self.__dict__.get("_training_before_wrapping", True)
+
+    @training.setter
+    def training(self, value):
+        modules = self.__dict__.get("_modules")
+        if modules is not None and "_orig_mod" in modules:
+            modules["_orig_mod"].training = value
+        else:  # nn.Module.__init__, before there is a module to mirror
+            self.__dict__["_training_before_wrapping"] = value
+
+    def __dir__(self):
+        own = self._modules["_orig_mod"].__dir__()
+        seen = set(own)
+        return own + [a for a in super().__dir__() if a not in seen]
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r}, {self._cdynamo_config!r})"

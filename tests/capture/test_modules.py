@@ -133,6 +133,60 @@ def test_optimized_module_keeps_the_original():
     assert set(sd) == set(torch.compile(model, backend="eager").state_dict())
 
 
+def test_optimized_module_attribute_writes_reach_the_original():
+    """Writes, deletes, `training` and dir() act on the wrapped module, as with torch.compile's
+    wrapper; the compiled forward then sees the new values (a changed int recompiles)."""
+    class Step(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.step = 1
+
+        def forward(self, x):
+            return self.lin(x) + self.step
+
+    torch.manual_seed(0)
+    model = Step()
+    cnt = CompileCounter()
+    cm = cdynamo.compile(model, backend=cnt)
+    x = torch.randn(2, 4)
+    torch.testing.assert_close(cm(x), model(x))
+    cm.step += 1
+    assert model.step == 2 and "step" not in cm.__dict__
+    torch.testing.assert_close(cm(x), model(x))
+    assert cnt.frame_count == 2
+    cm.extra = torch.ones(1)
+    assert torch.equal(model.extra, torch.ones(1))
+    del cm.extra
+    assert not hasattr(model, "extra")
+    cm.eval()
+    assert not model.training and not cm.training and not model.lin.training
+    cm.train()
+    assert model.training and cm.training
+    names = dir(cm)
+    assert {"lin", "step", "forward", "_orig_mod"} <= set(names)
+    assert set(dir(model)) <= set(names)
+    # torch.compile's wrapper behaves the same way
+    tm = torch.compile(Step(), backend="eager")
+    tm.step += 1
+    assert tm._orig_mod.step == 2 and "step" not in tm.__dict__
+
+
+def test_optimized_module_survives_save_and_copy(tmp_path):
+    import copy
+    torch.manual_seed(0)
+    model = MLP().eval()  # no dropout: the copies must compute the same values
+    cm = cdynamo.compile(model, backend="eager")
+    (x,) = make_inputs(model)
+    ref = model(x)
+    torch.save(cm, tmp_path / "m.pt")
+    loaded = torch.load(tmp_path / "m.pt", weights_only=False)
+    for other in (loaded, copy.deepcopy(cm)):
+        assert isinstance(other, cdynamo.OptimizedModule)
+        torch.testing.assert_close(other(x), ref)
+        assert set(other.state_dict()) == set(cm.state_dict())
+
+
 def test_replacing_a_submodule_recompiles():
     torch.manual_seed(0)
     model = MLP().eval()
@@ -205,3 +259,22 @@ def test_module_state_changes_after_many_hits_are_seen():
     hits()
     assert (cm(x).abs() < 1).all()
     assert cnt.frame_count >= 4
+
+
+def test_compiled_module_survives_pickling():
+    # torch.save of a compiled module (as torch.compile's can be saved): the wrapper, its
+    # configuration and its backend pickle; the loaded copy computes the same and compiles.
+    import io
+
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU())
+    counter = CompileCounter()
+    compiled = cdynamo.compile(model, backend=counter)
+    x = torch.randn(2, 3)
+    expected = model(x)
+    torch.testing.assert_close(compiled(x), expected)
+    buf = io.BytesIO()
+    torch.save(compiled, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    torch.testing.assert_close(loaded(x), expected)
+    assert counter.frame_count >= 1

@@ -332,6 +332,36 @@ def test_cdynamo_calls_torch_compile_and_the_reverse():
     torch._dynamo.reset()
 
 
+def test_torch_compile_after_its_hook_was_left_installed():
+    # torch._dynamo can leave its frame hook installed after a compile that raised (here: a
+    # recompile under the fail_on_recompile stance); cdynamo's hook then goes in over it and
+    # hands it the frames that are not cdynamo's, and it hands back to its predecessor (us)
+    # the frames it does not want. Such a frame must run, not bounce between the two hooks.
+    out = _run("""
+        def g(x):
+            return x * 7
+
+        f = torch.compile(g, backend="eager")
+        f(torch.randn(2))
+        with torch.compiler.set_stance("fail_on_recompile"):
+            try:
+                f(torch.ones(3))
+            except RuntimeError:
+                pass
+        tc = torch.compile(lambda x: x.cos() * 2, backend="eager")
+
+        def ff(x):
+            return tc(x) + 1
+
+        cf = cdynamo.compile(ff, backend="eager")
+        for _ in range(3):
+            x = torch.randn(4)
+            assert torch.allclose(cf(x), x.cos() * 2 + 1)
+        print("ok")
+    """, timeout=120)
+    assert out.strip().endswith("ok")
+
+
 # ---------------------------------------------------------------------------------------- tracing functions
 
 def test_settrace_sees_the_lines_of_a_compiled_function():

@@ -1,0 +1,203 @@
+"""Crashes and hangs that PyTorch's TorchDynamo tests found in cdynamo (docs/conformance.md).
+
+Each case is a module-level ``case_*`` function that compares cdynamo with eager Python on a
+first call and a cache hit and raises AssertionError on any difference in the outcome; the
+test runs it away from pytest's process with a timeout (``harness.isolated``), since a
+segfault or a deadlock would take pytest down. What these assert is the crash fix: no
+crash, no hang, eager's outcome (a clean native run counts); capturing the case is tracked by
+the conformance list. All fail today (strict xfail, with the diagnosis).
+"""
+import threading
+
+import pytest
+import torch
+
+import cdynamo
+import cdynamo.testing
+
+from .harness import isolated, same_as_eager
+
+MODULE = "conformance.test_crashes"
+
+
+def crash(reason):
+    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+
+
+# ---------------------------------------------------------------- the cases (run in a subprocess)
+
+class Countdown:
+    """An iterator whose __iter__ returns itself (the usual shape of a hand-written iterator)."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def __iter__(self):
+        self.left = self.n
+        return self
+
+    def __next__(self):
+        if self.left == 0:
+            raise StopIteration
+        self.left -= 1
+        return self.left
+
+
+def _loop_over_own_iterator(x):
+    for i in Countdown(3):
+        x = x + i
+    return x
+
+
+def case_for_over_iterator_returning_self():
+    same_as_eager(_loop_over_own_iterator, lambda: (torch.ones(2),), captured=False)
+
+
+def _enumerate_own_iterator(x):
+    for i, v in enumerate(Countdown(3)):
+        x = x + i * v
+    return x
+
+
+def case_enumerate_over_iterator_returning_self():
+    same_as_eager(_enumerate_own_iterator, lambda: (torch.ones(2),), captured=False)
+
+
+class Unloopable:
+    def __iter__(self):
+        raise ValueError("not today")
+
+
+def _loop_over_iter_that_raises(x):
+    try:
+        for i in Unloopable():
+            x = x + i
+    except ValueError:
+        x = x - 1
+    return x
+
+
+def case_for_over_iter_that_raises():
+    same_as_eager(_loop_over_iter_that_raises, lambda: (torch.ones(2),), captured=False)
+
+
+def _frozenset_of_frozenset(x):
+    inner = frozenset({x})
+    return x + len(frozenset(inner))
+
+
+def case_frozenset_of_a_set_holding_a_tensor():
+    same_as_eager(_frozenset_of_frozenset, lambda: (torch.ones(2),), captured=False)
+
+
+def _returns_frozenset_with_tensor(x):
+    return x + 1, frozenset([1, x])
+
+
+def case_frozenset_with_a_tensor_returned():
+    # the tensor is the argument itself: compare the set by membership of the same object
+    def check(fn_out, x):
+        out, s = fn_out
+        assert isinstance(s, frozenset) and len(s) == 2 and 1 in s and x in s, f"got {s!r}"
+        assert torch.equal(out, x + 1)
+
+    x = torch.ones(2)
+    check(_returns_frozenset_with_tensor(x), x)
+    cfn = cdynamo.compile(_returns_frozenset_with_tensor, backend=cdynamo.testing.CompileCounter())
+    for _ in range(2):
+        check(cfn(x), x)
+
+
+def _min_values_floor(b):
+    return b.min(dim=0).values.floor()
+
+
+def case_attribute_of_a_torch_named_tuple_then_a_method():
+    same_as_eager(_min_values_floor, lambda: (torch.randn(3, 4),), captured=False)
+
+
+def _max_named_fields(b):
+    r = b.max(dim=1)
+    return r.values + 1, r.indices, type(r).__name__
+
+
+def case_torch_named_tuple_fields_and_type():
+    same_as_eager(_max_named_fields, lambda: (torch.randn(3, 4),), captured=False)
+
+
+def case_compile_inside_dispatch_mode_during_a_compile():
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    @cdynamo.compile(backend="eager")
+    def inner(x):
+        return x * 2
+
+    class CallsCompiled(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            inner(torch.ones(1))
+            return func(*args, **(kwargs or {}))
+
+    def outer(x):
+        return x + 1
+
+    cfn = cdynamo.compile(outer, backend="eager")
+    done = []
+
+    def run():
+        with CallsCompiled():
+            for _ in range(2):
+                done.append(torch.equal(cfn(torch.ones(2)), outer(torch.ones(2))))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the compile deadlocked"
+    assert done == [True, True], done
+
+
+# ---------------------------------------------------------------- the tests
+
+@crash("Tracer::getIter calls __iter__ again on what __iter__ returned; an iterator whose __iter__ "
+       "returns self recurses until the C stack overflows (segfault)")
+def test_for_over_iterator_returning_self():
+    isolated(MODULE, "case_for_over_iterator_returning_self")
+
+
+@crash("same recursion as above, reached through enumerate()")
+def test_enumerate_over_iterator_returning_self():
+    isolated(MODULE, "case_enumerate_over_iterator_returning_self")
+
+
+@crash("an __iter__ that raises leaves callDunder's result null with the exception pending; "
+       "Tracer::getIter then calls getIter(nullptr) (segfault)")
+def test_for_over_iter_that_raises():
+    isolated(MODULE, "case_for_over_iter_that_raises")
+
+
+@crash("frozenset(...) of a Set value makes a real frozenset from the items' objects "
+       "(trace/builtins.cpp callBuiltin): a tensor item has none, PySet_Add(NULL) segfaults")
+def test_frozenset_of_a_set_holding_a_tensor():
+    isolated(MODULE, "case_frozenset_of_a_set_holding_a_tensor")
+
+
+@crash("frozenset([1, x]) takes the same path as above and segfaults")
+def test_frozenset_with_a_tensor_returned():
+    isolated(MODULE, "case_frozenset_with_a_tensor_returned")
+
+
+@crash("a torch op's named tuple (torch.return_types.min) comes back as a plain Tuple value, "
+       ".values becomes a pending method, and Tracer::getAttr on a Method falls through the switch "
+       "into functionAttr, which dereferences the missing FunctionParts (segfault)")
+def test_attribute_of_a_torch_named_tuple_then_a_method():
+    isolated(MODULE, "case_attribute_of_a_torch_named_tuple_then_a_method")
+
+
+@crash("torch.return_types named tuples are plain tuples in the trace: .values/.indices raise "
+       "AttributeError ('tuple' object has no attribute) and type() is tuple")
+def test_torch_named_tuple_fields_and_type():
+    isolated(MODULE, "case_torch_named_tuple_fields_and_type")
+
+
+def test_compile_inside_dispatch_mode_during_a_compile():
+    # Once a deadlock: the compile lock was not re-entrant.
+    isolated(MODULE, "case_compile_inside_dispatch_mode_during_a_compile")

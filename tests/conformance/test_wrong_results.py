@@ -1,0 +1,435 @@
+"""Wrong results that PyTorch's TorchDynamo tests found in cdynamo (docs/conformance.md).
+
+Every test here fails today (strict xfail, with the diagnosis as the reason): cdynamo returns
+something else than eager Python, on the first call or on a cache hit, without saying so.
+The fix must come with the mechanism (see the reason), not with a special case; when a test
+starts to pass, take its mark off.
+"""
+import collections
+import types
+
+import pytest
+import torch
+
+import cdynamo
+import cdynamo.testing
+
+from . import _elsewhere
+from .harness import same_as_eager
+
+
+def wrong(reason):
+    return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
+
+
+def one(*shape):
+    return lambda: (torch.randn(*shape or (3,)),)
+
+
+# ---------------------------------------------------------------- dict views
+
+@wrong("dict.keys() is modelled as a snapshot of the keys (trace/containers.cpp callContainerMethod), "
+       "not as a live view of the dict: a key added after keys() was taken is missing")
+def test_keys_view_sees_keys_added_later():
+    def fn(x):
+        d = {"a": x}
+        ks = d.keys()
+        d["b"] = x * 2
+        return x + len(ks), "b" in ks, list(ks)
+    same_as_eager(fn, one())
+
+
+@wrong("dict.values() is a snapshot (trace/containers.cpp callContainerMethod): its len() misses "
+       "the values stored after it was taken")
+def test_values_view_sees_values_added_later():
+    def fn(x):
+        d = {"a": x}
+        vs = d.values()
+        d["a"] = x + 1
+        d["b"] = x + 2
+        return x * len(vs), sum(vs)
+    same_as_eager(fn, one())
+
+
+# ---------------------------------------------------------------- tensor identity
+
+@wrong("the result of an in-place tensor method is a new graph node, and Tracer::sameTensorObject "
+       "treats every computed tensor as a new object: y = x.add_(1) is x, but a set holds both")
+def test_inplace_method_returns_its_receiver():
+    def fn(x):
+        y = x.add_(1)
+        s = {x}
+        s.add(y)
+        return len(s), x * 2
+    same_as_eager(fn, one())
+
+
+# ---------------------------------------------------------------- guards on what the trace read
+
+@wrong("an attribute of a function read in the trace (fn.flag) is not guarded "
+       "(trace/calls.cpp getAttr, Kind::Callable: PyObject_GetAttr without a load): "
+       "changing it reuses the stale graph")
+def test_function_attribute_is_guarded():
+    def fn(x):
+        if fn.flag:
+            return x + 1
+        return x - 1
+
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x = torch.zeros(2)
+    fn.flag = True
+    assert torch.equal(cfn(x), fn(x))
+    assert torch.equal(cfn(x), fn(x))  # a cache hit
+    fn.flag = False
+    assert torch.equal(cfn(x), fn(x)), "a stale graph ran after fn.flag changed"
+    assert cnt.frame_count == 2
+
+
+@wrong("hasattr() on a function from the program is answered by PyObject_HasAttr at trace time and "
+       "not guarded (trace/builtins.cpp callBuiltin 'hasattr', the real() branch): an attribute set "
+       "later is not seen")
+def test_hasattr_of_function_is_guarded():
+    def fn(x):
+        return x + 1 if hasattr(fn, "marker") else x - 1
+
+    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    x = torch.zeros(2)
+    assert torch.equal(cfn(x), fn(x))
+    assert torch.equal(cfn(x), fn(x))  # a cache hit
+    fn.marker = 1
+    assert torch.equal(cfn(x), fn(x)), "a stale graph ran after the attribute was added"
+
+
+@wrong("the global store of a function of another module is recorded against that module's globals "
+       "dict, but `module.name` reads the real module (trace/calls.cpp getAttr, Kind::PyModule) "
+       "and misses the value stored earlier in the trace")
+def test_global_changed_by_another_module_is_read_fresh():
+    def fn(x):
+        y = _elsewhere.bump(x)
+        return y * _elsewhere.hits
+
+    def reset():
+        _elsewhere.hits = 0
+
+    reset()
+    expected = fn(torch.ones(2))
+    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter(), fullgraph=True)
+    for call in ("first call", "cache hit"):
+        reset()
+        got = cfn(torch.ones(2))
+        assert _elsewhere.hits == 1
+        assert torch.equal(got, expected), f"{call}: got {got}, eager {expected}"
+
+
+# ---------------------------------------------------------------- nn.Module calls
+
+@wrong("calling a module inlines its forward without looking at the class's __call__ "
+       "(trace/calls.cpp callModule): an overridden __call__ is bypassed")
+def test_overridden_module_call_runs():
+    class Scaled(torch.nn.Module):
+        def __call__(self, x):
+            return 5 * self.forward(x)
+
+        def forward(self, x):
+            return x * 3
+
+    m = Scaled()
+
+    def fn(x):
+        return m(x) + 1
+    same_as_eager(fn, one())
+
+
+@wrong("callModule guards an instance-level forward only when one exists at trace time: a forward "
+       "assigned to the instance afterwards is not seen, the old graph runs")
+def test_forward_assigned_to_instance_later_is_seen():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x - 1
+
+    m = M()
+
+    def fn(x):
+        return m(x)
+
+    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    x = torch.zeros(2)
+    assert torch.equal(cfn(x), fn(x))
+    assert torch.equal(cfn(x), fn(x))  # a cache hit
+    m.forward = types.MethodType(lambda self, x: x + 10, m)
+    assert torch.equal(cfn(x), fn(x)), "the old forward ran"
+
+
+@wrong("`mod.forward = f` inside the trace is recorded as an attribute overlay, but callModule reads "
+       "the real instance dict, so the call that follows runs the class's forward")
+def test_forward_assigned_in_the_trace_is_called():
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return x - 1
+
+    def fn(mod, x, y):
+        def patched(x):
+            return x + y
+        mod.forward = patched
+        return mod(x)
+
+    x, y = torch.zeros(2), torch.ones(2)
+    m1 = M()
+    expected = fn(m1, x, y)
+    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter(), fullgraph=True)
+    for call in ("first call", "cache hit"):
+        m2 = M()
+        got = cfn(m2, x, y)
+        assert torch.equal(got, expected), f"{call}: got {got}, eager {expected}"
+        assert torch.equal(m2(x), m1(x)), f"{call}: the module's forward afterwards differs"
+
+
+# ---------------------------------------------------------------- autograd
+
+@wrong("Tensor.backward() returns None, and the graph builder drops a call whose result holds no "
+       "tensor as a metadata query (graph/graph_builder.cpp: mutation is guessed from a trailing '_'): "
+       ".grad is never set")
+def test_backward_in_compiled_function_sets_grad():
+    def fn(x):
+        y = (x * x).sum()
+        y.backward()
+        return y.detach()
+
+    x1 = torch.ones(3, requires_grad=True)
+    fn(x1)
+    cfn = cdynamo.compile(fn, backend="eager")
+    for call in ("first call", "cache hit"):
+        x2 = torch.ones(3, requires_grad=True)
+        cfn(x2)
+        assert x2.grad is not None and torch.equal(x1.grad, x2.grad), f"{call}: grad {x2.grad}, eager {x1.grad}"
+
+
+@wrong("torch.autograd.backward(y) is dropped like Tensor.backward() (no tensor result, no trailing '_')")
+def test_autograd_backward_in_compiled_function_sets_grad():
+    def fn(x):
+        y = (x * 3).sum()
+        torch.autograd.backward(y)
+        return y.detach()
+
+    x1 = torch.ones(3, requires_grad=True)
+    fn(x1)
+    cfn = cdynamo.compile(fn, backend="eager")
+    for call in ("first call", "cache hit"):
+        x2 = torch.ones(3, requires_grad=True)
+        cfn(x2)
+        assert x2.grad is not None and torch.equal(x1.grad, x2.grad), f"{call}: grad {x2.grad}, eager {x1.grad}"
+
+
+@wrong("an in-place op called through its aten overload (torch.ops.aten.add_.Tensor) is named "
+       "'add_.Tensor': isMutating (graph/graph_builder.cpp) does not see the trailing '_', the unused "
+       "result is dead and the mutation of the input is lost")
+def test_inplace_aten_overload_mutates_input():
+    def fn(x):
+        torch.ops.aten.add_.Tensor(x, torch.ones(3))
+        return x * 2
+    same_as_eager(fn, one())
+
+
+@wrong("a factory called with requires_grad=True is recorded in the graph; under aot_eager the output "
+       "loses requires_grad (torch._dynamo breaks the graph there instead)")
+def test_factory_with_requires_grad_keeps_it_under_aot_eager():
+    def fn(x):
+        w = torch.ones(3, requires_grad=True)
+        return w * x, w
+
+    eager_out, eager_w = fn(torch.ones(3))
+    cfn = cdynamo.compile(fn, backend="aot_eager")
+    for call in ("first call", "cache hit"):
+        out, w = cfn(torch.ones(3))
+        assert (w.requires_grad, out.requires_grad) == (eager_w.requires_grad, eager_out.requires_grad), \
+            f"{call}: requires_grad {w.requires_grad}/{out.requires_grad}, eager {eager_w.requires_grad}/{eager_out.requires_grad}"
+
+
+@wrong("saved-tensor pack hooks set outside the compiled function run while the graph is traced "
+       "(on fake tensors): the user's hook sees a FakeTensor and runs once more than eagerly "
+       "(torch._dynamo defers them: _saved_tensors_hooks_set_tracing)")
+def test_saved_tensor_hooks_do_not_run_during_tracing():
+    seen = []
+
+    def pack(t):
+        seen.append(type(t).__name__)
+        return t
+
+    def fn(x):
+        return x.sin()
+
+    cfn = cdynamo.compile(fn, backend="eager")
+    x = torch.ones(2, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(x)
+        eager = list(seen)
+        for call in ("first call", "cache hit"):
+            seen.clear()
+            cfn(x)
+            assert seen == eager, f"{call}: pack hooks saw {seen}, eagerly {eager}"
+
+
+# ---------------------------------------------------------------- builtins and the object model
+
+@wrong("`!=` on instances of a tuple subclass from the program: Tracer::compareOp finds no Python-level "
+       "__ne__/__eq__ (tuple's are C slots, which callDunder ignores) and falls back to identity")
+def test_ne_between_equal_tuple_subclass_instances():
+    class Pair(tuple):
+        pass
+
+    def fn(x, a, b):
+        if a != b:
+            return x + 1
+        return x - 1
+    same_as_eager(fn, lambda: (torch.zeros(2), Pair([1, 2]), Pair([1, 2])))
+
+
+@wrong("a namedtuple subclass is modelled as a Tuple value: Tracer::binaryOp concatenates two of them "
+       "instead of calling the subclass's __add__ (a plain tuple of 4 comes back)")
+def test_namedtuple_subclass_operator_runs_its_method():
+    class Base(collections.namedtuple("Base", "a b")):
+        pass
+
+    class Pair(Base):
+        def __add__(self, other):
+            return Pair(self.a + other.a, self.b + other.b)
+
+    def fn(p, q):
+        return p + q
+    same_as_eager(fn, lambda: (Pair(torch.ones(2), torch.zeros(2)), Pair(torch.ones(2), torch.ones(2))))
+
+
+@wrong("map() is evaluated when it is made (trace/builtins.cpp, map); list.extend consumes it lazily, "
+       "so a function reading the list sees its growth eagerly and not in the trace")
+def test_map_is_lazy_against_the_list_it_extends():
+    def fn(x):
+        y = [1]
+
+        def inner(z):
+            return z + y[-1]
+        y.extend(map(inner, range(3)))
+        return x + 1, y
+    same_as_eager(fn, one())
+
+
+@wrong("a property read through its class (Cls.prop) calls the getter with the class as self "
+       "(trace/objects.cpp objectGetAttr) instead of giving the property object")
+def test_property_read_through_the_class_is_the_property():
+    class C:
+        @property
+        def p(self):
+            return 42
+
+    def fn(x):
+        return x + 1, isinstance(C.p, property)
+    same_as_eager(fn, one())
+
+
+@wrong("iterators are modelled as one Iterator kind without the type of the real iterator: "
+       "isinstance(iter(range(5)), range_iterator) is False in the trace")
+def test_range_iterator_type():
+    range_iterator = type(iter(range(0)))
+
+    def fn(x):
+        if isinstance(iter(range(5)), range_iterator):
+            return x + 1
+        return x - 1
+    same_as_eager(fn, one())
+
+
+@pytest.mark.parametrize("kind", ["map", "filter", "zip"])
+@wrong("a map/filter/zip object that escapes the frame is rebuilt as a tuple_iterator "
+       "(the output plan of an Iterator value), not as the map/filter/zip it is")
+def test_returned_lazy_iterator_keeps_its_type(kind):
+    def fn(x):
+        if kind == "map":
+            return map(lambda t: t + 1, [x, x])
+        if kind == "filter":
+            return filter(lambda t: True, [x, x])
+        return zip([x, x], [1, 2])
+
+    expected = fn(torch.ones(2))
+    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    for call in ("first call", "cache hit"):
+        got = cfn(torch.ones(2))
+        assert type(got) is type(expected), f"{call}: got a {type(got).__name__}, eager a {type(expected).__name__}"
+
+
+@wrong("the __getattr__ of a user class is never called: Tracer::objectGetAttr raises AttributeError "
+       "in the trace when the attribute is not found by the normal lookup, and the program's own "
+       "except clause then takes the wrong branch")
+def test_getattr_hook_is_called():
+    class Lenient:
+        def __getattr__(self, name):
+            return 7
+
+    obj = Lenient()
+
+    def fn(x):
+        try:
+            v = obj.missing
+        except AttributeError:
+            v = -1
+        return x + v
+    same_as_eager(fn, one())
+
+
+@wrong("getattr(obj, name, default) on a user object with __getattr__ returns the default "
+       "(objectHasAttr / objectGetAttr ignore __getattr__)")
+def test_getattr_with_default_calls_getattr_hook():
+    class Lenient:
+        def __getattr__(self, name):
+            return 7
+
+    obj = Lenient()
+
+    def fn(x):
+        return x + getattr(obj, "missing", -1)
+    same_as_eager(fn, one())
+
+
+# ---------------------------------------------------------------- calls CPython rejects
+
+@wrong("map(..., strict=True) is accepted on Python 3.11, where map() takes no keyword arguments "
+       "(trace/builtins.cpp does not check the builtin's signature): eagerly a TypeError, caught here")
+def test_map_strict_keyword_is_a_type_error_on_311():
+    def fn(x, ys, zs):
+        try:
+            r = sum(map(lambda a, b: a * b, ys, zs, strict=True))
+        except TypeError:
+            r = -1.0
+        return x + r
+    same_as_eager(fn, lambda: (torch.ones(2), [1.0, 2.0], [3.0, 4.0]), expect_graphs=1)
+
+
+@wrong("isinstance(x, T, bad=1) is answered instead of raising TypeError (builtins take no keywords; "
+       "callBuiltin ignores them)")
+def test_isinstance_with_keyword_is_a_type_error():
+    def fn(x):
+        try:
+            r = isinstance(x, torch.Tensor, bad=1)
+        except TypeError:
+            r = None
+        return x + 1, r
+    same_as_eager(fn, one(), expect_graphs=1)
+
+
+# ---------------------------------------------------------------- outputs
+
+@wrong("a function made in the trace that refers to itself through its closure cell cannot be rebuilt "
+       "(runtime/compiled_entry.cpp output plan: 'cannot rebuild a container that contains itself'); "
+       "the RuntimeError reaches the caller instead of a result or a native run")
+def test_returning_a_function_that_refers_to_itself():
+    def fn(x):
+        def f():
+            return f
+        return x + 1, f
+
+    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    for call in ("first call", "cache hit"):
+        try:
+            out, f = cfn(torch.zeros(2))
+        except Exception as e:  # noqa: BLE001 - eager returns; any exception is the wrong outcome
+            raise AssertionError(f"{call}: raised {type(e).__name__}: {e}") from None
+        assert torch.equal(out, torch.ones(2)) and f() is f, call

@@ -1,0 +1,135 @@
+"""The real models cdynamo is measured on: timm and Hugging Face transformers, built
+from their configs with random weights (nothing is downloaded).
+
+Each entry builds (model, args, kwargs) from a seed, so every frontend in a run gets an
+identical copy. `size="full"` is what `make models` measures; `size="quick"` is the same
+architecture on smaller inputs, for the subset that runs inside `make test`.
+
+Dropout is configured off (p=0) in the transformers models, so a training step is
+deterministic and its gradients can be compared with eager; timm's models have none by
+default. The modules that apply dropout are still there (as a user's would be).
+"""
+import sys
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+
+TIMM = ["resnet18", "mobilenetv3_small_100", "efficientnet_b0", "vit_tiny_patch16_224", "convnext_atto",
+        "deit_tiny_patch16_224"]
+HF = ["bert", "gpt2", "llama", "t5", "distilbert", "bart"]
+ALL = TIMM + HF
+
+# Shared by every transformers config: the issue's "2 layers, hidden 64, vocab 1000".
+VOCAB, HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 1000, 64, 2, 4, 128, 128
+
+
+def family(name):
+    return "timm" if name in TIMM else "transformers"
+
+
+def _import_timm():
+    if "timm" not in sys.modules:
+        sys.path.insert(0, str(HERE))
+        import tv_shim
+
+        if tv_shim.needed():
+            tv_shim.install()
+    import timm
+
+    return timm
+
+
+def _hf_config(name):
+    import transformers as tf
+
+    common = dict(vocab_size=VOCAB)
+    if name == "bert":
+        return tf.BertConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                             intermediate_size=FFN, max_position_embeddings=POSITIONS, hidden_dropout_prob=0.0,
+                             attention_probs_dropout_prob=0.0, **common)
+    if name == "gpt2":
+        return tf.GPT2Config(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=FFN, n_positions=POSITIONS,
+                             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2,
+                             **common)
+    if name == "llama":
+        return tf.LlamaConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                              num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
+                              max_position_embeddings=POSITIONS, **common)
+    if name == "t5":
+        return tf.T5Config(d_model=HIDDEN, d_kv=HIDDEN // HEADS, d_ff=FFN, num_layers=LAYERS,
+                           num_decoder_layers=LAYERS, num_heads=HEADS, dropout_rate=0.0, decoder_start_token_id=0,
+                           **common)
+    if name == "distilbert":
+        return tf.DistilBertConfig(dim=HIDDEN, n_layers=LAYERS, n_heads=HEADS, hidden_dim=FFN,
+                                   max_position_embeddings=POSITIONS, dropout=0.0, attention_dropout=0.0, **common)
+    if name == "bart":
+        return tf.BartConfig(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS,
+                             encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=FFN,
+                             decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, dropout=0.0,
+                             attention_dropout=0.0, activation_dropout=0.0, **common)
+    raise KeyError(name)
+
+
+def _hf_model(name, config):
+    import transformers as tf
+
+    cls = {"bert": tf.BertModel, "gpt2": tf.GPT2LMHeadModel, "llama": tf.LlamaForCausalLM,
+           "t5": tf.T5ForConditionalGeneration, "distilbert": tf.DistilBertModel,
+           "bart": tf.BartForConditionalGeneration}[name]
+    return cls(config)
+
+
+def build(name, size="full", seed=0):
+    """(model, args, kwargs) for model `name`; the same seed gives identical weights and inputs."""
+    torch.manual_seed(seed)
+    if name in TIMM:
+        timm = _import_timm()
+        kw = {}
+        if size == "quick" and ("vit" in name or "deit" in name):
+            kw["img_size"] = 64
+        model = timm.create_model(name, pretrained=False, **kw)
+        res = 224 if size == "full" else 64
+        x = torch.randn(1 if size == "full" else 2, 3, res, res)
+        return model, (x,), {}
+    config = _hf_config(name)
+    model = _hf_model(name, config)
+    seq = 16 if size == "full" else 8
+    ids = torch.randint(1, VOCAB, (2, seq))
+    mask = torch.ones(2, seq, dtype=torch.long)
+    mask[1, -3:] = 0  # the second sequence is padded
+    kwargs = {"input_ids": ids, "attention_mask": mask}
+    if name == "t5":
+        kwargs["decoder_input_ids"] = torch.randint(1, VOCAB, (2, seq // 2))
+    return model, (), kwargs
+
+
+def flatten(out, prefix="out"):
+    """[(path, tensor)] of every tensor in a model's output: tensors, tuples, lists, dicts
+    (ModelOutput is one), and the attributes of other objects (a KV cache)."""
+    found = []
+
+    def visit(v, path, depth):
+        if isinstance(v, torch.Tensor):
+            found.append((path, v))
+        elif depth > 6 or v is None or isinstance(v, (int, float, bool, str)):
+            return
+        elif isinstance(v, dict):
+            for k in v:
+                visit(v[k], f"{path}[{k!r}]", depth + 1)
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                visit(item, f"{path}[{i}]", depth + 1)
+        elif hasattr(v, "__dict__"):
+            for k, item in sorted(vars(v).items()):
+                visit(item, f"{path}.{k}", depth + 1)
+
+    visit(out, prefix, 0)
+    return found
+
+
+def loss_of(out):
+    """A scalar that depends on every floating output (a stand-in for a training loss)."""
+    tensors = [t for _, t in flatten(out) if t.is_floating_point() and t.requires_grad]
+    return sum(t.float().pow(2).mean() for t in tensors)
