@@ -47,10 +47,8 @@ PyObject* compiledNew(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
   }
   auto* self = reinterpret_cast<CompiledFunction*>(type->tp_alloc(type, 0));
   if (!self) return nullptr;
-  Py_INCREF(fn);
-  Py_INCREF(config);
-  self->fn = fn;
-  self->config = config;
+  self->fn = Ref::borrow(fn).release();
+  self->config = Ref::borrow(config).release();
   self->vectorcall = compiledCall;
   return reinterpret_cast<PyObject*>(self);
 }
@@ -65,6 +63,7 @@ int compiledTraverse(PyObject* self, visitproc visit, void* arg) {
 
 int compiledClear(PyObject* self) {
   auto* cf = reinterpret_cast<CompiledFunction*>(self);
+  // why: tp_clear breaks cycles through the type's raw members.
   Py_CLEAR(cf->fn);
   Py_CLEAR(cf->config);
   Py_CLEAR(cf->dict);
@@ -80,10 +79,7 @@ void compiledDealloc(PyObject* self) {
 }
 
 PyObject* compiledGet(PyObject* self, PyObject* obj, PyObject* type) {
-  if (obj == nullptr || obj == Py_None) {
-    Py_INCREF(self);
-    return self;
-  }
+  if (obj == nullptr || obj == Py_None) return Ref::borrow(self).release();
   return PyMethod_New(self, obj);
 }
 
@@ -309,10 +305,7 @@ PyMODINIT_FUNC PyInit__C(void) {
   // The tracer asks the code cache which code cdynamo.disable marked (see trace/disabled.h).
   cdynamo::trace::setDisabledCodeQuery([](PyCodeObject* code) { return cdynamo::cache::isDisabled(code); });
   cdynamo::frame::installForkHandler();
-  PyObject* type = PyType_FromSpec(&compiledSpec);
-  if (!type || PyModule_AddObject(m.get(), "CompiledFunction", type) < 0) {
-    Py_XDECREF(type);
-    return nullptr;
-  }
+  Ref type = Ref::steal(PyType_FromSpec(&compiledSpec));
+  if (!type || PyModule_AddObjectRef(m.get(), "CompiledFunction", type.get()) < 0) return nullptr;
   return m.release();
 }

@@ -17,9 +17,9 @@ struct Table {
   Row rows[256];
   uint8_t deopt[256] = {};
   Table() {
-#define X(n, num, c, f) rows[num] = Row{#n, c, f}, deopt[num] = num;
+#define X(n, num, c, f, pops, pushes, pushes_if_jump) rows[num] = Row{#n, c, f}, deopt[num] = num;
 #define S(n, num, base) deopt[num] = static_cast<uint8_t>(Op::base);
-#include "bytecode/opcodes_311.def"
+#include CDYNAMO_OPCODE_TABLE
 #undef S
 #undef X
   }
@@ -42,6 +42,33 @@ bool opHasFlag(int opcode, char flag) {
   if (!opKnown(opcode)) return false;
   return std::strchr(table().rows[opcode].flags, flag) != nullptr;
 }
+
+int opPops(Op op, int arg) {
+  switch (op) {
+#define X(n, num, c, f, pops, pushes, pushes_if_jump) \
+  case Op::n:                                         \
+    return (pops);
+#define S(n, num, base)
+#include CDYNAMO_OPCODE_TABLE
+#undef S
+#undef X
+  }
+  return 0;
+}
+
+int opPushes(Op op, int arg, bool jump) {
+  switch (op) {
+#define X(n, num, c, f, pops, pushes, pushes_if_jump) \
+  case Op::n:                                         \
+    return jump ? (pushes_if_jump) : (pushes);
+#define S(n, num, base)
+#include CDYNAMO_OPCODE_TABLE
+#undef S
+#undef X
+  }
+  return 0;
+}
+
 int opDeopt(int opcode) {
   if (opcode < 0 || opcode > 255) return opcode;
   int base = table().deopt[opcode];

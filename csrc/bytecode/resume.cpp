@@ -192,9 +192,7 @@ Ref tupleOfStrings(PyObject* base, const std::vector<std::string>& extra) {
   Ref t = Ref::steal(PyTuple_New(n + static_cast<Py_ssize_t>(extra.size())));
   if (!t) return Ref();
   for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* s = PyTuple_GET_ITEM(base, i);
-    Py_INCREF(s);
-    PyTuple_SET_ITEM(t.get(), i, s);
+    PyTuple_SET_ITEM(t.get(), i, Ref::borrow(PyTuple_GET_ITEM(base, i)).release());
   }
   for (size_t i = 0; i < extra.size(); ++i) {
     PyObject* s = PyUnicode_InternFromString(extra[i].c_str());
@@ -216,14 +214,10 @@ Ref makeCode(const Original& o, const Assembly& a, const Layout& layout, const s
   Ref consts = Ref::steal(PyTuple_New(nconsts + static_cast<Py_ssize_t>(layout.extraConsts.size())));
   if (!varnames || !consts) return Ref();
   for (Py_ssize_t i = 0; i < nconsts; ++i) {
-    PyObject* c = PyTuple_GET_ITEM(orig->co_consts, i);
-    Py_INCREF(c);
-    PyTuple_SET_ITEM(consts.get(), i, c);
+    PyTuple_SET_ITEM(consts.get(), i, Ref::borrow(PyTuple_GET_ITEM(orig->co_consts, i)).release());
   }
-  for (size_t i = 0; i < layout.extraConsts.size(); ++i) {
-    Py_INCREF(layout.extraConsts[i]);
-    PyTuple_SET_ITEM(consts.get(), nconsts + static_cast<Py_ssize_t>(i), layout.extraConsts[i]);
-  }
+  for (size_t i = 0; i < layout.extraConsts.size(); ++i)
+    PyTuple_SET_ITEM(consts.get(), nconsts + static_cast<Py_ssize_t>(i), Ref::borrow(layout.extraConsts[i]).release());
   Ref noNames = Ref::steal(PyTuple_New(0));
   if (!noNames) return Ref();
   std::vector<std::string> freeNames = o.cellNames;
@@ -254,11 +248,9 @@ Ref makeCode(const Original& o, const Assembly& a, const Layout& layout, const s
   if (!code) {
     PyObject *t, *v, *tb;
     PyErr_Fetch(&t, &v, &tb);
-    Ref s = Ref::steal(v ? PyObject_Str(v) : nullptr);
+    Ref type = Ref::steal(t), value = Ref::steal(v), trace = Ref::steal(tb);
+    Ref s = Ref::steal(value ? PyObject_Str(value.get()) : nullptr);
     PyErr_Clear();
-    Py_XDECREF(t);
-    Py_XDECREF(v);
-    Py_XDECREF(tb);
     fail(error, "building the code object: " + (s ? utf8(s.get()) : std::string("?")));
   }
   return code;
@@ -344,8 +336,7 @@ std::vector<std::vector<bool>> computeLiveness(PyCodeObject* co) {
   std::vector<std::vector<int>> succ(n);
   for (size_t i = 0; i < n; ++i) {
     Op op = ins[i].op;
-    bool falls = op != Op::RETURN_VALUE && op != Op::RAISE_VARARGS && op != Op::RERAISE &&
-                 op != Op::JUMP_FORWARD && op != Op::JUMP_BACKWARD && op != Op::JUMP_BACKWARD_NO_INTERRUPT;
+    bool falls = !neverFallsThrough(op);
     if (falls && i + 1 < n) succ[i].push_back(static_cast<int>(i + 1));
     if (opHasFlag(static_cast<int>(op), 'J')) {
       int t = indexAtOffset(ins, ins[i].jumpTarget());

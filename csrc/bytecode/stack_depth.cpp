@@ -2,7 +2,8 @@
 //
 // Depths propagate along three kinds of edges from the first instruction (depth 0):
 //  * fall-through: depth + effect(jump=0), except after an instruction that never falls
-//    through (unconditional jumps, RETURN_VALUE, RAISE_VARARGS, RERAISE);
+//    through (flag T of the opcode table: unconditional jumps, RETURN_VALUE, RAISE_VARARGS,
+//    RERAISE);
 //  * a jump: depth + effect(jump=1) at the target;
 //  * an exception: every instruction inside an exception range may raise, and the
 //    handler starts at range.depth + lasti + 1 -- the interpreter pops to `depth`, pushes
@@ -10,7 +11,7 @@
 //    3.11 compiler writes the table's depth as handler start depth - 1 - lasti, so the
 //    two agree, and so does the maximum it stores in co_stacksize.
 // The effects come from PyCompile_OpcodeStackEffectWithJump, CPython's own table, so
-// this file holds no per-opcode knowledge beyond which opcodes end a block.
+// this file holds no per-opcode knowledge.
 // Valid bytecode reaches each instruction with one depth, never below the depth of an
 // exception range covering it; anything else means the code is broken and is reported
 // instead of being averaged away.
@@ -20,24 +21,6 @@
 #include "bytecode/assembler.h"
 
 namespace cdynamo::bytecode {
-namespace {
-
-bool neverFallsThrough(Op op) {
-  switch (op) {
-    case Op::JUMP_FORWARD:
-    case Op::JUMP_BACKWARD:
-    case Op::JUMP_BACKWARD_NO_INTERRUPT:
-    case Op::RETURN_VALUE:
-    case Op::RAISE_VARARGS:
-    case Op::RERAISE:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 bool computeStackSize(const Assembly& a, int* stackSize, std::string* error) {
   const int n = static_cast<int>(a.instrs.size());
   *stackSize = 0;

@@ -16,6 +16,7 @@
 
 #include "bytecode/resume.h"
 #include "cache/code_cache.h"
+#include "support/lookup.h"
 #include "support/pyref.h"
 #include "support/stats.h"
 #include "support/torch_types.h"
@@ -31,7 +32,7 @@ int threads_active = 0;  // guarded by the GIL
 unsigned log_channels = 0;
 int cache_size_limit = 8;
 Stance stance = Stance::Default;
-PyObject* event_sink = nullptr;  // owned
+Ref& event_sink = *new Ref();  // Note [Python references in statics] (support/pyref.h)
 
 // (path prefix, trace?) rules; the longest matching prefix decides; no match: trace.
 std::vector<std::pair<std::string, bool>> file_rules;
@@ -81,8 +82,8 @@ FrameView viewOf(_PyInterpreterFrame* frame) {
 }
 
 void emitLog(const char* channel, const std::string& message) {
-  Ref mod = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
-  Ref r = mod ? Ref::steal(PyObject_CallMethod(mod.get(), "emit", "ss", channel, message.c_str())) : Ref();
+  PyObject* mod = lookup(Obj::cdynamo_logging);
+  Ref r = mod ? Ref::steal(PyObject_CallMethod(mod, "emit", "ss", channel, message.c_str())) : Ref();
   if (!r) PyErr_Clear();
 }
 
@@ -115,8 +116,8 @@ void recordBreak(PyCodeObject* code, const runtime::CompiledEntry& entry) {
     emitLog("graph_breaks", "Graph break in " + codeName(code) + ": " + b.reason + "\n  at " + b.filename + ":" +
                                 std::to_string(b.line) + "\n" + b.user_stack);
   if (log_channels & kLogBytecode) {
-    Ref mod = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
-    Ref r = mod ? Ref::steal(PyObject_CallMethod(mod.get(), "emit_bytecode", "OOO", code, entry.brk->break_code.get(),
+    PyObject* mod = lookup(Obj::cdynamo_logging);
+    Ref r = mod ? Ref::steal(PyObject_CallMethod(mod, "emit_bytecode", "OOO", code, entry.brk->break_code.get(),
                                                  entry.brk->resume_table.get()))
                 : Ref();
     if (!r) PyErr_Clear();
@@ -138,7 +139,7 @@ void emitEvent(const char* kind, PyCodeObject* code, const runtime::CompiledEntr
   Ref d = Ref::steal(Py_BuildValue("{s:s,s:O,s:K,s:n}", "kind", kind, "code", code, "translate_ns",
                                    static_cast<unsigned long long>(ns), "num_entries",
                                    static_cast<Py_ssize_t>(num_entries)));
-  if (!d) return PyErr_WriteUnraisable(event_sink);
+  if (!d) return PyErr_WriteUnraisable(event_sink.get());
   auto set = [&](const char* key, PyObject* value) {  // steals value
     Ref v = Ref::steal(value);
     if (v && PyDict_SetItemString(d.get(), key, v.get()) == 0) return true;
@@ -161,9 +162,9 @@ void emitEvent(const char* kind, PyCodeObject* code, const runtime::CompiledEntr
     }
   }
   if (ok && u) ok = set("native", where(u->reason, u->filename, u->line, u->function, u->user_stack));
-  if (!ok) return PyErr_WriteUnraisable(event_sink);
-  Ref r = Ref::steal(PyObject_CallOneArg(event_sink, d.get()));
-  if (!r) PyErr_WriteUnraisable(event_sink);
+  if (!ok) return PyErr_WriteUnraisable(event_sink.get());
+  Ref r = Ref::steal(PyObject_CallOneArg(event_sink.get(), d.get()));
+  if (!r) PyErr_WriteUnraisable(event_sink.get());
 }
 
 // Cold: whether a frame holds a tensor or a module in its locals (directly, or one level
@@ -466,9 +467,7 @@ PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::Co
   PyErr_Fetch(&type, &value, &tb);
   PyErr_NormalizeException(&type, &value, &tb);
   if (tb && value) PyException_SetTraceback(value, tb);
-  Ref exc = Ref::steal(value);
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
+  Ref exc = Ref::steal(value), type_ref = Ref::steal(type), tb_ref = Ref::steal(tb);
   if (!exc) return nullptr;
   ContextOff off;
   Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
@@ -664,9 +663,6 @@ const std::vector<NativeFrame>& graphBreaks() { return graph_breaks; }
 void setLogChannels(unsigned mask) { log_channels = mask; }
 void setCacheSizeLimit(int limit) { cache_size_limit = limit; }
 void setStance(Stance s) { stance = s; }
-void setEventSink(PyObject* sink) {
-  Py_XINCREF(sink);
-  Py_XSETREF(event_sink, sink);
-}
+void setEventSink(PyObject* sink) { event_sink = Ref::borrow(sink); }
 
 }  // namespace cdynamo::frame

@@ -4,6 +4,8 @@
 // _get_qualified_name) are called, once per target.
 #include "graph/fx_codegen.h"
 
+#include "support/lookup.h"
+
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -14,53 +16,28 @@
 namespace cdynamo::graph::fxcodegen {
 namespace {
 
-Ref attrOf(const char* module, const char* name) {
-  Ref m = Ref::steal(PyImport_ImportModule(module));
-  if (!m) return Ref();
-  return Ref::steal(PyObject_GetAttrString(m.get(), name));
-}
-
-struct FxRefs {
-  Ref node_cls, codegen_cls, python_code_cls;
-  Ref custom_builtins, illegal_names, magic_methods, inplace_methods;
-  Ref is_from_torch, qualified_name;
-  Ref fx_config;  // torch.fx.experimental._config
-  Ref tensor_cls, dtype_type, device_type, layout_type, memory_format_type;
-  bool ok = false;
-};
-
-// Imported on first use; null with an error set if torch.fx lacks any of these.
-const FxRefs* fxRefs() {
-  // Leaked on purpose (see Note [Python references in statics] in support/pyref.h).
-  static FxRefs& r = *new FxRefs();
-  if (!r.ok) {
-    r.node_cls = attrOf("torch.fx.node", "Node");
-    r.codegen_cls = attrOf("torch.fx.graph", "CodeGen");
-    r.python_code_cls = attrOf("torch.fx.graph", "PythonCode");
-    r.custom_builtins = attrOf("torch.fx.graph", "_custom_builtins");
-    r.illegal_names = attrOf("torch.fx.graph", "_illegal_names");
-    r.magic_methods = attrOf("torch.fx.graph", "magic_methods");
-    r.inplace_methods = attrOf("torch.fx.graph", "inplace_methods");
-    r.is_from_torch = attrOf("torch.fx.graph", "_is_from_torch");
-    r.qualified_name = attrOf("torch.fx.node", "_get_qualified_name");
-    r.fx_config = Ref::steal(PyImport_ImportModule("torch.fx.experimental._config"));
-    r.tensor_cls = attrOf("torch", "Tensor");
-    r.dtype_type = attrOf("torch", "dtype");
-    r.device_type = attrOf("torch", "device");
-    r.layout_type = attrOf("torch", "layout");
-    r.memory_format_type = attrOf("torch", "memory_format");
-    if (!r.node_cls || !r.codegen_cls || !r.python_code_cls || !r.custom_builtins || !r.illegal_names ||
-        !r.magic_methods || !r.inplace_methods || !r.is_from_torch || !r.qualified_name || !r.fx_config ||
-        !r.tensor_cls || !r.dtype_type || !r.device_type || !r.layout_type || !r.memory_format_type)
-      return nullptr;
-    if (!PyDict_Check(r.custom_builtins.get()) || !PyDict_Check(r.illegal_names.get()) ||
-        !PyDict_Check(r.magic_methods.get()) || !PyDict_Check(r.inplace_methods.get())) {
+// The lookup-table objects the generator uses (support/lookup.h); all found, and of the
+// expected kinds, once fxObjectsFound() succeeded, so the generator calls lookup() without
+// checking. False with an error set if torch.fx lacks any of them.
+bool fxObjectsFound() {
+  static const Obj kNeeded[] = {
+      Obj::torch_fx_node_Node, Obj::torch_fx_graph_CodeGen, Obj::torch_fx_graph_PythonCode,
+      Obj::torch_fx_graph_custom_builtins, Obj::torch_fx_graph_illegal_names, Obj::torch_fx_graph_magic_methods,
+      Obj::torch_fx_graph_inplace_methods, Obj::torch_fx_graph_is_from_torch, Obj::torch_fx_node_get_qualified_name,
+      Obj::torch_fx_experimental_config, Obj::torch_Tensor, Obj::torch_dtype, Obj::torch_device, Obj::torch_layout,
+      Obj::torch_memory_format, Obj::torch_fx_graph_Graph};
+  static bool found = false;
+  if (found) return true;
+  for (Obj o : kNeeded)
+    if (!lookup(o)) return false;
+  for (Obj o : {Obj::torch_fx_graph_custom_builtins, Obj::torch_fx_graph_illegal_names,
+                Obj::torch_fx_graph_magic_methods, Obj::torch_fx_graph_inplace_methods})
+    if (!PyDict_Check(lookup(o))) {
       PyErr_SetString(PyExc_TypeError, "torch.fx.graph internals of an unexpected kind");
-      return nullptr;
+      return false;
     }
-    r.ok = true;
-  }
-  return &r;
+  found = true;
+  return true;
 }
 
 // Thrown (and caught in precompute) when the graph is left to FX: not an error.
@@ -217,8 +194,8 @@ std::string fill(const std::string& fmt, const std::vector<std::string>& args) {
 
 class Generator {
  public:
-  Generator(const FxRefs* r, PyObject* graph, const std::vector<PyObject*>& nodes)
-      : r_(r), graph_(graph), nodes_(nodes), ns_(r->illegal_names.get()) {}
+  Generator(PyObject* graph, const std::vector<PyObject*>& nodes)
+      : graph_(graph), nodes_(nodes), ns_(lookup(Obj::torch_fx_graph_illegal_names)) {}
 
   Ref run() {
     globals_ = Ref::steal(PyDict_New());
@@ -226,7 +203,7 @@ class Generator {
     // Pre-fill the globals table with registered builtins.
     PyObject *name, *builtin;
     Py_ssize_t pos = 0;
-    while (PyDict_Next(r_->custom_builtins.get(), &pos, &name, &builtin)) {
+    while (PyDict_Next(lookup(Obj::torch_fx_graph_custom_builtins), &pos, &name, &builtin)) {
       Ref obj = Ref::steal(PyObject_GetAttrString(builtin, "obj"));
       if (!obj) throw PyFailure();
       addGlobal(utf8(name), obj.get());
@@ -281,11 +258,11 @@ class Generator {
 
   // _gen_python_code's add_global
   std::string addGlobal(const std::string& hint, PyObject* obj) {
-    Ref from_torch = Ref::steal(PyObject_CallOneArg(r_->is_from_torch.get(), obj));
+    Ref from_torch = Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_fx_graph_is_from_torch), obj));
     if (!from_torch) throw PyFailure();
     int t = PyObject_IsTrue(from_torch.get());
     if (t < 0) throw PyFailure();
-    if (t && obj != r_->device_type.get()) return qualifiedName(obj);
+    if (t && obj != lookup(Obj::torch_device)) return qualifiedName(obj);
     std::string name = ns_.create(hint, obj);
     Ref key = str(name);
     PyObject* existing = PyDict_GetItemWithError(globals_.get(), key.get());
@@ -298,14 +275,14 @@ class Generator {
   }
 
   std::string qualifiedName(PyObject* obj) {
-    Ref q = Ref::steal(PyObject_CallOneArg(r_->qualified_name.get(), obj));
+    Ref q = Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_fx_node_get_qualified_name), obj));
     if (!q) throw PyFailure();
     return utf8(q.get());
   }
 
   // _gen_python_code's _get_repr, for the kinds of arguments handled here.
   std::string argRepr(PyObject* a) {
-    if (PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(r_->node_cls.get()))) return nodeRepr(a);
+    if (PyObject_TypeCheck(a, reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_fx_node_Node)))) return nodeRepr(a);
     if (PyTuple_Check(a)) {
       if (PyObject_HasAttrString(a, "_fields")) throw Unsupported();  // a namedtuple
       Py_ssize_t n = PyTuple_GET_SIZE(a);
@@ -325,8 +302,8 @@ class Generator {
     }
     PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(a));
     if (a == Py_None || PyBool_Check(a) || PyLong_CheckExact(a) || PyFloat_CheckExact(a) || PyUnicode_CheckExact(a) ||
-        PyComplex_CheckExact(a) || type == r_->dtype_type.get() || type == r_->device_type.get() ||
-        type == r_->layout_type.get() || type == r_->memory_format_type.get())
+        PyComplex_CheckExact(a) || type == lookup(Obj::torch_dtype) || type == lookup(Obj::torch_device) ||
+        type == lookup(Obj::torch_layout) || type == lookup(Obj::torch_memory_format))
       return reprOf(a);
     throw Unsupported();  // enums, tensors, op overloads, opaque values, ...: FX's own rules
   }
@@ -402,14 +379,14 @@ class Generator {
       Ref fname = Ref::steal(PyObject_GetAttrString(target, "__name__"));
       if (!fname) throw PyFailure();
       if (module && PyUnicode_Check(module.get()) && PyUnicode_CompareWithASCIIString(module.get(), "_operator") == 0) {
-        PyObject* magic = PyDict_GetItemWithError(r_->magic_methods.get(), fname.get());
+        PyObject* magic = PyDict_GetItemWithError(lookup(Obj::torch_fx_graph_magic_methods), fname.get());
         if (!magic && PyErr_Occurred()) throw PyFailure();
         if (magic) {
           std::string r = nodeRepr(n);
           body_.push_back(r + " = " + fill(utf8(magic), reprs(args)));
           return;
         }
-        PyObject* inplace = PyDict_GetItemWithError(r_->inplace_methods.get(), fname.get());
+        PyObject* inplace = PyDict_GetItemWithError(lookup(Obj::torch_fx_graph_inplace_methods), fname.get());
         if (!inplace && PyErr_Occurred()) throw PyFailure();
         if (inplace) {
           if (PyTuple_GET_SIZE(args) < 1) throw Unsupported();
@@ -525,12 +502,11 @@ class Generator {
     if (!prologue_start || !kw || !pos || PyDict_SetItemString(kw.get(), "_lineno_map", lineno_map.get()) < 0 ||
         PyDict_SetItemString(kw.get(), "_prologue_start", prologue_start.get()) < 0)
       throw PyFailure();
-    Ref pc = Ref::steal(PyObject_Call(r_->python_code_cls.get(), pos.get(), kw.get()));
+    Ref pc = Ref::steal(PyObject_Call(lookup(Obj::torch_fx_graph_PythonCode), pos.get(), kw.get()));
     if (!pc) throw PyFailure();
     return pc;
   }
 
-  const FxRefs* r_;
   PyObject* graph_;
   const std::vector<PyObject*>& nodes_;
   Namespace ns_;
@@ -541,13 +517,13 @@ class Generator {
 };
 
 // The settings under which FX's generation is the one reproduced here.
-bool defaultCodegen(const FxRefs* r, PyObject* graph) {
+bool defaultCodegen(PyObject* graph) {
   Ref codegen = Ref::steal(PyObject_GetAttrString(graph, "_codegen"));
   if (!codegen) return false;
-  if (reinterpret_cast<PyObject*>(Py_TYPE(codegen.get())) != r->codegen_cls.get()) return false;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(codegen.get())) != lookup(Obj::torch_fx_graph_CodeGen)) return false;
   Ref transformer = Ref::steal(PyObject_GetAttrString(codegen.get(), "_body_transformer"));
   Ref func_name = Ref::steal(PyObject_GetAttrString(codegen.get(), "_func_name"));
-  Ref record = Ref::steal(PyObject_GetAttrString(r->fx_config.get(), "enrich_profiler_metadata"));
+  Ref record = Ref::steal(PyObject_GetAttrString(lookup(Obj::torch_fx_experimental_config), "enrich_profiler_metadata"));
   if (!transformer || !func_name || !record) return false;
   if (transformer.get() != Py_None || !PyUnicode_Check(func_name.get()) ||
       PyUnicode_CompareWithASCIIString(func_name.get(), "forward") != 0 || PyObject_IsTrue(record.get()) != 0)
@@ -556,8 +532,7 @@ bool defaultCodegen(const FxRefs* r, PyObject* graph) {
   // must be Graph's own.
   Ref dict = Ref::steal(PyObject_GenericGetDict(graph, nullptr));
   if (!dict || PyDict_GetItemString(dict.get(), "python_code")) return false;
-  Ref graph_cls = attrOf("torch.fx.graph", "Graph");
-  if (!graph_cls || reinterpret_cast<PyObject*>(Py_TYPE(graph)) != graph_cls.get()) return false;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(graph)) != lookup(Obj::torch_fx_graph_Graph)) return false;
   const char* meta = std::getenv("FX_GRAPH_SHOW_META");
   return !(meta && std::strcmp(meta, "1") == 0);
 }
@@ -632,15 +607,14 @@ PyMethodDef kAnswer = {"python_code", reinterpret_cast<PyCFunction>(reinterpret_
 }  // namespace
 
 Ref precompute(PyObject* graph, const std::vector<PyObject*>& nodes) {
-  const FxRefs* r = fxRefs();
-  if (!r) return Ref();
-  if (!defaultCodegen(r, graph)) {
+  if (!fxObjectsFound()) return Ref();
+  if (!defaultCodegen(graph)) {
     PyErr_Clear();
     return Ref();
   }
   Ref code;
   try {
-    code = Generator(r, graph, nodes).run();
+    code = Generator(graph, nodes).run();
   } catch (const Unsupported&) {
     PyErr_Clear();
     return Ref();

@@ -7,44 +7,33 @@
 #include "graph/fake_autograd.h"
 #include "graph/fx_codegen.h"
 #include "support/check.h"
+#include "support/lookup.h"
 #include "support/torch_types.h"
 
 namespace cdynamo::graph {
 namespace {
 
+// What the graph builder derives once from torch's objects (the objects themselves come
+// from the process-wide lookup table, support/lookup.h, preloaded by torchRefs()).
 struct TorchRefs {
-  Ref fake_mode_cls;   // FakeTensorMode
-  Ref fx_graph_cls;    // torch.fx.Graph
-  Ref graph_module_cls;
-  Ref module_cls;      // torch.nn.Module
-  // For the output-metadata memo.
-  Ref fake_tensor_cls;     // FakeTensor
-  Ref empty_strided;       // torch.empty_strided
-  Ref disable_dispatch;    // torch._C._DisableTorchDispatch
   Ref meta_device;         // torch.device("meta")
-  Ref is_grad_enabled;     // torch.is_grad_enabled
-  Ref dtype_type;          // torch.dtype
-  Ref device_type;         // torch.device
   Ref memo_functions;      // set of callables known to return one new tensor
   Ref memo_methods;        // set of Tensor method names known to return one new tensor
-  Ref make_subclass;       // torch.Tensor._make_subclass
-  Ref set_throw_on_data_ptr, set_warn_on_data_ptr;  // torch._C._set_{throw,warn_deprecated}_on_mutable_data_ptr
-  Ref tensor_cls, parameter_cls;  // torch.Tensor, torch.nn.Parameter
   Ref subclass_kwnames;    // ("dispatch_device", "device_for_backend_keys")
   Ref empty_kwnames;       // ("dtype", "device")
-  // For capture_scalar_outputs.
-  Ref shape_env_cls;       // torch.fx.experimental.symbolic_shapes.ShapeEnv
-  Ref sym_int, sym_float, sym_bool;  // torch.SymInt / SymFloat / SymBool
-  Ref compute_unbacked_bindings;     // torch.fx.experimental.symbolic_shapes.compute_unbacked_bindings
-  Ref tracing, tracing_context;      // torch._guards.tracing / TracingContext
   bool ok = false;
 };
 
-Ref attrOf(const char* module, const char* name) {
-  Ref m = Ref::steal(PyImport_ImportModule(module));
-  if (!m) return Ref();
-  return Ref::steal(PyObject_GetAttrString(m.get(), name));
-}
+// The lookup-table objects the graph builder uses; all found once torchRefs() succeeded,
+// so its users call lookup() without checking.
+const Obj kGraphObjects[] = {
+    Obj::torch_FakeTensorMode, Obj::torch_fx_Graph, Obj::torch_fx_GraphModule, Obj::torch_nn_Module,
+    Obj::torch_FakeTensor, Obj::torch_empty_strided, Obj::torch_C_DisableTorchDispatch, Obj::torch_is_grad_enabled,
+    Obj::torch_dtype, Obj::torch_device, Obj::torch_ShapeEnv, Obj::torch_SymInt, Obj::torch_SymFloat,
+    Obj::torch_SymBool, Obj::torch_compute_unbacked_bindings, Obj::torch_guards_tracing,
+    Obj::torch_guards_TracingContext, Obj::torch_Tensor, Obj::torch_nn_Parameter, Obj::torch_Tensor_make_subclass,
+    Obj::torch_C_set_throw_on_mutable_data_ptr, Obj::torch_C_set_warn_deprecated_on_mutable_data_ptr,
+    Obj::torch_fx_immutable_dict, Obj::torch_fx_graph_Node, Obj::torch_fx_graph};
 
 // Ops whose fake result is determined by the inputs' metadata and the constant arguments
 // (no data-dependent output shapes, no global state besides what effects change) and that
@@ -88,27 +77,9 @@ const TorchRefs* torchRefs() {
   // Leaked on purpose (see Note [Python references in statics] in support/pyref.h).
   static TorchRefs& refs = *new TorchRefs();
   if (!refs.ok) {
-    refs.fake_mode_cls = attrOf("torch._subclasses.fake_tensor", "FakeTensorMode");
-    if (!refs.fake_mode_cls) return nullptr;
-    refs.fx_graph_cls = attrOf("torch.fx", "Graph");
-    if (!refs.fx_graph_cls) return nullptr;
-    refs.graph_module_cls = attrOf("torch.fx", "GraphModule");
-    if (!refs.graph_module_cls) return nullptr;
-    refs.module_cls = attrOf("torch.nn", "Module");
-    if (!refs.module_cls) return nullptr;
-    refs.fake_tensor_cls = attrOf("torch._subclasses.fake_tensor", "FakeTensor");
-    if (!refs.fake_tensor_cls) return nullptr;
-    refs.empty_strided = attrOf("torch", "empty_strided");
-    if (!refs.empty_strided) return nullptr;
-    refs.disable_dispatch = attrOf("torch._C", "_DisableTorchDispatch");
-    if (!refs.disable_dispatch) return nullptr;
-    refs.is_grad_enabled = attrOf("torch", "is_grad_enabled");
-    if (!refs.is_grad_enabled) return nullptr;
-    refs.dtype_type = attrOf("torch", "dtype");
-    if (!refs.dtype_type) return nullptr;
-    refs.device_type = attrOf("torch", "device");
-    if (!refs.device_type) return nullptr;
-    refs.meta_device = Ref::steal(PyObject_CallFunction(refs.device_type.get(), "s", "meta"));
+    for (Obj o : kGraphObjects)
+      if (!lookup(o)) return nullptr;
+    refs.meta_device = Ref::steal(PyObject_CallFunction(lookup(Obj::torch_device), "s", "meta"));
     if (!refs.meta_device) return nullptr;
     refs.memo_functions = Ref::steal(PySet_New(nullptr));
     if (!refs.memo_functions || !addAll(refs.memo_functions.get(), "torch", kMemoTorch) ||
@@ -116,30 +87,15 @@ const TorchRefs* torchRefs() {
         !addAll(refs.memo_functions.get(), "torch.nn.functional", kMemoFunctional) ||
         !addAll(refs.memo_functions.get(), "torch._C._nn", kMemoCNN))
       return nullptr;
-    refs.shape_env_cls = attrOf("torch.fx.experimental.symbolic_shapes", "ShapeEnv");
-    if (!refs.shape_env_cls) return nullptr;
-    refs.sym_int = attrOf("torch", "SymInt");
-    refs.sym_float = attrOf("torch", "SymFloat");
-    refs.sym_bool = attrOf("torch", "SymBool");
-    if (!refs.sym_int || !refs.sym_float || !refs.sym_bool) return nullptr;
-    refs.compute_unbacked_bindings = attrOf("torch.fx.experimental.symbolic_shapes", "compute_unbacked_bindings");
-    refs.tracing = attrOf("torch._guards", "tracing");
-    refs.tracing_context = attrOf("torch._guards", "TracingContext");
-    if (!refs.compute_unbacked_bindings || !refs.tracing || !refs.tracing_context) return nullptr;
-    refs.tensor_cls = attrOf("torch", "Tensor");
-    refs.parameter_cls = attrOf("torch.nn", "Parameter");
-    if (!refs.tensor_cls || !refs.parameter_cls) return nullptr;
-    refs.make_subclass = Ref::steal(PyObject_GetAttrString(refs.tensor_cls.get(), "_make_subclass"));
-    refs.set_throw_on_data_ptr = attrOf("torch._C", "_set_throw_on_mutable_data_ptr");
-    refs.set_warn_on_data_ptr = attrOf("torch._C", "_set_warn_deprecated_on_mutable_data_ptr");
-    if (!refs.make_subclass || !refs.set_throw_on_data_ptr || !refs.set_warn_on_data_ptr) return nullptr;
     refs.subclass_kwnames = Ref::steal(Py_BuildValue("(ss)", "dispatch_device", "device_for_backend_keys"));
     refs.empty_kwnames = Ref::steal(Py_BuildValue("(ss)", "dtype", "device"));
     if (!refs.subclass_kwnames || !refs.empty_kwnames) return nullptr;
     refs.memo_methods = Ref::steal(PySet_New(nullptr));
     if (!refs.memo_methods) return nullptr;
-    for (const char* name : kMemoMethods)
-      if (PySet_Add(refs.memo_methods.get(), intern(name)) < 0) return nullptr;
+    for (const char* name : kMemoMethods) {
+      Ref method = Ref::steal(PyUnicode_InternFromString(name));
+      if (!method || PySet_Add(refs.memo_methods.get(), method.get()) < 0) return nullptr;
+    }
     refs.ok = true;
   }
   return &refs;
@@ -162,12 +118,12 @@ bool isMutating(NodeOp op, PyObject* target) {
     size_t n = name ? strlen(name) : 0;
     return n > 1 && name[n - 1] == '_' && name[n - 2] != '_';
   }
-  PyObject* modname = PyObject_GetAttrString(target, "__module__");
-  PyObject* qualname = PyObject_GetAttrString(target, "__name__");
+  Ref modname = Ref::steal(PyObject_GetAttrString(target, "__module__"));
+  Ref qualname = Ref::steal(PyObject_GetAttrString(target, "__name__"));
   bool mutating = false;
-  if (modname && qualname && PyUnicode_Check(modname) && PyUnicode_Check(qualname)) {
-    const char* m = PyUnicode_AsUTF8(modname);
-    const char* q = PyUnicode_AsUTF8(qualname);
+  if (modname && qualname && PyUnicode_Check(modname.get()) && PyUnicode_Check(qualname.get())) {
+    const char* m = PyUnicode_AsUTF8(modname.get());
+    const char* q = PyUnicode_AsUTF8(qualname.get());
     size_t n = strlen(q);
     if (strcmp(m, "_operator") == 0 || strcmp(m, "operator") == 0)
       mutating = (q[0] == 'i' && strcmp(q, "is_") != 0 && strcmp(q, "is_not") != 0 &&
@@ -177,8 +133,6 @@ bool isMutating(NodeOp op, PyObject* target) {
       mutating = n > 1 && q[n - 1] == '_' && q[n - 2] != '_';  // torch.relu_ and friends
   }
   PyErr_Clear();
-  Py_XDECREF(modname);
-  Py_XDECREF(qualname);
   return mutating;
 }
 
@@ -199,15 +153,15 @@ namespace {
 
 // cdynamo.config.<name> as a bool; -1 with an error set.
 int configFlag(const char* name) {
-  Ref config = Ref::steal(PyImport_ImportModule("cdynamo.config"));
+  PyObject* config = lookup(Obj::cdynamo_config);
   if (!config) return -1;
-  Ref v = Ref::steal(PyObject_GetAttrString(config.get(), name));
+  Ref v = Ref::steal(PyObject_GetAttrString(config, name));
   return v ? PyObject_IsTrue(v.get()) : -1;
 }
 
 bool isSymScalar(PyObject* o, const TorchRefs* t) {
   PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
-  return type == t->sym_int.get() || type == t->sym_float.get() || type == t->sym_bool.get();
+  return type == lookup(Obj::torch_SymInt) || type == lookup(Obj::torch_SymFloat) || type == lookup(Obj::torch_SymBool);
 }
 
 }  // namespace
@@ -222,14 +176,14 @@ bool GraphBuilder::begin() {
     // As torch._dynamo does with capture_scalar_outputs: a ShapeEnv that allows scalar
     // outputs (Tensor.item() -> an unbacked symbol). Inputs stay static: this version
     // has no dynamic shapes, and the tensor guards pin every size.
-    shape_env_ = Ref::steal(PyObject_CallNoArgs(t->shape_env_cls.get()));
+    shape_env_ = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_ShapeEnv)));
     if (!shape_env_) return false;
     Ref kw = Ref::steal(Py_BuildValue("{s:O,s:O}", "shape_env", shape_env_.get(), "static_shapes", Py_True));
     Ref no_args = Ref::steal(PyTuple_New(0));
     if (!kw || !no_args) return false;
-    mode_ = Ref::steal(PyObject_Call(t->fake_mode_cls.get(), no_args.get(), kw.get()));
+    mode_ = Ref::steal(PyObject_Call(lookup(Obj::torch_FakeTensorMode), no_args.get(), kw.get()));
   } else {
-    mode_ = Ref::steal(PyObject_CallNoArgs(t->fake_mode_cls.get()));
+    mode_ = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_FakeTensorMode)));
   }
   if (!mode_) return false;
   Ref allow = Ref::steal(PyObject_GetAttrString(mode_.get(), "_allow_unsafe_data_ptr_access"));
@@ -273,7 +227,7 @@ Ref GraphBuilder::inputFake(PyObject* real) {
   uint64_t keys = 0;
   Ref kind;
   const void* storage = torchimpl::storageId(real);
-  if (!shape_env_ && (type == t->tensor_cls.get() || type == t->parameter_cls.get()) && storage &&
+  if (!shape_env_ && (type == lookup(Obj::torch_Tensor) || type == lookup(Obj::torch_nn_Parameter)) && storage &&
       !input_storages_.count(storage) && torchimpl::plainLeaf(real, &keys)) {
     Ref dtype = Ref::steal(PyObject_GetAttrString(real, "dtype"));
     Ref device = Ref::steal(PyObject_GetAttrString(real, "device"));
@@ -320,7 +274,7 @@ Ref GraphBuilder::inputFake(PyObject* real) {
   if (!kind) return fake;
   // The first of its kind: remember its attributes if the shortcut makes the same thing
   // (a FakeTensor leaf of this mode in the same plain form; its requires_grad is the real one's).
-  if (reinterpret_cast<PyObject*>(Py_TYPE(fake.get())) != t->fake_tensor_cls.get() ||
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake.get())) != lookup(Obj::torch_FakeTensor) ||
       !torchimpl::plainFakeLeaf(fake.get()))
     return fake;
   Ref dict = Ref::steal(PyObject_GenericGetDict(fake.get(), nullptr));
@@ -477,7 +431,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     if (any) {
       const TorchRefs* t = torchRefs();
       if (!t) return -1;
-      n.unbacked_bindings = Ref::steal(PyObject_CallFunctionObjArgs(t->compute_unbacked_bindings.get(),
+      n.unbacked_bindings = Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_compute_unbacked_bindings),
                                                                     shape_env_.get(), n.fake.get(), nullptr));
       if (!n.unbacked_bindings) return -1;
       if (n.unbacked_bindings.get() == Py_None) n.unbacked_bindings = Ref();
@@ -512,8 +466,8 @@ namespace {
 bool memoConstOk(PyObject* o, const TorchRefs* t) {
   PyTypeObject* tp = Py_TYPE(o);
   if (o == Py_None || tp == &PyBool_Type || tp == &PyLong_Type || tp == &PyFloat_Type ||
-      tp == &PyUnicode_Type || reinterpret_cast<PyObject*>(tp) == t->dtype_type.get() ||
-      reinterpret_cast<PyObject*>(tp) == t->device_type.get())
+      tp == &PyUnicode_Type || reinterpret_cast<PyObject*>(tp) == lookup(Obj::torch_dtype) ||
+      reinterpret_cast<PyObject*>(tp) == lookup(Obj::torch_device))
     return true;
   if (tp == &PyTuple_Type) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
@@ -548,7 +502,7 @@ PyObject* GraphBuilder::nodeSig(int id) {
   const TorchRefs* t = torchRefs();
   n.sig = Ref::borrow(Py_None);
   PyObject* f = n.fake.get();
-  if (!t || !f || reinterpret_cast<PyObject*>(Py_TYPE(f)) != t->fake_tensor_cls.get()) {
+  if (!t || !f || reinterpret_cast<PyObject*>(Py_TYPE(f)) != lookup(Obj::torch_FakeTensor)) {
     PyErr_Clear();
     return Py_None;
   }
@@ -662,7 +616,7 @@ bool GraphBuilder::templateDictOk(PyObject* dict, bool allow_param) const {
   Py_ssize_t pos = 0;
   while (PyDict_Next(dict, &pos, &k, &v)) {
     if (!PyUnicode_Check(k)) return false;
-    if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(t->fake_tensor_cls.get()), k)) return false;
+    if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_FakeTensor)), k)) return false;
     if (PyUnicode_CompareWithASCIIString(k, "fake_mode") == 0) {
       if (v != mode_.get()) return false;
     } else if (PyUnicode_CompareWithASCIIString(k, "_fake_device") == 0) {
@@ -685,13 +639,13 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
     spec->none = true;
     return true;
   }
-  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != t->fake_tensor_cls.get()) return false;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != lookup(Obj::torch_FakeTensor)) return false;
   Ref view;  // the result itself when it is a view of its base `fake`
   if (torchimpl::isView(fake)) {
     if (!torchimpl::plainView(fake)) return false;
     view = Ref::borrow(fake);
     Ref base = Ref::steal(PyObject_GetAttrString(fake, "_base"));
-    if (!base || reinterpret_cast<PyObject*>(Py_TYPE(base.get())) != t->fake_tensor_cls.get()) return false;
+    if (!base || reinterpret_cast<PyObject*>(Py_TYPE(base.get())) != lookup(Obj::torch_FakeTensor)) return false;
     fake = base.get();  // kept alive by `view`
     spec->view = true;
     spec->view_size = Ref::steal(PyObject_GetAttrString(view.get(), "shape"));
@@ -803,14 +757,16 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
     if (input) not_inference.emplace();
     torchimpl::NoPythonDispatch no_dispatch;
     PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
-    Ref elem = Ref::steal(PyObject_Vectorcall(t->empty_strided.get(), eargs, 2, t->empty_kwnames.get()));
+    Ref elem = Ref::steal(PyObject_Vectorcall(lookup(Obj::torch_empty_strided), eargs, 2, t->empty_kwnames.get()));
     if (!elem) return Ref();
-    PyObject* sargs[] = {t->fake_tensor_cls.get(), elem.get(), input_requires_grad ? Py_True : Py_False, Py_True,
+    PyObject* sargs[] = {lookup(Obj::torch_FakeTensor), elem.get(), input_requires_grad ? Py_True : Py_False, Py_True,
                          spec.device.get()};
-    fake = Ref::steal(PyObject_Vectorcall(t->make_subclass.get(), sargs, 3, t->subclass_kwnames.get()));
+    fake = Ref::steal(PyObject_Vectorcall(lookup(Obj::torch_Tensor_make_subclass), sargs, 3, t->subclass_kwnames.get()));
     if (!fake) return Ref();
     Ref flag = Ref::steal(PyObject_CallOneArg(
-        (allow_data_ptr_ ? t->set_warn_on_data_ptr : t->set_throw_on_data_ptr).get(), fake.get()));
+        lookup(allow_data_ptr_ ? Obj::torch_C_set_warn_deprecated_on_mutable_data_ptr
+                               : Obj::torch_C_set_throw_on_mutable_data_ptr),
+        fake.get()));
     if (!flag) return Ref();
     // Attribute by attribute, in the template's order (the order FakeTensor.__init__ sets
     // them): the instance keeps CPython's key-sharing dict, ~300 bytes, where filling a
@@ -831,7 +787,7 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
   // The view, made by the fake mode itself (one dispatch instead of the op's many): a
   // FakeTensor sharing the base's storage, an autograd view of it.
   PyObject* vargs[] = {fake.get(), spec.view_size.get(), spec.view_stride.get(), spec.view_offset.get()};
-  return Ref::steal(PyObject_VectorcallMethod(intern("as_strided"), vargs, 4, nullptr));
+  return Ref::steal(PyObject_VectorcallMethod(interned(Str::as_strided), vargs, 4, nullptr));
 }
 
 Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
@@ -881,8 +837,8 @@ Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example
   if (!shape_env_) return Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
-  Ref context = Ref::steal(PyObject_CallOneArg(t->tracing_context.get(), mode_.get()));
-  Ref manager = context ? Ref::steal(PyObject_CallOneArg(t->tracing.get(), context.get())) : Ref();
+  Ref context = Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_TracingContext), mode_.get()));
+  Ref manager = context ? Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_tracing), context.get())) : Ref();
   Ref entered = manager ? Ref::steal(PyObject_CallMethod(manager.get(), "__enter__", nullptr)) : Ref();
   if (!entered) return Ref();
   Ref result = Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
@@ -914,11 +870,11 @@ class FxNodeMaker {
     graph_ = graph;
     create_node_ = Ref::steal(PyObject_GetAttrString(graph, "create_node"));
     if (!create_node_) return false;
-    Ref fx = Ref::steal(PyImport_ImportModule("torch.fx.graph"));
+    PyObject* fx = lookup(Obj::torch_fx_graph);
     if (!fx) return false;
-    node_cls_ = Ref::steal(PyObject_GetAttrString(fx.get(), "Node"));
+    node_cls_ = Ref::borrow(lookup(Obj::torch_fx_graph_Node));
     if (!node_cls_) return false;
-    immutable_dict_ = attrOf("torch.fx.immutable_collections", "immutable_dict");
+    immutable_dict_ = Ref::borrow(lookup(Obj::torch_fx_immutable_dict));
     if (!immutable_dict_) return false;
     namespace_ = Ref::steal(PyObject_GetAttrString(graph, "_graph_namespace"));
     Ref table = namespace_ ? Ref::steal(PyObject_GetAttrString(graph, "_find_nodes_lookup_table")) : Ref();
@@ -937,15 +893,15 @@ class FxNodeMaker {
     if (root && prepend && insert_ && PyMethod_Check(insert_.get()) && PyMethod_GET_SELF(insert_.get()) == root.get() &&
         PyMethod_GET_FUNCTION(insert_.get()) == prepend.get())
       root_prepend_ = Ref::steal(PyObject_GetAttrString(root.get(), "_prepend"));
-    Ref table_cls = attrOf("torch.fx.graph", "_FindNodesLookupTable");
+    Ref table_cls = Ref::borrow(lookup(Obj::torch_fx_graph_FindNodesLookupTable));
     if (table && table_cls && reinterpret_cast<PyObject*>(Py_TYPE(table.get())) == table_cls.get())
       table_dict_ = Ref::steal(PyObject_GetAttrString(table.get(), "table"));
-    Ref defaultdict = attrOf("collections", "defaultdict");
+    Ref defaultdict = Ref::borrow(lookup(Obj::collections_defaultdict));
     if (table_dict_ && (!defaultdict || !PyObject_TypeCheck(table_dict_.get(), reinterpret_cast<PyTypeObject*>(
                                                                                  defaultdict.get()))))
       table_dict_ = Ref();
     target_to_str_ = Ref::steal(PyObject_GetAttrString(graph, "_target_to_str"));
-    illegal_ = Ref::steal(PyObject_GetAttrString(fx.get(), "_illegal_names"));
+    illegal_ = Ref::steal(PyObject_GetAttrString(fx, "_illegal_names"));
     Ref len = Ref::steal(PyObject_GetAttrString(graph, "_len"));
     fast_ = used_ && PySet_CheckExact(used_.get()) && base_count_ && PyDict_CheckExact(base_count_.get()) &&
             obj_to_name_ && PyDict_CheckExact(obj_to_name_.get()) && insert_ && table_insert_ && target_to_str_ &&
@@ -956,11 +912,11 @@ class FxNodeMaker {
   }
 
   // A node like graph.create_node(op, target, args, kwargs); new reference or null.
-  Ref make(const char* op, PyObject* target, PyObject* args, PyObject* kwargs, bool plain_args) {
+  Ref make(Str op, PyObject* target, PyObject* args, PyObject* kwargs, bool plain_args) {
+    PyObject* op_str = interned(op);
+    if (!op_str) return Ref();
     if (!fast_ || !plain_args) {
-      Ref op_str = Ref::steal(PyUnicode_FromString(op));
-      if (!op_str) return Ref();
-      PyObject* argv[] = {op_str.get(), target, args, kwargs};
+      PyObject* argv[] = {op_str, target, args, kwargs};
       return Ref::steal(PyObject_Vectorcall(create_node_.get(), argv, 4, nullptr));
     }
     // create_node: `if not kwargs: kwargs = immutable_dict()` (args here are always a tuple).
@@ -974,8 +930,7 @@ class FxNodeMaker {
     if (!candidate) return Ref();
     Ref name = uniqueName(candidate.get());
     if (!name) return Ref();
-    Ref op_str = Ref::borrow(intern(op));
-    PyObject* argv[] = {graph_, name.get(), op_str.get(), target, args, kwargs};
+    PyObject* argv[] = {graph_, name.get(), op_str, target, args, kwargs};
     Ref node = Ref::steal(PyObject_Vectorcall(node_cls_.get(), argv, 6, nullptr));
     if (!node) return Ref();
     // _Namespace.associate_name_with_obj, Graph._insert, _FindNodesLookupTable.insert.
@@ -988,8 +943,8 @@ class FxNodeMaker {
     Ref r = Ref::steal(PyObject_CallOneArg((root_prepend_ ? root_prepend_ : insert_).get(), node.get()));
     if (!r) return Ref();
     if (table_dict_) {
-      bool call = PyUnicode_CompareWithASCIIString(op_str.get(), "call_function") == 0;
-      Ref key = Ref::steal(PyTuple_Pack(2, op_str.get(), call ? target : Py_None));
+      bool call = op == Str::call_function;
+      Ref key = Ref::steal(PyTuple_Pack(2, op_str, call ? target : Py_None));
       Ref sub = key ? Ref::steal(PyObject_GetItem(table_dict_.get(), key.get())) : Ref();
       if (!sub || PyObject_SetItem(sub.get(), node.get(), Py_None) < 0) return Ref();
     } else {
@@ -1125,7 +1080,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     for (const auto& kv : nodes_[id].kwargs) visitArg(kv.second, visitArg);
   }
 
-  Ref graph = Ref::steal(PyObject_CallNoArgs(t->fx_graph_cls.get()));
+  Ref graph = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_fx_Graph)));
   if (!graph) return Ref();
   FxNodeMaker maker;
   if (!maker.init(graph.get())) return Ref();
@@ -1133,8 +1088,8 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   if (!no_args) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
   std::vector<PyObject*> order;  // the FX nodes in graph order (kept alive by fx_nodes / out)
-  PyObject* meta_key = intern("meta");
-  PyObject* example_key = intern("example_value");
+  PyObject* meta_key = interned(Str::meta);
+  PyObject* example_key = interned(Str::example_value);
   *op_count = 0;
   inputs_used->clear();
   // Two passes: placeholders first (backends expect graph inputs before any call, and a
@@ -1150,7 +1105,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
       Ref kw = Ref::steal(PyDict_New());
       if (!name || !kw) return Ref();
-      fxn = maker.make("placeholder", name.get(), no_args.get(), kw.get(), true);
+      fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true);
       inputs_used->push_back(i);
     } else {
       Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
@@ -1169,7 +1124,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
         if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
         plain = plain && plainArg(v, t);
       }
-      fxn = maker.make(n.op == NodeOp::CallMethod ? "call_method" : "call_function", n.target.get(), fargs.get(),
+      fxn = maker.make(n.op == NodeOp::CallMethod ? Str::call_method : Str::call_function, n.target.get(), fargs.get(),
                        fkwargs.get(), plain);
       ++*op_count;
     }
@@ -1189,13 +1144,13 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
   if (!out) return Ref();
   order.push_back(out.get());
-  Ref root = Ref::steal(PyObject_CallNoArgs(t->module_cls.get()));
+  Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
   if (!root) return Ref();
   // The forward's source generated here when FX would generate the same (fx_codegen.h).
   Ref code = fxcodegen::precompute(graph.get(), order);
-  if (code) return fxcodegen::construct(t->graph_module_cls.get(), root.get(), graph.get(), code.get());
+  if (code) return fxcodegen::construct(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), code.get());
   if (PyErr_Occurred()) return Ref();
-  return Ref::steal(PyObject_CallFunctionObjArgs(t->graph_module_cls.get(), root.get(), graph.get(), nullptr));
+  return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));
 }
 
 }  // namespace cdynamo::graph

@@ -1,5 +1,7 @@
 #include "guards/guard_program.h"
 
+#include "support/lookup.h"
+
 #include <sstream>
 
 #include "support/check.h"
@@ -324,8 +326,8 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     case CheckKind::NoHooks: {
       // One read of the module's __dict__ for its four hook dicts (a module is called
       // inline only while none of its hooks would run).
-      static PyObject* const kHooks[] = {intern("_forward_hooks"), intern("_forward_pre_hooks"),
-                                         intern("_backward_hooks"), intern("_backward_pre_hooks")};
+      static PyObject* const kHooks[] = {interned(Str::forward_hooks), interned(Str::forward_pre_hooks),
+                                         interned(Str::backward_hooks), interned(Str::backward_pre_hooks)};
       PyObject** dictptr = _PyObject_GetDictPtr(v);
       if (!dictptr || !*dictptr) return false;
       PyObject* mdict = *dictptr;
@@ -359,11 +361,9 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       return true;
     }
     case CheckKind::GradMode: {
-      PyObject* r = PyObject_CallNoArgs(c.obj.get());
+      Ref r = Ref::steal(PyObject_CallNoArgs(c.obj.get()));
       if (!r) return PyErr_Clear(), false;
-      bool ok = (r == Py_True) == (c.index != 0);
-      Py_DECREF(r);
-      return ok;
+      return (r.get() == Py_True) == (c.index != 0);
     }
   }
   return false;
@@ -383,6 +383,7 @@ void GuardProgram::release(PyObject** regs) const {
   if (!any_owned_) return;
   for (size_t i = 0; i < loads_.size(); ++i) {
     if (loads_[i].owned()) {
+      // why: owned registers are raw slots of the hit path's fixed buffer (no allocation).
       Py_XDECREF(regs[i]);
       regs[i] = nullptr;
     }

@@ -111,20 +111,14 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
 }
 
 bool checkTorchVersion() {
-  PyObject* torch = PyImport_ImportModule("torch");
+  Ref torch = Ref::steal(PyImport_ImportModule("torch"));
   if (!torch) return false;
-  PyObject* version = PyObject_GetAttrString(torch, "__version__");
-  Py_DECREF(torch);
+  Ref version = Ref::steal(PyObject_GetAttrString(torch.get(), "__version__"));
   if (!version) return false;
-  PyObject* text = PyObject_Str(version);  // torch.__version__ is a TorchVersion (a str subclass)
-  Py_DECREF(version);
-  const char* v = text ? PyUnicode_AsUTF8(text) : nullptr;
-  if (!v) {
-    Py_XDECREF(text);
-    return false;
-  }
+  Ref text = Ref::steal(PyObject_Str(version.get()));  // torch.__version__ is a TorchVersion (a str subclass)
+  const char* v = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+  if (!v) return false;
   std::string running(v);
-  Py_DECREF(text);
   std::string release = running.substr(0, running.find('+'));  // "2.13.0+cpu" -> "2.13.0"
   if (release == TORCH_VERSION) return true;
   PyErr_Format(PyExc_ImportError,

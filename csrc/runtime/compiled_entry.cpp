@@ -11,179 +11,157 @@ constexpr int kInlineSlots = 256;
 
 // `memo` holds (borrowed) the objects already built for plans with a memo slot: a value
 // made in the trace that is reachable twice is rebuilt once (aliasing, self-reference).
-PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs, PyObject** memo);
+// Builds return the built object, or null with an error set.
+struct Builder {
+  PyObject* graph_out;
+  PyObject* const* regs;
+  PyObject** memo;
 
-PyObject* remember(const OutputPlan& p, PyObject* obj, PyObject** memo) {
-  if (obj && p.memo >= 0) memo[p.memo] = obj;
-  return obj;
-}
-
-PyObject* build(const OutputPlan& p, PyObject* graph_out, PyObject* const* regs, PyObject** memo) {
-  switch (p.kind) {
-    case OutputPlan::Kind::Memo: {
-      PyObject* o = memo[p.index];
-      if (!o) {
-        PyErr_SetString(PyExc_RuntimeError, "cdynamo: cannot rebuild a container that contains itself");
-        return nullptr;
-      }
-      Py_INCREF(o);
-      return o;
-    }
-    case OutputPlan::Kind::GraphOutput: {
-      PyObject* o = PySequence_Fast_GET_ITEM(graph_out, p.index);
-      Py_INCREF(o);
-      return o;
-    }
-    case OutputPlan::Kind::Constant:
-      Py_INCREF(p.constant.get());
-      return p.constant.get();
-    case OutputPlan::Kind::Register:
-      Py_INCREF(regs[p.index]);
-      return regs[p.index];
-    case OutputPlan::Kind::Tuple:
-    case OutputPlan::Kind::List: {
-      Py_ssize_t n = static_cast<Py_ssize_t>(p.items.size());
-      bool tuple = p.kind == OutputPlan::Kind::Tuple;
-      PyObject* seq = tuple ? PyTuple_New(n) : PyList_New(n);
-      if (!seq) return nullptr;
-      if (!tuple && !p.constant) remember(p, seq, memo);
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = build(p.items[i], graph_out, regs, memo);
-        if (!item) {
-          Py_DECREF(seq);
-          return nullptr;
-        }
-        if (tuple)
-          PyTuple_SET_ITEM(seq, i, item);
-        else
-          PyList_SET_ITEM(seq, i, item);
-      }
-      if (!tuple && p.constant) {  // a deque: deque(items, maxlen)
-        PyObject* dq = PyObject_CallFunctionObjArgs(p.constant.get(), seq, p.ctor_arg ? p.ctor_arg.get() : Py_None, nullptr);
-        Py_DECREF(seq);
-        return remember(p, dq, memo);
-      }
-      if (tuple && p.constant) {  // a namedtuple: tuple.__new__(cls, items)
-        PyObject* nt = PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", p.constant.get(), seq);
-        Py_DECREF(seq);
-        return nt;
-      }
-      return seq;
-    }
-    case OutputPlan::Kind::Dict: {
-      PyObject* d = p.constant.get() == reinterpret_cast<PyObject*>(&PyDict_Type) ? PyDict_New()
-                    : p.ctor_arg ? PyObject_CallOneArg(p.constant.get(), p.ctor_arg.get())  // defaultdict(factory)
-                                 : PyObject_CallNoArgs(p.constant.get());
-      if (!d) return nullptr;
-      remember(p, d, memo);
-      for (size_t i = 0; i < p.items.size(); ++i) {
-        PyObject* v = build(p.items[i], graph_out, regs, memo);
-        if (!v || PyObject_SetItem(d, p.keys[i].get(), v) < 0) {
-          Py_XDECREF(v);
-          Py_DECREF(d);
-          return nullptr;
-        }
-        Py_DECREF(v);
-      }
-      return d;
-    }
-    case OutputPlan::Kind::NewObject: {
-      PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(p.constant.get());
-      PyObject* obj = cls->tp_alloc(cls, 0);
-      if (!obj) return nullptr;
-      remember(p, obj, memo);
-      PyObject* attrs = build(p.items[0], graph_out, regs, memo);
-      PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj) : nullptr;
-      if (!attrs || !dictptr) {
-        Py_XDECREF(attrs);
-        Py_DECREF(obj);
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
-        return nullptr;
-      }
-      Py_XSETREF(*dictptr, attrs);
-      return obj;
-    }
-    case OutputPlan::Kind::Call: {
-      Py_ssize_t n = static_cast<Py_ssize_t>(p.items.size());
-      PyObject* args = PyTuple_New(n);
-      if (!args) return nullptr;
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = build(p.items[static_cast<size_t>(i)], graph_out, regs, memo);
-        if (!item) {
-          Py_DECREF(args);
-          return nullptr;
-        }
-        PyTuple_SET_ITEM(args, i, item);
-      }
-      PyObject* r = PyObject_Call(p.constant.get(), args, nullptr);
-      Py_DECREF(args);
-      return remember(p, r, memo);
-    }
-    case OutputPlan::Kind::Set: {
-      PyObject* s = PySet_New(nullptr);
-      if (!s) return nullptr;
-      remember(p, s, memo);
-      for (const OutputPlan& item : p.items) {
-        PyObject* v = build(item, graph_out, regs, memo);
-        if (!v || PySet_Add(s, v) < 0) {
-          Py_XDECREF(v);
-          Py_DECREF(s);
-          return nullptr;
-        }
-        Py_DECREF(v);
-      }
-      return s;
-    }
+  Ref build(const OutputPlan& p) {
+    Ref r = std::visit([&](const auto& step) { return make(p, step); }, p.step);
+    return r;
   }
-  return nullptr;
-}
 
-bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
-  int rc = 0;
-  switch (e.kind) {
-    case SideEffect::Kind::SetAttr:
-      rc = PyObject_SetAttr(target, e.name.get(), value);
-      break;
-    case SideEffect::Kind::SetItem:
-      rc = PyObject_SetItem(target, e.name.get(), value);
-      break;
-    case SideEffect::Kind::SetCell:
-      rc = PyCell_Set(target, value);
-      break;
-    case SideEffect::Kind::ReplaceList:
-      rc = PyList_SetSlice(target, 0, PyList_GET_SIZE(target), value);
-      break;
-    case SideEffect::Kind::ReplaceDict:
-      PyDict_Clear(target);
-      rc = PyDict_Update(target, value);
-      break;
-    case SideEffect::Kind::ReplaceSet: {
-      PySet_Clear(target);
-      PyObject* r = PyNumber_InPlaceOr(target, value);
-      rc = r ? 0 : -1;
-      Py_XDECREF(r);
-      break;
+  Ref remember(const OutputPlan& p, Ref obj) {
+    if (obj && p.memo >= 0) memo[p.memo] = obj.get();
+    return obj;
+  }
+
+  // A new tuple or list of `items` built, recorded for `p` first when `remembered`.
+  Ref sequence(bool tuple, const std::vector<OutputPlan>& items, const OutputPlan* remembered) {
+    Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    Ref seq = Ref::steal(tuple ? PyTuple_New(n) : PyList_New(n));
+    if (!seq) return Ref();
+    if (remembered) remember(*remembered, Ref::borrow(seq.get()));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      Ref item = build(items[static_cast<size_t>(i)]);
+      if (!item) return Ref();
+      if (tuple)
+        PyTuple_SET_ITEM(seq.get(), i, item.release());
+      else
+        PyList_SET_ITEM(seq.get(), i, item.release());
     }
-    case SideEffect::Kind::Advance: {
-      Py_ssize_t n = PyLong_AsSsize_t(value);
-      if (n < 0) return false;
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* item = PyIter_Next(target);
-        if (item) {
-          Py_DECREF(item);
-          continue;
-        }
+    return seq;
+  }
+
+  Ref make(const OutputPlan&, const plan::Memo& m) {
+    PyObject* o = memo[m.slot];
+    if (!o) {
+      PyErr_SetString(PyExc_RuntimeError, "cdynamo: cannot rebuild a container that contains itself");
+      return Ref();
+    }
+    return Ref::borrow(o);
+  }
+  Ref make(const OutputPlan&, const plan::GraphOutput& g) {
+    return Ref::borrow(PySequence_Fast_GET_ITEM(graph_out, g.index));
+  }
+  Ref make(const OutputPlan&, const plan::Constant& c) { return c.obj.copy(); }
+  Ref make(const OutputPlan&, const plan::Register& r) { return Ref::borrow(regs[r.reg]); }
+  Ref make(const OutputPlan&, const plan::Tuple& t) { return sequence(true, t.items, nullptr); }
+  Ref make(const OutputPlan&, const plan::NamedTuple& t) {
+    Ref items = sequence(true, t.items, nullptr);
+    if (!items) return Ref();
+    return Ref::steal(
+        PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", t.cls.get(), items.get()));
+  }
+  Ref make(const OutputPlan& p, const plan::List& l) { return sequence(false, l.items, &p); }
+  Ref make(const OutputPlan& p, const plan::Deque& d) {
+    Ref items = sequence(false, d.items, nullptr);
+    if (!items) return Ref();
+    return remember(p, Ref::steal(PyObject_CallFunctionObjArgs(d.cls.get(), items.get(),
+                                                               d.maxlen ? d.maxlen.get() : Py_None, nullptr)));
+  }
+  Ref make(const OutputPlan& p, const plan::Dict& d) {
+    Ref dict = Ref::steal(d.type.get() == reinterpret_cast<PyObject*>(&PyDict_Type) ? PyDict_New()
+                          : d.default_factory ? PyObject_CallOneArg(d.type.get(), d.default_factory.get())
+                                              : PyObject_CallNoArgs(d.type.get()));
+    if (!dict) return Ref();
+    remember(p, Ref::borrow(dict.get()));
+    for (size_t i = 0; i < d.values.size(); ++i) {
+      Ref v = build(d.values[i]);
+      if (!v || PyObject_SetItem(dict.get(), d.keys[i].get(), v.get()) < 0) return Ref();
+    }
+    return dict;
+  }
+  Ref make(const OutputPlan& p, const plan::Set& s) {
+    Ref set = Ref::steal(PySet_New(nullptr));
+    if (!set) return Ref();
+    remember(p, Ref::borrow(set.get()));
+    for (const OutputPlan& item : s.items) {
+      Ref v = build(item);
+      if (!v || PySet_Add(set.get(), v.get()) < 0) return Ref();
+    }
+    return set;
+  }
+  Ref make(const OutputPlan& p, const plan::NewObject& n) {
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(n.cls.get());
+    Ref obj = Ref::steal(cls->tp_alloc(cls, 0));
+    if (!obj) return Ref();
+    remember(p, Ref::borrow(obj.get()));
+    Ref attrs = build(*n.attrs);
+    PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj.get()) : nullptr;
+    if (!attrs || !dictptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
+      return Ref();
+    }
+    Ref old = Ref::steal(*dictptr);
+    *dictptr = attrs.release();
+    return obj;
+  }
+  Ref make(const OutputPlan& p, const plan::Call& c) {
+    Ref args = sequence(true, c.args, nullptr);
+    if (!args) return Ref();
+    return remember(p, Ref::steal(PyObject_Call(c.fn.get(), args.get(), nullptr)));
+  }
+};
+
+// Applies `e` to `target` with its built value `value` (null for Advance).
+bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
+  struct {
+    PyObject* target;
+    PyObject* value;
+    int operator()(const SideEffect::SetAttr& s) const { return PyObject_SetAttr(target, s.name.get(), value); }
+    int operator()(const SideEffect::SetItem& s) const { return PyObject_SetItem(target, s.key.get(), value); }
+    int operator()(const SideEffect::SetCell&) const { return PyCell_Set(target, value); }
+    int operator()(const SideEffect::ReplaceList&) const {
+      return PyList_SetSlice(target, 0, PyList_GET_SIZE(target), value);
+    }
+    int operator()(const SideEffect::ReplaceDict&) const {
+      PyDict_Clear(target);
+      return PyDict_Update(target, value);
+    }
+    int operator()(const SideEffect::ReplaceSet&) const {
+      PySet_Clear(target);
+      Ref r = Ref::steal(PyNumber_InPlaceOr(target, value));
+      return r ? 0 : -1;
+    }
+    int operator()(const SideEffect::Advance& a) const {
+      for (Py_ssize_t i = 0; i < a.count; ++i) {
+        if (Ref item = Ref::steal(PyIter_Next(target))) continue;
         if (!PyErr_Occurred())
           PyErr_SetString(PyExc_RuntimeError, "cdynamo: an iterator had fewer items left than its guard checked");
-        return false;
+        return -1;
       }
-      break;
+      return 0;
     }
-  }
-  return rc == 0;
+  } apply{target, value};
+  return std::visit(apply, e.what) == 0;
 }
 
 }  // namespace
+
+const OutputPlan* storedValue(const SideEffect& e) {
+  struct {
+    const OutputPlan* operator()(const SideEffect::SetAttr& s) const { return &s.value; }
+    const OutputPlan* operator()(const SideEffect::SetItem& s) const { return &s.value; }
+    const OutputPlan* operator()(const SideEffect::SetCell& s) const { return &s.value; }
+    const OutputPlan* operator()(const SideEffect::ReplaceList& s) const { return &s.contents; }
+    const OutputPlan* operator()(const SideEffect::ReplaceDict& s) const { return &s.contents; }
+    const OutputPlan* operator()(const SideEffect::ReplaceSet& s) const { return &s.contents; }
+    const OutputPlan* operator()(const SideEffect::Advance&) const { return nullptr; }
+  } visitor;
+  return std::visit(visitor, e.what);
+}
 
 PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
   const int nregs = guards.numRegisters();
@@ -200,7 +178,6 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     return nullptr;
   }
 
-  PyObject* result;
   const size_t nin = input_regs.size();
   PyObject* inline_args[kInlineSlots];
   std::vector<PyObject*> heap_args;
@@ -210,15 +187,14 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     args = heap_args.data();
   }
   for (size_t i = 0; i < nin; ++i) args[i] = regs[input_regs[i]];
-  PyObject* graph_out = nullptr;
+  Ref graph_out;
   if (compiled) {
-    graph_out = PyObject_Vectorcall(compiled.get(), args, nin, nullptr);
+    graph_out = Ref::steal(PyObject_Vectorcall(compiled.get(), args, nin, nullptr));
     if (!graph_out) {
       guards.release(regs);
       return nullptr;
     }
-    if (!PyTuple_Check(graph_out) && !PyList_Check(graph_out)) {
-      Py_DECREF(graph_out);
+    if (!PyTuple_Check(graph_out.get()) && !PyList_Check(graph_out.get())) {
       guards.release(regs);
       PyErr_SetString(PyExc_TypeError, "cdynamo: compiled graph did not return a tuple or list");
       return nullptr;
@@ -234,30 +210,31 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     heap_memo.assign(static_cast<size_t>(memo_slots), nullptr);
     memo = heap_memo.data();
   }
-  result = build(output, graph_out, regs, memo);
+  Builder builder{graph_out.get(), regs, memo};
+  Ref result = builder.build(output);
   if (result && !effects.empty()) {
     std::vector<Ref> values;
     values.reserve(effects.size());
     for (const SideEffect& e : effects) {
-      values.push_back(Ref::steal(build(e.value, graph_out, regs, memo)));
-      if (!values.back()) {
-        Py_CLEAR(result);
+      const OutputPlan* stored = storedValue(e);
+      values.push_back(stored ? builder.build(*stored) : Ref());
+      if (stored && !values.back()) {
+        result.reset();
         break;
       }
     }
     for (size_t i = 0; result && i < effects.size(); ++i)
-      if (!applyEffect(effects[i], regs[effects[i].reg], values[i].get())) Py_CLEAR(result);
+      if (!applyEffect(effects[i], regs[effects[i].reg], values[i].get())) result.reset();
   }
-  Py_XDECREF(graph_out);
+  graph_out.reset();
   guards.release(regs);
   if (result && brk) {
     // The program's grad mode at the break (the backend may not replay the graph's own
     // mode changes as side effects).
-    PyObject* r = PyObject_CallOneArg(brk->set_grad_enabled.get(), brk->grad_mode ? Py_True : Py_False);
-    if (!r) Py_CLEAR(result);
-    Py_XDECREF(r);
+    Ref r = Ref::steal(PyObject_CallOneArg(brk->set_grad_enabled.get(), brk->grad_mode ? Py_True : Py_False));
+    if (!r) result.reset();
   }
-  return result;
+  return result.release();
 }
 
 PyObject* CompiledEntry::continueAfterBreak(const FrameView& frame, PyObject* args) const {
@@ -271,17 +248,16 @@ PyObject* CompiledEntry::continueAfterBreak(const FrameView& frame, PyObject* ar
     if (!closure) return nullptr;
     for (Py_ssize_t i = 0; i < brk->ncells + nfree; ++i) {
       PyObject* c = i < brk->ncells ? PyTuple_GET_ITEM(args, n + i) : PyTuple_GET_ITEM(frame.closure, i - brk->ncells);
-      Py_INCREF(c);
-      PyTuple_SET_ITEM(closure.get(), i, c);
+      PyTuple_SET_ITEM(closure.get(), i, Ref::borrow(c).release());
     }
   }
-  PyObject* fn = makeFunction(brk->break_code.get(), frame.globals, closure.get());
+  Ref fn = Ref::steal(makeFunction(brk->break_code.get(), frame.globals, closure.get()));
   if (!fn) return nullptr;
   std::vector<PyObject*> argv(static_cast<size_t>(n) + 1);
   for (Py_ssize_t i = 0; i < n; ++i) argv[static_cast<size_t>(i)] = PyTuple_GET_ITEM(args, i);
   argv[static_cast<size_t>(n)] = brk->resume_table.get();
-  PyObject* r = PyObject_Vectorcall(fn, argv.data(), static_cast<size_t>(n) + 1, nullptr);
-  Py_DECREF(fn);
+  PyObject* r = PyObject_Vectorcall(fn.get(), argv.data(), static_cast<size_t>(n) + 1, nullptr);
+  fn.reset();
   if (!r || brk->in_resume_code) return r;
   return runContinuations(r, frame.globals, closure.get());
 }

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "guards/guard_program.h"
@@ -17,41 +18,111 @@
 
 namespace cdynamo::runtime {
 
-// How the frame's return value is rebuilt after the graph ran.
+struct OutputPlan;
+
+// The ways a value is rebuilt after the graph ran, one payload each (OutputPlan::Step).
+namespace plan {
+struct GraphOutput {
+  int index;  // position in the graph's output tuple
+};
+struct Constant {
+  Ref obj;
+};
+// A guarded input handed back as itself.
+struct Register {
+  int reg;
+};
+struct Tuple {
+  std::vector<OutputPlan> items;
+};
+// tuple.__new__(cls, items)
+struct NamedTuple {
+  Ref cls;
+  std::vector<OutputPlan> items;
+};
+struct List {
+  std::vector<OutputPlan> items;
+};
+// cls(items, maxlen)
+struct Deque {
+  Ref cls;
+  Ref maxlen;  // an int, or null for None
+  std::vector<OutputPlan> items;
+};
+struct Dict {
+  Ref type;             // dict (made directly), or a dict class called with no arguments
+  Ref default_factory;  // a defaultdict's factory: type(default_factory); or null
+  std::vector<Ref> keys;
+  std::vector<OutputPlan> values;
+};
+struct Set {
+  std::vector<OutputPlan> items;
+};
+// An object made in the trace that escapes: cls.tp_alloc() with its __dict__ replaced by
+// `attrs` (a Dict plan).
+struct NewObject {
+  Ref cls;
+  std::unique_ptr<OutputPlan> attrs;
+};
+// fn(*args): values rebuilt by a call (a bound method, a slice, an iterator over what is
+// left, a context manager's __exit__, a function made in the trace).
+struct Call {
+  Ref fn;
+  std::vector<OutputPlan> args;
+};
+// The object built earlier for memo slot `slot` (a value made in the trace that is
+// reachable more than once is one object, as in the program).
+struct Memo {
+  int slot;
+};
+}  // namespace plan
+
+// How the frame's return value (or a stored value) is rebuilt after the graph ran.
 struct OutputPlan {
-  // NewObject: an object made in the trace that escapes: object.__new__(constant) with
-  // its __dict__ updated from items[0] (a Dict plan).
-  // Call: constant(*items), for values rebuilt by a call (a bound method, a slice, an
-  // iterator over what is left, a context manager's __exit__).
-  // Memo: the object built earlier for memo slot `index` (a value made in the trace that
-  // is reachable more than once is one object, as in the program).
-  enum class Kind : uint8_t { GraphOutput, Constant, Register, Tuple, List, Dict, Set, NewObject, Call, Memo };
-  Kind kind = Kind::Constant;
-  int index = 0;     // GraphOutput: position in the graph's output tuple; Register: guard register
-  Ref constant;      // Constant; Dict: the dict type (dict, OrderedDict)
-  std::vector<OutputPlan> items;  // Tuple / List / Set items; Dict values
-  std::vector<Ref> keys;          // Dict keys
-  Ref ctor_arg;                   // List: a deque class in `constant`, maxlen here; Dict: a defaultdict factory
-  int memo = -1;                  // memo slot the built object is recorded in, or -1
+  using Step = std::variant<plan::GraphOutput, plan::Constant, plan::Register, plan::Tuple, plan::NamedTuple,
+                            plan::List, plan::Deque, plan::Dict, plan::Set, plan::NewObject, plan::Call, plan::Memo>;
+  Step step = plan::Constant{};
+  int memo = -1;  // memo slot the built object is recorded in, or -1
+
+  OutputPlan() = default;
+  template <class S>
+  OutputPlan(S s) : step(std::move(s)) {}  // NOLINT: a plan is its step
+  static OutputPlan constant(PyObject* o) { return plan::Constant{Ref::borrow(o)}; }
 };
 
-// A side effect replayed after the graph ran, in program order.
+// A side effect replayed after the graph ran, in program order, on the object in guard
+// register `reg`.
 struct SideEffect {
-  enum class Kind : uint8_t {
-    SetAttr,      // setattr(regs[reg], name, value)
-    SetItem,      // regs[reg][name] = value (a globals dict)
-    SetCell,      // regs[reg].cell_contents = value
-    ReplaceList,  // regs[reg][:] = value (a List plan)
-    ReplaceDict,  // regs[reg].clear(); regs[reg].update(value) (a Dict plan)
-    ReplaceSet,   // regs[reg].clear(); regs[reg] |= value (a Set plan)
-    Advance,      // next(regs[reg]) `value` times (a Constant plan: an int): an iterator passed
-                  // in, advanced past what the trace consumed of it
+  struct SetAttr {  // setattr(target, name, value)
+    Ref name;
+    OutputPlan value;
   };
-  Kind kind;
+  struct SetItem {  // target[key] = value (a globals dict)
+    Ref key;
+    OutputPlan value;
+  };
+  struct SetCell {  // target.cell_contents = value
+    OutputPlan value;
+  };
+  struct ReplaceList {  // target[:] = contents (a List plan)
+    OutputPlan contents;
+  };
+  struct ReplaceDict {  // target.clear(); target.update(contents) (a Dict plan)
+    OutputPlan contents;
+  };
+  struct ReplaceSet {  // target.clear(); target |= contents (a Set plan)
+    OutputPlan contents;
+  };
+  struct Advance {  // next(target) `count` times: an iterator passed in, advanced past what the trace consumed
+    Py_ssize_t count;
+  };
+  using What = std::variant<SetAttr, SetItem, SetCell, ReplaceList, ReplaceDict, ReplaceSet, Advance>;
   int reg = -1;
-  Ref name;
-  OutputPlan value;
+  What what;
 };
+
+// The plan of the value an effect stores, or null (Advance stores none).
+const OutputPlan* storedValue(const SideEffect& e);
 
 // What a frame with a graph break does after its graph: the output plan built the break
 // code's arguments (locals, then the stack); the runtime sets the grad mode the traced

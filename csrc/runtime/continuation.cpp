@@ -13,6 +13,7 @@ struct ContinuationObject {
 
 void continuationDealloc(PyObject* self) {
   auto* c = reinterpret_cast<ContinuationObject*>(self);
+  // why: a type's slots own its raw members; dealloc gives them back.
   Py_XDECREF(c->code);
   Py_XDECREF(c->args);
   Py_TYPE(self)->tp_free(self);
@@ -35,6 +36,7 @@ struct ResumeTableObject {
 };
 
 void tableDealloc(PyObject* self) {
+  // why: a type's slots own its raw members; dealloc gives them back.
   Py_XDECREF(reinterpret_cast<ResumeTableObject*>(self)->codes);
   Py_TYPE(self)->tp_free(self);
 }
@@ -52,20 +54,13 @@ PyObject* tableCall(PyObject* self, PyObject* const* args, size_t nargsf, PyObje
     PyErr_SetString(PyExc_IndexError, "cdynamo resume table: no such resume point");
     return nullptr;
   }
-  PyObject* tuple = PyTuple_New(n - 1);
+  Ref tuple = Ref::steal(PyTuple_New(n - 1));
   if (!tuple) return nullptr;
-  for (Py_ssize_t i = 1; i < n; ++i) {
-    Py_INCREF(args[i]);
-    PyTuple_SET_ITEM(tuple, i - 1, args[i]);
-  }
+  for (Py_ssize_t i = 1; i < n; ++i) PyTuple_SET_ITEM(tuple.get(), i - 1, Ref::borrow(args[i]).release());
   auto* c = PyObject_New(ContinuationObject, &ContinuationType);
-  if (!c) {
-    Py_DECREF(tuple);
-    return nullptr;
-  }
-  c->code = PyTuple_GET_ITEM(t->codes, k);
-  Py_INCREF(c->code);
-  c->args = tuple;
+  if (!c) return nullptr;
+  c->code = Ref::borrow(PyTuple_GET_ITEM(t->codes, k)).release();
+  c->args = tuple.release();
   return reinterpret_cast<PyObject*>(c);
 }
 
@@ -107,27 +102,23 @@ PyObject* resumeTableCodes(PyObject* table) {
     PyErr_SetString(PyExc_TypeError, "expected a cdynamo resume table");
     return nullptr;
   }
-  PyObject* codes = reinterpret_cast<ResumeTableObject*>(table)->codes;
-  Py_INCREF(codes);
-  return codes;
+  return Ref::borrow(reinterpret_cast<ResumeTableObject*>(table)->codes).release();
 }
 
 PyObject* makeFunction(PyObject* code, PyObject* globals, PyObject* closure) {
-  PyObject* fn = PyFunction_New(code, globals);
-  if (fn && closure && PyFunction_SetClosure(fn, closure) < 0) Py_CLEAR(fn);
-  return fn;
+  Ref fn = Ref::steal(PyFunction_New(code, globals));
+  if (fn && closure && PyFunction_SetClosure(fn.get(), closure) < 0) return nullptr;
+  return fn.release();
 }
 
-PyObject* runContinuations(PyObject* r, PyObject* globals, PyObject* closure) {
-  while (r && isContinuation(r)) {
-    auto* c = reinterpret_cast<ContinuationObject*>(r);
-    PyObject* fn = makeFunction(c->code, globals, closure);
-    PyObject* next = fn ? PyObject_Call(fn, c->args, nullptr) : nullptr;
-    Py_XDECREF(fn);
-    Py_DECREF(r);
-    r = next;
+PyObject* runContinuations(PyObject* result, PyObject* globals, PyObject* closure) {
+  Ref r = Ref::steal(result);
+  while (r && isContinuation(r.get())) {
+    auto* c = reinterpret_cast<ContinuationObject*>(r.get());
+    Ref fn = Ref::steal(makeFunction(c->code, globals, closure));
+    r = Ref::steal(fn ? PyObject_Call(fn.get(), c->args, nullptr) : nullptr);
   }
-  return r;
+  return r.release();
 }
 
 }  // namespace cdynamo::runtime

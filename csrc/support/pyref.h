@@ -1,9 +1,13 @@
 // Ownership of Python references, in the type (STYLE.md habit 6).
 //
-//  * Ref      owns one strong reference; move-only; built only by Ref::steal / Ref::borrow.
-//  * PyObject* (raw) is a borrowed reference everywhere else in cdynamo.
+//  * Ref       owns one strong reference; move-only; built only by Ref::steal / Ref::borrow.
+//  * Borrowed  a borrowed reference kept beyond one call (a field, a table row): trivially
+//              copyable, owns nothing; where it is declared says who keeps the object alive.
+//  * PyObject* (raw) is a borrowed reference for the duration of a call: parameters,
+//              locals, C API results documented as borrowed.
 //
-// Raw Py_INCREF / Py_DECREF belong here and in the few hot loops that document why.
+// Raw Py_INCREF / Py_DECREF belong here; anywhere else (type slots, the hit path's
+// reference-stealing loops) a `why:` comment on the line or the one before says why.
 #pragma once
 #include <Python.h>
 #include <utility>
@@ -51,11 +55,27 @@ class Ref {
   PyObject* p_ = nullptr;
 };
 
+// A borrowed reference held beyond one call. Built explicitly from a raw pointer, or
+// implicitly from the Ref that owns the object.
+class Borrowed {
+ public:
+  Borrowed() = default;
+  explicit Borrowed(PyObject* o) : p_(o) {}
+  Borrowed(const Ref& r) : p_(r.get()) {}  // NOLINT: lending an owned reference
+  PyObject* get() const { return p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  // A new strong reference to the object.
+  Ref ref() const { return Ref::borrow(p_); }
+  bool operator==(const Borrowed& o) const { return p_ == o.p_; }
+  bool operator!=(const Borrowed& o) const { return p_ != o.p_; }
+
+ private:
+  PyObject* p_ = nullptr;
+};
+
 // Note [Python references in statics]: a function-local static that holds Ref members
 // must be heap-allocated and leaked (`static T& t = *new T();`). C++ runs static
 // destructors after Py_Finalize, without the GIL, and a Py_DECREF there aborts the process.
 
-// Interned Python string, created once and kept for the life of the process.
-PyObject* intern(const char* s);
 
 }  // namespace cdynamo

@@ -1,72 +1,33 @@
 #include "support/torch_types.h"
 
-#include "support/pyref.h"
+#include "support/lookup.h"
 
 namespace cdynamo {
 namespace {
 
-// Borrowed attribute of a module, kept alive for the process once found.
-PyObject* lookupForever(const char* module, const char* name) {
-  Ref m = Ref::steal(PyImport_ImportModule(module));
-  if (!m) return nullptr;
-  return PyObject_GetAttrString(m.get(), name);  // the reference is kept on purpose
+// torch.Tensor, torch.nn.Parameter and torch.nn.Module, once torch can be imported
+// (false, and no error set, before that: no object is a tensor then).
+bool typesFound() {
+  if (lookup(Obj::torch_Tensor) && lookup(Obj::torch_nn_Parameter) && lookup(Obj::torch_nn_Module)) return true;
+  PyErr_Clear();
+  return false;
 }
 
-struct Types {
-  PyObject* tensor = nullptr;
-  PyObject* parameter = nullptr;
-  PyObject* module = nullptr;
-  bool ok = false;
-};
-
-const Types& types() {
-  static Types t;
-  if (!t.ok) {
-    t.tensor = lookupForever("torch", "Tensor");
-    t.parameter = t.tensor ? lookupForever("torch.nn", "Parameter") : nullptr;
-    t.module = t.parameter ? lookupForever("torch.nn", "Module") : nullptr;
-    if (!t.module) {
-      PyErr_Clear();
-      return t;
-    }
-    t.ok = true;
-  }
-  return t;
-}
+PyTypeObject* type(Obj o) { return reinterpret_cast<PyTypeObject*>(lookup(o)); }
 
 }  // namespace
 
-bool isTensor(PyObject* o) {
-  const Types& t = types();
-  return t.ok && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t.tensor));
-}
+bool isTensor(PyObject* o) { return typesFound() && PyObject_TypeCheck(o, type(Obj::torch_Tensor)); }
 
-bool isModule(PyObject* o) {
-  const Types& t = types();
-  return t.ok && PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(t.module));
-}
+bool isModule(PyObject* o) { return typesFound() && PyObject_TypeCheck(o, type(Obj::torch_nn_Module)); }
 
 bool isModuleClass(PyObject* cls) {
-  const Types& t = types();
-  return t.ok && PyType_Check(cls) &&
-         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), reinterpret_cast<PyTypeObject*>(t.module));
+  return typesFound() && PyType_Check(cls) &&
+         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), type(Obj::torch_nn_Module));
 }
 
 bool isPlainTensorOrParameter(PyObject* o) {
-  const Types& t = types();
-  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(o));
-  return t.ok && (type == t.tensor || type == t.parameter);
-}
-
-PyObject* operatorFunction(const char* name) {
-  static PyObject* op = nullptr;
-  if (!op) {
-    op = PyImport_ImportModule("operator");  // kept for the process
-    if (!op) return nullptr;
-  }
-  PyObject* fn = PyObject_GetAttrString(op, name);
-  if (fn) Py_DECREF(fn);  // the operator module keeps it alive
-  return fn;
+  return typesFound() && (Py_TYPE(o) == type(Obj::torch_Tensor) || Py_TYPE(o) == type(Obj::torch_nn_Parameter));
 }
 
 }  // namespace cdynamo

@@ -1,5 +1,5 @@
-// torch's Python types that the tracer and graph builder test against, looked up once on
-// first use (importing torch is never done by the hook itself).
+// torch's Python types that the tracer and graph builder test against (support/lookup.h:
+// looked up once, on first use; importing torch is never done by the hook itself).
 #pragma once
 #include <Python.h>
 
@@ -13,7 +13,5 @@ bool isModule(PyObject* o);
 bool isModuleClass(PyObject* cls);
 // type(o) is torch.Tensor or torch.nn.Parameter.
 bool isPlainTensorOrParameter(PyObject* o);
-// `operator.<name>` (borrowed, kept for the process), or null with an error set.
-PyObject* operatorFunction(const char* name);
 
 }  // namespace cdynamo

@@ -4,7 +4,9 @@
 #include <cctype>
 #include <string>
 
+#include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -32,7 +34,7 @@ int Tracer::load(LoadKind kind, int base, int index, PyObject* name, std::string
   return guards().load(kind, base, index, name, std::move(what));
 }
 
-ValuePtr Tracer::wrap(PyObject* obj, int reg) {
+Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   if (reg >= 0) {
     auto it = wrapped_.find(reg);
     if (it != wrapped_.end()) return it->second;
@@ -67,8 +69,44 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
-    v = Value::object(Kind::Object, obj, reg);  // an exception object reached from one made in the trace
-  } else if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
+    v = Value::object(obj, reg);  // an exception object reached from one made in the trace
+  } else if (Result<ValuePtr> c = wrapContainer(obj, reg); !c.notHandled()) {
+    if (!c) return c;
+    v = c.take();
+  } else if (Result<ValuePtr> f = wrapCallable(obj, reg); !f.notHandled()) {
+    if (!f) return f;
+    v = f.take();
+  } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
+    // An instance of a user class: its class is guarded; attributes are read (and
+    // guarded) when the trace reads them.
+    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
+    v = Value::object(obj, reg);
+  } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
+    // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
+    // opaque, guarded by type, its attributes read like a user object's. What the trace
+    // cannot model about it stops the trace where it is used, not where it is read (a
+    // resume function that only carries it along is still captured).
+    guards().checkType(reg, Py_TYPE(obj));
+    v = Value::object(obj, reg);
+  } else {
+    return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
+  }
+  if (reg >= 0) wrapped_[reg] = v;
+  if (mutable_object && reg >= 0 && v) {
+    // ... and two distinct objects of one type stay distinct (an entry traced with two
+    // lists must not run for one list passed twice).
+    for (const auto& [other, value] : wrapped_objects_)
+      if (Py_TYPE(other) == Py_TYPE(obj) && value->reg >= 0) guards().checkAliasing(value->reg, reg, false);
+    wrapped_objects_.emplace(obj, v);
+  }
+  return v;
+}
+
+// Lists, tuples (named too), dicts, sets and tuple iterators read from the program;
+// NotHandled for other objects.
+Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
+  ValuePtr v;
+  if ((PyTuple_Check(obj) && (PyTuple_CheckExact(obj) || isNamedTupleClass(reinterpret_cast<PyObject*>(Py_TYPE(obj))))) ||
              PyList_CheckExact(obj)) {
     bool tuple = PyTuple_Check(obj);
     if (reg >= 0) {
@@ -82,12 +120,16 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       if (reg >= 0)
         item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
                         guards().sourceName(reg) + "[" + std::to_string(i) + "]");
-      ValuePtr item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
-      if (!item) return nullptr;
-      items.push_back(std::move(item));
+      Result<ValuePtr> item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
+      if (!item) return item;
+      items.push_back(item.take());
     }
-    v = Value::sequence(tuple ? Kind::Tuple : Kind::List, std::move(items), reg);
-    if (tuple && !PyTuple_CheckExact(obj)) v->obj = Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    if (!tuple)
+      v = Value::list(std::move(items), reg);
+    else if (PyTuple_CheckExact(obj))
+      v = Value::tuple(std::move(items), reg);
+    else
+      v = Value::of(Tuple{std::move(items), Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(obj)))}, reg);
   } else if (PyDict_Check(obj) && (PyDict_CheckExact(obj) || !PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) ||
                                     strcmp(Py_TYPE(obj)->tp_name, "collections.OrderedDict") == 0)) {
     // A dict read from the program: its type and exact key order are guarded, each value
@@ -105,15 +147,15 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       int item_reg = -1;
       if (reg >= 0) {
         Ref r = Ref::steal(PyObject_Repr(key));
+        if (!r) PyErr_Clear();
         item_reg = load(LoadKind::DictItem, reg, 0, key, guards().sourceName(reg) + "[" + (r ? PyUnicode_AsUTF8(r.get()) : "?") + "]");
       }
-      ValuePtr item = wrap(value, item_reg);
-      if (!item) return nullptr;
+      Result<ValuePtr> item = wrap(value, item_reg);
+      if (!item) return item;
       keys.push_back(Ref::borrow(key));
-      values.push_back(std::move(item));
+      values.push_back(item.take());
     }
-    v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values));
-    v->reg = reg;
+    v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values), reg);
   } else if (PySet_CheckExact(obj)) {
     // A set read from the program: only sets of constants, guarded equal as a whole
     // (their order of iteration is then the same too).
@@ -132,15 +174,16 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
       guards().checkType(reg, Py_TYPE(obj));
       guards().checkEquals(reg, frozen.get());
     }
-    v = Value::sequence(Kind::Set, std::move(values), reg);
+    v = Value::set(std::move(values), reg);
   } else if (Py_IS_TYPE(obj, &PyTupleIter_Type) && reg >= 0) {
     // A tuple iterator passed in: what a resume function receives for a for loop a break
     // interrupted (the break's output plan rebuilds the loop's iterator as iter(tuple)).
     // Modeled as an Iterator over the items it has left, guarded by its type, their number
     // and each item as it is used; what the trace consumes is replayed on the real
-    // iterator (an Advance effect, buildEffects), which the outputs hand back as itself.
+    // iterator (an Advance effect, Iterators::appendAdvances), which the outputs hand back
+    // as itself.
     // Its length and the items it has left past those taken are guarded only as far as
-    // the trace depended on them (guardInputIterators, once the entry is complete).
+    // the trace depended on them (Iterators::guardInputs, once the entry is complete).
     guards().checkType(reg, Py_TYPE(obj));
     int rest_reg = load(LoadKind::IterRemaining, reg, 0, nullptr, guards().sourceName(reg) + ".<items left>");
     Ref rest = guards::iterRemaining(obj);
@@ -151,24 +194,34 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     for (Py_ssize_t i = 0; i < n; ++i) {
       int item_reg = load(LoadKind::TupleItem, rest_reg, static_cast<int>(i), nullptr,
                           guards().sourceName(rest_reg) + "[" + std::to_string(i) + "]");
-      ValuePtr item = wrap(PyTuple_GET_ITEM(rest.get(), i), item_reg);
-      if (!item) return nullptr;
-      items.push_back(std::move(item));
+      Result<ValuePtr> item = wrap(PyTuple_GET_ITEM(rest.get(), i), item_reg);
+      if (!item) return item;
+      items.push_back(item.take());
       item_regs.push_back(item_reg);
     }
-    v = Value::sequence(Kind::Iterator, std::move(items), reg);
-    input_iterators_.push_back(InputIterator{v, rest_reg, std::move(item_regs)});
-  } else if (isModule(obj)) {
+    v = Value::iterator(std::move(items), reg);
+    iterators_.addInput(v, rest_reg, std::move(item_regs));
+  } else {
+    return notHandled();
+  }
+  return v;
+}
+
+// nn.Modules, Python modules, bound methods and callables read from the program;
+// NotHandled for other objects.
+Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
+  ValuePtr v;
+  if (isModule(obj)) {
     if (reg < 0) return fail("an nn.Module without a source is not supported yet");
     // Like TorchDynamo with inline_inbuilt_nn_modules: the module's class is guarded, not
     // its identity. Everything the trace reads through it (submodules, parameters,
     // buffers, flags, hook dicts) is loaded live from the object and guarded itself, so
     // another instance of the same structure reuses the entry.
     guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(Kind::Module, obj, reg);
+    v = Value::of(Module{Ref::borrow(obj)}, reg);
   } else if (PyModule_Check(obj)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
-    v = Value::object(Kind::PyModule, obj, reg);
+    v = Value::of(PyModule{Ref::borrow(obj)}, reg);
   } else if (PyMethod_Check(obj)) {
     // A bound method (e.g. rebuilt on a resume function's stack): the receiver and the
     // function are sources of their own, so a new method object of the same pair matches.
@@ -177,19 +230,20 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     int self_reg = -1, func_reg = -1;
     if (reg >= 0) {
       guards().checkType(reg, Py_TYPE(obj));
-      self_reg = load(LoadKind::Attr, reg, 0, intern("__self__"), guards().sourceName(reg) + ".__self__");
-      func_reg = load(LoadKind::Attr, reg, 0, intern("__func__"), guards().sourceName(reg) + ".__func__");
+      self_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_self), guards().sourceName(reg) + ".__self__");
+      func_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_func), guards().sourceName(reg) + ".__func__");
     }
-    bool handled = false;
-    v = wrapContextExit(self, func, self_reg, &handled);
-    if (!handled) {
-      ValuePtr receiver = wrap(self, self_reg);
-      if (!receiver) return nullptr;
-      ValuePtr function = wrap(func, func_reg);
-      if (!function) return nullptr;
-      v = Value::boundMethod(receiver, func);
+    Result<ValuePtr> exit = contexts_.wrapExit(self, func, self_reg);
+    if (!exit && !exit.notHandled()) return exit;
+    if (exit) {
+      v = exit.take();
+    } else {
+      Result<ValuePtr> receiver = wrap(self, self_reg);
+      if (!receiver) return receiver;
+      Result<ValuePtr> function = wrap(func, func_reg);
+      if (!function) return function;
+      v = Value::boundMethod(*receiver, func);
     }
-    if (!v) return nullptr;
   } else if (PyCFunction_Check(obj) && PyCFunction_GET_SELF(obj) &&
              (PyList_CheckExact(PyCFunction_GET_SELF(obj)) || PyDict_CheckExact(PyCFunction_GET_SELF(obj)) ||
               PyTuple_CheckExact(PyCFunction_GET_SELF(obj)) || isTensor(PyCFunction_GET_SELF(obj)))) {
@@ -203,13 +257,13 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     int self_reg = -1;
     if (reg >= 0) {
       guards().checkType(reg, Py_TYPE(obj));
-      self_reg = load(LoadKind::Attr, reg, 0, intern("__self__"), guards().sourceName(reg) + ".__self__");
-      int name_reg = load(LoadKind::Attr, reg, 0, intern("__name__"), guards().sourceName(reg) + ".__name__");
+      self_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_self), guards().sourceName(reg) + ".__self__");
+      int name_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_name), guards().sourceName(reg) + ".__name__");
       guards().checkEquals(name_reg, mname);
     }
-    ValuePtr receiver = wrap(self, self_reg);
-    if (!receiver) return nullptr;
-    v = Value::namedMethod(receiver, mname);
+    Result<ValuePtr> receiver = wrap(self, self_reg);
+    if (!receiver) return receiver;
+    v = Value::namedMethod(*receiver, mname);
   } else if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && !PyFunction_GET_DEFAULTS(obj) &&
              !PyFunction_GET_KW_DEFAULTS(obj) && reg >= 0) {
     // A closure (e.g. made by the frame before a graph break, rebuilt for its resume
@@ -217,62 +271,43 @@ ValuePtr Tracer::wrap(PyObject* obj, int reg) {
     // TorchDynamo's CLOSURE_MATCH; the cells' contents are read (and guarded) through
     // the function's __closure__ when the inlined body reads them.
     guards().checkType(reg, Py_TYPE(obj));
-    int code_reg = load(LoadKind::Attr, reg, 0, intern("__code__"), guards().sourceName(reg) + ".__code__");
+    int code_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_code), guards().sourceName(reg) + ".__code__");
     guards().checkIdentity(code_reg, PyFunction_GET_CODE(obj));
-    int globals_reg = load(LoadKind::Attr, reg, 0, intern("__globals__"), guards().sourceName(reg) + ".__globals__");
+    int globals_reg =
+        load(LoadKind::Attr, reg, 0, interned(Str::dunder_globals), guards().sourceName(reg) + ".__globals__");
     guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
-    v = Value::object(Kind::Callable, obj, reg);
+    v = Value::callable(obj, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
-    v = Value::object(Kind::Callable, obj, reg);
-  } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
-    // An instance of a user class: its class is guarded; attributes are read (and
-    // guarded) when the trace reads them.
-    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(Kind::Object, obj, reg);
-  } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
-    // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
-    // opaque, guarded by type, its attributes read like a user object's. What the trace
-    // cannot model about it stops the trace where it is used, not where it is read (a
-    // resume function that only carries it along is still captured).
-    guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(Kind::Object, obj, reg);
+    v = Value::callable(obj, reg);
   } else {
-    return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
-  }
-  if (reg >= 0) wrapped_[reg] = v;
-  if (mutable_object && reg >= 0 && v) {
-    // ... and two distinct objects of one type stay distinct (an entry traced with two
-    // lists must not run for one list passed twice).
-    for (const auto& [other, value] : wrapped_objects_)
-      if (Py_TYPE(other) == Py_TYPE(obj) && value->reg >= 0) guards().checkAliasing(value->reg, reg, false);
-    wrapped_objects_.emplace(obj, v);
+    return notHandled();
   }
   return v;
 }
 
-ValuePtr Tracer::loadRootLocal(SymbolicFrame& f, int index) {
+Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
   PyCodeObject* co = f.code;
   int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
               ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
-  if (index >= nargs || index >= root_view_.nfast) return nullptr;
+  if (index >= nargs || index >= root_view_.nfast) return notHandled();
   PyObject* obj = root_view_.fast[index];
-  if (!obj) return nullptr;
+  if (!obj) return notHandled();
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
   int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
-  ValuePtr v = wrap(obj, reg);
-  if (v) f.locals[index] = v;
+  Result<ValuePtr> v = wrap(obj, reg);
+  if (v) f.locals[index] = *v;
   return v;
 }
 
-ValuePtr Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
-  if (!attr_overlay_.empty()) {  // a global stored earlier in the trace
-    int reg = load(LoadKind::Constant, -1, 0, f.globals, "globals");
-    if (ValuePtr v = overlayAttr(reg, name)) return v;
+Result<ValuePtr> Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
+  if (effects_.anyAttrOverlay()) {  // a global stored earlier in the trace
+    int reg = load(LoadKind::Constant, -1, 0, f.globals.get(), "globals");
+    if (ValuePtr v = effects_.overlayAttr(reg, name)) return v;
   }
-  PyObject* obj = PyDict_GetItemWithError(f.globals, name);
-  if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins, name);
+  PyObject* obj = PyDict_GetItemWithError(f.globals.get(), name);
+  if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins.get(), name);
   if (!obj) {
     if (PyErr_Occurred()) return failFromPython("global lookup");
     return fail(std::string("name '") + PyUnicode_AsUTF8(name) + "' is not defined (NameError)");
@@ -283,9 +318,10 @@ ValuePtr Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
   }
   // An inlined function reads its own globals dict (held by the guard program, read live
   // on every call), or the builtins when the name is not a global.
-  PyObject* dict = PyDict_GetItemWithError(f.globals, name) ? f.globals : f.builtins;
+  PyObject* dict = PyDict_GetItemWithError(f.globals.get(), name) ? f.globals.get() : f.builtins.get();
   if (PyErr_Occurred()) return failFromPython("global lookup");
-  int d = load(LoadKind::Constant, -1, 0, dict, dict == f.globals ? "globals of " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) : "builtins");
+  int d = load(LoadKind::Constant, -1, 0, dict,
+               dict == f.globals.get() ? "globals of " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) : "builtins");
   int reg = load(LoadKind::DictItem, d, 0, name, guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
   return wrap(obj, reg);
 }

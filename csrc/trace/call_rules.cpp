@@ -1,13 +1,345 @@
-#include "trace/call_rules.h"
-
+// Call rules: how a call of a real callable is traced when no builtin row names it (the
+// special callables of the table first, kSpecialRows; then callByRules, in order), and the
+// rules the Python package keeps (call_rules.h), consulted before any of them.
+#include <cstring>
 #include <string>
 
+#include "support/lookup.h"
+#include "support/torch_types.h"
+#include "trace/call_rules.h"
+#include "trace/callables.h"
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
+
+using graph::NodeOp;
+
 namespace {
 
-PyObject* rules_dict = nullptr;  // owned
+// "torch", "torch.nn.functional", "torch._C._nn", ...: functions the graph records.
+bool isTorchFunction(PyObject* fn) {
+  Ref mod = Ref::steal(PyObject_GetAttrString(fn, "__module__"));
+  if (!mod || !PyUnicode_Check(mod.get())) {
+    PyErr_Clear();
+    // Builtin methods of torch's C classes carry their module on __self__ instead.
+    if (PyCFunction_Check(fn)) {
+      PyObject* self = PyCFunction_GET_SELF(fn);
+      if (self && PyModule_Check(self)) {
+        const char* n = PyModule_GetName(self);
+        if (!n) return PyErr_Clear(), false;
+        return strncmp(n, "torch", 5) == 0;
+      }
+    }
+    return false;
+  }
+  const char* m = PyUnicode_AsUTF8(mod.get());
+  if (strcmp(m, "torch") == 0) return true;
+  if (strncmp(m, "torch.", 6) != 0) return false;
+  return strncmp(m, "torch._dynamo", 13) != 0 && strncmp(m, "torch.compiler", 14) != 0;
+}
+
+// True when fn.__name__ is one of `names` (cold: trace time only).
+template <size_t N>
+bool nameIn(PyObject* fn, const char* const (&names)[N]) {
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), false;
+  const char* n = PyUnicode_AsUTF8(name.get());
+  for (const char* k : names)
+    if (strcmp(n, k) == 0) return true;
+  return false;
+}
+
+// Torch functions without tensor arguments that return plain values and have no effect
+// on any state: safe to evaluate once at trace time (grad mode is guarded globally).
+bool isPureTorchQuery(PyObject* fn) {
+  static const char* const kNames[] = {"is_grad_enabled", "get_default_dtype", "is_tensor", "is_scripting",
+                                       "is_floating_point", "is_complex", "result_type",
+                                       "promote_types", "can_cast", "is_inference_mode_enabled",
+                                       "is_autocast_enabled"};
+  return nameIn(fn, kNames);
+}
+
+// torch's tensor factories: C functions of the torch namespace that make a new tensor
+// from Python values and touch no global state.
+bool isTensorFactory(PyObject* fn) {
+  static const char* const kNames[] = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye",
+                                       "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like",
+                                       "empty_like", "full_like", "empty_strided", "tril_indices", "triu_indices"};
+  if (!PyCFunction_Check(fn)) return false;
+  return nameIn(fn, kNames);
+}
+
+// torch.compiler.is_compiling() and its aliases: True inside a trace.
+bool isCompilingQuery(PyObject* fn) {
+  if (!PyFunction_Check(fn)) return false;
+  PyObject* name = reinterpret_cast<PyFunctionObject*>(fn)->func_qualname;
+  PyObject* mod = reinterpret_cast<PyFunctionObject*>(fn)->func_module;
+  if (!name || !mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(name, "is_compiling") != 0)
+    return false;
+  const char* m = PyUnicode_AsUTF8(mod);
+  return m && (strcmp(m, "torch.compiler") == 0 || strncmp(m, "torch._dynamo", 13) == 0 ||
+               strcmp(m, "torch._utils") == 0);
+}
+
+// Whether `f` is the object `o` of the lookup table (false, no error, when it cannot be found).
+bool isType(PyObject* f, Obj o) {
+  PyObject* found = lookup(o);
+  if (!found) PyErr_Clear();
+  return found && f == found;
+}
+
+bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto has = [](const ValuePtr& v, auto&& self) -> bool {
+    if (v->is(Kind::Tensor)) return true;
+    bool found = false;
+    forEachChild(*v, [&](const ValuePtr& c) { found = found || self(c, self); });
+    return found;
+  };
+  for (const ValuePtr& a : args)
+    if (has(a, has)) return true;
+  for (const auto& kv : kwargs)
+    if (has(kv.second, has)) return true;
+  return false;
+}
+
+
+// A C function of the _operator module (operator.add, operator.getitem, ...).
+bool isOperatorModuleFunction(PyObject* f) {
+  if (!PyCFunction_Check(f) || !PyCFunction_GET_SELF(f) || !PyModule_Check(PyCFunction_GET_SELF(f))) return false;
+  const char* m = PyModule_GetName(PyCFunction_GET_SELF(f));
+  if (!m) return PyErr_Clear(), false;
+  return strcmp(m, "_operator") == 0;
+}
+
+// ---- the special callables (rows of kSpecialRows) ----
+
+// object.__init__(self): a no-op on the objects the trace makes.
+Result<ValuePtr> objectInit(Tracer&, PyObject*, const char*, Args&, Kwargs&) { return Value::constant(Py_None); }
+
+// object.__setattr__(self, name, value): how frozen dataclasses set fields.
+Result<ValuePtr> objectSetattr(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 3 || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
+  if (NewObject* o = args[0]->get<NewObject>()) {
+    if (Done d = storeSubscript(t, o->attrs, args[1], args[2]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  return t.fail("object.__setattr__ on an object from outside the trace (a side effect)");
+}
+
+// functools.partial(fn, *args, **kwargs) made in the trace.
+Result<ValuePtr> makePartial(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (args.empty()) return t.fail("partial() needs a function (TypeError)");
+  ValuePtr kw = Value::emptyDict();
+  Dict& d = kw->as<Dict>();
+  for (auto& [k, v] : kwargs) {
+    d.keys.push_back(k.copy());
+    d.values.push_back(v);
+  }
+  return Value::of(Partial{args[0], Value::tuple(std::vector<ValuePtr>(args.begin() + 1, args.end())), kw, nullptr});
+}
+
+// A partial object from the program: immutable (func, args, keywords), guarded by identity.
+Result<ValuePtr> callPartialObject(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  Ref func = Ref::steal(PyObject_GetAttrString(f, "func"));
+  Ref pargs = Ref::steal(PyObject_GetAttrString(f, "args"));
+  Ref pkw = Ref::steal(PyObject_GetAttrString(f, "keywords"));
+  if (!func || !pargs || !pkw) return t.failFromPython("functools.partial");
+  Result<ValuePtr> fv = t.wrap(func.get(), -1);
+  if (!fv) return fv;
+  std::vector<ValuePtr> all;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i) {
+    Result<ValuePtr> a = t.wrap(PyTuple_GET_ITEM(pargs.get(), i), -1);
+    if (!a) return a;
+    all.push_back(a.take());
+  }
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<std::pair<Ref, ValuePtr>> kw;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(pkw.get(), &pos, &k, &v)) {
+    Result<ValuePtr> w = t.wrap(v, -1);
+    if (!w) return w;
+    kw.emplace_back(Ref::borrow(k), w.take());
+  }
+  for (auto& kv : kwargs) kw.push_back(std::move(kv));
+  return call(t, *fv, std::move(all), std::move(kw));
+}
+
+// collections.deque(iterable, maxlen) made in the trace.
+Result<ValuePtr> makeDeque(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  ValuePtr q = Value::of(List{{}, Ref::borrow(f), Ref()});
+  ValuePtr maxlen = args.size() > 1 ? args[1] : nullptr;
+  for (auto& [k, v] : kwargs)
+    if (PyUnicode_CompareWithASCIIString(k.get(), "maxlen") == 0) maxlen = v;
+  PyObject* max = maxlen ? maxlen->constant() : nullptr;
+  if (maxlen && !(max && (max == Py_None || PyLong_Check(max)))) return t.fail("deque maxlen must be a constant int");
+  if (max && max != Py_None) q->as<List>().maxlen = Ref::borrow(max);
+  if (!args.empty()) {
+    std::vector<ValuePtr> a{args[0]};
+    std::vector<std::pair<Ref, ValuePtr>> kw;
+    if (Result<ValuePtr> r = callContainerMethod(t, q, interned(Str::extend), a, kw); !r) return r;
+  }
+  return q;
+}
+
+// collections.defaultdict(factory, ...) made in the trace.
+Result<ValuePtr> makeDefaultdict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  ValuePtr d = Value::dict(f, {}, {});
+  if (!args.empty()) {
+    if (!args[0]->real() || !PyCallable_Check(args[0]->real())) return t.fail("defaultdict factory must be a callable");
+    d->as<Dict>().default_factory = Ref::borrow(args[0]->real());
+    std::vector<ValuePtr> rest(args.begin() + 1, args.end());
+    if (Result<ValuePtr> r = callContainerMethod(t, d, interned(Str::update), rest, kwargs); !r) return r;
+  }
+  return d;
+}
+
+// operator.itemgetter(k...) / attrgetter("a.b"): made for real from constants.
+Result<ValuePtr> makeGetter(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  Ref made = toPython(t, Value::tuple(args));
+  if (!made || !kwargs.empty()) return t.fail("itemgetter/attrgetter of non-constants");
+  Ref obj = Ref::steal(PyObject_Call(f, made.get(), nullptr));
+  if (!obj) return t.raisePython();
+  return Value::callable(obj.get());
+}
+
+// operator.itemgetter(k...)(obj) / attrgetter("a.b")(obj): their keys are in __reduce__.
+Result<ValuePtr> callGetter(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty()) return t.fail("getter called with several arguments");
+  Ref red = Ref::steal(PyObject_CallMethod(f, "__reduce__", nullptr));
+  if (!red || !PyTuple_Check(red.get()) || PyTuple_GET_SIZE(red.get()) < 2) return t.failFromPython("getter keys");
+  PyObject* keys = PyTuple_GET_ITEM(red.get(), 1);
+  bool item = isType(reinterpret_cast<PyObject*>(Py_TYPE(f)), Obj::operator_itemgetter);
+  std::vector<ValuePtr> got;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
+    PyObject* key = PyTuple_GET_ITEM(keys, i);
+    Result<ValuePtr> v = args[0];
+    if (item) {
+      v = subscript(t, *v, Value::constant(key));
+    } else {
+      Ref dot = Ref::steal(PyUnicode_FromString("."));
+      Ref parts = Ref::steal(dot ? PyUnicode_Split(key, dot.get(), -1) : nullptr);
+      if (!parts) return t.failFromPython("attrgetter keys");
+      for (Py_ssize_t k = 0; v && k < PyList_GET_SIZE(parts.get()); ++k)
+        v = getAttr(t, *v, PyList_GET_ITEM(parts.get(), k));
+    }
+    if (!v) return v;
+    got.push_back(v.take());
+  }
+  return got.size() == 1 ? got[0] : Value::tuple(std::move(got));
+}
+
+// collections.OrderedDict(...) made in the trace.
+Result<ValuePtr> makeOrderedDict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  ValuePtr d = Value::dict(f, {}, {});
+  if (Result<ValuePtr> r = callContainerMethod(t, d, interned(Str::update), args, kwargs); !r) return r;
+  return d;
+}
+
+const std::vector<SpecialRow> kSpecialRows = {
+    {Obj::object_init, false, {"object.__init__", objectInit, false}},
+    {Obj::object_setattr, false, {"object.__setattr__", objectSetattr, false}},
+    {Obj::functools_partial, false, {"functools.partial", makePartial, false}},
+    {Obj::functools_partial, true, {"functools.partial object", callPartialObject, false}},
+    {Obj::collections_deque, false, {"collections.deque", makeDeque, false}},
+    {Obj::collections_defaultdict, false, {"collections.defaultdict", makeDefaultdict, false}},
+    {Obj::operator_itemgetter, false, {"operator.itemgetter", makeGetter, false}},
+    {Obj::operator_attrgetter, false, {"operator.attrgetter", makeGetter, false}},
+    {Obj::operator_itemgetter, true, {"operator.itemgetter object", callGetter, false}},
+    {Obj::operator_attrgetter, true, {"operator.attrgetter object", callGetter, false}},
+    {Obj::collections_OrderedDict, false, {"collections.OrderedDict", makeOrderedDict, false}},
+};
+
+// ---- the rules ----
+
+// A namedtuple class called: its fields by position, keyword, or default.
+Result<ValuePtr> makeNamedTuple(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  PyObject* fields = PyObject_GetAttrString(f, "_fields");
+  Ref hold = Ref::steal(fields);
+  if (!fields) return t.failFromPython("namedtuple fields");
+  Py_ssize_t n = PyTuple_GET_SIZE(fields);
+  std::vector<ValuePtr> items(static_cast<size_t>(n));
+  if (args.size() > static_cast<size_t>(n)) return t.fail("too many arguments to a namedtuple (TypeError)");
+  for (size_t i = 0; i < args.size(); ++i) items[i] = args[i];
+  for (auto& [k, v] : kwargs) {
+    Py_ssize_t at = -1;
+    for (Py_ssize_t i = 0; i < n; ++i)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(fields, i), k.get()) == 0) at = i;
+    if (at < 0 || items[static_cast<size_t>(at)]) return t.fail("bad namedtuple keyword (TypeError)");
+    items[static_cast<size_t>(at)] = v;
+  }
+  Ref defaults = Ref::steal(PyObject_GetAttrString(f, "_field_defaults"));
+  PyErr_Clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (items[static_cast<size_t>(i)]) continue;
+    PyObject* d = defaults && PyDict_Check(defaults.get()) ? PyDict_GetItem(defaults.get(), PyTuple_GET_ITEM(fields, i)) : nullptr;
+    if (!d) return t.fail("missing a namedtuple field (TypeError)");
+    Result<ValuePtr> w = t.wrap(d, -1);
+    if (!w) return w;
+    items[static_cast<size_t>(i)] = w.take();
+  }
+  return Value::of(Tuple{std::move(items), Ref::borrow(f)});
+}
+
+// A torch function: recorded in the graph, or (without tensor arguments) run at trace time
+// when it is known to be a factory or a pure query.
+Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
+  PyObject* f = fn->real();
+  if (!anyTensor(args, kwargs)) {
+    // Without tensor arguments a torch function is only run at trace time when it is
+    // known to be a factory (a graph op: torch.zeros(3), torch.arange(n)) or a pure
+    // query; anything else may change global state (torch.set_grad_enabled(False),
+    // torch.manual_seed) and must not run here.
+    if (isPureTorchQuery(f)) return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    // A Python helper of torch (F._none_or_dtype, F._canonical_mask, ...) is traced
+    // like user code: its effects, if any, are then modelled instead of run.
+    if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+    if (!isTensorFactory(f)) {
+      Ref name = Ref::steal(PyObject_GetAttrString(f, "__qualname__"));
+      PyErr_Clear();
+      return t.fail(std::string("torch.") + (name ? PyUnicode_AsUTF8(name.get()) : "?") +
+                  "() without tensor arguments is not supported yet");
+    }
+    Result<ValuePtr> out = recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    if (out && !(*out)->is(Kind::Tensor)) return t.fail("a tensor factory returned a non-tensor");
+    return out;
+  }
+  return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+}
+
+}  // namespace
+
+const std::vector<SpecialRow>& specialRows() { return kSpecialRows; }
+
+Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
+  PyObject* f = fn->real();
+  if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
+  if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
+  Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
+  if (!r.notHandled()) return r;
+  if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
+    return recordCall(t, NodeOp::CallFunction, f, args, kwargs);  // operator.add(x, y) on tensors
+  if (isNamedTupleClass(f)) return makeNamedTuple(t, f, args, kwargs);
+  if (PyExceptionClass_Check(f)) {
+    if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");
+    return makeException(t, f, args);
+  }
+  if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) && !isTorchFunction(f))
+    return newObject(t, f, std::move(args), std::move(kwargs));
+  if (isTorchFunction(f)) return callTorchFunction(t, fn, args, kwargs);
+  if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+  Ref repr = Ref::steal(PyObject_Repr(f));
+  std::string what = repr ? PyUnicode_AsUTF8(repr.get()) : "a callable";
+  PyErr_Clear();
+  return t.fail("call of " + what + " is not supported yet");
+}
+
+// ---- the rules the Python package keeps (call_rules.h) ----
+
+namespace {
+
+Ref& rules_dict = *new Ref();  // Note [Python references in statics] (support/pyref.h)
 
 std::string qualnameOf(PyObject* fn) {
   Ref name = Ref::steal(PyObject_GetAttrString(fn, "__qualname__"));
@@ -22,15 +354,11 @@ std::string qualnameOf(PyObject* fn) {
 
 }  // namespace
 
-void setCallRules(PyObject* rules) {
-  PyObject* keep = rules && PyDict_Check(rules) ? rules : nullptr;
-  Py_XINCREF(keep);
-  Py_XSETREF(rules_dict, keep);
-}
+void setCallRules(PyObject* rules) { rules_dict = Ref::borrow(rules && PyDict_Check(rules) ? rules : nullptr); }
 
 CallRule callRuleOf(PyObject* fn) {
-  if (rules_dict && PyDict_GET_SIZE(rules_dict) > 0) {
-    PyObject* rule = PyDict_GetItemWithError(rules_dict, fn);  // borrowed
+  if (rules_dict && PyDict_GET_SIZE(rules_dict.get()) > 0) {
+    PyObject* rule = PyDict_GetItemWithError(rules_dict.get(), fn);  // borrowed
     if (rule && PyLong_Check(rule)) {
       long n = PyLong_AsLong(rule);
       if (n >= 1 && n <= 3) return static_cast<CallRule>(n);
@@ -45,25 +373,25 @@ CallRule callRuleOf(PyObject* fn) {
   return CallRule::None;
 }
 
-ValuePtr applyCallRule(Tracer& t, CallRule rule, PyObject* fn, std::vector<ValuePtr>& args,
-                       std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+Result<ValuePtr> applyCallRule(Tracer& t, CallRule rule, PyObject* fn, Args& args, Kwargs& kwargs) {
   switch (rule) {
     case CallRule::GraphBreak: {
       std::string reason = "call to torch._dynamo.graph_break()";
       ValuePtr msg = !args.empty() ? args[0] : (!kwargs.empty() ? kwargs[0].second : nullptr);
-      if (msg && msg->is(Kind::Constant) && PyUnicode_Check(msg->obj.get()) && PyUnicode_GET_LENGTH(msg->obj.get()) > 0)
-        reason += std::string(": ") + PyUnicode_AsUTF8(msg->obj.get());
+      PyObject* text = msg ? msg->constant() : nullptr;
+      if (text && PyUnicode_Check(text) && PyUnicode_GET_LENGTH(text) > 0)
+        reason += std::string(": ") + PyUnicode_AsUTF8(text);
       return t.fail(reason);
     }
     case CallRule::InGraph:
-      return t.recordCall(graph::NodeOp::CallFunction, fn, args, kwargs);
+      return recordCall(t, NodeOp::CallFunction, fn, args, kwargs);
     case CallRule::ConstantResult: {
-      Ref pargs = t.toPython(Value::sequence(Kind::Tuple, args));
+      Ref pargs = toPython(t, Value::tuple(args));
       Ref pkw = Ref::steal(PyDict_New());
       if (!pkw) return t.failFromPython("assume_constant_result");
       bool constant = pargs.get() != nullptr;
       for (auto& [k, v] : kwargs) {
-        Ref pv = constant ? t.toPython(v) : Ref();
+        Ref pv = constant ? toPython(t, v) : Ref();
         if (!pv || PyDict_SetItem(pkw.get(), k.get(), pv.get()) < 0) constant = false;
       }
       PyErr_Clear();
@@ -71,7 +399,7 @@ ValuePtr applyCallRule(Tracer& t, CallRule rule, PyObject* fn, std::vector<Value
         return t.fail("call of " + qualnameOf(fn) + " (assume_constant_result) with arguments that are not constants");
       Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), pkw.get()));
       if (!r) return t.raisePython();
-      return t.fromPython(r.get());
+      return fromPython(t, r.get());
     }
     case CallRule::None:
       break;

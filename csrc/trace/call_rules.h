@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "support/pyref.h"
+#include "trace/result.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {
@@ -30,7 +31,7 @@ void setCallRules(PyObject* rules);
 // marked by torch.compiler.assume_constant_result (its `_dynamo_marked_constant`
 // attribute), else None. Never sets an error.
 CallRule callRuleOf(PyObject* fn);
-ValuePtr applyCallRule(Tracer& t, CallRule rule, PyObject* fn, std::vector<ValuePtr>& args,
-                       std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+Result<ValuePtr> applyCallRule(Tracer& t, CallRule rule, PyObject* fn, std::vector<ValuePtr>& args,
+                               std::vector<std::pair<Ref, ValuePtr>>& kwargs);
 
 }  // namespace cdynamo::trace

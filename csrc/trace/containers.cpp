@@ -1,4 +1,5 @@
-// Lists, tuples, dicts and sets made in the trace: their opcodes and their methods.
+// Lists, tuples, dicts and sets made in the trace: their methods, item assignment, and the
+// opcodes that build and update them (handlers.h).
 // Containers read from the program's inputs are not mutated here (that is a side effect
 // to replay, which comes with graph breaks): such a mutation stops the trace.
 #include <algorithm>
@@ -6,6 +7,9 @@
 #include <string>
 
 #include "support/check.h"
+#include "support/lookup.h"
+#include "trace/handlers.h"
+#include "trace/ops.h"
 #include "trace/scalars.h"
 #include "trace/tracer.h"
 
@@ -15,7 +19,7 @@ using bytecode::Op;
 
 namespace {
 
-bool isHashableConstant(const ValuePtr& v) { return v->is(Kind::Constant) && PyObject_Hash(v->obj.get()) != -1; }
+bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
 
 // Set members the trace can compare: hashable constants, and modules (hashed and compared
 // by identity, as nn.Module does: named_modules() keeps a set of them).
@@ -28,611 +32,601 @@ bool isSetMember(const ValuePtr& v) {
 
 PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
 
-}  // namespace
 
-bool Tracer::iterate(const ValuePtr& v, std::vector<ValuePtr>* out) {
-  if (!peekItems(v, out)) return false;
-  if (v->is(Kind::Iterator)) return advanceIterator(v, v->items.size(), true);  // consuming it exhausts it
+// The constant int argument `i`, if it is one.
+bool constIntArg(const std::vector<ValuePtr>& args, size_t i, Py_ssize_t* out) {
+  PyObject* c = i < args.size() ? args[i]->constant() : nullptr;
+  if (!c || !PyLong_Check(c)) return false;
+  *out = PyLong_AsSsize_t(c);
   return true;
 }
 
-bool Tracer::peekItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
-  if (!usableIterator(v.get())) return false;
-  ValuePtr it = getIter(v);
-  if (!it) return false;
-  out->assign(it->items.begin() + static_cast<std::ptrdiff_t>(std::min(it->pos, it->items.size())), it->items.end());
-  return true;
-}
-
-bool Tracer::usableIterator(const Value* it) {
-  auto found = iter_links_.find(it);
-  if (found == iter_links_.end() || !found->second.stale) return true;
-  fail("a zip/enumerate/map/filter iterator used again after its source iterator was consumed directly "
-       "(the interleaving is not modeled)");
+// Equality of two values as Python would decide it, when it can be known at trace time.
+bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
+  const Tensor* ta = a->get<Tensor>();
+  const Tensor* tb = b->get<Tensor>();
+  if (a == b || (ta && tb && ta->node == tb->node)) return *eq = 1, true;
+  if (a->constant() && b->constant()) {
+    *eq = PyObject_RichCompareBool(a->constant(), b->constant(), Py_EQ);
+    return *eq >= 0;
+  }
+  if ((a->constant() && !tb) || (b->constant() && !ta)) return *eq = 0, true;
   return false;
 }
 
-bool Tracer::advanceIterator(const ValuePtr& it, size_t pos, bool ended) {
-  if (!usableIterator(it.get())) return false;
-  ++mutations_;
-  for (auto& [derived, link] : iter_links_) {
-    if (link.derived->ended || link.derived == it) continue;
-    for (const ValuePtr& s : link.sources)
-      if (s == it) link.stale = true;
-  }
-  it->pos = std::min(pos, it->items.size());
-  it->ended = it->ended || ended;
-  syncSources(it.get());
-  return true;
-}
+Result<ValuePtr> sortConstants(Tracer& t, std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePtr>& args,
+                            std::vector<std::pair<Ref, ValuePtr>>& kwargs);
 
-void Tracer::syncSources(const Value* derived) {
-  auto found = iter_links_.find(derived);
-  if (found == iter_links_.end()) return;
-  const IterLink& link = found->second;
-  const size_t k = derived->pos;
-  for (size_t s = 0; s < link.sources.size(); ++s) {
-    const ValuePtr& src = link.sources[s];
-    if (derived->ended && k >= link.consumed.size()) {
-      src->pos = link.start[s] + link.consumed_at_end[s];
-      src->ended = link.ended_at_end[s];
-    } else {
-      src->pos = link.start[s] + (k == 0 ? 0 : link.consumed[k - 1]);
-    }
-    syncSources(src.get());
-  }
-}
-
-void Tracer::linkLockstep(const ValuePtr& derived, const std::vector<ValuePtr>& args, size_t first,
-                          const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict) {
-  std::vector<ValuePtr> sources;
-  std::vector<size_t> consumed(n);
-  for (size_t k = 0; k < n; ++k) consumed[k] = k + 1;  // one from each per result
-  std::vector<size_t> consumed_at_end;
-  std::vector<bool> ended_at_end;
-  bool stopped = false;  // an earlier argument had no item left: later ones are not read
-  for (size_t i = first; i < args.size(); ++i) {
-    const size_t len = seqs[i - first].size();
-    const bool exhausted_here = !stopped && (strict || len == n);
-    if (args[i]->is(Kind::Iterator)) {
-      sources.push_back(args[i]);
-      // At the end: read one more if it has one and no earlier argument ran out.
-      consumed_at_end.push_back(n + (!stopped && !exhausted_here ? 1 : 0));
-      ended_at_end.push_back(exhausted_here);
-    }
-    if (exhausted_here && !strict) stopped = true;
-  }
-  linkIterator(derived, std::move(sources), std::move(consumed), std::move(consumed_at_end), std::move(ended_at_end));
-}
-
-void Tracer::linkIterator(const ValuePtr& derived, std::vector<ValuePtr> sources, std::vector<size_t> consumed,
-                          std::vector<size_t> consumed_at_end, std::vector<bool> ended_at_end) {
-  if (sources.empty()) return;
-  IterLink link;
-  link.derived = derived;
-  for (const ValuePtr& s : sources) link.start.push_back(s->pos);
-  link.sources = std::move(sources);
-  link.consumed = std::move(consumed);
-  link.consumed_at_end = std::move(consumed_at_end);
-  link.ended_at_end = std::move(ended_at_end);
-  iter_links_[derived.get()] = std::move(link);
-}
-
-bool Tracer::storeSubscript(const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
-  if (!noteContainerMutation(obj)) return false;
-  if (obj->is(Kind::List) && index->is(Kind::Slice)) {
-    Ref parts[3];
-    for (int k = 0; k < 3; ++k) {
-      if (!index->items[k]->is(Kind::Constant)) return fail("slice bounds must be constants"), false;
-      parts[k] = index->items[k]->obj.copy();
-    }
-    Ref slice = Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
-    Py_ssize_t start, stop, step, len;
-    if (!slice || PySlice_GetIndicesEx(slice.get(), static_cast<Py_ssize_t>(obj->items.size()), &start, &stop, &step,
-                                       &len) < 0)
-      return raisePython(), false;
-    if (step != 1) return fail("extended slice assignment is not supported yet"), false;
-    std::vector<ValuePtr> repl;
-    if (value && !iterate(value, &repl)) return false;
-    if (stop < start) stop = start;
-    obj->items.erase(obj->items.begin() + start, obj->items.begin() + stop);
-    obj->items.insert(obj->items.begin() + start, repl.begin(), repl.end());
-    return true;
-  }
-  if (obj->is(Kind::List) && index->is(Kind::Constant) && PyLong_Check(index->obj.get())) {
-    Py_ssize_t n = static_cast<Py_ssize_t>(obj->items.size());
-    Py_ssize_t k = PyLong_AsSsize_t(index->obj.get());
-    if (k < 0) k += n;
-    if (k < 0 || k >= n) {
-      fail("list assignment index out of range (IndexError)");
-      return false;
-    }
-    obj->items[static_cast<size_t>(k)] = value;
-    return true;
-  }
-  if (obj->is(Kind::Dict)) {
-    if (!isHashableConstant(index)) {
-      PyErr_Clear();
-      fail("dict keys must be constants");
-      return false;
-    }
-    int k = obj->findKey(index->obj.get());
-    if (k == -2) return failFromPython("dict key comparison"), false;
-    if (k >= 0) {
-      obj->items[static_cast<size_t>(k)] = value;
-    } else {
-      obj->keys.push_back(index->obj.copy());
-      obj->items.push_back(value);
-    }
-    return true;
-  }
-  fail(std::string("item assignment on a ") + kindName(obj->kind) + " is not supported yet");
-  return false;
-}
-
-bool Tracer::runContainerOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
-  const int arg = ins.arg;
-  switch (ins.op) {
-    case Op::BUILD_MAP: {
-      std::vector<Ref> keys;
-      std::vector<ValuePtr> values;
-      std::vector<ValuePtr> flat(f.stack.end() - 2 * arg, f.stack.end());
-      f.stack.resize(f.stack.size() - 2 * static_cast<size_t>(arg));
-      ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
-      for (int i = 0; i < arg; ++i)
-        if (!storeSubscript(d, flat[2 * i], flat[2 * i + 1])) return false;
-      f.stack.push_back(d);
-      return true;
-    }
-    case Op::BUILD_CONST_KEY_MAP: {
-      ValuePtr keys = pop(f);
-      std::vector<ValuePtr> values(f.stack.end() - arg, f.stack.end());
-      f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
-      ValuePtr d = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
-      for (int i = 0; i < arg; ++i)
-        if (!storeSubscript(d, Value::constant(PyTuple_GET_ITEM(keys->obj.get(), i)), values[i])) return false;
-      f.stack.push_back(d);
-      return true;
-    }
-    case Op::BUILD_SET: {
-      std::vector<ValuePtr> items(f.stack.end() - arg, f.stack.end());
-      f.stack.resize(f.stack.size() - static_cast<size_t>(arg));
-      ValuePtr s = Value::sequence(Kind::Set, {});
-      for (const ValuePtr& v : items) {
-        std::vector<ValuePtr> a{v};
-        std::vector<std::pair<Ref, ValuePtr>> kw;
-        if (!callContainerMethod(s, intern("add"), a, kw)) return false;
-      }
-      f.stack.push_back(s);
-      return true;
-    }
-    case Op::LIST_APPEND:
-    case Op::SET_ADD: {
-      ValuePtr v = pop(f);
-      ValuePtr& target = f.stack[f.stack.size() - static_cast<size_t>(arg)];
-      std::vector<ValuePtr> a{v};
-      std::vector<std::pair<Ref, ValuePtr>> kw;
-      return callContainerMethod(target, intern(ins.op == Op::LIST_APPEND ? "append" : "add"), a, kw) != nullptr;
-    }
-    case Op::SET_UPDATE:
-    case Op::DICT_UPDATE:
-    case Op::DICT_MERGE: {
-      ValuePtr v = pop(f);
-      ValuePtr& target = f.stack[f.stack.size() - static_cast<size_t>(arg)];
-      if (ins.op == Op::DICT_MERGE && v->is(Kind::Dict)) {
-        for (const Ref& k : v->keys) {
-          int found = target->findKey(k.get());
-          if (found == -2) return failFromPython("dict merge"), false;
-          if (found >= 0) return fail("got multiple values for a keyword argument (TypeError)"), false;
-        }
-      }
-      std::vector<ValuePtr> a{v};
-      std::vector<std::pair<Ref, ValuePtr>> kw;
-      return callContainerMethod(target, intern("update"), a, kw) != nullptr;
-    }
-    case Op::MAP_ADD: {
-      ValuePtr value = pop(f);
-      ValuePtr key = pop(f);
-      return storeSubscript(f.stack[f.stack.size() - static_cast<size_t>(arg)], key, value);
-    }
-    case Op::DELETE_SUBSCR: {
-      ValuePtr index = pop(f);
-      ValuePtr obj = pop(f);
-      std::vector<ValuePtr> a{index};
-      std::vector<std::pair<Ref, ValuePtr>> kw;
-      if (obj->is(Kind::Dict)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
-      if (obj->is(Kind::List) && index->is(Kind::Constant)) return callContainerMethod(obj, intern("pop"), a, kw) != nullptr;
-      if (obj->is(Kind::List) && index->is(Kind::Slice)) return storeSubscript(obj, index, nullptr);  // del xs[a:b]
-      return fail(std::string("del on an item of a ") + kindName(obj->kind) + " is not supported yet"), false;
-    }
-    case Op::UNPACK_EX: {
-      ValuePtr seq = pop(f);
-      std::vector<ValuePtr> items;
-      if (!iterate(seq, &items)) return false;
-      size_t before = static_cast<size_t>(arg & 0xFF), after = static_cast<size_t>(arg >> 8);
-      if (items.size() < before + after) return fail("not enough values to unpack (ValueError)"), false;
-      std::vector<ValuePtr> middle(items.begin() + before, items.end() - after);
-      for (size_t i = 0; i < after; ++i) f.stack.push_back(items[items.size() - 1 - i]);
-      f.stack.push_back(Value::sequence(Kind::List, std::move(middle)));
-      for (size_t i = before; i > 0; --i) f.stack.push_back(items[i - 1]);
-      return true;
-    }
-    default:
-      break;
-  }
-  fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a container opcode");
-  return false;
-}
-
-ValuePtr Tracer::callContainerMethod(const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
-                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
-  const char* n = PyUnicode_AsUTF8(name);
+Result<ValuePtr> namedTupleMethod(Tracer& t, const ValuePtr& self, const char* n,
+                                          std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
-  auto noEffect = [&]() { return noteContainerMutation(self); };
-  auto constInt = [&](size_t i, Py_ssize_t* out) {
-    if (i >= args.size() || !args[i]->is(Kind::Constant) || !PyLong_Check(args[i]->obj.get())) return false;
-    *out = PyLong_AsSsize_t(args[i]->obj.get());
-    return true;
-  };
-  // Equality of two values as Python would decide it, when it can be known at trace time.
-  auto sameValue = [&](const ValuePtr& a, const ValuePtr& b, int* eq) {
-    if (a == b || (a->is(Kind::Tensor) && b->is(Kind::Tensor) && a->node == b->node)) return *eq = 1, true;
-    if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
-      *eq = PyObject_RichCompareBool(a->obj.get(), b->obj.get(), Py_EQ);
-      return *eq >= 0;
-    }
-    if ((a->is(Kind::Constant) && !b->is(Kind::Tensor)) || (b->is(Kind::Constant) && !a->is(Kind::Tensor)))
-      return *eq = 0, true;
-    return false;
-  };
-  if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")) &&
-      !(self->is(Kind::Tuple) && is("_replace")))
-    return fail(std::string("keyword arguments to .") + n + "() are not supported yet");
-
-  if (self->is(Kind::Tuple) && self->obj && (is("_replace") || is("_asdict"))) {
-    Ref fields = Ref::steal(PyObject_GetAttrString(self->obj.get(), "_fields"));
-    if (!fields) return failFromPython("namedtuple fields");
-    if (is("_asdict")) {
-      std::vector<Ref> keys;
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i) keys.push_back(Ref::borrow(PyTuple_GET_ITEM(fields.get(), i)));
-      return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), self->items);
-    }
-    ValuePtr t = Value::sequence(Kind::Tuple, self->items);
-    t->obj = self->obj.copy();
-    for (auto& [k, v] : kwargs) {
-      bool found = false;
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
-        if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), k.get()) == 0) {
-          t->items[static_cast<size_t>(i)] = v;
-          found = true;
-        }
-      if (!found) return fail("_replace() got an unexpected field (ValueError)");
-    }
-    return t;
+  const Tuple& nt = self->as<Tuple>();
+  if (!nt.namedtuple || !(is("_replace") || is("_asdict"))) return notHandled();
+  Ref fields = Ref::steal(PyObject_GetAttrString(nt.namedtuple.get(), "_fields"));
+  if (!fields) return t.failFromPython("namedtuple fields");
+  if (is("_asdict")) {
+    std::vector<Ref> keys;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+      keys.push_back(Ref::borrow(PyTuple_GET_ITEM(fields.get(), i)));
+    return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), nt.items);
   }
-  if (self->is(Kind::List) && self->obj) {  // a deque
-    std::vector<ValuePtr>& items = self->items;
-    long maxlen = self->ctor_arg ? PyLong_AsLong(self->ctor_arg.get()) : -1;
-    auto trim = [&](bool from_left) {
-      while (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
-        items.erase(from_left ? items.begin() : items.end() - 1);
-    };
-    if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
-      if (!noEffect()) return nullptr;
-      if ((is("append") || is("appendleft")) && args.size() == 1) {
-        if (is("append")) {
-          items.push_back(args[0]);
+  Tuple replaced{nt.items, nt.namedtuple.copy()};
+  for (auto& [k, v] : kwargs) {
+    bool found = false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), k.get()) == 0) {
+        replaced.items[static_cast<size_t>(i)] = v;
+        found = true;
+      }
+    if (!found) return t.fail("_replace() got an unexpected field (ValueError)");
+  }
+  return Value::of(std::move(replaced));
+}
+
+Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  List& q = self->as<List>();
+  if (!q.deque) return notHandled();
+  std::vector<ValuePtr>& items = q.items;
+  long maxlen = q.maxlen ? PyLong_AsLong(q.maxlen.get()) : -1;
+  auto trim = [&](bool from_left) {
+    while (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
+      items.erase(from_left ? items.begin() : items.end() - 1);
+  };
+  if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
+    if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+    if ((is("append") || is("appendleft")) && args.size() == 1) {
+      if (is("append")) {
+        items.push_back(args[0]);
+        trim(true);
+      } else {
+        items.insert(items.begin(), args[0]);
+        trim(false);
+      }
+      return Value::constant(Py_None);
+    }
+    if ((is("extend") || is("extendleft")) && args.size() == 1) {
+      std::vector<ValuePtr> more;
+      if (Done d = iterate(t, args[0], &more); !d) return d.stop();
+      for (const ValuePtr& m : more) {
+        if (is("extend")) {
+          items.push_back(m);
           trim(true);
         } else {
-          items.insert(items.begin(), args[0]);
+          items.insert(items.begin(), m);
           trim(false);
         }
-        return Value::constant(Py_None);
       }
-      if ((is("extend") || is("extendleft")) && args.size() == 1) {
-        std::vector<ValuePtr> more;
-        if (!iterate(args[0], &more)) return nullptr;
-        for (const ValuePtr& m : more) {
-          if (is("extend")) {
-            items.push_back(m);
-            trim(true);
-          } else {
-            items.insert(items.begin(), m);
-            trim(false);
-          }
-        }
-        return Value::constant(Py_None);
-      }
-      if ((is("pop") || is("popleft")) && args.empty()) {
-        if (items.empty()) return raiseNew(PyExc_IndexError, is("pop") ? "pop from an empty deque" : "pop from an empty deque");
-        ValuePtr v = is("pop") ? items.back() : items.front();
-        items.erase(is("pop") ? items.end() - 1 : items.begin());
-        return v;
-      }
-    }
-    if (is("insert") || is("sort") || is("copy")) return fail(std::string("deque.") + n + "() is not supported yet");
-  }
-  if (self->is(Kind::List) || self->is(Kind::Tuple)) {
-    bool list = self->is(Kind::List);
-    std::vector<ValuePtr>& items = self->items;
-    if (is("index") || is("count")) {
-      if (args.empty()) return fail("missing argument");
-      Py_ssize_t count = 0;
-      for (size_t i = 0; i < items.size(); ++i) {
-        int eq;
-        if (!sameValue(items[i], args[0], &eq)) return fail(std::string(".") + n + "() needs comparisons known at trace time");
-        if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
-        count += eq;
-      }
-      if (is("index")) {
-        Ref r = toPython(args[0]);
-        Ref s = r ? Ref::steal(PyObject_Repr(r.get())) : Ref();
-        PyErr_Clear();
-        return raiseNew(PyExc_ValueError, std::string(s ? PyUnicode_AsUTF8(s.get()) : "value") +
-                                              (self->is(Kind::List) ? " is not in list" : " is not in tuple"));
-      }
-      return Value::constant(Ref::steal(longOf(count)).get());
-    }
-    if (!list) return fail(std::string("tuple has no method .") + n + "()");
-    if (is("copy")) return Value::sequence(Kind::List, items);
-    if (!noEffect()) return nullptr;
-    if (is("append") && args.size() == 1) {
-      items.push_back(args[0]);
       return Value::constant(Py_None);
     }
-    if (is("extend") && args.size() == 1) {
-      std::vector<ValuePtr> more;
-      if (!iterate(args[0], &more)) return nullptr;
-      items.insert(items.end(), more.begin(), more.end());
-      return Value::constant(Py_None);
-    }
-    if (is("insert") && args.size() == 2) {
-      Py_ssize_t k, sz = static_cast<Py_ssize_t>(items.size());
-      if (!constInt(0, &k)) return fail("list.insert needs a constant index");
-      if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
-      k = std::min(k, sz);
-      items.insert(items.begin() + k, args[1]);
-      return Value::constant(Py_None);
-    }
-    if (is("pop") && args.size() <= 1) {
-      Py_ssize_t k = -1, sz = static_cast<Py_ssize_t>(items.size());
-      if (!args.empty() && !constInt(0, &k)) return fail("list.pop needs a constant index");
-      if (sz == 0) return raiseNew(PyExc_IndexError, "pop from empty list");
-      if (k < 0) k += sz;
-      if (k < 0 || k >= sz) return raiseNew(PyExc_IndexError, "pop index out of range");
-      ValuePtr v = items[static_cast<size_t>(k)];
-      items.erase(items.begin() + k);
+    if ((is("pop") || is("popleft")) && args.empty()) {
+      if (items.empty()) return t.raiseNew(PyExc_IndexError, "pop from an empty deque");
+      ValuePtr v = is("pop") ? items.back() : items.front();
+      items.erase(is("pop") ? items.end() - 1 : items.begin());
       return v;
     }
-    if (is("remove") && args.size() == 1) {
-      for (size_t i = 0; i < items.size(); ++i) {
-        int eq;
-        if (!sameValue(items[i], args[0], &eq)) return fail("list.remove needs comparisons known at trace time");
-        if (eq) {
-          items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-          return Value::constant(Py_None);
-        }
-      }
-      return raiseNew(PyExc_ValueError, "list.remove(x): x not in list");
+  }
+  if (is("insert") || is("sort") || is("copy")) return t.fail(std::string("deque.") + n + "() is not supported yet");
+  return notHandled();  // the methods it shares with list
+}
+
+Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args,
+                                        std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  const bool list = self->is(Kind::List);
+  std::vector<ValuePtr>& items = *self->elements();
+  if (is("index") || is("count")) {
+    if (args.empty()) return t.fail("missing argument");
+    Py_ssize_t count = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      int eq;
+      if (!sameValue(items[i], args[0], &eq)) return t.fail(std::string(".") + n + "() needs comparisons known at trace time");
+      if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
+      count += eq;
     }
-    if (is("clear")) {
-      items.clear();
-      return Value::constant(Py_None);
+    if (is("index")) {
+      Ref r = toPython(t, args[0]);
+      Ref s = r ? Ref::steal(PyObject_Repr(r.get())) : Ref();
+      PyErr_Clear();
+      return t.raiseNew(PyExc_ValueError,
+                      std::string(s ? PyUnicode_AsUTF8(s.get()) : "value") + (list ? " is not in list" : " is not in tuple"));
     }
-    if (is("reverse")) {
-      std::reverse(items.begin(), items.end());
-      return Value::constant(Py_None);
+    return Value::constant(Ref::steal(longOf(count)).get());
+  }
+  if (!list) return t.fail(std::string("tuple has no method .") + n + "()");
+  if (is("copy")) return Value::list(items);
+  if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+  if (is("append") && args.size() == 1) {
+    items.push_back(args[0]);
+    return Value::constant(Py_None);
+  }
+  if (is("extend") && args.size() == 1) {
+    std::vector<ValuePtr> more;
+    if (Done d = iterate(t, args[0], &more); !d) return d.stop();
+    items.insert(items.end(), more.begin(), more.end());
+    return Value::constant(Py_None);
+  }
+  if (is("insert") && args.size() == 2) {
+    Py_ssize_t k, sz = static_cast<Py_ssize_t>(items.size());
+    if (!constIntArg(args, 0, &k)) return t.fail("list.insert needs a constant index");
+    if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
+    k = std::min(k, sz);
+    items.insert(items.begin() + k, args[1]);
+    return Value::constant(Py_None);
+  }
+  if (is("pop") && args.size() <= 1) {
+    Py_ssize_t k = -1, sz = static_cast<Py_ssize_t>(items.size());
+    if (!args.empty() && !constIntArg(args, 0, &k)) return t.fail("list.pop needs a constant index");
+    if (sz == 0) return t.raiseNew(PyExc_IndexError, "pop from empty list");
+    if (k < 0) k += sz;
+    if (k < 0 || k >= sz) return t.raiseNew(PyExc_IndexError, "pop index out of range");
+    ValuePtr v = items[static_cast<size_t>(k)];
+    items.erase(items.begin() + k);
+    return v;
+  }
+  if (is("remove") && args.size() == 1) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      int eq;
+      if (!sameValue(items[i], args[0], &eq)) return t.fail("list.remove needs comparisons known at trace time");
+      if (eq) {
+        items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+        return Value::constant(Py_None);
+      }
     }
-    if (is("sort")) {
-      // Sort constants with Python's own sort (same order, same errors).
-      Ref tmp = Ref::steal(PyList_New(0));
-      for (const ValuePtr& v : items) {
-        if (!v->is(Kind::Constant)) return fail("list.sort on non-constants is not supported");
-        PyList_Append(tmp.get(), v->obj.get());
-      }
-      Ref kw = Ref::steal(PyDict_New());
-      for (auto& [k, v] : kwargs) {
-        if (!v->is(Kind::Constant)) return fail("list.sort(key=...) with a function is not supported yet");
-        PyDict_SetItem(kw.get(), k.get(), v->obj.get());
-      }
-      Ref sort = Ref::steal(PyObject_GetAttrString(tmp.get(), "sort"));
-      Ref empty = Ref::steal(PyTuple_New(0));
-      Ref r = Ref::steal(PyObject_Call(sort.get(), empty.get(), kw.get()));
-      if (!r) return failFromPython("list.sort");
-      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tmp.get()); ++i)
-        items[static_cast<size_t>(i)] = Value::constant(PyList_GET_ITEM(tmp.get(), i));
-      return Value::constant(Py_None);
+    return t.raiseNew(PyExc_ValueError, "list.remove(x): x not in list");
+  }
+  if (is("clear")) {
+    items.clear();
+    return Value::constant(Py_None);
+  }
+  if (is("reverse")) {
+    std::reverse(items.begin(), items.end());
+    return Value::constant(Py_None);
+  }
+  if (is("sort")) return sortConstants(t, items, kwargs);
+  return notHandled();
+}
+
+Result<ValuePtr> sortConstants(Tracer& t, std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  // Sort constants with Python's own sort (same order, same errors).
+  Ref tmp = Ref::steal(PyList_New(0));
+  Ref kw = Ref::steal(PyDict_New());
+  if (!tmp || !kw) return t.failFromPython("list.sort");
+  for (const ValuePtr& v : items) {
+    if (!v->constant()) return t.fail("list.sort on non-constants is not supported");
+    if (PyList_Append(tmp.get(), v->constant()) < 0) return t.failFromPython("list.sort");
+  }
+  for (auto& [k, v] : kwargs) {
+    if (!v->constant()) return t.fail("list.sort(key=...) with a function is not supported yet");
+    if (PyDict_SetItem(kw.get(), k.get(), v->constant()) < 0) return t.failFromPython("list.sort");
+  }
+  Ref sort = Ref::steal(PyObject_GetAttrString(tmp.get(), "sort"));
+  Ref empty = Ref::steal(PyTuple_New(0));
+  Ref r = Ref::steal(sort && empty ? PyObject_Call(sort.get(), empty.get(), kw.get()) : nullptr);
+  if (!r) return t.failFromPython("list.sort");
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(tmp.get()); ++i)
+    items[static_cast<size_t>(i)] = Value::constant(PyList_GET_ITEM(tmp.get(), i));
+  return Value::constant(Py_None);
+}
+
+Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  Dict& dict = self->as<Dict>();
+  std::vector<Ref>& keys = dict.keys;
+  std::vector<ValuePtr>& values = dict.values;
+  auto keyOf = [&](size_t i) -> PyObject* {
+    if (i >= args.size() || !isHashableConstant(args[i])) {
+      PyErr_Clear();
+      return nullptr;
     }
-  } else if (self->is(Kind::Dict)) {
-    std::vector<Ref>& keys = self->keys;
-    std::vector<ValuePtr>& values = self->items;
-    auto keyOf = [&](size_t i) -> PyObject* {
-      if (i >= args.size() || !isHashableConstant(args[i])) {
-        PyErr_Clear();
-        return nullptr;
-      }
-      return args[i]->obj.get();
-    };
-    if (is("keys") || is("values") || is("items")) {
-      std::vector<ValuePtr> out;
-      for (size_t i = 0; i < keys.size(); ++i) {
-        if (is("keys")) out.push_back(Value::constant(keys[i].get()));
-        else if (is("values")) out.push_back(values[i]);
-        else out.push_back(Value::sequence(Kind::Tuple, {Value::constant(keys[i].get()), values[i]}));
-      }
-      return Value::sequence(Kind::List, std::move(out));
+    return args[i]->constant();
+  };
+  if (is("keys") || is("values") || is("items")) {
+    std::vector<ValuePtr> out;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (is("keys")) out.push_back(Value::constant(keys[i].get()));
+      else if (is("values")) out.push_back(values[i]);
+      else out.push_back(Value::tuple({Value::constant(keys[i].get()), values[i]}));
     }
-    if (is("get") || is("__getitem__") || is("__contains__")) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict lookups need constant keys");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
-      if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
-      if (k >= 0) return values[static_cast<size_t>(k)];
-      if (is("__getitem__") && self->ctor_arg) {  // defaultdict: the factory makes the value
-        if (!noEffect()) return nullptr;
-        ValuePtr v = call(Value::object(Kind::Callable, self->ctor_arg.get()), {}, {});
-        if (!v) return nullptr;
-        keys.push_back(Ref::borrow(key));
-        values.push_back(v);
-        return v;
-      }
-      if (is("__getitem__")) {
-        PyErr_SetObject(PyExc_KeyError, key);
-        return raisePython();
-      }
-      return args.size() > 1 ? args[1] : Value::constant(Py_None);
+    return Value::list(std::move(out));
+  }
+  if (is("get") || is("__getitem__") || is("__contains__")) {
+    PyObject* key = keyOf(0);
+    if (!key) return t.fail("dict lookups need constant keys");
+    int k = dict.findKey(key);
+    if (k == -2) return t.failFromPython("dict key comparison");
+    if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
+    if (k >= 0) return values[static_cast<size_t>(k)];
+    if (is("__getitem__") && dict.default_factory) {  // defaultdict: the factory makes the value
+      if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+      Result<ValuePtr> v = call(t, Value::callable(dict.default_factory.get()), {}, {});
+      if (!v) return v;
+      keys.push_back(Ref::borrow(key));
+      values.push_back(*v);
+      return v;
     }
-    if (is("copy")) {
-      std::vector<Ref> kcopy;
-      for (const Ref& k : keys) kcopy.push_back(k.copy());
-      return Value::dict(self->obj.get(), std::move(kcopy), values);
+    if (is("__getitem__")) {
+      PyErr_SetObject(PyExc_KeyError, key);
+      return t.raisePython();
     }
-    if (!noEffect()) return nullptr;
+    return args.size() > 1 ? args[1] : Value::constant(Py_None);
+  }
+  if (is("copy")) {
+    std::vector<Ref> kcopy;
+    for (const Ref& k : keys) kcopy.push_back(k.copy());
+    return Value::dict(dict.type.get(), std::move(kcopy), values);
+  }
+  if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+  if (is("setdefault") || is("pop") || is("move_to_end")) {
+    if (is("move_to_end") && args.empty()) return notHandled();
+    PyObject* key = keyOf(0);
+    if (!key) return t.fail("dict keys must be constants");
+    int k = dict.findKey(key);
+    if (k == -2) return t.failFromPython("dict key comparison");
     if (is("setdefault")) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict keys must be constants");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
       if (k >= 0) return values[static_cast<size_t>(k)];
       ValuePtr v = args.size() > 1 ? args[1] : Value::constant(Py_None);
       keys.push_back(Ref::borrow(key));
       values.push_back(v);
       return v;
     }
-    if (is("pop")) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict keys must be constants");
-      int k = self->findKey(key);
-      if (k == -2) return failFromPython("dict key comparison");
-      if (k < 0) {
-        if (args.size() > 1) return args[1];
-        PyErr_SetObject(PyExc_KeyError, key);
-        return raisePython();
-      }
-      ValuePtr v = values[static_cast<size_t>(k)];
-      keys.erase(keys.begin() + k);
-      values.erase(values.begin() + k);
-      return v;
+    if (k < 0) {
+      if (is("pop") && args.size() > 1) return args[1];
+      PyErr_SetObject(PyExc_KeyError, key);
+      return t.raisePython();
     }
-    if (is("popitem")) {
-      if (keys.empty()) return fail("popitem(): dictionary is empty (KeyError)");
-      ValuePtr pair = Value::sequence(Kind::Tuple, {Value::constant(keys.back().get()), values.back()});
-      keys.pop_back();
-      values.pop_back();
-      return pair;
+    ValuePtr v = values[static_cast<size_t>(k)];
+    Ref kk = std::move(keys[static_cast<size_t>(k)]);
+    keys.erase(keys.begin() + k);
+    values.erase(values.begin() + k);
+    if (is("pop")) return v;
+    bool last = args.size() < 2 || PyObject_IsTrue(args[1]->constant());
+    keys.insert(last ? keys.end() : keys.begin(), std::move(kk));
+    values.insert(last ? values.end() : values.begin(), v);
+    return Value::constant(Py_None);
+  }
+  if (is("popitem")) {
+    if (keys.empty()) return t.fail("popitem(): dictionary is empty (KeyError)");
+    ValuePtr pair = Value::tuple({Value::constant(keys.back().get()), values.back()});
+    keys.pop_back();
+    values.pop_back();
+    return pair;
+  }
+  if (is("clear")) {
+    keys.clear();
+    values.clear();
+    return Value::constant(Py_None);
+  }
+  if (is("update")) return dictUpdate(t, self, args, kwargs);
+  return notHandled();
+}
+
+Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  for (const ValuePtr& other : args) {
+    if (const Dict* from = other->get<Dict>()) {
+      for (size_t i = 0; i < from->keys.size(); ++i)
+        if (Done d = storeSubscript(t, self, Value::constant(from->keys[i].get()), from->values[i]); !d) return d.stop();
+      continue;
     }
-    if (is("clear")) {
-      keys.clear();
-      values.clear();
-      return Value::constant(Py_None);
-    }
-    if (is("move_to_end") && !args.empty()) {
-      PyObject* key = keyOf(0);
-      if (!key) return fail("dict keys must be constants");
-      int k = self->findKey(key);
-      if (k < 0) {
-        PyErr_SetObject(PyExc_KeyError, key);
-        return raisePython();
-      }
-      bool last = args.size() < 2 || PyObject_IsTrue(args[1]->obj.get());
-      Ref kk = std::move(keys[static_cast<size_t>(k)]);
-      ValuePtr vv = values[static_cast<size_t>(k)];
-      keys.erase(keys.begin() + k);
-      values.erase(values.begin() + k);
-      keys.insert(last ? keys.end() : keys.begin(), std::move(kk));
-      values.insert(last ? values.end() : values.begin(), vv);
-      return Value::constant(Py_None);
-    }
-    if (is("update")) {
-      for (const ValuePtr& other : args) {
-        if (other->is(Kind::Dict)) {
-          for (size_t i = 0; i < other->keys.size(); ++i)
-            if (!storeSubscript(self, Value::constant(other->keys[i].get()), other->items[i])) return nullptr;
-          continue;
-        }
-        std::vector<ValuePtr> pairs;
-        if (!iterate(other, &pairs)) return nullptr;
-        for (const ValuePtr& p : pairs) {
-          std::vector<ValuePtr> kv;
-          if (!iterate(p, &kv) || kv.size() != 2) return fail("dict update sequence element is not a pair");
-          if (!storeSubscript(self, kv[0], kv[1])) return nullptr;
-        }
-      }
-      for (auto& [k, v] : kwargs)
-        if (!storeSubscript(self, Value::constant(k.get()), v)) return nullptr;
-      return Value::constant(Py_None);
-    }
-  } else if (self->is(Kind::Set)) {
-    std::vector<ValuePtr>& items = self->items;
-    auto contains = [&](PyObject* o) -> int {
-      for (const ValuePtr& v : items) {
-        if (v->obj.get() == o) return 1;
-        if (v->is(Kind::Module) || !PyObject_TypeCheck(o, &PyBaseObject_Type)) continue;
-        int eq = PyObject_RichCompareBool(v->obj.get(), o, Py_EQ);
-        if (eq != 0) return eq;
-      }
-      return 0;
-    };
-    // Tensors are hashed by identity: two graph inputs are the same object exactly when
-    // they alias at trace time (shared parameters), which a guard then pins.
-    auto containsTensor = [&](const ValuePtr& t) -> int {
-      for (const ValuePtr& v : items) {
-        if (!v->is(Kind::Tensor)) continue;
-        int same = sameTensorObject(v, t);
-        if (same != 0) return same;
-      }
-      return 0;
-    };
-    // A number read from a tensor hashes and compares by its value, unknown until the graph runs.
-    if (!args.empty() && isScalarValue(*this, args[0]))
-      return fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
-    if (is("__contains__")) {
-      if (args.size() != 1 || !isSetMember(args[0])) return fail("set membership needs a constant, module or tensor");
-      int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
-      if (c < 0) return failFromPython("set membership");
-      return Value::constant(c ? Py_True : Py_False);
-    }
-    if (is("copy")) return Value::sequence(Kind::Set, items);
-    if (!noEffect()) return nullptr;
-    if (is("add") && args.size() == 1) {
-      if (!isSetMember(args[0])) return fail("set items must be constants, modules or tensors");
-      int c = args[0]->is(Kind::Tensor) ? containsTensor(args[0]) : contains(args[0]->obj.get());
-      if (c < 0) return failFromPython("set add");
-      if (!c) items.push_back(args[0]);
-      return Value::constant(Py_None);
-    }
-    if ((is("update") || is("discard") || is("remove")) && args.size() >= 1) {
-      if (is("update")) {
-        for (const ValuePtr& other : args) {
-          std::vector<ValuePtr> more;
-          if (!iterate(other, &more)) return nullptr;
-          for (const ValuePtr& m : more) {
-            std::vector<ValuePtr> a{m};
-            std::vector<std::pair<Ref, ValuePtr>> kw;
-            if (!callContainerMethod(self, intern("add"), a, kw)) return nullptr;
-          }
-        }
-        return Value::constant(Py_None);
-      }
-      if (!isHashableConstant(args[0])) return PyErr_Clear(), fail("set items must be constants");
-      for (size_t i = 0; i < items.size(); ++i) {
-        int eq = PyObject_RichCompareBool(items[i]->obj.get(), args[0]->obj.get(), Py_EQ);
-        if (eq < 0) return failFromPython("set remove");
-        if (eq) {
-          items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-          return Value::constant(Py_None);
-        }
-      }
-      if (is("remove")) return fail("KeyError in set.remove");
-      return Value::constant(Py_None);
-    }
-    if (is("clear")) {
-      items.clear();
-      return Value::constant(Py_None);
+    std::vector<ValuePtr> pairs;
+    if (Done d = iterate(t, other, &pairs); !d) return d.stop();
+    for (const ValuePtr& p : pairs) {
+      std::vector<ValuePtr> kv;
+      if (!iterate(t, p, &kv) || kv.size() != 2) return t.fail("dict update sequence element is not a pair");
+      if (Done s = storeSubscript(t, self, kv[0], kv[1]); !s) return s.stop();
     }
   }
-  return fail(std::string(kindName(self->kind)) + "." + n + "() is not supported yet");
+  for (auto& [k, v] : kwargs)
+    if (Done d = storeSubscript(t, self, Value::constant(k.get()), v); !d) return d.stop();
+  return Value::constant(Py_None);
+}
+
+Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  std::vector<ValuePtr>& items = self->as<Set>().items;
+  // Constants (and modules, by identity) already in the set; tensors are compared below.
+  auto contains = [&](PyObject* o) -> int {
+    for (const ValuePtr& v : items) {
+      PyObject* item = v->real();
+      if (!item) continue;  // a tensor: never equal to a constant or module
+      if (item == o) return 1;
+      if (v->is(Kind::Module) || !PyObject_TypeCheck(o, &PyBaseObject_Type)) continue;
+      int eq = PyObject_RichCompareBool(item, o, Py_EQ);
+      if (eq != 0) return eq;
+    }
+    return 0;
+  };
+  // Tensors are hashed by identity: two graph inputs are the same object exactly when
+  // they alias at trace time (shared parameters), which a guard then pins.
+  auto containsTensor = [&](const ValuePtr& tensor) -> int {
+    for (const ValuePtr& v : items) {
+      if (!v->is(Kind::Tensor)) continue;
+      Result<bool> same = sameTensorObject(t, v, tensor);
+      if (*same) return 1;
+    }
+    return 0;
+  };
+  auto member = [&](const ValuePtr& v) { return v->is(Kind::Tensor) ? containsTensor(v) : contains(v->real()); };
+  // A number read from a tensor hashes and compares by its value, unknown until the graph runs.
+  if (!args.empty() && isScalarValue(t, args[0]))
+    return t.fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
+  if (is("__contains__")) {
+    if (args.size() != 1 || !isSetMember(args[0])) return t.fail("set membership needs a constant, module or tensor");
+    int c = member(args[0]);
+    if (c < 0) return t.failFromPython("set membership");
+    return Value::constant(c ? Py_True : Py_False);
+  }
+  if (is("copy")) return Value::set(items);
+  if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+  if (is("add") && args.size() == 1) {
+    if (!isSetMember(args[0])) return t.fail("set items must be constants, modules or tensors");
+    int c = member(args[0]);
+    if (c < 0) return t.failFromPython("set add");
+    if (!c) items.push_back(args[0]);
+    return Value::constant(Py_None);
+  }
+  if (is("update") && !args.empty()) {
+    for (const ValuePtr& other : args) {
+      std::vector<ValuePtr> more;
+      if (Done d = iterate(t, other, &more); !d) return d.stop();
+      for (const ValuePtr& m : more) {
+        std::vector<ValuePtr> a{m};
+        std::vector<std::pair<Ref, ValuePtr>> kw;
+        if (Result<ValuePtr> r = callContainerMethod(t, self, interned(Str::add), a, kw); !r) return r;
+      }
+    }
+    return Value::constant(Py_None);
+  }
+  if ((is("discard") || is("remove")) && !args.empty()) {
+    if (!isHashableConstant(args[0])) return PyErr_Clear(), t.fail("set items must be constants");
+    for (size_t i = 0; i < items.size(); ++i) {
+      PyObject* item = items[i]->real();
+      if (!item) continue;  // a tensor is never equal to a constant
+      int eq = PyObject_RichCompareBool(item, args[0]->constant(), Py_EQ);
+      if (eq < 0) return t.failFromPython("set remove");
+      if (eq) {
+        items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+        return Value::constant(Py_None);
+      }
+    }
+    if (is("remove")) return t.fail("KeyError in set.remove");
+    return Value::constant(Py_None);
+  }
+  if (is("clear")) {
+    items.clear();
+    return Value::constant(Py_None);
+  }
+  return notHandled();
+}
+
+}  // namespace
+
+Result<Ref> constantSlice(Tracer& t, const Slice& slice) {
+  PyObject* parts[3];
+  for (int k = 0; k < 3; ++k) {
+    parts[k] = slice.parts[static_cast<size_t>(k)]->constant();
+    if (!parts[k]) return t.fail("slice bounds must be constants");
+  }
+  return Ref::steal(PySlice_New(parts[0], parts[1], parts[2]));
+}
+
+Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
+  if (Done d = t.effects().noteContainerMutation(obj); !d) return d;
+  List* list = obj->get<List>();
+  if (list && index->is(Kind::Slice)) {
+    Result<Ref> slice = constantSlice(t, index->as<Slice>());
+    if (!slice) return slice.stop();
+    Py_ssize_t start, stop, step, len;
+    if (!*slice || PySlice_GetIndicesEx(slice->get(), static_cast<Py_ssize_t>(list->items.size()), &start, &stop,
+                                        &step, &len) < 0)
+      return t.raisePython();
+    if (step != 1) return t.fail("extended slice assignment is not supported yet");
+    std::vector<ValuePtr> repl;
+    if (value)
+      if (Done d = iterate(t, value, &repl); !d) return d;
+    if (stop < start) stop = start;
+    list->items.erase(list->items.begin() + start, list->items.begin() + stop);
+    list->items.insert(list->items.begin() + start, repl.begin(), repl.end());
+    return {};
+  }
+  if (list && index->constant() && PyLong_Check(index->constant())) {
+    Py_ssize_t n = static_cast<Py_ssize_t>(list->items.size());
+    Py_ssize_t k = PyLong_AsSsize_t(index->constant());
+    if (k < 0) k += n;
+    if (k < 0 || k >= n) return t.fail("list assignment index out of range (IndexError)");
+    list->items[static_cast<size_t>(k)] = value;
+    return {};
+  }
+  if (Dict* d = obj->get<Dict>()) {
+    if (!isHashableConstant(index)) {
+      PyErr_Clear();
+      return t.fail("dict keys must be constants");
+    }
+    int k = d->findKey(index->constant());
+    if (k == -2) return t.failFromPython("dict key comparison");
+    if (k >= 0) {
+      d->values[static_cast<size_t>(k)] = value;
+    } else {
+      d->keys.push_back(Ref::borrow(index->constant()));
+      d->values.push_back(value);
+    }
+    return {};
+  }
+  return t.fail(std::string("item assignment on a ") + kindName(obj->kind()) + " is not supported yet");
+}
+
+Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
+                                             std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  const char* n = PyUnicode_AsUTF8(name);
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")) &&
+      !(self->is(Kind::Tuple) && is("_replace")))
+    return t.fail(std::string("keyword arguments to .") + n + "() are not supported yet");
+  Result<ValuePtr> r = notHandled();
+  switch (self->kind()) {
+    case Kind::Tuple:
+      r = namedTupleMethod(t, self, n, kwargs);
+      if (r.notHandled()) r = sequenceMethod(t, self, n, args, kwargs);
+      break;
+    case Kind::List:
+      r = dequeMethod(t, self, n, args);
+      if (r.notHandled()) r = sequenceMethod(t, self, n, args, kwargs);
+      break;
+    case Kind::Dict:
+      r = dictMethod(t, self, n, args, kwargs);
+      break;
+    case Kind::Set:
+      r = setMethod(t, self, n, args);
+      break;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::NewObject:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
+  }
+  if (!r.notHandled()) return r;
+  return t.fail(std::string(kindName(self->kind())) + "." + n + "() is not supported yet");
+}
+
+namespace {
+
+// Calls method `name` of container `self` with one argument, for an opcode.
+Done containerCall(Tracer& t, const ValuePtr& self, Str name, const ValuePtr& arg) {
+  Args a{arg};
+  Kwargs kw;
+  return outcomeOf(callContainerMethod(t, self, interned(name), a, kw));
+}
+
+}  // namespace
+
+Result<Next> opBuildMap(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  ValuePtr d = Value::emptyDict();
+  for (size_t i = 0; i < static_cast<size_t>(ins.arg); ++i)
+    if (Done done = storeSubscript(t, d, io[2 * i], io[2 * i + 1]); !done) return done.stop();
+  io.assign(1, std::move(d));
+  return Next::Fall;
+}
+
+Result<Next> opBuildConstKeyMap(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  // Stack: the values, then the tuple of keys.
+  PyObject* keys = io.back()->constant();
+  ValuePtr d = Value::emptyDict();
+  for (int i = 0; i < ins.arg; ++i)
+    if (Done done = storeSubscript(t, d, Value::constant(PyTuple_GET_ITEM(keys, i)), io[static_cast<size_t>(i)]);
+        !done)
+      return done.stop();
+  io.assign(1, std::move(d));
+  return Next::Fall;
+}
+
+Result<Next> opBuildSet(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  ValuePtr s = Value::set({});
+  for (const ValuePtr& v : io)
+    if (Done d = containerCall(t, s, Str::add, v); !d) return d.stop();
+  io.assign(1, std::move(s));
+  return Next::Fall;
+}
+
+Result<Next> opAppend(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  // LIST_APPEND i / SET_ADD i: the container is i below the value.
+  ValuePtr v = std::move(io.back());
+  io.pop_back();
+  if (Done d = containerCall(t, io.front(), ins.op == Op::LIST_APPEND ? Str::append : Str::add, v); !d)
+    return d.stop();
+  return Next::Fall;
+}
+
+Result<Next> opUpdate(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  // SET_UPDATE i / DICT_UPDATE i / DICT_MERGE i: the container is i below the value.
+  ValuePtr v = std::move(io.back());
+  io.pop_back();
+  const ValuePtr& target = io.front();
+  const Dict* from = v->get<Dict>();
+  const Dict* into = target->get<Dict>();
+  if (ins.op == Op::DICT_MERGE && from && into) {
+    for (const Ref& k : from->keys) {
+      int found = into->findKey(k.get());
+      if (found == -2) return t.failFromPython("dict merge");
+      if (found >= 0) return t.fail("got multiple values for a keyword argument (TypeError)");
+    }
+  }
+  if (Done d = containerCall(t, target, Str::update, v); !d) return d.stop();
+  return Next::Fall;
+}
+
+Result<Next> opMapAdd(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // MAP_ADD i: the dict is i below the key and value.
+  ValuePtr value = std::move(io.back());
+  io.pop_back();
+  ValuePtr key = std::move(io.back());
+  io.pop_back();
+  if (Done d = storeSubscript(t, io.front(), key, value); !d) return d.stop();
+  return Next::Fall;
+}
+
+Result<Next> opDeleteSubscr(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  const ValuePtr& obj = io[0];
+  const ValuePtr& index = io[1];
+  Done done;
+  if (obj->is(Kind::Dict) || (obj->is(Kind::List) && index->is(Kind::Constant)))
+    done = containerCall(t, obj, Str::pop, index);
+  else if (obj->is(Kind::List) && index->is(Kind::Slice))
+    done = storeSubscript(t, obj, index, nullptr);  // del xs[a:b]
+  else
+    return t.fail(std::string("del on an item of a ") + kindName(obj->kind()) + " is not supported yet");
+  if (!done) return done.stop();
+  io.clear();
+  return Next::Fall;
+}
+
+Result<Next> opUnpackEx(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  std::vector<ValuePtr> items;
+  if (Done d = iterate(t, io[0], &items); !d) return d.stop();
+  const size_t before = static_cast<size_t>(ins.arg & 0xFF), after = static_cast<size_t>(ins.arg >> 8);
+  if (items.size() < before + after) return t.fail("not enough values to unpack (ValueError)");
+  std::vector<ValuePtr> middle(items.begin() + static_cast<std::ptrdiff_t>(before),
+                               items.end() - static_cast<std::ptrdiff_t>(after));
+  io.clear();
+  for (size_t i = 0; i < after; ++i) io.push_back(items[items.size() - 1 - i]);
+  io.push_back(Value::list(std::move(middle)));
+  for (size_t i = before; i > 0; --i) io.push_back(items[i - 1]);
+  return Next::Fall;
 }
 
 }  // namespace cdynamo::trace

@@ -5,34 +5,40 @@
 // for real, so the user sees exactly CPython's behaviour.
 #include <string>
 
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
 
-std::nullptr_t Tracer::raiseValue(ValuePtr exc) {
+Stop Tracer::raiseValue(ValuePtr exc) {
   pending_exc_ = std::move(exc);
-  return nullptr;
+  return Stop{Outcome::Raised};
 }
 
-std::nullptr_t Tracer::raisePython() {
+ValuePtr Tracer::takePendingException() {
+  ValuePtr e = std::move(pending_exc_);
+  pending_exc_.reset();
+  return e;
+}
+
+Stop Tracer::raisePython() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   if (!type) return fail("internal: raisePython without an error");
   PyErr_NormalizeException(&type, &value, &tb);
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  Ref exc = Ref::steal(value);
-  if (exc) PyException_SetTraceback(exc.get(), Py_None);
-  return raiseValue(Value::object(Kind::Object, exc.get()));
+  Ref type_ref = Ref::steal(type), exc = Ref::steal(value), tb_ref = Ref::steal(tb);
+  if (!exc) return fail("internal: an exception that could not be normalized");
+  PyException_SetTraceback(exc.get(), Py_None);
+  return raiseValue(Value::object(exc.get()));
 }
 
-std::nullptr_t Tracer::raiseNew(PyObject* type, const std::string& message) {
+Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   Ref exc = Ref::steal(PyObject_CallFunction(type, "s", message.c_str()));
   if (!exc) return failFromPython("making an exception");
-  return raiseValue(Value::object(Kind::Object, exc.get()));
+  return raiseValue(Value::object(exc.get()));
 }
 
-ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
+Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& args) {
   // The instance is made by C code (BaseException.__new__); a Python __init__ is then
   // traced on it like any method. A Python __new__ would run outside the trace: refused.
   PyObject* init = nullptr;
@@ -40,29 +46,30 @@ ValuePtr Tracer::makeException(PyObject* cls, std::vector<ValuePtr>& args) {
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
     PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
     PyObject* n = dict ? PyDict_GetItemString(dict, "__new__") : nullptr;
-    if (n && PyFunction_Check(n)) return fail("an exception class with a Python __new__ is not supported yet");
+    if (n && PyFunction_Check(n)) return t.fail("an exception class with a Python __new__ is not supported yet");
     PyObject* f = dict ? PyDict_GetItemString(dict, "__init__") : nullptr;
     if (f && !init) init = f;
   }
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!pargs) return t.failFromPython("making an exception");
   for (size_t i = 0; i < args.size(); ++i) {
-    Ref p = toPython(args[i]);
-    if (!p) return fail("exception arguments must be constants");
+    Ref p = toPython(t, args[i]);
+    if (!p) return t.fail("exception arguments must be constants");
     PyTuple_SET_ITEM(pargs.get(), i, p.release());
   }
   bool python_init = init && PyFunction_Check(init);
   Ref exc = Ref::steal(python_init ? reinterpret_cast<PyTypeObject*>(cls)->tp_new(reinterpret_cast<PyTypeObject*>(cls),
                                                                                   pargs.get(), nullptr)
                                    : PyObject_Call(cls, pargs.get(), nullptr));
-  if (!exc) return failFromPython("making an exception");
-  ValuePtr v = Value::object(Kind::Object, exc.get());
-  v->owned = true;
+  if (!exc) return t.failFromPython("making an exception");
+  ValuePtr v = Value::of(Object{exc.copy(), true});
   if (python_init) {
     std::vector<ValuePtr> init_args{v};
     init_args.insert(init_args.end(), args.begin(), args.end());
-    ValuePtr r = inlineFunction(init, -1, std::move(init_args), {});
-    if (!r) return nullptr;
-    if (!(r->is(Kind::Constant) && r->obj.get() == Py_None)) return fail("__init__() should return None (TypeError)");
+    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(init_args), {});
+    if (!r) return r;
+    if (!(*r)->isNone())
+      return t.fail("__init__() should return None (TypeError)");
   }
   return v;
 }

@@ -1,9 +1,13 @@
 // Functions: inlining a call (argument binding as CPython does it), closures and cells,
 // functions made in the trace (MAKE_FUNCTION), star-calls, and generators run to
 // completion (generator expressions consumed in place).
+#include <algorithm>
 #include <string>
 
 #include "support/check.h"
+#include "support/lookup.h"
+#include "trace/handlers.h"
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -12,187 +16,184 @@ using bytecode::Op;
 
 namespace {
 
-ValuePtr newCell(ValuePtr contents) {
-  auto c = std::make_shared<Value>();
-  c->kind = Kind::Cell;
-  if (contents) c->items.push_back(std::move(contents));
-  return c;
-}
+ValuePtr newCell(ValuePtr contents) { return Value::of(Cell{std::move(contents), Ref()}); }
 
 bool isFreeSlot(PyCodeObject* co, int i) { return i >= co->co_nlocalsplus - co->co_nfreevars; }
+int freeIndex(PyCodeObject* co, int i) { return i - (co->co_nlocalsplus - co->co_nfreevars); }
+
+// The guard register of the contents of free variable `arg` (real cell `real_cell`).
+int loadCellContents(Tracer& t, SymbolicFrame& f, int arg, PyObject* real_cell) {
+  const int j = freeIndex(f.code, arg);
+  PyObject* varname = PyTuple_GET_ITEM(f.code->co_localsplusnames, arg);
+  guards::GuardProgram& g = t.guards();
+  if (f.root)
+    return t.load(guards::LoadKind::ClosureCell, -1, j, nullptr,
+                  std::string("closure['") + PyUnicode_AsUTF8(varname) + "']");
+  int cellreg;
+  if (f.function_reg >= 0) {
+    int clo = t.load(guards::LoadKind::Attr, f.function_reg, 0, interned(Str::dunder_closure),
+                     g.sourceName(f.function_reg) + ".__closure__");
+    cellreg = t.load(guards::LoadKind::TupleItem, clo, j, nullptr, g.sourceName(clo) + "[" + std::to_string(j) + "]");
+  } else {
+    // A closure of a function reached without a source (a method from a class): the cell
+    // object is pinned by the guard program and read live.
+    cellreg = t.load(guards::LoadKind::Constant, -1, 0, real_cell,
+                     std::string("cell of '") + PyUnicode_AsUTF8(varname) + "'");
+  }
+  return t.load(guards::LoadKind::Attr, cellreg, 0, interned(Str::cell_contents),
+                g.sourceName(cellreg) + ".cell_contents");
+}
+
+// The guard register of the real cell object of free variable `arg`, to store into.
+int loadCellObject(Tracer& t, SymbolicFrame& f, int arg, PyObject* real_cell) {
+  PyCodeObject* co = f.code;
+  const int j = freeIndex(co, arg);
+  if (isFreeSlot(co, arg) && f.root) {
+    PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
+    return t.load(guards::LoadKind::ClosureCellObject, -1, j, nullptr,
+                  std::string("closure cell of '") + PyUnicode_AsUTF8(varname) + "'");
+  }
+  if (isFreeSlot(co, arg) && f.function_reg >= 0) {
+    int clo = t.load(guards::LoadKind::Attr, f.function_reg, 0, interned(Str::dunder_closure),
+                     t.guards().sourceName(f.function_reg) + ".__closure__");
+    return t.load(guards::LoadKind::TupleItem, clo, j, nullptr,
+                  t.guards().sourceName(clo) + "[" + std::to_string(j) + "]");
+  }
+  return t.load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
+}
+
+// The value of cell or free variable `arg`.
+Result<ValuePtr> loadDeref(Tracer& t, SymbolicFrame& f, int arg) {
+  PyCodeObject* co = f.code;
+  ValuePtr slot = f.locals[arg];
+  if (slot && slot->is(Kind::Cell)) {
+    const ValuePtr& contents = slot->as<Cell>().contents;
+    if (!contents) return t.fail("free variable referenced before assignment (NameError)");
+    return contents;
+  }
+  if (!isFreeSlot(co, arg)) return t.fail("LOAD_DEREF of a cell that was never made");
+  const int j = freeIndex(co, arg);
+  if (!f.closure || j >= PyTuple_GET_SIZE(f.closure.get())) return t.fail("free variable without a closure");
+  PyObject* real_cell = PyTuple_GET_ITEM(f.closure.get(), j);
+  if (ValuePtr stored = t.effects().overlayCell(real_cell)) return stored;  // assigned earlier in the trace (nonlocal)
+  if (slot) return slot;                                                    // a free variable read before (memoized)
+  PyObject* contents = PyCell_GET(real_cell);
+  if (!contents) return t.fail("free variable referenced before assignment (NameError)");
+  Result<ValuePtr> v = t.wrap(contents, loadCellContents(t, f, arg, real_cell));
+  if (!v) return v.stop();
+  f.locals[arg] = *v;
+  return v;
+}
 
 }  // namespace
 
-bool Tracer::runFunctionOpcode(SymbolicFrame& f, const bytecode::Instruction& ins) {
-  const int arg = ins.arg;
-  PyCodeObject* co = f.code;
-  switch (ins.op) {
-    case Op::MAKE_CELL: {
-      ValuePtr contents = f.locals[arg];
-      if (!contents && f.root) {
-        contents = loadRootLocal(f, arg);
-        if (failed_) return false;
-      }
-      f.locals[arg] = newCell(contents);
-      return true;
-    }
-    case Op::LOAD_CLOSURE: {
-      if (!f.locals[arg] && isFreeSlot(co, arg)) {
-        // A cell of an enclosing real function: model it by its current contents. It is
-        // marked external (reg) so that storing into it is refused, not lost.
-        bytecode::Instruction load = ins;
-        load.op = Op::LOAD_DEREF;
-        if (!runFunctionOpcode(f, load)) return false;
-        ValuePtr contents = pop(f);
-        ValuePtr cell = newCell(contents);
-        int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-        cell->obj = Ref::borrow(PyTuple_GET_ITEM(f.closure, j));  // the real cell: stores go to it
-        f.locals[arg] = cell;
-      }
-      if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return fail("LOAD_CLOSURE of a slot that is not a cell"), false;
-      f.stack.push_back(f.locals[arg]);
-      return true;
-    }
-    case Op::LOAD_DEREF: {
-      ValuePtr slot = f.locals[arg];
-      if (slot && slot->is(Kind::Cell)) {
-        if (slot->items.empty()) return fail("free variable referenced before assignment (NameError)"), false;
-        f.stack.push_back(slot->items[0]);
-        return true;
-      }
-      if (!isFreeSlot(co, arg)) return fail("LOAD_DEREF of a cell that was never made"), false;
-      int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-      if (!f.closure || j >= PyTuple_GET_SIZE(f.closure)) return fail("free variable without a closure"), false;
-      auto stored = cell_overlay_.find(PyTuple_GET_ITEM(f.closure, j));
-      if (stored != cell_overlay_.end()) {  // assigned earlier in the trace (nonlocal)
-        f.stack.push_back(stored->second);
-        return true;
-      }
-      if (slot) {  // a free variable read before (memoized)
-        f.stack.push_back(slot);
-        return true;
-      }
-      PyObject* contents = PyCell_GET(PyTuple_GET_ITEM(f.closure, j));
-      if (!contents) return fail("free variable referenced before assignment (NameError)"), false;
-      PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
-      int reg = -1;
-      if (f.root) {
-        reg = load(guards::LoadKind::ClosureCell, -1, j, nullptr,
-                   std::string("closure['") + PyUnicode_AsUTF8(varname) + "']");
-      } else if (f.function_reg >= 0) {
-        int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
-                       guards().sourceName(f.function_reg) + ".__closure__");
-        int cellreg = load(guards::LoadKind::TupleItem, clo, j, nullptr,
-                           guards().sourceName(clo) + "[" + std::to_string(j) + "]");
-        reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
-                   guards().sourceName(cellreg) + ".cell_contents");
-      } else {
-        // A closure of a function reached without a source (a method from a class):
-        // the cell object is pinned by the guard program and read live.
-        int cellreg = load(guards::LoadKind::Constant, -1, 0, PyTuple_GET_ITEM(f.closure, j),
-                           std::string("cell of '") + PyUnicode_AsUTF8(varname) + "'");
-        reg = load(guards::LoadKind::Attr, cellreg, 0, intern("cell_contents"),
-                   guards().sourceName(cellreg) + ".cell_contents");
-      }
-      ValuePtr v = wrap(contents, reg);
-      if (!v) return false;
-      f.locals[arg] = v;
-      f.stack.push_back(std::move(v));
-      return true;
-    }
-    case Op::STORE_DEREF:
-    case Op::DELETE_DEREF: {
-      ++mutations_;
-      ValuePtr slot = f.locals[arg];
-      PyObject* real_cell = nullptr;  // a cell of a function outside the trace (nonlocal)
-      if (slot && slot->is(Kind::Cell)) {
-        real_cell = slot->obj.get();
-      } else if (isFreeSlot(co, arg) && f.closure) {
-        real_cell = PyTuple_GET_ITEM(f.closure, arg - (co->co_nlocalsplus - co->co_nfreevars));
-        slot = newCell(nullptr);
-        slot->obj = Ref::borrow(real_cell);
-        f.locals[arg] = slot;
-      } else {
-        return fail("STORE_DEREF to a cell that was never made"), false;
-      }
-      if (ins.op == Op::DELETE_DEREF && real_cell) return fail("del of a nonlocal variable outside the trace"), false;
-      slot->items.clear();
-      if (ins.op == Op::STORE_DEREF) slot->items.push_back(pop(f));
-      if (real_cell) {
-        // The cell written on every run is this frame's own (a closure made again has a
-        // new cell), read from the closure the same way as the guards read its contents.
-        int reg;
-        int j = arg - (co->co_nlocalsplus - co->co_nfreevars);
-        PyObject* varname = PyTuple_GET_ITEM(co->co_localsplusnames, arg);
-        if (isFreeSlot(co, arg) && f.root) {
-          reg = load(guards::LoadKind::ClosureCellObject, -1, j, nullptr,
-                     std::string("closure cell of '") + PyUnicode_AsUTF8(varname) + "'");
-        } else if (isFreeSlot(co, arg) && f.function_reg >= 0) {
-          int clo = load(guards::LoadKind::Attr, f.function_reg, 0, intern("__closure__"),
-                         guards().sourceName(f.function_reg) + ".__closure__");
-          reg = load(guards::LoadKind::TupleItem, clo, j, nullptr, guards().sourceName(clo) + "[" + std::to_string(j) + "]");
-        } else {
-          reg = load(guards::LoadKind::Constant, -1, 0, real_cell, "cell of a nonlocal variable");
-        }
-        if (!recordEffect({PendingEffect::Kind::SetCell, reg, Ref(), slot->items[0]})) return false;
-        cell_overlay_[real_cell] = slot->items[0];
-      }
-      return true;
-    }
-    case Op::MAKE_FUNCTION: {
-      ValuePtr code = pop(f);
-      auto parts = std::make_shared<FunctionParts>();
-      if (arg & 0x08) {
-        ValuePtr closure = pop(f);
-        parts->closure = closure->items;
-      }
-      if (arg & 0x04) pop(f);  // annotations: not needed to run the function
-      if (arg & 0x02) parts->kwdefaults = pop(f);
-      if (arg & 0x01) parts->defaults = pop(f);
-      if (!code->is(Kind::Constant) || !PyCode_Check(code->obj.get())) return fail("MAKE_FUNCTION without a code object"), false;
-      parts->code = code->obj.copy();
-      parts->qualname = Ref::borrow(reinterpret_cast<PyCodeObject*>(code->obj.get())->co_qualname);
-      parts->globals = f.globals;
-      parts->builtins = f.builtins;
-      auto fn = std::make_shared<Value>();
-      fn->kind = Kind::Function;
-      fn->fn = std::move(parts);
-      f.stack.push_back(std::move(fn));
-      return true;
-    }
-    case Op::CALL_FUNCTION_EX: {
-      ValuePtr kwargs = (arg & 1) ? pop(f) : nullptr;
-      ValuePtr callargs = pop(f);
-      ValuePtr fn = pop(f);
-      ValuePtr null = pop(f);
-      if (!null->is(Kind::Null)) f.stack.push_back(null);  // a method-call layout keeps its self below
-      std::vector<ValuePtr> args;
-      if (!iterate(callargs, &args)) return false;
-      std::vector<std::pair<Ref, ValuePtr>> kw;
-      if (kwargs) {
-        if (!kwargs->is(Kind::Dict)) return fail("**kwargs of a call must be a dict"), false;
-        for (size_t i = 0; i < kwargs->keys.size(); ++i) {
-          if (!PyUnicode_Check(kwargs->keys[i].get())) return fail("keywords must be strings (TypeError)"), false;
-          kw.emplace_back(kwargs->keys[i].copy(), kwargs->items[i]);
-        }
-      }
-      ValuePtr r = call(fn, std::move(args), std::move(kw));
-      if (!r) return false;
-      if (!null->is(Kind::Null)) f.stack.pop_back();
-      f.stack.push_back(std::move(r));
-      return true;
-    }
-    default:
-      break;
+Result<Next> opMakeCell(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values&) {
+  ValuePtr contents = f.locals[ins.arg];
+  if (!contents && f.root) {
+    Result<ValuePtr> r = t.loadRootLocal(f, ins.arg);
+    if (!r && !r.notHandled()) return r.stop();
+    if (r) contents = r.take();
   }
-  fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not a function opcode");
-  return false;
+  f.locals[ins.arg] = newCell(contents);
+  return Next::Fall;
 }
 
-ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
-                            const std::vector<ValuePtr>* closure_cells, PyObject* defaults, PyObject* kwdefaults,
-                            const ValuePtr& defaults_value, const ValuePtr& kwdefaults_value, int func_reg,
-                            std::vector<ValuePtr> args, std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+Result<Next> opLoadClosure(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  const int arg = ins.arg;
+  if (!f.locals[arg] && isFreeSlot(f.code, arg)) {
+    // A cell of an enclosing real function: model it by its current contents. It is
+    // marked external (outer) so that storing into it goes to the real cell.
+    Result<ValuePtr> contents = loadDeref(t, f, arg);
+    if (!contents) return contents.stop();
+    ValuePtr cell = newCell(contents.take());
+    cell->as<Cell>().outer = Ref::borrow(PyTuple_GET_ITEM(f.closure.get(), freeIndex(f.code, arg)));
+    f.locals[arg] = cell;
+  }
+  if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return t.fail("LOAD_CLOSURE of a slot that is not a cell");
+  io.assign(1, f.locals[arg]);
+  return Next::Fall;
+}
+
+Result<Next> opLoadDeref(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  Result<ValuePtr> v = loadDeref(t, f, ins.arg);
+  if (!v) return v.stop();
+  io.assign(1, v.take());
+  return Next::Fall;
+}
+
+Result<Next> opStoreDeref(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  // STORE_DEREF (io: the value) and DELETE_DEREF.
+  PyCodeObject* co = f.code;
+  const int arg = ins.arg;
+  t.effects().noteMutation();
+  ValuePtr slot = f.locals[arg];
+  PyObject* real_cell = nullptr;  // a cell of a function outside the trace (nonlocal)
+  if (slot && slot->is(Kind::Cell)) {
+    real_cell = slot->as<Cell>().outer.get();
+  } else if (isFreeSlot(co, arg) && f.closure) {
+    real_cell = PyTuple_GET_ITEM(f.closure.get(), freeIndex(co, arg));
+    slot = newCell(nullptr);
+    slot->as<Cell>().outer = Ref::borrow(real_cell);
+    f.locals[arg] = slot;
+  } else {
+    return t.fail("STORE_DEREF to a cell that was never made");
+  }
+  if (ins.op == Op::DELETE_DEREF && real_cell) return t.fail("del of a nonlocal variable outside the trace");
+  ValuePtr& contents = slot->as<Cell>().contents;
+  contents = ins.op == Op::STORE_DEREF ? io[0] : nullptr;
+  io.clear();
+  // The cell written on every run is this frame's own (a closure made again has a new
+  // cell), read from the closure the same way as the guards read its contents.
+  if (real_cell)
+    if (Done d = t.effects().setCell(loadCellObject(t, f, arg, real_cell), real_cell, contents); !d) return d.stop();
+  return Next::Fall;
+}
+
+Result<Next> opMakeFunction(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  // io, bottom first: defaults (0x01), kwdefaults (0x02), annotations (0x04), closure
+  // (0x08), the code object.
+  const int arg = ins.arg;
+  size_t next = 0;
+  Function fn;
+  if (arg & 0x01) fn.defaults = io[next++];
+  if (arg & 0x02) fn.kwdefaults = io[next++];
+  if (arg & 0x04) ++next;  // annotations: not needed to run the function
+  if (arg & 0x08) fn.closure = io[next++]->as<Tuple>().items;
+  PyObject* c = io[next]->constant();
+  if (!c || !PyCode_Check(c)) return t.fail("MAKE_FUNCTION without a code object");
+  fn.code = Ref::borrow(c);
+  fn.qualname = Ref::borrow(reinterpret_cast<PyCodeObject*>(c)->co_qualname);
+  fn.globals = f.globals;
+  fn.builtins = f.builtins;
+  io.assign(1, Value::of(std::move(fn)));
+  return Next::Fall;
+}
+
+Result<Next> opCallFunctionEx(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  // io: NULL, the callable, the positional arguments, and with arg & 1 the keywords.
+  if (!io[0]->is(Kind::Null)) return t.fail("CALL_FUNCTION_EX without the NULL below its callable");
+  std::vector<ValuePtr> args;
+  if (Done d = iterate(t, io[2], &args); !d) return d.stop();
+  Kwargs kw;
+  if (ins.arg & 1) {
+    const Dict* d = io[3]->get<Dict>();
+    if (!d) return t.fail("**kwargs of a call must be a dict");
+    for (size_t i = 0; i < d->keys.size(); ++i) {
+      if (!PyUnicode_Check(d->keys[i].get())) return t.fail("keywords must be strings (TypeError)");
+      kw.emplace_back(d->keys[i].copy(), d->values[i]);
+    }
+  }
+  Result<ValuePtr> r = call(t, io[1], std::move(args), std::move(kw));
+  if (!r) return r.stop();
+  io.assign(1, r.take());
+  return Next::Fall;
+}
+
+Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* builtins, PyObject* real_closure,
+                                    const std::vector<ValuePtr>* closure_cells, PyObject* defaults,
+                                    PyObject* kwdefaults, const ValuePtr& defaults_value,
+                                    const ValuePtr& kwdefaults_value, int func_reg, std::vector<ValuePtr> args,
+                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   if (co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR | CO_ITERABLE_COROUTINE))
     return fail("inlining a coroutine is not supported");
   int depth = current_ ? current_->depth + 1 : 1;
@@ -200,9 +201,9 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
 
   SymbolicFrame f;
   f.code = co;
-  f.globals = globals;
-  f.builtins = builtins;
-  f.closure = real_closure;
+  f.globals = Borrowed(globals);
+  f.builtins = Borrowed(builtins);
+  f.closure = Borrowed(real_closure);
   f.instrs = bytecode::decode(co);
   f.locals.resize(co->co_nlocalsplus);
   f.parent = current_;
@@ -224,19 +225,19 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
   int slot_varkw = slot_varargs + (varargs ? 1 : 0);
   if (args.size() > static_cast<size_t>(nparams)) {
     if (!varargs) return fail("too many positional arguments (TypeError)");
-    f.locals[slot_varargs] = Value::sequence(Kind::Tuple, std::vector<ValuePtr>(args.begin() + nparams, args.end()));
+    f.locals[slot_varargs] = Value::tuple(std::vector<ValuePtr>(args.begin() + nparams, args.end()));
   } else if (varargs) {
-    f.locals[slot_varargs] = Value::sequence(Kind::Tuple, {});
+    f.locals[slot_varargs] = Value::tuple({});
   }
-  ValuePtr extra_kw = varkw ? Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}) : nullptr;
+  ValuePtr extra_kw = varkw ? Value::emptyDict() : nullptr;
   for (auto& [k, v] : kwargs) {
     int slot = -1;
     for (int i = co->co_posonlyargcount; i < nparams + nkwonly; ++i)
       if (PyUnicode_Compare(PyTuple_GET_ITEM(co->co_localsplusnames, i), k.get()) == 0) slot = i;
     if (slot < 0) {
       if (!varkw) return fail(std::string("unexpected keyword argument '") + PyUnicode_AsUTF8(k.get()) + "' (TypeError)");
-      extra_kw->keys.push_back(k.copy());
-      extra_kw->items.push_back(v);
+      extra_kw->as<Dict>().keys.push_back(k.copy());
+      extra_kw->as<Dict>().values.push_back(v);
       continue;
     }
     if (f.locals[slot]) return fail("multiple values for an argument (TypeError)");
@@ -244,40 +245,45 @@ ValuePtr Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObject* built
   }
   if (varkw) f.locals[slot_varkw] = extra_kw;
   Py_ssize_t ndefaults = defaults ? PyTuple_GET_SIZE(defaults)
-                                  : (defaults_value ? static_cast<Py_ssize_t>(defaults_value->items.size()) : 0);
-  if (defaults_value && defaults_value->is(Kind::Constant)) ndefaults = PyTuple_GET_SIZE(defaults_value->obj.get());
+                                  : (defaults_value && defaults_value->is(Kind::Tuple)
+                                         ? static_cast<Py_ssize_t>(defaults_value->as<Tuple>().items.size())
+                                         : 0);
+  if (defaults_value && defaults_value->constant()) ndefaults = PyTuple_GET_SIZE(defaults_value->constant());
   for (int i = 0; i < nparams; ++i) {
     if (f.locals[i]) continue;
     Py_ssize_t d = i - (nparams - ndefaults);
     if (d < 0) return fail("missing a required argument (TypeError)");
-    ValuePtr v;
+    Result<ValuePtr> v = Stop{Outcome::NotHandled};
     if (defaults) {
       v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
     } else if (defaults_value->is(Kind::Constant)) {
-      v = Value::constant(PyTuple_GET_ITEM(defaults_value->obj.get(), d));
+      v = Value::constant(PyTuple_GET_ITEM(defaults_value->constant(), d));
     } else {
-      v = defaults_value->items[static_cast<size_t>(d)];
+      v = defaults_value->as<Tuple>().items[static_cast<size_t>(d)];
     }
-    if (!v) return nullptr;
-    f.locals[i] = v;
+    if (!v) return v;
+    f.locals[i] = v.take();
   }
   for (int i = nparams; i < nparams + nkwonly; ++i) {
     if (f.locals[i]) continue;
     PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, i);
-    ValuePtr v;
+    Result<ValuePtr> v = notHandled();
     if (kwdefaults) {
       PyObject* d = PyDict_GetItemWithError(kwdefaults, name);
       if (d) v = wrap(d, -1);
+      else if (PyErr_Occurred()) return failFromPython("keyword-only defaults");
     } else if (kwdefaults_value && kwdefaults_value->is(Kind::Dict)) {
-      int k = kwdefaults_value->findKey(name);
-      if (k >= 0) v = kwdefaults_value->items[static_cast<size_t>(k)];
+      int k = kwdefaults_value->as<Dict>().findKey(name);
+      if (k == -2) return failFromPython("keyword-only defaults");
+      if (k >= 0) v = kwdefaults_value->as<Dict>().values[static_cast<size_t>(k)];
     }
-    if (!v) return failed_ ? nullptr : fail("missing a required keyword-only argument (TypeError)");
-    f.locals[i] = v;
+    if (v.notHandled()) return fail("missing a required keyword-only argument (TypeError)");
+    if (!v) return v;
+    f.locals[i] = v.take();
   }
   if (!f.generator) return runFrame(f);
   ++generator_depth_;
-  ValuePtr r = runFrame(f);
+  Result<ValuePtr> r = runFrame(f);
   --generator_depth_;
   return r;
 }

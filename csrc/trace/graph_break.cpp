@@ -16,6 +16,7 @@
 
 #include "bytecode/resume.h"
 #include "runtime/continuation.h"
+#include "support/lookup.h"
 #include "support/stats.h"
 #include "trace/tracer.h"
 
@@ -120,51 +121,11 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
 
 }  // namespace
 
-bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
-  using K = runtime::OutputPlan::Kind;
-  if (pending_exc_ || current_exc_) {
-    fail("graph break while an exception is being handled");
-    return false;
-  }
-  if (!open_contexts_.empty()) {
-    fail("graph break inside inference_mode or autocast");
-    return false;
-  }
-  // The code the generated functions copy: the original, also when this frame is a
-  // resume function (its instructions past the prologue are the original's, shifted).
-  PyCodeObject* orig = f.code;
-  int shift = 0;
-  const bytecode::ResumeOrigin* origin = bytecode::resumeOrigin(f.code);
-  if (origin) {
-    if (static_cast<int>(f.pc) < origin->prologueEnd) {
-      fail("graph break in a resume function's prologue");
-      return false;
-    }
-    orig = origin->original;
-    shift = origin->shift;
-  }
-  std::string why;
-  if (!bytecode::canResume(orig, &why)) {
-    fail(why);
-    return false;
-  }
-  BreakShape shape;
-  if (!shapeOf(f, f.pc, &shape, &why)) {
-    fail(why);
-    return false;
-  }
-  for (const Successor& s : shape.successors)
-    if (s.index < shift) {
-      fail("graph break jumping into a resume function's prologue");
-      return false;
-    }
-
+Done Tracer::breakArguments(SymbolicFrame& f, PyCodeObject* orig, bool in_resume_code, bytecode::FrameLayout* at,
+                            std::vector<runtime::OutputPlan>* items, int* ncells) {
   // Locals: every co_varnames entry of the original, bound or not.
   const int nvar = orig->co_nlocals;
-  bytecode::FrameLayout at;
-  at.index = shape.first - shift;
-  at.unbound.assign(static_cast<size_t>(nvar), false);
-  args->kind = K::Tuple;
+  at->unbound.assign(static_cast<size_t>(nvar), false);
   const std::vector<int> cells = bytecode::cellSlots(orig);
   auto isCell = [&](int i) {
     for (int c : cells)
@@ -173,62 +134,82 @@ bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   };
   // Dead locals (never read again before written) are not passed on: they would only be
   // guarded (a float from time.time() in a dead local would recompile every call).
-  const std::vector<bool> live = bytecode::liveLocals(orig, at.index);
+  const std::vector<bool> live = bytecode::liveLocals(orig, at->index);
   for (int i = 0; i < nvar; ++i) {
     if (!live[static_cast<size_t>(i)] && !isCell(i)) {
-      at.unbound[static_cast<size_t>(i)] = true;
-      runtime::OutputPlan p;
-      p.kind = K::Constant;
-      p.constant = Ref::borrow(Py_None);
-      args->items.push_back(std::move(p));
+      at->unbound[static_cast<size_t>(i)] = true;
+      items->push_back(runtime::OutputPlan::constant(Py_None));
       continue;
     }
     if (isCell(i)) {  // an argument captured by an inner function: it travels as a cell
-      runtime::OutputPlan p;
-      p.kind = K::Constant;
-      p.constant = Ref::borrow(Py_None);
-      args->items.push_back(std::move(p));
+      items->push_back(runtime::OutputPlan::constant(Py_None));
       continue;
     }
     ValuePtr v = f.locals[static_cast<size_t>(i)];
     if (!v && !f.deleted[static_cast<size_t>(i)]) {
-      v = loadRootLocal(f, i);
-      if (failed_) return false;
+      Result<ValuePtr> r = loadRootLocal(f, i);
+      if (!r && !r.notHandled()) return r.stop();
+      if (r) v = r.take();
     }
     runtime::OutputPlan p;
     if (!v) {
-      at.unbound[static_cast<size_t>(i)] = true;
-      p.kind = K::Constant;
-      p.constant = Ref::borrow(Py_None);
-    } else if (!buildOutput(v, &p)) {
-      return false;
+      at->unbound[static_cast<size_t>(i)] = true;
+      p = runtime::OutputPlan::constant(Py_None);
+    } else if (Done d = outputs_.plan(v, &p); !d) {
+      return d;
     }
-    args->items.push_back(std::move(p));
+    items->push_back(std::move(p));
   }
   for (const ValuePtr& v : f.stack) {
-    at.stack_null.push_back(v->is(Kind::Null));
+    at->stack_null.push_back(v->is(Kind::Null));
     if (v->is(Kind::Null)) continue;
     runtime::OutputPlan p;
-    if (!buildOutput(v, &p)) return false;
-    args->items.push_back(std::move(p));
+    if (Done d = outputs_.plan(v, &p); !d) return d;
+    items->push_back(std::move(p));
   }
 
   // The frame's cells, after everything else (the runtime makes them the closure). A
   // resume function's cells are its closure already.
-  int ncells = 0;
-  if (!origin) {
-    for (int slot : cells) {
-      ValuePtr cell = f.locals[static_cast<size_t>(slot)];
-      if (!cell || !cell->is(Kind::Cell) || cell->obj) {
-        fail("internal: a cell variable without its cell at a graph break");
-        return false;
-      }
-      runtime::OutputPlan p;  // shared (memo) with the closures made in the trace
-      if (!buildOutput(cell, &p)) return false;
-      args->items.push_back(std::move(p));
-      ++ncells;
-    }
+  *ncells = 0;
+  if (in_resume_code) return {};
+  for (int slot : cells) {
+    ValuePtr cell = f.locals[static_cast<size_t>(slot)];
+    if (!cell || !cell->is(Kind::Cell) || cell->as<Cell>().outer)
+      return fail("internal: a cell variable without its cell at a graph break");
+    runtime::OutputPlan p;  // shared (memo) with the closures made in the trace
+    if (Done d = outputs_.plan(cell, &p); !d) return d;
+    items->push_back(std::move(p));
+    ++*ncells;
   }
+  return {};
+}
+
+Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
+  if (pending_exc_ || current_exc_) return fail("graph break while an exception is being handled");
+  if (contexts_.anyOpen()) return fail("graph break inside inference_mode or autocast");
+  // The code the generated functions copy: the original, also when this frame is a
+  // resume function (its instructions past the prologue are the original's, shifted).
+  PyCodeObject* orig = f.code;
+  int shift = 0;
+  const bytecode::ResumeOrigin* origin = bytecode::resumeOrigin(f.code);
+  if (origin) {
+    if (static_cast<int>(f.pc) < origin->prologueEnd) return fail("graph break in a resume function's prologue");
+    orig = origin->original;
+    shift = origin->shift;
+  }
+  std::string why;
+  if (!bytecode::canResume(orig, &why)) return fail(why);
+  BreakShape shape;
+  if (!shapeOf(f, f.pc, &shape, &why)) return fail(why);
+  for (const Successor& s : shape.successors)
+    if (s.index < shift) return fail("graph break jumping into a resume function's prologue");
+
+  bytecode::FrameLayout at;
+  at.index = shape.first - shift;
+  std::vector<runtime::OutputPlan> items;  // the break code's arguments
+  int ncells = 0;
+  if (Done d = breakArguments(f, orig, origin != nullptr, &at, &items, &ncells); !d) return d;
+  *args = runtime::plan::Tuple{std::move(items)};
 
   std::vector<bytecode::FrameLayout> successors;
   std::vector<Ref> resume_codes;
@@ -236,42 +217,31 @@ bool Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
     bytecode::FrameLayout l;
     l.index = s.index - shift;
     l.unbound = at.unbound;
-    if (static_cast<size_t>(s.pops) > at.stack_null.size()) {
-      fail("internal: graph break pops more than the stack holds");
-      return false;
-    }
+    if (static_cast<size_t>(s.pops) > at.stack_null.size())
+      return fail("internal: graph break pops more than the stack holds");
     l.stack_null.assign(at.stack_null.begin(), at.stack_null.end() - s.pops);
     for (int k = 0; k < s.pushes; ++k) l.stack_null.push_back(false);
     Ref code = bytecode::resumeCode(orig, l, &why);
-    if (!code) {
-      fail("generating the resume function: " + why);
-      return false;
-    }
+    if (!code) return fail("generating the resume function: " + why);
     resume_codes.push_back(std::move(code));
     successors.push_back(std::move(l));
   }
   const int last = static_cast<int>(f.pc) - shift;
   Ref break_code = bytecode::breakCode(orig, at, last, successors, &why);
-  if (!break_code) {
-    fail("generating the break code: " + why);
-    return false;
-  }
+  if (!break_code) return fail("generating the break code: " + why);
   auto plan = std::make_shared<runtime::BreakPlan>();
   plan->break_code = std::move(break_code);
   plan->resume_table = runtime::makeResumeTable(std::move(resume_codes));
-  Ref c = Ref::steal(PyImport_ImportModule("torch._C"));
-  plan->set_grad_enabled = c ? Ref::steal(PyObject_GetAttrString(c.get(), "_set_grad_enabled")) : Ref();
-  if (!plan->resume_table || !plan->set_grad_enabled) {
-    failFromPython("setting up the graph break");
-    return false;
-  }
+  if (!plan->resume_table) return failFromPython("setting up the graph break");
+  plan->set_grad_enabled = Ref::borrow(lookup(Obj::torch_set_grad_enabled_C));
+  if (!plan->set_grad_enabled) return failFromPython("setting up the graph break");
   plan->grad_mode = grad_mode_at_break_;
   plan->in_resume_code = origin != nullptr;
   plan->ncells = ncells;
   entry_->brk = std::move(plan);
   const Unsupported& u = break_target_.why;
   entry_->break_info = {u.reason, u.filename, u.line, u.user_stack};
-  return true;
+  return {};
 }
 
 TranslateResult translate(const FrameView& frame, PyObject* config) {

@@ -1,53 +1,190 @@
-// The opcode loop: one case per base opcode of CPython 3.11. Handlers pop their inputs,
-// call an operation of the Tracer (calls.cpp, ops.cpp) that states the meaning, and push
-// the result. An opcode not handled here stops the trace with a named reason.
+// The opcode loop: the dispatcher pops what the opcode table declares, runs the opcode's
+// handler (handlers.h), checks and pushes what it gives, and delivers exceptions of the
+// traced program through the frames' 3.11 exception tables.
 #include <string>
 
 #include "support/check.h"
 #include "support/stats.h"
+#include "trace/handlers.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
 
 using bytecode::Op;
 
-namespace {
+// Every base opcode: its handler, or not traced (the trace stops there, naming it; the
+// frame runs natively, or breaks before it). tools/opcode_coverage.py and
+// tests/test_opcode_coverage.py read the `case Op::NAME:` labels as the handled set.
+Handler handlerFor(Op op) {
+  using NotTraced = Op;
+  switch (op) {
+    case Op::NOP:
+    case Op::RESUME:
+    case Op::PRECALL:
+    case Op::CACHE:
+    case Op::EXTENDED_ARG:
+    case Op::COPY_FREE_VARS:  // free variables are read lazily from the closure
+      return opNothing;
+    case Op::LOAD_FAST: return opLoadFast;
+    case Op::STORE_FAST: return opStoreFast;
+    case Op::DELETE_FAST: return opDeleteFast;
+    case Op::LOAD_CONST: return opLoadConst;
+    case Op::LOAD_GLOBAL: return opLoadGlobal;
+    case Op::STORE_GLOBAL: return opStoreGlobal;
+    case Op::LOAD_ATTR: return opLoadAttr;
+    case Op::LOAD_METHOD: return opLoadMethod;
+    case Op::STORE_ATTR: return opStoreAttr;
+    case Op::IMPORT_NAME: return opImportName;
+    case Op::IMPORT_FROM: return opImportFrom;
+    case Op::LOAD_ASSERTION_ERROR: return opLoadAssertionError;
+    case Op::PUSH_NULL: return opPushNull;
+    case Op::POP_TOP: return opPopTop;
+    case Op::COPY: return opCopy;
+    case Op::SWAP: return opSwap;
+    case Op::KW_NAMES: return opKwNames;
+    case Op::CALL: return opCall;
+    case Op::BINARY_OP: return opBinaryOp;
+    case Op::UNARY_POSITIVE:
+    case Op::UNARY_NEGATIVE:
+    case Op::UNARY_NOT:
+    case Op::UNARY_INVERT:
+      return opUnary;
+    case Op::COMPARE_OP: return opCompareOp;
+    case Op::IS_OP: return opIsOp;
+    case Op::CONTAINS_OP: return opContainsOp;
+    case Op::BINARY_SUBSCR: return opBinarySubscr;
+    case Op::STORE_SUBSCR: return opStoreSubscr;
+    case Op::BUILD_TUPLE:
+    case Op::BUILD_LIST:
+      return opBuildSequence;
+    case Op::LIST_TO_TUPLE: return opListToTuple;
+    case Op::LIST_EXTEND: return opListExtend;
+    case Op::BUILD_SLICE: return opBuildSlice;
+    case Op::UNPACK_SEQUENCE: return opUnpackSequence;
+    case Op::FORMAT_VALUE: return opFormatValue;
+    case Op::BUILD_STRING: return opBuildString;
+    case Op::BUILD_MAP: return opBuildMap;
+    case Op::BUILD_CONST_KEY_MAP: return opBuildConstKeyMap;
+    case Op::BUILD_SET: return opBuildSet;
+    case Op::LIST_APPEND:
+    case Op::SET_ADD:
+      return opAppend;
+    case Op::SET_UPDATE:
+    case Op::DICT_UPDATE:
+    case Op::DICT_MERGE:
+      return opUpdate;
+    case Op::MAP_ADD: return opMapAdd;
+    case Op::DELETE_SUBSCR: return opDeleteSubscr;
+    case Op::UNPACK_EX: return opUnpackEx;
+    case Op::MAKE_CELL: return opMakeCell;
+    case Op::LOAD_CLOSURE: return opLoadClosure;
+    case Op::LOAD_DEREF: return opLoadDeref;
+    case Op::STORE_DEREF:
+    case Op::DELETE_DEREF:
+      return opStoreDeref;
+    case Op::MAKE_FUNCTION: return opMakeFunction;
+    case Op::CALL_FUNCTION_EX: return opCallFunctionEx;
+    case Op::GET_ITER:
+    case Op::GET_YIELD_FROM_ITER:
+      return opGetIter;
+    case Op::FOR_ITER: return opForIter;
+    case Op::JUMP_FORWARD:
+    case Op::JUMP_BACKWARD:
+    case Op::JUMP_BACKWARD_NO_INTERRUPT:
+      return opJump;
+    case Op::POP_JUMP_FORWARD_IF_FALSE:
+    case Op::POP_JUMP_BACKWARD_IF_FALSE:
+    case Op::POP_JUMP_FORWARD_IF_TRUE:
+    case Op::POP_JUMP_BACKWARD_IF_TRUE:
+      return opPopJumpIfBool;
+    case Op::POP_JUMP_FORWARD_IF_NONE:
+    case Op::POP_JUMP_BACKWARD_IF_NONE:
+    case Op::POP_JUMP_FORWARD_IF_NOT_NONE:
+    case Op::POP_JUMP_BACKWARD_IF_NOT_NONE:
+      return opPopJumpIfNone;
+    case Op::JUMP_IF_FALSE_OR_POP:
+    case Op::JUMP_IF_TRUE_OR_POP:
+      return opJumpIfOrPop;
+    case Op::RETURN_VALUE: return opReturnValue;
+    case Op::RETURN_GENERATOR: return opReturnGenerator;
+    case Op::YIELD_VALUE: return opYieldValue;
+    case Op::SEND: return opSend;
+    case Op::RAISE_VARARGS: return opRaiseVarargs;
+    case Op::RERAISE: return opReraise;
+    case Op::PUSH_EXC_INFO: return opPushExcInfo;
+    case Op::POP_EXCEPT: return opPopExcept;
+    case Op::CHECK_EXC_MATCH: return opCheckExcMatch;
+    case Op::WITH_EXCEPT_START: return opWithExceptStart;
+    case Op::BEFORE_WITH: return opBeforeWith;
+    // Not traced: pattern matching, async, class bodies and module-level name lookups,
+    // star imports, except* groups.
+    case NotTraced::GET_LEN:
+    case NotTraced::MATCH_MAPPING:
+    case NotTraced::MATCH_SEQUENCE:
+    case NotTraced::MATCH_KEYS:
+    case NotTraced::MATCH_CLASS:
+    case NotTraced::CHECK_EG_MATCH:
+    case NotTraced::PREP_RERAISE_STAR:
+    case NotTraced::GET_AITER:
+    case NotTraced::GET_ANEXT:
+    case NotTraced::BEFORE_ASYNC_WITH:
+    case NotTraced::END_ASYNC_FOR:
+    case NotTraced::GET_AWAITABLE:
+    case NotTraced::ASYNC_GEN_WRAP:
+    case NotTraced::PRINT_EXPR:
+    case NotTraced::LOAD_BUILD_CLASS:
+    case NotTraced::IMPORT_STAR:
+    case NotTraced::SETUP_ANNOTATIONS:
+    case NotTraced::STORE_NAME:
+    case NotTraced::DELETE_NAME:
+    case NotTraced::LOAD_NAME:
+    case NotTraced::DELETE_ATTR:
+    case NotTraced::DELETE_GLOBAL:
+    case NotTraced::LOAD_CLASSDEREF:
+      return nullptr;
+  }
+  return nullptr;
+}
 
-bool isNoneValue(const ValuePtr& v) { return v->is(Kind::Constant) && v->obj.get() == Py_None; }
-
-}  // namespace
-
-ValuePtr Tracer::runFrame(SymbolicFrame& f) {
-  for (;;) {
-    ValuePtr r = runInstructions(f);
-    if (r || failed_ || !pending_exc_) return r;
-    // An exception in flight at f.pc: find this frame's handler (3.11 exception table).
-    if (!f.handlers_decoded) {
-      PyObject* table = f.code->co_exceptiontable;
-      if (!bytecode::decodeExceptionTable(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table)),
-                                          static_cast<size_t>(PyBytes_GET_SIZE(table)), &f.handlers))
-        return fail("malformed exception table");
-      f.handlers_decoded = true;
+Done Tracer::deliverException(SymbolicFrame& f) {
+  if (!f.handlers_decoded) {
+    PyObject* table = f.code->co_exceptiontable;
+    if (!bytecode::decodeExceptionTable(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(table)),
+                                        static_cast<size_t>(PyBytes_GET_SIZE(table)), &f.handlers))
+      return fail("malformed exception table");
+    f.handlers_decoded = true;
+  }
+  int offset = f.instrs[f.pc].offset;
+  const bytecode::ExceptionTableEntry* handler = nullptr;
+  for (const auto& e : f.handlers)
+    if (offset >= e.start && offset < e.end) {
+      handler = &e;
+      break;
     }
-    int offset = f.instrs[f.pc].offset;
-    const bytecode::ExceptionTableEntry* handler = nullptr;
-    for (const auto& e : f.handlers)
-      if (offset >= e.start && offset < e.end) {
-        handler = &e;
-        break;
-      }
-    if (!handler) return nullptr;  // propagates to the caller
-    int idx = bytecode::indexAtOffset(f.instrs, handler->target);
-    if (idx < 0 || f.stack.size() < static_cast<size_t>(handler->depth)) return fail("bad exception handler");
-    f.stack.resize(static_cast<size_t>(handler->depth));
-    if (handler->lasti) f.stack.push_back(Value::constant(Ref::steal(PyLong_FromLong(offset)).get()));
-    f.stack.push_back(std::move(pending_exc_));
-    pending_exc_.reset();
-    f.pc = static_cast<size_t>(idx);
+  if (!handler) return notHandled();  // propagates to the caller
+  int idx = bytecode::indexAtOffset(f.instrs, handler->target);
+  if (idx < 0 || f.stack.size() < static_cast<size_t>(handler->depth)) return fail("bad exception handler");
+  f.stack.resize(static_cast<size_t>(handler->depth));
+  if (handler->lasti) f.stack.push_back(Value::constant(Ref::steal(PyLong_FromLong(offset)).get()));
+  f.stack.push_back(std::move(pending_exc_));
+  pending_exc_.reset();
+  f.pc = static_cast<size_t>(idx);
+  return {};
+}
+
+Result<ValuePtr> Tracer::runFrame(SymbolicFrame& f) {
+  for (;;) {
+    Result<ValuePtr> r = runInstructions(f);
+    if (r.outcome() != Outcome::Raised || failed_) return r;
+    CDYNAMO_CHECK(pending_exc_ != nullptr, "a Raised outcome without an exception in flight");
+    // An exception in flight at f.pc: this frame's handler (3.11 exception table), if any.
+    Done delivered = deliverException(f);
+    if (delivered.notHandled()) return r;
+    if (!delivered) return delivered.stop();
   }
 }
 
-ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
+Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
   SymbolicFrame* saved = current_;
   current_ = &f;
   struct Restore {
@@ -56,19 +193,7 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
     ~Restore() { t->current_ = saved; }
   } restore{this, saved};
 
-  PyObject* consts = f.code->co_consts;
-  PyObject* names = f.code->co_names;
-  // Jumps name code-unit offsets; map them to instruction indices.
-  auto jumpTo = [&](int offset) -> bool {
-    int idx = bytecode::indexAtOffset(f.instrs, offset);
-    if (idx < 0) {
-      fail("jump to an offset that is not an instruction start");
-      return false;
-    }
-    f.pc = static_cast<size_t>(idx);
-    return true;
-  };
-
+  Values io;
   while (f.pc < f.instrs.size()) {
     if (++instructions_run_ > kMaxInstructions) return fail("trace is too long (instruction budget exhausted)");
     if (f.root) {
@@ -76,547 +201,44 @@ ValuePtr Tracer::runInstructions(SymbolicFrame& f) {
       if (static_cast<int>(f.pc) == break_target_.index && visit == break_target_.visit) {
         // The graph break: stop before this instruction with the state intact.
         stopped_at_break_ = true;
-        grad_mode_at_break_ = currentGradMode();
-        return nullptr;
+        grad_mode_at_break_ = contexts_.gradMode();
+        return Value::null();
       }
     }
     const bytecode::Instruction& ins = f.instrs[f.pc];
-    size_t next_pc = f.pc + 1;
-    const int arg = ins.arg;
-    switch (ins.op) {
-      case Op::NOP:
-      case Op::RESUME:
-      case Op::PRECALL:
-      case Op::CACHE:
-      case Op::EXTENDED_ARG:
-      case Op::COPY_FREE_VARS:  // free variables are read lazily from the closure
-        break;
-
-      case Op::LOAD_FAST: {
-        ValuePtr v = f.locals[arg];
-        if (!v && f.root && !f.deleted[arg]) v = loadRootLocal(f, arg);
-        if (!v) {
-          if (failed_) return nullptr;
-          return fail("local variable referenced before assignment (UnboundLocalError)");
-        }
-        f.stack.push_back(std::move(v));
-        break;
-      }
-      case Op::STORE_FAST:
-        f.locals[arg] = pop(f);
-        break;
-      case Op::DELETE_FAST:
-        if (!f.locals[arg] && !(f.root && !f.deleted[arg] && loadRootLocal(f, arg))) {
-          if (failed_) return nullptr;
-          return fail("deleting an unbound local variable (UnboundLocalError)");
-        }
-        f.locals[arg] = nullptr;
-        if (f.root) f.deleted[arg] = 1;
-        break;
-      case Op::LOAD_CONST:
-        f.stack.push_back(Value::constant(PyTuple_GET_ITEM(consts, arg)));
-        break;
-      case Op::LOAD_GLOBAL: {
-        PyObject* name = PyTuple_GET_ITEM(names, arg >> 1);
-        if (arg & 1) f.stack.push_back(Value::null());
-        ValuePtr v = loadGlobal(f, name);
-        if (!v) return nullptr;
-        f.stack.push_back(std::move(v));
-        break;
-      }
-      case Op::LOAD_ATTR: {
-        ValuePtr obj = pop(f);
-        ValuePtr v = getAttr(obj, PyTuple_GET_ITEM(names, arg));
-        if (!v) return nullptr;
-        f.stack.push_back(std::move(v));
-        break;
-      }
-      case Op::LOAD_METHOD: {
-        // Pushed as [NULL, bound callable]: the call handler does not need the
-        // unbound-method form, and both layouts call the same thing.
-        ValuePtr obj = pop(f);
-        ValuePtr v = getAttr(obj, PyTuple_GET_ITEM(names, arg));
-        if (!v) return nullptr;
-        f.stack.push_back(Value::null());
-        f.stack.push_back(std::move(v));
-        break;
-      }
-      case Op::PUSH_NULL:
-        f.stack.push_back(Value::null());
-        break;
-      case Op::KW_NAMES:
-        f.kwnames = Ref::borrow(PyTuple_GET_ITEM(consts, arg));
-        break;
-      case Op::CALL: {
-        // Stack: [callable_or_NULL, self_or_callable, arg1 .. argN] (3.11 convention).
-        std::vector<ValuePtr> args = popN(f, static_cast<size_t>(arg));
-        ValuePtr second = pop(f);
-        ValuePtr first = pop(f);
-        ValuePtr fn;
-        if (first->is(Kind::Null)) {
-          fn = second;
-        } else {
-          fn = first;
-          args.insert(args.begin(), second);
-        }
-        std::vector<std::pair<Ref, ValuePtr>> kwargs;
-        if (f.kwnames) {
-          Py_ssize_t nk = PyTuple_GET_SIZE(f.kwnames.get());
-          size_t npos = args.size() - static_cast<size_t>(nk);
-          for (Py_ssize_t k = 0; k < nk; ++k)
-            kwargs.emplace_back(Ref::borrow(PyTuple_GET_ITEM(f.kwnames.get(), k)), args[npos + k]);
-          args.resize(npos);
-          f.kwnames.reset();
-        }
-        ValuePtr r = call(fn, std::move(args), std::move(kwargs));
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
-        break;
-      }
-      case Op::BINARY_OP: {
-        ValuePtr b = pop(f);
-        ValuePtr a = pop(f);
-        ValuePtr r = binaryOp(arg, a, b);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
-        break;
-      }
-      case Op::UNARY_POSITIVE:
-      case Op::UNARY_NEGATIVE:
-      case Op::UNARY_NOT:
-      case Op::UNARY_INVERT: {
-        ValuePtr a = pop(f);
-        ValuePtr r = unaryOp(ins.op, a);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
-        break;
-      }
-      case Op::COMPARE_OP: {
-        ValuePtr b = pop(f);
-        ValuePtr a = pop(f);
-        ValuePtr r = compareOp(arg, a, b);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
-        break;
-      }
-      case Op::IS_OP: {
-        ValuePtr b = pop(f);
-        ValuePtr a = pop(f);
-        int same;
-        auto hasObj = [](const ValuePtr& v) { return v->real() != nullptr; };
-        if (a == b) {
-          same = 1;  // the same value: the same object
-        } else if (hasObj(a) && hasObj(b)) {
-          same = a->real() == b->real();
-        } else if ((a->is(Kind::NewObject) || a->is(Kind::List) || a->is(Kind::Dict) || a->is(Kind::Set)) &&
-                   (b->is(Kind::NewObject) || b->is(Kind::List) || b->is(Kind::Dict) || b->is(Kind::Set)) &&
-                   a->reg < 0 && b->reg < 0) {
-          same = 0;  // two distinct objects made in the trace
-        } else if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
-          if (a->node != b->node) return fail("identity of two distinct tensors is not known at trace time");
-          same = 1;
-        } else if ((hasObj(a) && a->is(Kind::Constant)) || (hasObj(b) && b->is(Kind::Constant))) {
-          same = 0;  // a constant is never the same object as a tensor or container
-        } else {
-          return fail(std::string("`is` between ") + kindName(a->kind) + " and " + kindName(b->kind));
-        }
-        f.stack.push_back(Value::constant((same != arg) ? Py_True : Py_False));
-        break;
-      }
-      case Op::CONTAINS_OP: {
-        ValuePtr container = pop(f);
-        ValuePtr item = pop(f);
-        int r;
-        if (isModuleContainer(container) && item->is(Kind::Constant)) {
-          std::vector<std::pair<Ref, ValuePtr>> children;
-          if (!moduleContainerItems(container, &children)) return nullptr;
-          r = 0;
-          for (auto& kv : children) r = r || PyObject_RichCompareBool(kv.first.get(), item->obj.get(), Py_EQ) == 1;
-        } else if (isUserObject(container)) {
-          bool found = false;
-          ValuePtr c = callDunder(container, "__contains__", {item}, &found);
-          if (failed_) return nullptr;
-          if (!found) return fail("`in` on an object without __contains__ is not supported yet");
-          r = truthValue(c);
-          if (r < 0) return nullptr;
-        } else if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
-          r = PySequence_Contains(container->obj.get(), item->obj.get());
-          if (r < 0) return failFromPython("`in` on constants");
-        } else {
-          std::vector<ValuePtr> a{item};
-          std::vector<std::pair<Ref, ValuePtr>> kw;
-          bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
-          if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
-            return fail(std::string("`in` on a ") + kindName(container->kind) + " is not supported yet");
-          ValuePtr c = callContainerMethod(container, intern(mapping ? "__contains__" : "count"), a, kw);
-          if (!c) return nullptr;
-          r = PyObject_IsTrue(c->obj.get());
-        }
-        f.stack.push_back(Value::constant((r != arg) ? Py_True : Py_False));
-        break;
-      }
-      case Op::BINARY_SUBSCR: {
-        ValuePtr index = pop(f);
-        ValuePtr obj = pop(f);
-        ValuePtr r = subscript(obj, index);
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
-        break;
-      }
-      case Op::STORE_SUBSCR: {
-        ValuePtr index = pop(f);
-        ValuePtr obj = pop(f);
-        ValuePtr value = pop(f);
-        if (!obj->is(Kind::Tensor)) {
-          if (!storeSubscript(obj, index, value)) return nullptr;
-          break;
-        }
-        PyObject* setitem = PyObject_GetAttrString(PyImport_AddModule("_operator"), "setitem");
-        Ref setitem_ref = Ref::steal(setitem);
-        if (!setitem) return failFromPython("operator.setitem");
-        ValuePtr r = recordCall(graph::NodeOp::CallFunction, setitem, {obj, index, value}, {});
-        if (!r) return nullptr;
-        break;
-      }
-      case Op::BUILD_TUPLE:
-      case Op::BUILD_LIST:
-        f.stack.push_back(Value::sequence(ins.op == Op::BUILD_TUPLE ? Kind::Tuple : Kind::List,
-                                          popN(f, static_cast<size_t>(arg))));
-        break;
-      case Op::LIST_TO_TUPLE: {
-        ValuePtr l = pop(f);
-        if (!l->is(Kind::List)) return fail("LIST_TO_TUPLE on a non-list");
-        f.stack.push_back(Value::sequence(Kind::Tuple, l->items));
-        break;
-      }
-      case Op::LIST_EXTEND: {
-        ValuePtr seq = pop(f);
-        ValuePtr& list = f.stack[f.stack.size() - static_cast<size_t>(arg)];
-        ValuePtr it = getIter(seq);
-        if (!it) return nullptr;
-        for (const ValuePtr& v : it->items) list->items.push_back(v);
-        break;
-      }
-      case Op::BUILD_SLICE: {
-        std::vector<ValuePtr> parts = popN(f, static_cast<size_t>(arg));
-        if (parts.size() == 2) parts.push_back(Value::constant(Py_None));
-        f.stack.push_back(Value::sequence(Kind::Slice, std::move(parts)));
-        break;
-      }
-      case Op::UNPACK_SEQUENCE: {
-        ValuePtr seq = pop(f);
-        ValuePtr it = getIter(seq);
-        if (!it) return nullptr;
-        if (it->items.size() > static_cast<size_t>(arg))
-          return raiseNew(PyExc_ValueError, "too many values to unpack (expected " + std::to_string(arg) + ")");
-        if (it->items.size() < static_cast<size_t>(arg))
-          return raiseNew(PyExc_ValueError, "not enough values to unpack (expected " + std::to_string(arg) +
-                                                ", got " + std::to_string(it->items.size()) + ")");
-        for (auto r = it->items.rbegin(); r != it->items.rend(); ++r) f.stack.push_back(*r);
-        break;
-      }
-      case Op::GET_ITER: {
-        ValuePtr it = getIter(pop(f));
-        if (!it) return nullptr;
-        f.stack.push_back(std::move(it));
-        break;
-      }
-      case Op::FOR_ITER: {
-        ValuePtr it = f.stack.back();
-        if (!it->is(Kind::Iterator)) return fail("FOR_ITER on a non-iterator");
-        if (it->pos < it->items.size()) {
-          ValuePtr item = it->items[it->pos];
-          if (!advanceIterator(it, it->pos + 1, false)) return nullptr;
-          f.stack.push_back(std::move(item));
-        } else {
-          if (!advanceIterator(it, it->pos, true)) return nullptr;
-          f.stack.pop_back();
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
-          next_pc = f.pc;
-        }
-        break;
-      }
-      case Op::POP_TOP:
-        pop(f);
-        break;
-      case Op::COPY:
-        f.stack.push_back(f.stack[f.stack.size() - static_cast<size_t>(arg)]);
-        break;
-      case Op::SWAP:
-        std::swap(f.stack.back(), f.stack[f.stack.size() - static_cast<size_t>(arg)]);
-        break;
-
-      case Op::JUMP_FORWARD:
-      case Op::JUMP_BACKWARD:
-      case Op::JUMP_BACKWARD_NO_INTERRUPT:
-        if (!jumpTo(ins.jumpTarget())) return nullptr;
-        next_pc = f.pc;
-        break;
-      case Op::POP_JUMP_FORWARD_IF_FALSE:
-      case Op::POP_JUMP_BACKWARD_IF_FALSE:
-      case Op::POP_JUMP_FORWARD_IF_TRUE:
-      case Op::POP_JUMP_BACKWARD_IF_TRUE: {
-        ValuePtr v = pop(f);
-        int t = truthValue(v);
-        if (t < 0) return nullptr;
-        bool jump_if = ins.op == Op::POP_JUMP_FORWARD_IF_TRUE || ins.op == Op::POP_JUMP_BACKWARD_IF_TRUE;
-        if ((t != 0) == jump_if) {
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
-          next_pc = f.pc;
-        }
-        break;
-      }
-      case Op::POP_JUMP_FORWARD_IF_NONE:
-      case Op::POP_JUMP_BACKWARD_IF_NONE:
-      case Op::POP_JUMP_FORWARD_IF_NOT_NONE:
-      case Op::POP_JUMP_BACKWARD_IF_NOT_NONE: {
-        ValuePtr v = pop(f);
-        bool none = isNoneValue(v);
-        bool jump_if_none = ins.op == Op::POP_JUMP_FORWARD_IF_NONE || ins.op == Op::POP_JUMP_BACKWARD_IF_NONE;
-        if (none == jump_if_none) {
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
-          next_pc = f.pc;
-        }
-        break;
-      }
-      case Op::JUMP_IF_FALSE_OR_POP:
-      case Op::JUMP_IF_TRUE_OR_POP: {
-        int t = truthValue(f.stack.back());
-        if (t < 0) return nullptr;
-        if ((t != 0) == (ins.op == Op::JUMP_IF_TRUE_OR_POP)) {
-          if (!jumpTo(ins.jumpTarget())) return nullptr;
-          next_pc = f.pc;
-        } else {
-          pop(f);
-        }
-        break;
-      }
-      case Op::RAISE_VARARGS: {
-        ++opcodeCounts()[static_cast<int>(ins.op)];  // counted here: raising leaves the loop
-        ValuePtr cause = arg == 2 ? pop(f) : nullptr;
-        if (arg == 0) {
-          if (!current_exc_) return raiseNew(PyExc_RuntimeError, "No active exception to reraise");
-          return raiseValue(current_exc_);
-        }
-        ValuePtr exc = pop(f);
-        if (exc->is(Kind::Callable) && PyExceptionClass_Check(exc->obj.get())) {
-          std::vector<ValuePtr> none;
-          exc = makeException(exc->obj.get(), none);
-          if (!exc) return nullptr;
-        }
-        if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
-          return raiseNew(PyExc_TypeError, "exceptions must derive from BaseException");
-        if (cause) {
-          PyObject* c = cause->real();
-          if (!c) return fail("raise ... from a value made in the trace");
-          if (c != Py_None && PyExceptionClass_Check(c)) return fail("raise ... from an exception class");
-          PyException_SetCause(exc->real(), c == Py_None ? nullptr : Ref::borrow(c).release());
-          // `from None` also suppresses the context, as CPython does.
-          reinterpret_cast<PyBaseExceptionObject*>(exc->real())->suppress_context = 1;
-        }
-        return raiseValue(exc);
-      }
-      case Op::PUSH_EXC_INFO: {
-        ValuePtr v = pop(f);
-        f.stack.push_back(current_exc_ ? current_exc_ : Value::constant(Py_None));
-        current_exc_ = v;
-        f.stack.push_back(std::move(v));
-        break;
-      }
-      case Op::POP_EXCEPT: {
-        ValuePtr v = pop(f);
-        current_exc_ = (v->is(Kind::Constant) && v->obj.get() == Py_None) ? nullptr : v;
-        break;
-      }
-      case Op::CHECK_EXC_MATCH: {
-        ValuePtr right = pop(f);
-        ValuePtr left = f.stack.back();
-        Ref cls = toPython(right);
-        if (!left->real() || !cls) return fail("except clause with values made in the trace");
-        int r = PyErr_GivenExceptionMatches(left->real(), cls.get());
-        f.stack.push_back(Value::constant(r ? Py_True : Py_False));
-        break;
-      }
-      case Op::RERAISE: {
-        // The lasti operand only fixes the traceback's line; the handler is looked up
-        // from RERAISE itself, as ceval's exception_unwind does.
-        ++opcodeCounts()[static_cast<int>(ins.op)];
-        return raiseValue(pop(f));
-      }
-      case Op::WITH_EXCEPT_START: {
-        // Stack: exit, lasti, previous exception, exception -> exit(type, value, traceback).
-        ValuePtr exc = f.stack.back();
-        ValuePtr exit = f.stack[f.stack.size() - 4];
-        PyObject* e = exc->real();
-        if (!e) return fail("exception made in the trace reaching a with-block");
-        ValuePtr r = call(exit, {Value::object(Kind::Callable, reinterpret_cast<PyObject*>(Py_TYPE(e))), exc,
-                                 Value::constant(Py_None)}, {});
-        if (!r) return nullptr;
-        f.stack.push_back(std::move(r));
-        break;
-      }
-      case Op::LOAD_ASSERTION_ERROR:
-        f.stack.push_back(Value::object(Kind::Callable, PyExc_AssertionError));
-        break;
-      case Op::IMPORT_NAME: {
-        // `import m` of a module that is already imported (the common case inside
-        // forward): the statement only reads sys.modules, so it is evaluated now. A first
-        // import runs module code and is left to CPython.
-        ValuePtr fromlist = pop(f);
-        ValuePtr level = pop(f);
-        PyObject* name = PyTuple_GET_ITEM(names, arg);
-        PyObject* modules = PyImport_GetModuleDict();
-        if (!level->is(Kind::Constant) || PyLong_AsLong(level->obj.get()) != 0 || !fromlist->is(Kind::Constant))
-          return fail("relative imports inside the trace are not supported yet");
-        if (!PyDict_GetItemWithError(modules, name)) return fail("an import that would load a new module");
-        Ref mod = Ref::steal(PyImport_ImportModuleLevelObject(name, f.globals, nullptr, fromlist->obj.get(), 0));
-        if (!mod) return raisePython();
-        f.stack.push_back(Value::object(Kind::PyModule, mod.get()));
-        break;
-      }
-      case Op::IMPORT_FROM: {
-        ValuePtr v = getAttr(f.stack.back(), PyTuple_GET_ITEM(names, arg));
-        if (!v) return nullptr;
-        f.stack.push_back(std::move(v));
-        break;
-      }
-      case Op::STORE_GLOBAL: {
-        PyObject* name = PyTuple_GET_ITEM(names, arg);
-        int reg = load(guards::LoadKind::Constant, -1, 0, f.globals, "globals");
-        ValuePtr value = pop(f);
-        if (!recordEffect({PendingEffect::Kind::SetItem, reg, Ref::borrow(name), value})) return nullptr;
-        setOverlayAttr(reg, name, value);
-        break;
-      }
-      case Op::STORE_ATTR: {
-        ValuePtr obj = pop(f);
-        ValuePtr value = pop(f);
-        if (!storeAttr(obj, PyTuple_GET_ITEM(names, arg), value)) return nullptr;
-        break;
-      }
-      case Op::BEFORE_WITH: {
-        ValuePtr ctx = pop(f);
-        if (isUserObject(ctx)) {
-          ValuePtr exit = getAttr(ctx, intern("__exit__"));
-          if (!exit) return nullptr;
-          bool found = false;
-          ValuePtr entered = callDunder(ctx, "__enter__", {}, &found);
-          if (!found && !failed_) return fail("`with` on an object without __enter__ (TypeError)");
-          if (!entered) return nullptr;
-          f.stack.push_back(std::move(exit));
-          f.stack.push_back(std::move(entered));
-          break;
-        }
-        if (!ctx->is(Kind::Context))
-          return fail(std::string("`with` on a ") + kindName(ctx->kind) + " is not supported yet");
-        ValuePtr entered = enterContext(ctx);
-        if (!entered) return nullptr;
-        f.stack.push_back(Value::namedMethod(ctx, intern("__exit__")));
-        f.stack.push_back(std::move(entered));
-        break;
-      }
-      case Op::RETURN_VALUE:
-        ++opcodeCounts()[static_cast<int>(ins.op)];
-        if (f.generator) {
-          pop(f);
-          auto it = std::make_shared<Value>();
-          it->kind = Kind::Iterator;
-          it->items = std::move(f.yielded);
-          return it;
-        }
-        return pop(f);
-      case Op::GET_YIELD_FROM_ITER: {
-        ValuePtr it = getIter(pop(f));
-        if (!it) return nullptr;
-        f.stack.push_back(std::move(it));
-        break;
-      }
-      case Op::SEND: {
-        // `yield from it` in a generator run to completion: every remaining item is
-        // yielded now; the expression's value is None (iterators return nothing).
-        pop(f);
-        ValuePtr& receiver = f.stack.back();
-        if (!f.generator || !receiver->is(Kind::Iterator)) return fail("SEND outside a generator run in place");
-        for (size_t k = receiver->pos; k < receiver->items.size(); ++k) f.yielded.push_back(receiver->items[k]);
-        if (!advanceIterator(ValuePtr(receiver), receiver->items.size(), true)) return nullptr;
-        receiver = Value::constant(Py_None);
-        if (!jumpTo(ins.jumpTarget())) return nullptr;
-        next_pc = f.pc;
-        break;
-      }
-      case Op::RETURN_GENERATOR:
-        // A generator is run to completion where it is called: its values are collected
-        // and handed to the consumer as an iterator.
-        f.stack.push_back(Value::constant(Py_None));
-        break;
-      case Op::YIELD_VALUE:
-        if (!f.generator) return fail("YIELD_VALUE outside a generator");
-        f.yielded.push_back(pop(f));
-        f.stack.push_back(Value::constant(Py_None));
-        break;
-
-      case Op::BUILD_MAP:
-      case Op::BUILD_CONST_KEY_MAP:
-      case Op::BUILD_SET:
-      case Op::LIST_APPEND:
-      case Op::SET_ADD:
-      case Op::SET_UPDATE:
-      case Op::DICT_UPDATE:
-      case Op::DICT_MERGE:
-      case Op::MAP_ADD:
-      case Op::DELETE_SUBSCR:
-      case Op::UNPACK_EX:
-        if (!runContainerOpcode(f, ins)) return nullptr;
-        break;
-      case Op::MAKE_CELL:
-      case Op::LOAD_CLOSURE:
-      case Op::LOAD_DEREF:
-      case Op::STORE_DEREF:
-      case Op::DELETE_DEREF:
-      case Op::MAKE_FUNCTION:
-      case Op::CALL_FUNCTION_EX:
-        if (!runFunctionOpcode(f, ins)) return nullptr;
-        break;
-      case Op::FORMAT_VALUE: {
-        // f-string pieces of constants: format with CPython's own conversion rules.
-        Ref spec;
-        if ((arg & 0x04) == 0x04) spec = pop(f)->obj.copy();
-        ValuePtr v = pop(f);
-        if (!v->is(Kind::Constant)) return fail(std::string("formatting a ") + kindName(v->kind) + " in an f-string is not supported yet");
-        Ref conv;
-        switch (arg & 0x03) {
-          case 1: conv = Ref::steal(PyObject_Str(v->obj.get())); break;
-          case 2: conv = Ref::steal(PyObject_Repr(v->obj.get())); break;
-          case 3: conv = Ref::steal(PyObject_ASCII(v->obj.get())); break;
-          default: conv = v->obj.copy();
-        }
-        if (!conv) return failFromPython("f-string conversion");
-        Ref out = Ref::steal(PyObject_Format(conv.get(), spec.get()));
-        if (!out) return failFromPython("f-string formatting");
-        f.stack.push_back(Value::constant(out.get()));
-        break;
-      }
-      case Op::BUILD_STRING: {
-        std::vector<ValuePtr> parts = popN(f, static_cast<size_t>(arg));
-        Ref tuple = Ref::steal(PyTuple_New(arg));
-        for (int k = 0; k < arg; ++k) {
-          if (!parts[k]->is(Kind::Constant) || !PyUnicode_Check(parts[k]->obj.get())) return fail("BUILD_STRING of non-strings");
-          PyTuple_SET_ITEM(tuple.get(), k, parts[k]->obj.copy().release());
-        }
-        Ref empty = Ref::steal(PyUnicode_FromString(""));
-        Ref joined = Ref::steal(PyUnicode_Join(empty.get(), tuple.get()));
-        if (!joined) return failFromPython("BUILD_STRING");
-        f.stack.push_back(Value::constant(joined.get()));
-        break;
-      }
-
-      default:
-        return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) +
-                    " is not supported yet");
+    Handler handler = handlerFor(ins.op);
+    if (!handler)
+      return fail(std::string("opcode ") + bytecode::opName(static_cast<int>(ins.op)) + " is not supported yet");
+    // The inputs stay on the stack while the handler runs (an exception unwinds to its
+    // handler's depth from the stack as it was before the instruction).
+    const size_t pops = static_cast<size_t>(bytecode::opPops(ins.op, ins.arg));
+    CDYNAMO_CHECK(f.stack.size() >= pops, "symbolic stack underflow");
+    io.assign(f.stack.end() - static_cast<std::ptrdiff_t>(pops), f.stack.end());
+    // Returns and raises leave the loop: they count as run when they start.
+    const bool leaves = bytecode::neverFallsThrough(ins.op) && !bytecode::opHasFlag(ins.op, 'J');
+    if (leaves) ++opcodeCounts()[static_cast<int>(ins.op)];
+    Result<Next> next = handler(*this, f, ins, io);
+    if (!next) return next.stop();
+    // Every handler returns the Stop that fail() gave it; this only keeps a handler that
+    // reported failure and still produced a value from going on.
+    if (failed_) return Stop{Outcome::Unsupported};
+    if (!leaves) ++opcodeCounts()[static_cast<int>(ins.op)];
+    f.stack.resize(f.stack.size() - pops);
+    if (*next == Next::Return) {
+      CDYNAMO_CHECK(io.size() == 1, "a return without its value");
+      return std::move(io[0]);
     }
-    if (failed_) return nullptr;
-    ++opcodeCounts()[static_cast<int>(ins.op)];
-    f.pc = next_pc;
+    const bool jump = *next == Next::Jump;
+    CDYNAMO_CHECK(io.size() == static_cast<size_t>(bytecode::opPushes(ins.op, ins.arg, jump)),
+                  "a handler pushed other than its opcode table row says");
+    for (ValuePtr& v : io) f.stack.push_back(std::move(v));
+    if (!jump) {
+      f.pc += 1;
+      continue;
+    }
+    int target = bytecode::indexAtOffset(f.instrs, ins.jumpTarget());
+    if (target < 0) return fail("jump to an offset that is not an instruction start");
+    f.pc = static_cast<size_t>(target);
   }
   return fail("fell off the end of the code object");
 }

@@ -27,7 +27,7 @@ PyObject* scalarType(Tracer& t, const ValuePtr& v);
 // Reads the value of tensor (or scalar) `v` as Python does for `how`: "item"
 // (Tensor.item()), "int", "float", "bool" (the builtins, or Tensor.__int__ and friends) or
 // "tolist". Returns the scalar value (a graph node, or a constant when the fake tensor
-// holds one), or null after fail() with a reason naming the operation.
-ValuePtr readTensorValue(Tracer& t, const ValuePtr& v, const char* how);
+// holds one), or Unsupported with a reason naming the operation.
+Result<ValuePtr> readTensorValue(Tracer& t, const ValuePtr& v, const char* how);
 
 }  // namespace cdynamo::trace

@@ -1,10 +1,11 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
-// output plan, build the FX graph and hand it to the backend.
+// output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "trace/tracer.h"
 
 #include <string>
 #include <unordered_set>
 
+#include "support/lookup.h"
 #include "support/stats.h"
 #include "support/torch_types.h"
 
@@ -17,33 +18,30 @@ std::string utf8(PyObject* s) {
   return c ? c : "?";
 }
 
-// cdynamo.exc.<name> (a Python exception class), or null with an error set.
-Ref exceptionClass(const char* name) {
-  Ref m = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
-  if (!m) return Ref();
-  return Ref::steal(PyObject_GetAttrString(m.get(), name));
-}
-
-// Raises cdynamo.exc.<cls>(message), chained to the pending exception if any.
-void raiseChained(const char* cls, const std::string& message) {
+// The pending Python error, normalized, with its traceback attached (null when none).
+Ref fetchException() {
   PyObject *type = nullptr, *value = nullptr, *tb = nullptr;
   PyErr_Fetch(&type, &value, &tb);
   if (type) PyErr_NormalizeException(&type, &value, &tb);
-  if (value && tb) PyException_SetTraceback(value, tb);
-  Py_XDECREF(type);
-  Py_XDECREF(tb);
-  Ref cause = Ref::steal(value);
-  Ref exc_type = exceptionClass(cls);
+  Ref type_ref = Ref::steal(type), value_ref = Ref::steal(value), tb_ref = Ref::steal(tb);
+  if (value_ref && tb_ref) PyException_SetTraceback(value_ref.get(), tb_ref.get());
+  return value_ref;
+}
+
+// Raises cdynamo.exc.<cls>(message), chained to the pending exception if any.
+void raiseChained(Obj cls, const std::string& message) {
+  Ref cause = fetchException();
+  PyObject* exc_type = lookup(cls);
   if (!exc_type) return;
-  Ref exc = Ref::steal(PyObject_CallFunction(exc_type.get(), "s", message.c_str()));
+  Ref exc = Ref::steal(PyObject_CallFunction(exc_type, "s", message.c_str()));
   if (!exc) return;
   if (cause) PyException_SetCause(exc.get(), cause.release());
-  PyErr_SetObject(exc_type.get(), exc.get());
+  PyErr_SetObject(exc_type, exc.get());
 }
 
 }  // namespace
 
-std::nullptr_t Tracer::fail(std::string reason) {
+Stop Tracer::fail(std::string reason) {
   if (!failed_) {
     failed_ = true;
     unsupported_.reason = std::move(reason);
@@ -55,7 +53,7 @@ std::nullptr_t Tracer::fail(std::string reason) {
       fail_visit_ = root_visits_[root->pc];
     }
   }
-  return nullptr;
+  return Stop{Outcome::Unsupported};
 }
 
 BreakTarget Tracer::failedAt() const {
@@ -66,9 +64,10 @@ BreakTarget Tracer::failedAt() const {
   return t;
 }
 
-std::nullptr_t Tracer::failFromPython(const std::string& what) {
+Stop Tracer::failFromPython(const std::string& what) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
+  Ref type_ref = Ref::steal(type), value_ref = Ref::steal(value), tb_ref = Ref::steal(tb);
   std::string msg = what;
   if (type) {
     msg += ": ";
@@ -78,9 +77,6 @@ std::nullptr_t Tracer::failFromPython(const std::string& what) {
       if (s) msg += ": " + utf8(s.get());
     }
   }
-  Py_XDECREF(type);
-  Py_XDECREF(value);
-  Py_XDECREF(tb);
   PyErr_Clear();
   if (msg.size() > 400) msg = msg.substr(0, 397) + "...";
   return fail(msg);
@@ -107,440 +103,142 @@ void Tracer::setLocation(Unsupported* u) {
   u->user_stack = stack;
 }
 
-bool Tracer::buildOutput(const ValuePtr& v, runtime::OutputPlan* plan) {
-  using K = runtime::OutputPlan::Kind;
-  const bool container = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::Tuple);
-  if ((container || v->is(Kind::Iterator)) && v->reg >= 0) {
-    // A container or iterator read from the program is handed back as the object itself
-    // (its mutations, or what the trace consumed of it, are replayed on it as effects).
-    plan->kind = K::Register;
-    plan->index = v->reg;
-    return true;
-  }
-  if (v->reg < 0 && (container || v->is(Kind::NewObject) || v->is(Kind::Iterator) || v->is(Kind::Cell) ||
-                     v->is(Kind::Function))) {
-    // A mutable value made in the trace is one object however often it is reachable.
-    auto it = memo_slot_.find(v.get());
-    if (it != memo_slot_.end()) {
-      plan->kind = K::Memo;
-      plan->index = it->second.first;
-      return true;
-    }
-    if (!v->is(Kind::Tuple)) {
-      plan->memo = entry_->memo_slots++;
-      memo_slot_.emplace(v.get(), std::make_pair(plan->memo, v));
-    }
-  }
-  switch (v->kind) {
-    case Kind::Tensor: {
-      auto in = input_reg_of_node_.find(v->node);
-      if (in != input_reg_of_node_.end()) {
-        // An input returned as is: hand back the very same object, as eager does.
-        plan->kind = K::Register;
-        plan->index = in->second;
-        return true;
-      }
-      plan->kind = K::GraphOutput;
-      for (size_t i = 0; i < outputs_.size(); ++i)
-        if (outputs_[i] == v->node) {
-          plan->index = static_cast<int>(i);
-          return true;
-        }
-      outputs_.push_back(v->node);
-      plan->index = static_cast<int>(outputs_.size() - 1);
-      return true;
-    }
-    case Kind::Constant:
-      plan->kind = K::Constant;
-      plan->constant = v->obj.copy();
-      return true;
-    case Kind::Tuple:
-    case Kind::List:
-      plan->kind = v->is(Kind::Tuple) ? K::Tuple : K::List;
-      if (v->obj) plan->constant = v->obj.copy();  // a namedtuple class, or deque
-      plan->ctor_arg = v->ctor_arg.copy();
-      plan->items.resize(v->items.size());
-      for (size_t i = 0; i < v->items.size(); ++i)
-        if (!buildOutput(v->items[i], &plan->items[i])) return false;
-      return true;
-    case Kind::Dict:
-    case Kind::Set:
-      plan->kind = v->is(Kind::Dict) ? K::Dict : K::Set;
-      plan->constant = v->obj.copy();
-      plan->ctor_arg = v->ctor_arg.copy();
-      plan->items.resize(v->items.size());
-      for (const Ref& k : v->keys) plan->keys.push_back(k.copy());
-      for (size_t i = 0; i < v->items.size(); ++i)
-        if (!buildOutput(v->items[i], &plan->items[i])) return false;
-      return true;
-    case Kind::Module:
-    case Kind::Callable:
-    case Kind::PyModule:
-    case Kind::Object:
-      if (v->reg >= 0) {
-        plan->kind = K::Register;
-        plan->index = v->reg;
-        return true;
-      }
-      if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
-        plan->kind = K::Constant;
-        plan->constant = v->obj.copy();
-        return true;
-      }
-      break;
-    case Kind::NewObject:
-      plan->kind = K::NewObject;
-      plan->constant = v->obj.copy();
-      plan->items.resize(1);
-      return buildOutput(v->items[0], &plan->items[0]);
-    case Kind::Slice:
-    case Kind::Iterator: {
-      if (!usableIterator(v.get())) return false;
-      // slice(start, stop, step); an iterator becomes iter() over the items it has left.
-      plan->kind = K::Call;
-      if (v->is(Kind::Slice)) {
-        plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PySlice_Type));
-        plan->items.resize(v->items.size());
-        for (size_t i = 0; i < v->items.size(); ++i)
-          if (!buildOutput(v->items[i], &plan->items[i])) return false;
-        return true;
-      }
-      plan->constant = Ref::steal(PyObject_GetAttrString(PyImport_AddModule("builtins"), "iter"));
-      if (!plan->constant) {
-        failFromPython("builtins.iter");
-        return false;
-      }
-      std::vector<ValuePtr> rest(v->items.begin() + static_cast<std::ptrdiff_t>(std::min(v->pos, v->items.size())), v->items.end());
-      plan->items.resize(1);
-      return buildOutput(Value::sequence(Kind::Tuple, std::move(rest)), &plan->items[0]);
-    }
-    case Kind::Method: {
-      const ValuePtr& receiver = v->items[0];
-      if (receiver->is(Kind::Context) && !v->obj && PyUnicode_CompareWithASCIIString(v->name.get(), "__exit__") == 0)
-        return buildContextExit(receiver, plan);
-      plan->kind = K::Call;
-      plan->items.resize(2);
-      if (v->obj) {  // types.MethodType(function, receiver)
-        plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyMethod_Type));
-        plan->items[0].kind = K::Constant;
-        plan->items[0].constant = v->obj.copy();
-        return buildOutput(receiver, &plan->items[1]);
-      }
-      plan->constant = Ref::steal(PyObject_GetAttrString(PyImport_AddModule("builtins"), "getattr"));
-      if (!plan->constant) {
-        failFromPython("builtins.getattr");
-        return false;
-      }
-      plan->items[1].kind = K::Constant;
-      plan->items[1].constant = v->name.copy();
-      return buildOutput(receiver, &plan->items[0]);
-    }
-    case Kind::Cell:
-      // A cell made in the trace (a local captured by an inner function).
-      if (v->obj) break;  // a cell of an enclosing function: not rebuilt (yet)
-      plan->kind = K::Call;
-      plan->constant = Ref::borrow(reinterpret_cast<PyObject*>(&PyCell_Type));
-      if (!v->items.empty()) {
-        plan->items.resize(1);
-        return buildOutput(v->items[0], &plan->items[0]);
-      }
-      return true;
-    case Kind::Function: {
-      // A function made in the trace: cdynamo._resume.make_function(code, globals,
-      // qualname, defaults, kwdefaults, closure, attrs), its cells shared through the memo.
-      const FunctionParts& fp = *v->fn;
-      Ref helper = Ref::steal(PyImport_ImportModule("cdynamo._resume"));
-      if (helper) helper = Ref::steal(PyObject_GetAttrString(helper.get(), "make_function"));
-      if (!helper) {
-        failFromPython("cdynamo._resume.make_function");
-        return false;
-      }
-      plan->kind = K::Call;
-      plan->constant = std::move(helper);
-      plan->items.resize(7);
-      auto constant = [&](size_t i, PyObject* o) {
-        plan->items[i].kind = K::Constant;
-        plan->items[i].constant = Ref::borrow(o ? o : Py_None);
-      };
-      constant(0, fp.code.get());
-      constant(1, fp.globals);
-      constant(2, fp.qualname.get());
-      if (fp.defaults) {
-        if (!buildOutput(fp.defaults, &plan->items[3])) return false;
-      } else {
-        constant(3, nullptr);
-      }
-      if (fp.kwdefaults) {
-        if (!buildOutput(fp.kwdefaults, &plan->items[4])) return false;
-      } else {
-        constant(4, nullptr);
-      }
-      plan->items[5].kind = K::Tuple;
-      plan->items[5].items.resize(fp.closure.size());
-      for (size_t i = 0; i < fp.closure.size(); ++i)
-        if (!buildOutput(fp.closure[i], &plan->items[5].items[i])) return false;
-      if (fp.attrs) {
-        if (!buildOutput(fp.attrs, &plan->items[6])) return false;
-      } else {
-        constant(6, nullptr);
-      }
-      return true;
-    }
-    case Kind::Null:
-    case Kind::Context:
-    case Kind::Super:
-    case Kind::Partial:
-      break;
-  }
-  fail(std::string("returning a ") + kindName(v->kind) + " is not supported yet");
-  return false;
-}
-
-int Tracer::sameTensorObject(const ValuePtr& a, const ValuePtr& b) {
-  if (a->node == b->node) return 1;
-  auto ia = example_of_node_.find(a->node), ib = example_of_node_.find(b->node);
-  if (ia == example_of_node_.end() || ib == example_of_node_.end()) return 0;  // a computed tensor is new
-  bool same = ia->second.get() == ib->second.get();
-  guards().checkAliasing(input_reg_of_node_.at(a->node), input_reg_of_node_.at(b->node), same);
-  return same ? 1 : 0;
-}
-
-bool Tracer::recordEffect(PendingEffect e) {
-  ++mutations_;
-  if (generator_depth_ > 0) {
-    fail("a side effect inside a generator that is run in place (its order against the consumer would change)");
-    return false;
-  }
-  effects_.push_back(std::move(e));
-  return true;
-}
-
-bool Tracer::noteContainerMutation(const ValuePtr& c) {
-  ++mutations_;
-  if (c->reg < 0) return true;  // made in the trace: nothing to replay
-  if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set)) {
-    fail(std::string("mutating a ") + kindName(c->kind) + " from outside the trace is not supported yet");
-    return false;
-  }
-  for (const PendingEffect& e : effects_)
-    if (e.kind == PendingEffect::Kind::Container && e.value == c) return true;
-  return recordEffect({PendingEffect::Kind::Container, c->reg, Ref(), c});
-}
-
-ValuePtr Tracer::overlayAttr(int reg, PyObject* name) {
-  if (reg < 0 || attr_overlay_.empty()) return nullptr;
-  const char* n = PyUnicode_AsUTF8(name);
-  for (auto it = attr_overlay_.rbegin(); it != attr_overlay_.rend(); ++it)
-    if (it->first.first == reg && it->first.second == n) return it->second;
-  return nullptr;
-}
-
-void Tracer::setOverlayAttr(int reg, PyObject* name, ValuePtr value) {
-  attr_overlay_.push_back({{reg, PyUnicode_AsUTF8(name)}, std::move(value)});
-}
-
-bool Tracer::buildEffects() {
-  using K = runtime::SideEffect::Kind;
-  for (const InputIterator& in : input_iterators_) {
-    const ValuePtr& it = in.value;
-    if (it->pos == 0) continue;
-    runtime::SideEffect out;
-    out.kind = K::Advance;
-    out.reg = it->reg;
-    out.value.kind = runtime::OutputPlan::Kind::Constant;
-    out.value.constant = Ref::steal(PyLong_FromSize_t(std::min(it->pos, it->items.size())));
-    if (!out.value.constant) return false;
-    entry_->effects.push_back(std::move(out));
-  }
-  for (const PendingEffect& e : effects_) {
-    runtime::SideEffect out;
-    out.reg = e.reg;
-    out.name = e.name.copy();
-    switch (e.kind) {
-      case PendingEffect::Kind::SetAttr: out.kind = K::SetAttr; break;
-      case PendingEffect::Kind::SetItem: out.kind = K::SetItem; break;
-      case PendingEffect::Kind::SetCell: out.kind = K::SetCell; break;
-      case PendingEffect::Kind::Container:
-        out.kind = e.value->is(Kind::List) ? K::ReplaceList : e.value->is(Kind::Set) ? K::ReplaceSet : K::ReplaceDict;
-        break;
-    }
-    if (e.kind == PendingEffect::Kind::Container) {
-      // The container's final contents, as a fresh list/dict to copy from.
-      ValuePtr copy = e.value->is(Kind::List) || e.value->is(Kind::Set) ? Value::sequence(e.value->kind, e.value->items)
-                                                                          : nullptr;
-      if (!copy) {
-        std::vector<Ref> keys;
-        for (const Ref& k : e.value->keys) keys.push_back(k.copy());
-        copy = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), e.value->items);
-      }
-      if (!buildOutput(copy, &out.value)) return false;
-    } else if (!buildOutput(e.value, &out.value)) {
-      return false;
-    }
-    entry_->effects.push_back(std::move(out));
-  }
-  return true;
-}
-
-namespace {
-
-void registersIn(const runtime::OutputPlan& p, std::unordered_set<int>* out) {
-  if (p.kind == runtime::OutputPlan::Kind::Register) out->insert(p.index);
-  for (const runtime::OutputPlan& item : p.items) registersIn(item, out);
-}
-
-}  // namespace
-
-void Tracer::guardInputIterators() {
-  if (input_iterators_.empty()) return;
-  // The registers the entry reads besides its guards: graph inputs, outputs, effects.
-  std::unordered_set<int> read(entry_->input_regs.begin(), entry_->input_regs.end());
-  registersIn(entry_->output, &read);
-  for (const runtime::SideEffect& e : entry_->effects) {
-    read.insert(e.reg);
-    registersIn(e.value, &read);
-  }
-  for (const InputIterator& in : input_iterators_) {
-    const ValuePtr& it = in.value;
-    const size_t taken = std::min(it->pos, in.item_regs.size());
-    std::vector<int> untaken(in.item_regs.begin() + static_cast<std::ptrdiff_t>(taken), in.item_regs.end());
-    bool unread = !it->ended;
-    std::vector<int> under = guards().registersUnder(untaken);
-    std::unordered_set<int> under_set(under.begin(), under.end());
-    std::unordered_set<const Value*> under_values;
-    for (int r : under) {
-      unread = unread && !read.count(r);
-      auto w = wrapped_.find(r);
-      if (w != wrapped_.end()) under_values.insert(w->second.get());
-    }
-    // An untaken item that is also reached through another source (one object passed twice)
-    // is one traced value: what the trace read of it may be guarded through the item's
-    // registers, so those stay.
-    for (const auto& [reg, value] : wrapped_)
-      if (!under_set.count(reg) && under_values.count(value.get())) unread = false;
-    if (unread) {
-      // The trace took `taken` items and did not see the end: any iterator with at least
-      // those items (each guarded as it was used) behaves the same here.
-      guards().dropRegisters(untaken);
-      if (taken > 0) guards().checkLengthAtLeast(in.items_reg, static_cast<Py_ssize_t>(taken));
-    } else {
-      guards().checkLength(in.items_reg, static_cast<Py_ssize_t>(in.item_regs.size()));
-    }
-  }
-}
-
-bool Tracer::compileGraph() {
+Done Tracer::compileGraph() {
   std::vector<int> inputs_used;
   int op_count = 0;
-  Ref gm = graph_.buildGraphModule(outputs_, &inputs_used, &op_count);
-  if (!gm) {
-    failFromPython("building the FX graph");
-    return false;
-  }
-  if (op_count == 0) return true;  // nothing for a backend to do: no graph
+  Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
+  if (!gm) return failFromPython("building the FX graph");
+  if (op_count == 0) return {};  // nothing for a backend to do: no graph
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
-  if (!example_inputs) return false;
+  if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {
     int node = inputs_used[i];
     entry_->input_regs.push_back(input_reg_of_node_.at(node));
     PyList_SET_ITEM(example_inputs.get(), i, example_of_node_.at(node).copy().release());
   }
-  Ref backend = Ref::steal(PyObject_GetAttrString(config_, "backend"));
-  if (!backend) {
+  // A user-facing error (a Python exception raised out of translate()) stops the trace
+  // without an unsupported reason.
+  auto userError = [this]() {
     user_error_ = true;
-    return false;
-  }
+    failed_ = true;
+    return Stop{Outcome::Unsupported};
+  };
+  Ref backend = Ref::steal(PyObject_GetAttrString(config_, "backend"));
+  if (!backend) return userError();
   ++stats().graphs_compiled;
   Ref compiled = graph_.callBackend(backend.get(), gm.get(), example_inputs.get());
   if (!compiled) {
-    user_error_ = true;
-    raiseChained("BackendCompilerFailed", "backend compiler failed on the graph of " + entry_->name);
-    return false;
+    raiseChained(Obj::cdynamo_exc_BackendCompilerFailed, "backend compiler failed on the graph of " + entry_->name);
+    return userError();
   }
   if (!PyCallable_Check(compiled.get())) {
-    user_error_ = true;
-    raiseChained("BackendCompilerFailed", "backend returned a non-callable (" +
-                                              std::string(Py_TYPE(compiled.get())->tp_name) + ") for " + entry_->name);
-    return false;
+    raiseChained(Obj::cdynamo_exc_BackendCompilerFailed, "backend returned a non-callable (" +
+                                                             std::string(Py_TYPE(compiled.get())->tp_name) + ") for " +
+                                                             entry_->name);
+    return userError();
   }
   entry_->compiled = std::move(compiled);
   entry_->graph_module = std::move(gm);
-  return true;
+  return {};
+}
+
+Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
+  if (!graph_.begin()) return failFromPython("starting fake tensor mode");
+  // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
+  PyObject* is_grad_enabled = lookup(Obj::torch_is_grad_enabled);
+  Ref enabled = is_grad_enabled ? Ref::steal(PyObject_CallNoArgs(is_grad_enabled)) : Ref();
+  if (!enabled) return failFromPython("torch.is_grad_enabled()");
+  const bool grad_mode = enabled.get() == Py_True;
+  contexts_.setGradModeAtStart(grad_mode);
+  guards().checkGradMode(grad_mode);
+  Result<ValuePtr> ret = runFrame(root);
+  contexts_.restore();
+  return ret;
+}
+
+void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
+  // The result's plan first: the runtime builds it first (memo slots are filled in order),
+  // then the effects' values.
+  runtime::OutputPlan plan;
+  auto effects = [&]() -> Done {
+    iterators_.appendAdvances(&entry_->effects);
+    return effects_.buildReplay(outputs_, &entry_->effects);
+  };
+  if (failed_) {
+    return;
+  } else if (stopped_at_break_) {
+    if (buildBreak(root, &plan)) (void)effects();
+  } else if (ret.outcome() == Outcome::Raised) {
+    PyObject* e = pending_exc_->real();
+    (void)fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
+               ") escapes the traced frame; it runs natively to raise it");
+  } else if (ret.ok()) {
+    if (outputs_.plan(*ret, &plan)) (void)effects();
+  } else {
+    (void)fail("internal: the trace ended without a result");
+  }
+  if (failed_) return;
+  entry_->output = std::move(plan);
+  entry_->memo_slots = outputs_.memoSlots();
+  if (!compileGraph()) return;
+  iterators_.guardInputs(*entry_);
+}
+
+TranslateResult Tracer::report() {
+  TranslateResult result;
+  if (user_error_) {
+    result.error = true;
+    return result;
+  }
+  if (!failed_) {
+    result.entry = entry_;
+    return result;
+  }
+  result.unsupported = unsupported_;
+  Ref fullgraph = Ref::steal(PyObject_GetAttrString(config_, "fullgraph"));
+  if (!fullgraph) {
+    result.error = true;
+    return result;
+  }
+  if (fullgraph.get() == Py_True) {
+    std::string msg = unsupported_.reason + "\n  at " + unsupported_.filename + ":" + std::to_string(unsupported_.line) +
+                      " in " + unsupported_.function + "\n  inlined call stack:\n" + unsupported_.user_stack;
+    raiseChained(Obj::cdynamo_exc_Unsupported, msg);
+    result.error = true;
+  }
+  return result;
 }
 
 TranslateResult Tracer::run() {
-  TranslateResult result;
   PyCodeObject* co = root_view_.code;
   entry_->name = utf8(co->co_qualname) + " at " + utf8(co->co_filename) + ":" + std::to_string(co->co_firstlineno);
   entry_->config = Ref::borrow(config_);
 
   SymbolicFrame root;
   root.code = co;
-  root.globals = root_view_.globals;
-  root.builtins = root_view_.builtins;
-  root.closure = root_view_.closure;
+  root.globals = Borrowed(root_view_.globals);
+  root.builtins = Borrowed(root_view_.builtins);
+  root.closure = Borrowed(root_view_.closure);
   root.instrs = bytecode::decode(co);
   root.locals.resize(co->co_nlocalsplus);
   root.deleted.resize(co->co_nlocalsplus);
   root.root = true;
   root_visits_.assign(root.instrs.size(), 0);
 
-  ValuePtr ret;
-  if (!graph_.begin()) {
-    failFromPython("starting fake tensor mode");
-  } else {
-    // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
-    Ref torch = Ref::steal(PyImport_ImportModule("torch"));
-    Ref enabled = torch ? Ref::steal(PyObject_CallMethod(torch.get(), "is_grad_enabled", nullptr)) : Ref();
-    if (!enabled) {
-      failFromPython("torch.is_grad_enabled()");
-    } else {
-      grad_mode_at_start_ = enabled.get() == Py_True;
-      guards().checkGradMode(grad_mode_at_start_);
-      ret = runFrame(root);
-      restoreGlobalState();
-    }
-  }
+  Result<ValuePtr> ret = traceRoot(root);
   graph_.finish();
-  runtime::OutputPlan plan;
-  if (stopped_at_break_ && !failed_) {
-    if (buildBreak(root, &plan)) buildEffects();
-  } else if (!ret && !failed_ && pending_exc_) {
-    PyObject* e = pending_exc_->real();
-    fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
-         ") escapes the traced frame; it runs natively to raise it");
-  }
-  // The result's plan first: the runtime builds it first (memo slots are filled in order).
-  if (ret && !failed_) buildOutput(ret, &plan);
-  if (ret && !failed_) buildEffects();
-  if (!ret && !failed_ && !stopped_at_break_) fail("internal: the trace ended without a result");
-  if (!failed_) {
-    entry_->output = std::move(plan);
-    compileGraph();
-  }
-  if (!failed_) guardInputIterators();
-  if (user_error_) {
-    result.error = true;
-    return result;
-  }
-  if (failed_) {
-    result.unsupported = unsupported_;
-    Ref fullgraph = Ref::steal(PyObject_GetAttrString(config_, "fullgraph"));
-    if (!fullgraph) {
-      result.error = true;
-      return result;
-    }
-    if (fullgraph.get() == Py_True) {
-      std::string msg = unsupported_.reason + "\n  at " + unsupported_.filename + ":" +
-                        std::to_string(unsupported_.line) + " in " + unsupported_.function +
-                        "\n  inlined call stack:\n" + unsupported_.user_stack;
-      raiseChained("Unsupported", msg);
-      result.error = true;
-    }
-    return result;
-  }
-  result.entry = entry_;
-  return result;
+  finishEntry(root, ret);
+  return report();
+}
+
+int Tracer::inputRegOf(int node) const {
+  auto in = input_reg_of_node_.find(node);
+  return in == input_reg_of_node_.end() ? -1 : in->second;
+}
+
+PyObject* Tracer::exampleOf(int node) const {
+  auto ex = example_of_node_.find(node);
+  return ex == example_of_node_.end() ? nullptr : ex->second.get();
 }
 
 }  // namespace cdynamo::trace

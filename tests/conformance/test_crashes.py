@@ -5,7 +5,7 @@ first call and a cache hit and raises AssertionError on any difference in the ou
 test runs it away from pytest's process with a timeout (``harness.isolated``), since a
 segfault or a deadlock would take pytest down. What these assert is the crash fix: no
 crash, no hang, eager's outcome (a clean native run counts); capturing the case is tracked by
-the conformance list. All fail today (strict xfail, with the diagnosis).
+the conformance list. Those not fixed yet are strict xfails, with the diagnosis.
 """
 import threading
 
@@ -168,26 +168,22 @@ def test_enumerate_over_iterator_returning_self():
     isolated(MODULE, "case_enumerate_over_iterator_returning_self")
 
 
-@crash("an __iter__ that raises leaves callDunder's result null with the exception pending; "
-       "Tracer::getIter then calls getIter(nullptr) (segfault)")
+# Fixed (r10: the tracer's failure protocol and typed values).
 def test_for_over_iter_that_raises():
     isolated(MODULE, "case_for_over_iter_that_raises")
 
 
-@crash("frozenset(...) of a Set value makes a real frozenset from the items' objects "
-       "(trace/builtins.cpp callBuiltin): a tensor item has none, PySet_Add(NULL) segfaults")
+# Fixed (r10: the tracer's failure protocol and typed values).
 def test_frozenset_of_a_set_holding_a_tensor():
     isolated(MODULE, "case_frozenset_of_a_set_holding_a_tensor")
 
 
-@crash("frozenset([1, x]) takes the same path as above and segfaults")
+# Fixed (r10: the tracer's failure protocol and typed values).
 def test_frozenset_with_a_tensor_returned():
     isolated(MODULE, "case_frozenset_with_a_tensor_returned")
 
 
-@crash("a torch op's named tuple (torch.return_types.min) comes back as a plain Tuple value, "
-       ".values becomes a pending method, and Tracer::getAttr on a Method falls through the switch "
-       "into functionAttr, which dereferences the missing FunctionParts (segfault)")
+# Fixed (r10: the tracer's failure protocol and typed values).
 def test_attribute_of_a_torch_named_tuple_then_a_method():
     isolated(MODULE, "case_attribute_of_a_torch_named_tuple_then_a_method")
 

@@ -41,7 +41,7 @@ static void checkSpecializationsAgainstOpcode() {
     const char* base;
   };
   static const Row rows[] = {
-#define X(name, num, caches, flags)
+#define X(name, num, caches, flags, pops, pushes, pushes_if_jump)
 #define S(name, num, base) {#name, num, #base},
 #include "bytecode/opcodes_311.def"
 #undef S

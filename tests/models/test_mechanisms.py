@@ -16,7 +16,10 @@ sys.path.insert(0, str(HERE))
 import mechanisms  # noqa: E402
 
 # Mechanisms not fixed yet, by case name (all of them at the commit this file was written).
-OPEN = set(mechanisms.CASES)
+# Fixed since: a raising __iter__/__contains__ is an exception of the traced program (the
+# tracer's failure protocol, trace/result.h), no longer a null value that was used.
+FIXED = {"iter_dunder_raises", "contains_dunder_raises"}
+OPEN = set(mechanisms.CASES) - FIXED
 
 
 def params():

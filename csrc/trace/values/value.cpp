@@ -4,70 +4,92 @@
 
 namespace cdynamo::trace {
 
-ValuePtr Value::null() {
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Null;
-  return v;
-}
-
-ValuePtr Value::tensor(int node, int reg) {
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Tensor;
-  v->node = node;
-  v->reg = reg;
-  return v;
-}
-
-ValuePtr Value::constant(PyObject* o, int reg) {
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Constant;
-  v->obj = Ref::borrow(o);
-  v->reg = reg;
-  return v;
-}
-
 ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  v->items = std::move(items);
-  v->reg = reg;
-  return v;
+  switch (kind) {
+    case Kind::Tuple: return tuple(std::move(items), reg);
+    case Kind::List: return list(std::move(items), reg);
+    case Kind::Set: return set(std::move(items), reg);
+    case Kind::Iterator: return iterator(std::move(items), reg);
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Slice:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Dict:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::NewObject:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
+  }
+  CDYNAMO_CHECK(false, "Value::sequence of a kind that is not a sequence");
+  return nullptr;
 }
 
-ValuePtr Value::object(Kind kind, PyObject* o, int reg) {
-  auto v = std::make_shared<Value>();
-  v->kind = kind;
-  v->obj = Ref::borrow(o);
-  v->reg = reg;
-  return v;
+PyObject* Value::real() const {
+  switch (kind()) {
+    case Kind::Constant: return as<Constant>().obj.get();
+    case Kind::Callable: return as<Callable>().obj.get();
+    case Kind::Module: return as<Module>().obj.get();
+    case Kind::PyModule: return as<PyModule>().obj.get();
+    case Kind::Object: return as<Object>().obj.get();
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Dict:
+    case Kind::Set:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::NewObject:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      return nullptr;
+  }
+  return nullptr;
 }
 
-ValuePtr Value::tensorMethod(ValuePtr receiver, PyObject* name) {
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Method;
-  v->items.push_back(std::move(receiver));
-  v->name = Ref::borrow(name);
-  return v;
+const std::vector<ValuePtr>* Value::elements() const {
+  switch (kind()) {
+    case Kind::Tuple: return &as<Tuple>().items;
+    case Kind::List: return &as<List>().items;
+    case Kind::Set: return &as<Set>().items;
+    case Kind::Iterator: return &as<Iterator>().items;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Slice:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Dict:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::NewObject:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      return nullptr;
+  }
+  return nullptr;
 }
 
-ValuePtr Value::boundMethod(ValuePtr receiver, PyObject* function) {
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Method;
-  v->items.push_back(std::move(receiver));
-  v->obj = Ref::borrow(function);
-  return v;
-}
-
-ValuePtr Value::dict(PyObject* type, std::vector<Ref> keys, std::vector<ValuePtr> values) {
-  auto v = std::make_shared<Value>();
-  v->kind = Kind::Dict;
-  v->obj = Ref::borrow(type);
-  v->keys = std::move(keys);
-  v->items = std::move(values);
-  return v;
-}
-
-int Value::findKey(PyObject* key) const {
+int Dict::findKey(PyObject* key) const {
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].get() == key) return static_cast<int>(i);
     int eq = PyObject_RichCompareBool(keys[i].get(), key, Py_EQ);
@@ -79,26 +101,11 @@ int Value::findKey(PyObject* key) const {
 
 const char* kindName(Kind k) {
   switch (k) {
-    case Kind::Null: return "NULL";
-    case Kind::Tensor: return "tensor";
-    case Kind::Constant: return "constant";
-    case Kind::Tuple: return "tuple";
-    case Kind::List: return "list";
-    case Kind::Slice: return "slice";
-    case Kind::Iterator: return "iterator";
-    case Kind::Callable: return "callable";
-    case Kind::Method: return "method";
-    case Kind::Module: return "nn.Module";
-    case Kind::PyModule: return "module";
-    case Kind::Dict: return "dict";
-    case Kind::Set: return "set";
-    case Kind::Cell: return "cell";
-    case Kind::Function: return "function";
-    case Kind::Object: return "object";
-    case Kind::Context: return "context manager";
-    case Kind::Partial: return "functools.partial";
-    case Kind::NewObject: return "object";
-    case Kind::Super: return "super()";
+#define KIND(name, text) \
+  case Kind::name:       \
+    return text;
+#include "trace/values/kinds.def"
+#undef KIND
   }
   return "?";
 }

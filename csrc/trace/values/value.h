@@ -2,113 +2,297 @@
 //
 // A Value is what sits on the symbolic stack or in a symbolic local: a tensor (a graph
 // node), a Python constant, a container of values, or a Python object the tracer knows
-// how to treat (function, method, module, Python module). Values are shared through
-// ValuePtr; containers made in the trace are the only mutable ones (list append etc.).
+// how to treat (function, method, module, Python module, user object). Each kind carries
+// its own payload struct (the kinds listed in kinds.def, one struct each, below): no field
+// means different things for different kinds. Values are shared through ValuePtr; those
+// made in the trace (containers, objects, cells, iterators) are mutated in place.
+//
+// Dispatch on a kind is exhaustive by construction: `switch (v->kind())` without a
+// default (-Werror=switch), or std::visit over `v->payload` with one overload per
+// payload; either fails to compile until a new kind is handled. Typed access to one kind
+// is `v->get<List>()` (null when `v` is another kind) or `v->as<List>()` (checked).
+//
 // `reg` is the guard register the value was read from (its Source), or -1 when the value
-// was computed inside the trace.
+// was computed inside the trace; it applies to every kind.
 #pragma once
 #include <Python.h>
 
+#include <array>
 #include <memory>
+#include <utility>
+#include <variant>
 #include <vector>
 
+#include "support/check.h"
 #include "support/pyref.h"
 
 namespace cdynamo::trace {
 
-enum class Kind : uint8_t {
-  Null,      // the NULL of the 3.11 call convention (PUSH_NULL, LOAD_GLOBAL with bit 0)
-  Tensor,    // node: graph node id
-  Constant,  // obj: an immutable Python constant (None, bool, int, float, str, dtype, ...)
-  Tuple,     // items
-  List,      // items
-  Slice,     // items: start, stop, step
-  Iterator,  // items being iterated; pos: next index
-  Callable,  // obj: a Python or C function, a type, or a torch function
-  Method,    // items[0]: receiver; obj: function to call with the receiver first, or null
-             // for a tensor method named `name`
-  Module,    // obj: an nn.Module
-  PyModule,  // obj: a Python module (import)
-  Dict,      // keys (constants) and items (values), insertion-ordered; obj: the dict type
-  Set,       // items: constant values (a set made in the trace)
-  Cell,      // items: empty, or the cell's contents (closures made in the trace)
-  Function,  // fn: a function made in the trace by MAKE_FUNCTION
-  Object,    // obj: a user object read from the program (attributes read live, guarded)
-  NewObject, // obj: the class of an object made in the trace; items[0]: its attributes (Dict)
-  Super,     // obj: the class after which lookup starts (super()); items[0]: the instance
-  Partial,   // functools.partial made in the trace: items = [function, args (Tuple), keywords (Dict)]
-  Context,   // obj: a torch context-manager class (no_grad, autocast, ...); items: its
-             // constant arguments; node: the graph node of its enter handle; pos: saved mode
-};
-
-// What MAKE_FUNCTION builds: code, defaults and closure cells as values.
-struct FunctionParts;
-
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
 
-struct Value {
-  Kind kind = Kind::Null;
+// ---- the payloads, one per kind --------------------------------------------------------
+
+// The NULL of the 3.11 call convention (PUSH_NULL, LOAD_GLOBAL with bit 0).
+struct Null {};
+// A graph node's result: a tensor, or a number read from one (trace/scalars.h).
+struct Tensor {
   int node = -1;
-  Ref obj;
-  Ref name;
-  std::vector<ValuePtr> items;
-  std::vector<Ref> keys;  // Dict: one constant key per item
-  Ref ctor_arg;           // List of a deque: maxlen (or null); Dict of a defaultdict: its factory
-  size_t pos = 0;
-  bool ended = false;  // Iterator: its end was observed (a FOR_ITER or next() past the last item)
-  int reg = -1;
-  // A real object made by the trace itself (an exception instance, or a method bound to
-  // one): nothing outside the trace sees it yet, so it may be changed for real.
-  bool owned = false;
-  std::shared_ptr<FunctionParts> fn;
-
-  static ValuePtr null();
-  static ValuePtr tensor(int node, int reg = -1);
-  static ValuePtr constant(PyObject* o, int reg = -1);
-  static ValuePtr sequence(Kind kind, std::vector<ValuePtr> items, int reg = -1);
-  static ValuePtr object(Kind kind, PyObject* o, int reg = -1);
-  static ValuePtr tensorMethod(ValuePtr receiver, PyObject* name);
-  static ValuePtr boundMethod(ValuePtr receiver, PyObject* function);
-  // A method of a container or tensor named `name`, called later with the receiver first.
-  static ValuePtr namedMethod(ValuePtr receiver, PyObject* name) { return tensorMethod(std::move(receiver), name); }
-  static ValuePtr dict(PyObject* type, std::vector<Ref> keys, std::vector<ValuePtr> values);
-
-  // Index of `key` among a Dict's keys, -1 when absent, -2 on a comparison error.
-  int findKey(PyObject* key) const;
-
-  bool is(Kind k) const { return kind == k; }
-  // The Python object this value *is* (constants, callables, modules, objects from the
-  // program), or null for values that exist only in the trace (tensors, containers and
-  // objects made in the trace — whose `obj` holds their type, not themselves).
-  PyObject* real() const {
-    switch (kind) {
-      case Kind::Constant:
-      case Kind::Callable:
-      case Kind::Module:
-      case Kind::PyModule:
-      case Kind::Object:
-        return obj.get();
-      default:
-        return nullptr;
-    }
-  }
 };
-
-struct FunctionParts {
+// An immutable Python constant (None, bool, int, float, str, dtype, Size, tuple of those).
+struct Constant {
+  Ref obj;
+};
+struct Tuple {
+  std::vector<ValuePtr> items;
+  Ref namedtuple;  // the namedtuple class of a namedtuple, or null for a plain tuple
+};
+struct List {
+  std::vector<ValuePtr> items;
+  Ref deque;   // collections.deque when the list models a deque, or null
+  Ref maxlen;  // a deque's maxlen (an int), or null for none
+};
+struct Slice {
+  std::array<ValuePtr, 3> parts;  // start, stop, step
+};
+struct Iterator {
+  std::vector<ValuePtr> items;  // everything it yields
+  size_t pos = 0;               // the next item
+  bool ended = false;           // its end was observed (a FOR_ITER or next() past the last item)
+};
+// A Python or C function, a type, or a torch function, called by identity.
+struct Callable {
+  Ref obj;
+  // A C method bound to an object the trace made for real (BaseException.__init__): it
+  // may run for real, on constants.
+  bool owned = false;
+};
+// `function` called with `self` first (types.MethodType).
+struct BoundMethod {
+  ValuePtr self;
+  Ref function;
+};
+// The method `name` of a container, tensor or context value, looked up when called.
+struct NamedMethod {
+  ValuePtr self;
+  Ref name;
+};
+struct Module {
+  Ref obj;  // an nn.Module read from the program
+};
+struct PyModule {
+  Ref obj;  // a Python module
+};
+// keys (constants) and values, insertion-ordered.
+struct Dict {
+  Ref type;                      // dict, OrderedDict, defaultdict (or a dict subclass read from the program)
+  std::vector<Ref> keys;
+  std::vector<ValuePtr> values;  // one per key
+  Ref default_factory;           // a defaultdict's factory, or null
+  // Index of `key` among the keys, -1 when absent, -2 on a comparison error (set).
+  int findKey(PyObject* key) const;
+};
+struct Set {
+  std::vector<ValuePtr> items;  // constants, modules or tensors (a set made in the trace)
+};
+// A closure cell made in the trace.
+struct Cell {
+  ValuePtr contents;  // null while empty
+  Ref outer;          // the real cell of an enclosing function this one models (stores go to it), or null
+};
+// A function made in the trace by MAKE_FUNCTION: code, defaults and closure as values.
+struct Function {
   Ref code;
   Ref qualname;
-  PyObject* globals = nullptr;   // borrowed from the frame that made it
-  PyObject* builtins = nullptr;
-  ValuePtr defaults;             // Tuple or null
-  ValuePtr kwdefaults;           // Dict or null
-  std::vector<ValuePtr> closure; // Cell values
-  ValuePtr attrs;                // Dict of attributes set in the trace (functools.wraps), or null
+  Borrowed globals;               // of the frame that made it (its function keeps them alive)
+  Borrowed builtins;
+  ValuePtr defaults;              // Tuple, or null
+  ValuePtr kwdefaults;            // Dict, or null
+  std::vector<ValuePtr> closure;  // Cell values
+  ValuePtr attrs;                 // Dict of attributes set in the trace (functools.wraps), or null
 };
+// A user object read from the program (attributes read live, guarded), or an object the
+// trace made for real (an exception instance).
+struct Object {
+  Ref obj;
+  bool owned = false;  // made by the trace itself: nothing outside sees it yet, so it may be changed for real
+};
+// An object of a user class made in the trace.
+struct NewObject {
+  Ref cls;
+  ValuePtr attrs;  // a Dict: its __dict__
+};
+// super(): attribute lookup on `self` starting after `after` in its MRO.
+struct Super {
+  Ref after;
+  ValuePtr self;
+};
+// functools.partial made in the trace, or a function decorated with a context manager.
+struct Partial {
+  ValuePtr fn;
+  ValuePtr args;     // Tuple
+  ValuePtr kwargs;   // Dict
+  ValuePtr context;  // a Context to enter around each call (a decorator), or null
+};
+// A torch context manager (no_grad, enable_grad, set_grad_enabled, inference_mode, autocast).
+struct Context {
+  Ref cls;
+  std::vector<ValuePtr> args;  // its constant arguments by position (null where not given)
+  int enter_node = -1;         // the graph node of its enter handle (inference_mode, autocast)
+  bool saved_grad_mode = false;  // the grad mode to restore on exit (grad-mode contexts; set on entry)
+};
+
+// ---- the value -------------------------------------------------------------------------
+
+enum class Kind : uint8_t {
+#define KIND(name, text) name,
+#include "trace/values/kinds.def"
+#undef KIND
+};
+
+struct Value {
+  // In the order of kinds.def (checked below).
+  using Payload = std::variant<Null, Tensor, Constant, Tuple, List, Slice, Iterator, Callable, BoundMethod,
+                               NamedMethod, Module, PyModule, Dict, Set, Cell, Function, Object, NewObject, Super,
+                               Partial, Context>;
+
+  Payload payload;
+  int reg = -1;
+
+  Kind kind() const { return static_cast<Kind>(payload.index()); }
+  bool is(Kind k) const { return kind() == k; }
+  template <class P>
+  P* get() {
+    return std::get_if<P>(&payload);
+  }
+  template <class P>
+  const P* get() const {
+    return std::get_if<P>(&payload);
+  }
+  template <class P>
+  P& as() {
+    P* p = get<P>();
+    CDYNAMO_CHECK(p != nullptr, "a value of another kind");
+    return *p;
+  }
+  template <class P>
+  const P& as() const {
+    const P* p = get<P>();
+    CDYNAMO_CHECK(p != nullptr, "a value of another kind");
+    return *p;
+  }
+
+  // The Python object this value *is* (constants, callables, modules, objects from the
+  // program), or null for values that exist only in the trace.
+  PyObject* real() const;
+  // The constant's object when this is a Constant, else null.
+  PyObject* constant() const {
+    const Constant* c = get<Constant>();
+    return c ? c->obj.get() : nullptr;
+  }
+  bool isNone() const { return constant() == Py_None; }
+  // The items of a Tuple, List, Set or Iterator (all of an iterator's, taken or not), or
+  // null for any other kind.
+  const std::vector<ValuePtr>* elements() const;
+  std::vector<ValuePtr>* elements() { return const_cast<std::vector<ValuePtr>*>(std::as_const(*this).elements()); }
+
+  // ---- construction ----
+  template <class P>
+  static ValuePtr of(P payload, int reg = -1) {
+    auto v = std::make_shared<Value>();
+    v->payload = std::move(payload);
+    v->reg = reg;
+    return v;
+  }
+  static ValuePtr null() { return of(Null{}); }
+  static ValuePtr tensor(int node, int reg = -1) { return of(Tensor{node}, reg); }
+  static ValuePtr constant(PyObject* o, int reg = -1) { return of(Constant{Ref::borrow(o)}, reg); }
+  static ValuePtr tuple(std::vector<ValuePtr> items, int reg = -1) { return of(Tuple{std::move(items), Ref()}, reg); }
+  static ValuePtr list(std::vector<ValuePtr> items, int reg = -1) { return of(List{std::move(items), Ref(), Ref()}, reg); }
+  static ValuePtr set(std::vector<ValuePtr> items, int reg = -1) { return of(Set{std::move(items)}, reg); }
+  static ValuePtr iterator(std::vector<ValuePtr> items, int reg = -1) {
+    return of(Iterator{std::move(items), 0, false}, reg);
+  }
+  static ValuePtr callable(PyObject* o, int reg = -1) { return of(Callable{Ref::borrow(o), false}, reg); }
+  static ValuePtr object(PyObject* o, int reg = -1) { return of(Object{Ref::borrow(o), false}, reg); }
+  static ValuePtr boundMethod(ValuePtr self, PyObject* function) {
+    return of(BoundMethod{std::move(self), Ref::borrow(function)});
+  }
+  // A method of a container, tensor or context named `name`, called later with the receiver first.
+  static ValuePtr namedMethod(ValuePtr self, PyObject* name) { return of(NamedMethod{std::move(self), Ref::borrow(name)}); }
+  static ValuePtr dict(PyObject* type, std::vector<Ref> keys, std::vector<ValuePtr> values, int reg = -1) {
+    return of(Dict{Ref::borrow(type), std::move(keys), std::move(values), Ref()}, reg);
+  }
+  // An empty plain dict made in the trace.
+  static ValuePtr emptyDict() { return dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {}); }
+  // A Tuple, List, Set or Iterator (`kind`) of `items`.
+  static ValuePtr sequence(Kind kind, std::vector<ValuePtr> items, int reg = -1);
+};
+
+#define KIND(name, text)                                                                               \
+  static_assert(std::is_same_v<std::variant_alternative_t<static_cast<size_t>(Kind::name), Value::Payload>, name>, \
+                "Value::Payload lists the kinds in the order of kinds.def");
+#include "trace/values/kinds.def"
+#undef KIND
+#define KIND(name, text) +1
+static_assert(std::variant_size_v<Value::Payload> == 0
+#include "trace/values/kinds.def"
+              , "one payload per kind");
+#undef KIND
+
+// The values a value holds directly (items, dict values, a method's receiver, a cell's
+// contents, ...), in order; nulls skipped.
+template <class F>
+void forEachChild(const Value& v, F&& f);
 
 // Readable kind name for messages.
 const char* kindName(Kind k);
 // True when `o` is a Python value the tracer models as a Constant.
 bool isConstantObject(PyObject* o);
+
+// ---- inline definitions ----------------------------------------------------------------
+
+template <class F>
+void forEachChild(const Value& v, F&& f) {
+  auto each = [&](const ValuePtr& c) {
+    if (c) f(c);
+  };
+  auto all = [&](const std::vector<ValuePtr>& items) {
+    for (const ValuePtr& c : items) each(c);
+  };
+  switch (v.kind()) {
+    case Kind::Tuple: return all(v.as<Tuple>().items);
+    case Kind::List: return all(v.as<List>().items);
+    case Kind::Set: return all(v.as<Set>().items);
+    case Kind::Iterator: return all(v.as<Iterator>().items);
+    case Kind::Dict: return all(v.as<Dict>().values);
+    case Kind::Context: return all(v.as<Context>().args);
+    case Kind::Slice:
+      for (const ValuePtr& c : v.as<Slice>().parts) each(c);
+      return;
+    case Kind::BoundMethod: return each(v.as<BoundMethod>().self);
+    case Kind::NamedMethod: return each(v.as<NamedMethod>().self);
+    case Kind::Cell: return each(v.as<Cell>().contents);
+    case Kind::NewObject: return each(v.as<NewObject>().attrs);
+    case Kind::Super: return each(v.as<Super>().self);
+    case Kind::Partial: {
+      const Partial& p = v.as<Partial>();
+      each(p.fn);
+      each(p.args);
+      each(p.kwargs);
+      each(p.context);
+      return;
+    }
+    case Kind::Function:
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Callable:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Object:
+      return;
+  }
+}
 
 }  // namespace cdynamo::trace

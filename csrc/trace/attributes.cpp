@@ -1,0 +1,139 @@
+// Attribute reads: what a name means on each kind of value (one switch over kinds).
+#include <cstring>
+#include <string>
+
+#include "support/lookup.h"
+#include "support/torch_types.h"
+#include "trace/ops.h"
+#include "trace/scalars.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using graph::NodeOp;
+using guards::LoadKind;
+
+Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  switch (obj->kind()) {
+    case Kind::Tensor: {
+      if (isScalarValue(t, obj))  // a number read from a tensor: not a tensor's attributes
+        return t.fail(std::string("attribute '") + n + "' of a value read from a tensor (Tensor.item()) is not supported yet");
+      // The version counter counts in-place changes of the real tensor, before the call
+      // too: a fake's (0 for an input) is not it, and nothing guards it.
+      if (strcmp(n, "_version") == 0) return t.fail("Tensor._version (the real tensor's version counter) is not modeled");
+      PyObject* tt = lookup(Obj::torch_Tensor);
+      if (!tt) return t.failFromPython("torch.Tensor");
+      PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
+      if (!descr) return t.fail(std::string("Tensor has no attribute '") + n + "'");
+      if (Py_TYPE(descr)->tp_descr_set == nullptr || PyFunction_Check(descr))
+        return Value::namedMethod(obj, name);  // methods: called later as call_method
+      // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
+      // ones (x.T, x.mT) become getattr nodes.
+      PyObject* getattr = lookup(Obj::builtins_getattr);
+      if (!getattr) return t.failFromPython("builtins.getattr");
+      return recordCall(t, NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
+    }
+    case Kind::Module: {
+      if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v;
+      PyObject* m = obj->as<Module>().obj.get();
+      PyObject* descr = _PyType_Lookup(Py_TYPE(m), name);
+      if (descr && Py_TYPE(descr)->tp_descr_set)
+        return t.fail(std::string("module attribute '") + n + "' is a property or descriptor (not supported yet)");
+      if (PyObject* v = instanceDictItem(m, n)) {
+        int reg = t.load(LoadKind::InstanceDict, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n);
+        return t.wrap(v, reg);
+      }
+      if (descr) {
+        if (PyFunction_Check(descr)) return Value::boundMethod(obj, descr);
+        if (isConstantObject(descr)) return Value::constant(descr);
+        return t.fail(std::string("module class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name);
+      }
+      static const Str kDicts[] = {Str::underscore_parameters, Str::underscore_buffers, Str::underscore_modules};
+      for (Str d : kDicts) {
+        const char* dname = PyUnicode_AsUTF8(interned(d));
+        PyObject* dict = instanceDictItem(m, dname);
+        if (!dict || !PyDict_Check(dict)) continue;
+        PyObject* v = PyDict_GetItemWithError(dict, name);
+        if (!v) {
+          if (PyErr_Occurred()) return t.failFromPython("module attribute");
+          continue;
+        }
+        int dreg = t.load(LoadKind::InstanceDict, obj->reg, 0, interned(d), t.guards().sourceName(obj->reg) + "." + dname);
+        int reg = t.load(LoadKind::DictItem, dreg, 0, name, t.guards().sourceName(dreg) + "['" + n + "']");
+        return t.wrap(v, reg);
+      }
+      return t.fail(std::string("module has no attribute '") + n + "' (AttributeError)");
+    }
+    case Kind::PyModule: {
+      PyObject* module = obj->as<PyModule>().obj.get();
+      Ref v = Ref::steal(PyObject_GetAttr(module, name));
+      if (!v) return t.failFromPython(std::string("module attribute '") + n + "'");
+      // torch's own namespaces are assumed stable (as TorchDynamo does); a user module's
+      // attributes are guarded through its __dict__.
+      const char* modname = PyModule_GetName(module);
+      if (!modname) return t.failFromPython("module name");
+      bool torch_ns = strcmp(modname, "torch") == 0 || strncmp(modname, "torch.", 6) == 0;
+      int reg = -1;
+      if (!torch_ns && obj->reg >= 0)
+        reg = t.load(LoadKind::InstanceDict, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n);
+      return t.wrap(v.get(), reg);
+    }
+    case Kind::Object:
+    case Kind::NewObject:
+    case Kind::Super:
+      return objectGetAttr(t, obj, name);
+    case Kind::Constant:
+    case Kind::Callable: {
+      PyObject* o = obj->real();
+      const bool callable = obj->is(Kind::Callable);
+      if (callable && PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+          !isModuleClass(o))
+        return objectGetAttr(t, obj, name);  // attributes of a user class: methods, classmethods, constants
+      Ref v = Ref::steal(PyObject_GetAttr(o, name));
+      if (!v) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
+        return t.failFromPython(std::string("attribute '") + n + "'");
+      }
+      if (isConstantObject(v.get())) return Value::constant(v.get());
+      if (callable && PyFunction_Check(o) && PyDict_CheckExact(v.get()))
+        return t.wrap(v.get(), -1);  // a function's __dict__ / __annotations__, read (functools.wraps)
+      if (!callable && PyCallable_Check(v.get()))
+        return Value::callable(v.get());  // a method of an immutable constant
+      if (callable && PyType_Check(o) && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(o), Py_TPFLAGS_HEAPTYPE) &&
+          PyCallable_Check(v.get()))
+        return Value::callable(v.get());  // object.__setattr__, dict.fromkeys, ...
+      return t.fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
+    }
+    case Kind::Tuple: {
+      const Tuple& tuple = obj->as<Tuple>();
+      if (tuple.namedtuple) {  // a namedtuple: fields by position
+        Ref fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "_fields"));
+        if (!fields) return t.failFromPython("namedtuple fields");
+        if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+          if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return tuple.items[static_cast<size_t>(i)];
+      }
+      return Value::namedMethod(obj, name);
+    }
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
+      return Value::namedMethod(obj, name);  // list.append, dict.items, ...: called later
+    case Kind::Function:
+      return functionAttr(t, obj, name);
+    case Kind::Context:
+      return Value::namedMethod(obj, name);
+    case Kind::Null:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Cell:
+    case Kind::Partial:
+      break;
+  }
+  return t.fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
+}
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,173 @@
+// What Python sees of symbolic values: the real objects of values made of constants and
+// back, calls of pure C functions on constants, and a value's type.
+#include <cstring>
+#include <string>
+
+#include "support/lookup.h"
+#include "trace/ops.h"
+#include "trace/scalars.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+Ref toPython(Tracer& t, const ValuePtr& v) {
+  if (PyObject* r = v->real()) {
+    // Objects made in the trace for real (exceptions) have no source and nothing to guard.
+    if (v->is(Kind::Constant) || v->is(Kind::Callable) || (v->is(Kind::Object) && v->reg < 0)) return Ref::borrow(r);
+    return Ref();
+  }
+  if (const std::vector<ValuePtr>* items = v->elements()) {
+    if (t.iterators().stale(v.get())) return Ref();  // its items are no longer known
+    Ref list = Ref::steal(PyList_New(0));
+    if (!list) return PyErr_Clear(), Ref();
+    const Iterator* it = v->get<Iterator>();
+    for (size_t i = it ? it->pos : 0; i < items->size(); ++i) {
+      const ValuePtr& item = (*items)[i];
+      Ref p = toPython(t, item);
+      if (!p || PyList_Append(list.get(), p.get()) < 0) return PyErr_Clear(), Ref();
+    }
+    Ref out = v->is(Kind::Tuple) ? Ref::steal(PyList_AsTuple(list.get()))
+              : v->is(Kind::Set)   ? Ref::steal(PySet_New(list.get()))
+                                   : std::move(list);
+    if (!out) PyErr_Clear();  // unhashable items of a set: not a constant
+    return out;
+  }
+  const Dict* dict = v->get<Dict>();
+  if (dict && dict->type.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
+    Ref d = Ref::steal(PyDict_New());
+    if (!d) return PyErr_Clear(), Ref();
+    for (size_t i = 0; i < dict->keys.size(); ++i) {
+      Ref p = toPython(t, dict->values[i]);
+      if (!p || PyDict_SetItem(d.get(), dict->keys[i].get(), p.get()) < 0) return PyErr_Clear(), Ref();
+    }
+    return d;
+  }
+  return Ref();
+}
+
+Result<ValuePtr> fromPython(Tracer& t, PyObject* o) {
+  if (isConstantObject(o)) return Value::constant(o);
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+      Result<ValuePtr> item = fromPython(t, PySequence_Fast_GET_ITEM(o, i));
+      if (!item) return item;
+      items.push_back(item.take());
+    }
+    return PyList_CheckExact(o) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  }
+  if (PyDict_CheckExact(o)) {
+    std::vector<Ref> keys;
+    std::vector<ValuePtr> values;
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &k, &val)) {
+      Result<ValuePtr> item = fromPython(t, val);
+      if (!item) return item;
+      keys.push_back(Ref::borrow(k));
+      values.push_back(item.take());
+    }
+    return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
+  }
+  if (PyAnySet_CheckExact(o) && !PyFrozenSet_CheckExact(o)) {
+    std::vector<ValuePtr> items;
+    Ref it = Ref::steal(PyObject_GetIter(o));
+    if (!it) return t.failFromPython("iterating a set");
+    while (Ref x = Ref::steal(PyIter_Next(it.get()))) items.push_back(Value::constant(x.get()));
+    if (PyErr_Occurred()) return t.failFromPython("iterating a set");
+    return Value::set(std::move(items));
+  }
+  if (PyType_Check(o) || PyCFunction_Check(o)) return Value::callable(o);
+  return t.fail(std::string("a value of type ") + Py_TYPE(o)->tp_name + " computed from constants");
+}
+
+Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>& args,
+                                          std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  // Which callables are pure functions of their arguments.
+  bool pure = false;
+  if (PyCFunction_Check(fn)) {
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    if (self && PyModule_Check(self)) {
+      const char* m = PyModule_GetName(self);
+      if (!m) return PyErr_Clear(), notHandled();
+      pure = strcmp(m, "math") == 0 || strcmp(m, "cmath") == 0 || strcmp(m, "_operator") == 0;
+    } else if (self && (isConstantObject(self) || PyUnicode_Check(self))) {
+      pure = true;  // a method of an immutable constant: "a.b".split, (1, 2).index, size.numel
+    }
+  } else if (strcmp(Py_TYPE(fn)->tp_name, "method-wrapper") == 0) {
+    Ref self = Ref::steal(PyObject_GetAttrString(fn, "__self__"));
+    PyErr_Clear();
+    pure = self && isConstantObject(self.get());  // "ab".__len__
+  } else if (PyType_Check(fn)) {
+    static const char* const kImmutable[] = {"int", "float", "str", "bool", "complex", "tuple", "frozenset", "bytes",
+                                             "range", "slice", "torch.Size", "torch.finfo", "torch.iinfo",
+                                             "torch.device"};
+    const char* n = reinterpret_cast<PyTypeObject*>(fn)->tp_name;
+    for (const char* k : kImmutable) pure = pure || strcmp(n, k) == 0;
+  }
+  if (!pure) return notHandled();
+  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!pargs) return t.failFromPython("folding a constant call");
+  for (size_t i = 0; i < args.size(); ++i) {
+    Ref p = toPython(t, args[i]);
+    if (!p) return notHandled();  // not all constants: the caller decides (tensors go to the graph)
+    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();  // would run Python code now
+    PyTuple_SET_ITEM(pargs.get(), i, p.release());
+  }
+  Ref kw;
+  if (!kwargs.empty()) {
+    kw = Ref::steal(PyDict_New());
+    if (!kw) return t.failFromPython("folding a constant call");
+    for (auto& [k, v] : kwargs) {
+      Ref p = toPython(t, v);
+      if (!p) return notHandled();
+      if (PyDict_SetItem(kw.get(), k.get(), p.get()) < 0) return t.failFromPython("folding a constant call");
+    }
+  }
+  Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), kw.get()));
+  if (!r) return t.raisePython();
+  // torch.finfo/iinfo results are immutable records: keep them as constants.
+  const char* rt = Py_TYPE(r.get())->tp_name;
+  if (strcmp(rt, "torch.finfo") == 0 || strcmp(rt, "torch.iinfo") == 0) return Value::constant(r.get());
+  return fromPython(t, r.get());
+}
+
+PyObject* typeOf(Tracer& t, const ValuePtr& v) {
+  switch (v->kind()) {
+    case Kind::Tensor: {
+      if (isScalarValue(t, v)) return scalarType(t, v);  // float, int or bool when the graph runs
+      if (PyObject* example = t.exampleOf(v->as<Tensor>().node)) return reinterpret_cast<PyObject*>(Py_TYPE(example));
+      PyObject* tensor = lookup(Obj::torch_Tensor);
+      if (!tensor) PyErr_Clear();
+      return tensor;
+    }
+    case Kind::Constant:
+    case Kind::Callable:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Object:
+      return reinterpret_cast<PyObject*>(Py_TYPE(v->real()));
+    case Kind::Tuple: {
+      const Tuple& tuple = v->as<Tuple>();
+      return tuple.namedtuple ? tuple.namedtuple.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
+    }
+    case Kind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+    case Kind::Dict: return v->as<Dict>().type.get();
+    case Kind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
+    case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
+    case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
+    case Kind::NewObject: return v->as<NewObject>().cls.get();
+    case Kind::Null:
+    case Kind::Iterator:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Cell:
+    case Kind::Context:
+    case Kind::Super:
+    case Kind::Partial:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace cdynamo::trace

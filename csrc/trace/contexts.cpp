@@ -1,0 +1,223 @@
+// torch's global-state context managers inside a trace (contexts.h).
+#include <cstring>
+#include <string>
+
+#include "trace/contexts.h"
+
+#include "support/lookup.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+namespace {
+
+enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast };
+
+// The torch functions the contexts need, all found (false, no error set, otherwise: then
+// no class is a context the tracer knows).
+bool contextFunctionsFound() {
+  static const Obj kNeeded[] = {Obj::torch_no_grad,         Obj::torch_enable_grad,
+                                Obj::torch_set_grad_enabled, Obj::torch_inference_mode,
+                                Obj::torch_autocast,        Obj::torch_set_grad_enabled_C,
+                                Obj::torch_is_grad_enabled, Obj::torch_enter_inference_mode,
+                                Obj::torch_exit_inference_mode, Obj::torch_enter_autocast,
+                                Obj::torch_exit_autocast};
+  for (Obj o : kNeeded)
+    if (!lookup(o)) return PyErr_Clear(), false;
+  return true;
+}
+
+// lookup() of an object contextFunctionsFound() has found.
+PyObject* fn(Obj o) { return lookup(o); }
+
+Ctx kindOf(PyObject* cls) {
+  if (!contextFunctionsFound()) return Ctx::None;
+  if (cls == fn(Obj::torch_no_grad)) return Ctx::NoGrad;
+  if (cls == fn(Obj::torch_enable_grad)) return Ctx::EnableGrad;
+  if (cls == fn(Obj::torch_set_grad_enabled)) return Ctx::SetGradEnabled;
+  if (cls == fn(Obj::torch_inference_mode)) return Ctx::InferenceMode;
+  PyObject* amp_autocast = lookup(Obj::torch_amp_autocast);
+  if (!amp_autocast) PyErr_Clear();
+  if (cls == fn(Obj::torch_autocast) || (amp_autocast && cls == amp_autocast)) return Ctx::Autocast;
+  return Ctx::None;
+}
+
+std::vector<graph::Arg> single(graph::Arg a) {
+  std::vector<graph::Arg> v;
+  v.push_back(std::move(a));
+  return v;
+}
+
+bool gradEnabled() {
+  Ref r = Ref::steal(PyObject_CallNoArgs(fn(Obj::torch_is_grad_enabled)));
+  if (!r) PyErr_Clear();
+  return r.get() == Py_True;
+}
+
+}  // namespace
+
+bool Contexts::isContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; }
+
+bool Contexts::gradMode() { return gradEnabled(); }
+
+Result<ValuePtr> Contexts::wrapExit(PyObject* self, PyObject* func, int self_reg) {
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(self));
+  Ctx k = kindOf(cls);
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) return notHandled();
+  Ref exit = Ref::steal(PyObject_GetAttr(cls, interned(Str::dunder_exit)));
+  if (!exit) PyErr_Clear();
+  if (exit.get() != func) return notHandled();
+  PyObject** dict = _PyObject_GetDictPtr(self);
+  PyObject* prev = dict && *dict ? PyDict_GetItemString(*dict, "prev") : nullptr;
+  if (!prev || !PyBool_Check(prev)) return t_.fail("a grad-mode context's __exit__ before its __enter__");
+  if (self_reg >= 0) {
+    t_.guards().checkType(self_reg, Py_TYPE(self));
+    int prev_reg = t_.load(guards::LoadKind::InstanceDict, self_reg, 0, interned(Str::prev),
+                        t_.guards().sourceName(self_reg) + ".prev");
+    t_.guards().checkEquals(prev_reg, prev);
+  }
+  Context ctx{Ref::borrow(cls), {}, -1, prev == Py_True};
+  return Value::namedMethod(Value::of(std::move(ctx)), interned(Str::dunder_exit));
+}
+
+Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
+  // The bound __exit__ of a real context object that restores the mode saved on entry:
+  // cdynamo._resume.grad_mode_exit(cls, prev).
+  const Context& ctx = value->as<Context>();
+  Ctx k = kindOf(ctx.cls.get());
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
+    return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
+  PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
+  if (!helper) return t_.failFromPython("cdynamo._resume.grad_mode_exit");
+  std::vector<runtime::OutputPlan> args(2);
+  args[0] = runtime::OutputPlan::constant(ctx.cls.get());
+  args[1] = runtime::OutputPlan::constant(ctx.saved_grad_mode ? Py_True : Py_False);
+  plan->step = runtime::plan::Call{Ref::borrow(helper), std::move(args)};
+  return {};
+}
+
+Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
+                                std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  Ctx k = kindOf(cls);
+  Context ctx{Ref::borrow(cls), {}, -1, false};
+  std::vector<ValuePtr>& items = ctx.args;
+  for (const ValuePtr& a : args) {
+    if (!a->is(Kind::Constant)) return t_.fail("context manager arguments must be constants");
+    items.push_back(a);
+  }
+  // Keyword arguments, in the order of each constructor's parameters.
+  static const char* const kAutocastParams[] = {"device_type", "dtype", "enabled", "cache_enabled"};
+  for (auto& [key, val] : kwargs) {
+    if (!val->is(Kind::Constant)) return t_.fail("context manager arguments must be constants");
+    const char* name = PyUnicode_AsUTF8(key.get());
+    size_t pos = SIZE_MAX;
+    if (k == Ctx::Autocast) {
+      for (size_t i = 0; i < 4; ++i)
+        if (strcmp(name, kAutocastParams[i]) == 0) pos = i;
+    } else if ((k == Ctx::InferenceMode && strcmp(name, "mode") == 0) ||
+               (k == Ctx::SetGradEnabled && strcmp(name, "mode") == 0)) {
+      pos = 0;
+    }
+    if (pos == SIZE_MAX) return t_.fail(std::string("unknown keyword '") + name + "' of a context manager");
+    while (items.size() <= pos) items.push_back(nullptr);
+    items[pos] = val;
+  }
+  if (k == Ctx::SetGradEnabled) {
+    // set_grad_enabled(b) changes the mode when it is called, with or without `with`.
+    if (items.empty() || !items[0]) return t_.fail("set_grad_enabled() needs a mode");
+    ctx.saved_grad_mode = gradEnabled();
+    int t = PyObject_IsTrue(items[0]->constant());
+    if (t < 0) return t_.failFromPython("set_grad_enabled");
+    if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
+      return t_.failFromPython("set_grad_enabled");
+  }
+  return Value::of(std::move(ctx));
+}
+
+Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
+  if (t_.inGenerator()) return t_.fail("a context manager inside a generator that is run in place");
+  Context& ctx = value->as<Context>();
+  const Ctx kind = kindOf(ctx.cls.get());
+  switch (kind) {
+    case Ctx::NoGrad:
+    case Ctx::EnableGrad: {
+      ctx.saved_grad_mode = gradEnabled();
+      PyObject* mode = kind == Ctx::NoGrad ? Py_False : Py_True;
+      if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode))) < 0)
+        return t_.failFromPython("no_grad");
+      return Value::constant(Py_None);
+    }
+    case Ctx::SetGradEnabled:
+      return Value::constant(Py_None);
+    case Ctx::InferenceMode: {
+      PyObject* mode = ctx.args.empty() || !ctx.args[0] ? Py_True : ctx.args[0]->constant();
+      int node = t_.graph().addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
+      if (node < 0) return t_.failFromPython("inference_mode");
+      ctx.enter_node = node;
+      open_.push_back({Ref::borrow(fn(Obj::torch_exit_inference_mode)), Ref::borrow(t_.graph().fake(node))});
+      return Value::constant(Py_None);
+    }
+    case Ctx::Autocast: {
+      std::vector<graph::Arg> args;
+      for (size_t i = 0; i < 4; ++i)
+        args.push_back(graph::Arg::ofConst(i < ctx.args.size() && ctx.args[i] ? ctx.args[i]->constant()
+                                           : i == 2 ? Py_True : Py_None));
+      int node = t_.graph().addEffect(fn(Obj::torch_enter_autocast), std::move(args));
+      if (node < 0) return t_.failFromPython("autocast");
+      ctx.enter_node = node;
+      open_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(t_.graph().fake(node))});
+      return Value::constant(Py_None);
+    }
+    case Ctx::None:
+      break;
+  }
+  return t_.fail("entering an unknown context manager");
+}
+
+Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
+  const Context& ctx = value->as<Context>();
+  const Ctx kind = kindOf(ctx.cls.get());
+  switch (kind) {
+    case Ctx::NoGrad:
+    case Ctx::EnableGrad:
+    case Ctx::SetGradEnabled:
+      if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C),
+                           single(graph::Arg::ofConst(ctx.saved_grad_mode ? Py_True : Py_False))) < 0)
+        return t_.failFromPython("leaving a grad-mode context");
+      return Value::constant(Py_None);
+    case Ctx::InferenceMode:
+    case Ctx::Autocast: {
+      PyObject* exit_fn = kind == Ctx::Autocast ? fn(Obj::torch_exit_autocast)
+                                                                  : fn(Obj::torch_exit_inference_mode);
+      if (t_.graph().addEffect(exit_fn, single(graph::Arg::ofNode(ctx.enter_node))) < 0)
+        return t_.failFromPython("leaving a context");
+      for (size_t i = open_.size(); i > 0; --i)
+        if (open_[i - 1].handle.get() == t_.graph().fake(ctx.enter_node)) {
+          open_.erase(open_.begin() + static_cast<std::ptrdiff_t>(i - 1));
+          break;
+        }
+      return Value::constant(Py_None);
+    }
+    case Ctx::None:
+      break;
+  }
+  return t_.fail("leaving an unknown context manager");
+}
+
+void Contexts::restore() {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);  // kept across the calls below, restored at the end
+  while (!open_.empty()) {
+    Open c = std::move(open_.back());
+    open_.pop_back();
+    Ref r = Ref::steal(PyObject_CallOneArg(c.exit_fn.get(), c.handle.get()));
+    if (!r) PyErr_Clear();
+  }
+  if (contextFunctionsFound()) {
+    Ref r = Ref::steal(PyObject_CallOneArg(fn(Obj::torch_set_grad_enabled_C), grad_mode_at_start_ ? Py_True : Py_False));
+    if (!r) PyErr_Clear();
+  }
+  PyErr_Restore(type, value, tb);
+}
+
+}  // namespace cdynamo::trace

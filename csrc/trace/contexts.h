@@ -1,0 +1,58 @@
+// torch's global-state context managers inside a trace: torch.no_grad(), enable_grad(),
+// set_grad_enabled(b), inference_mode(mode), autocast(...). Each state change becomes a
+// graph node (as in TorchDynamo: torch._C._set_grad_enabled, _enter/_exit_autocast,
+// _enter/_exit_inference_mode) and is applied at trace time too, so that fake tensors are
+// computed under the same state; whatever is still applied when the trace ends (success
+// or not) is undone by restore().
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "runtime/compiled_entry.h"
+#include "trace/result.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+
+class Contexts {
+ public:
+  explicit Contexts(Tracer& t) : t_(t) {}
+
+  // Whether `cls` is one of the context classes above.
+  bool isContextClass(PyObject* cls);
+  // cls(*args, **kwargs): a Context value (set_grad_enabled applies its mode now).
+  Result<ValuePtr> make(PyObject* cls, std::vector<ValuePtr>& args, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  Result<ValuePtr> enter(const ValuePtr& ctx);
+  Result<ValuePtr> exit(const ValuePtr& ctx);
+  // The bound __exit__ of a real grad-mode context object (a `with` block continued in a
+  // resume function): the same value BEFORE_WITH pushes. NotHandled for any other method.
+  Result<ValuePtr> wrapExit(PyObject* self, PyObject* func, int self_reg);
+  // The plan rebuilding a grad-mode context's __exit__ at a graph break:
+  // cdynamo._resume.grad_mode_exit(cls, prev). Unsupported for other contexts.
+  Done planExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
+
+  // torch.is_grad_enabled() now.
+  bool gradMode();
+  // The grad mode the trace started with (restored at the end).
+  void setGradModeAtStart(bool enabled) { grad_mode_at_start_ = enabled; }
+  // Whether an inference_mode or autocast block entered in the trace is still open.
+  bool anyOpen() const { return !open_.empty(); }
+  // Undoes what the trace applied and did not undo itself.
+  void restore();
+
+ private:
+  struct Open {
+    Ref exit_fn;  // real function undoing the state change
+    Ref handle;   // its argument (the enter function's result)
+  };
+  Tracer& t_;
+  std::vector<Open> open_;  // entered at trace time, not yet exited
+  bool grad_mode_at_start_ = true;
+};
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,40 @@
+// One frame being interpreted: the root frame or an inlined call (the tracer's
+// FrameState: locals, the value stack, the block state CPython keeps in the frame).
+#pragma once
+#include <Python.h>
+
+#include <vector>
+
+#include "bytecode/instructions.h"
+#include "bytecode/tables.h"
+#include "support/pyref.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+struct SymbolicFrame {
+  PyCodeObject* code = nullptr;  // borrowed: the function being run (kept by its caller's frame)
+  Borrowed globals;              // borrowed from the function
+  Borrowed builtins;
+  Borrowed closure;              // tuple of cells, or null
+  std::vector<bytecode::Instruction> instrs;
+  std::vector<ValuePtr> locals;
+  std::vector<char> deleted;     // root frame: locals deleted in the trace (not re-read from the frame)
+  std::vector<ValuePtr> stack;
+  Ref kwnames;                   // set by KW_NAMES for the next CALL
+  size_t pc = 0;                 // index into instrs of the instruction being run
+  SymbolicFrame* parent = nullptr;
+  int depth = 0;
+  bool root = false;
+  int function_reg = -1;         // guard register of the function (inlined frames), or -1
+  bool generator = false;        // a generator run to completion: YIELD_VALUE collects
+  std::vector<ValuePtr> yielded;
+  // co_exceptiontable, decoded on the first exception raised in this frame.
+  std::vector<bytecode::ExceptionTableEntry> handlers;
+  bool handlers_decoded = false;
+};
+
+constexpr int kMaxInlineDepth = 64;
+constexpr int kMaxInstructions = 1000000;
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,201 @@
+// Operations recorded in the graph: graph arguments, graph calls (run on fake tensors), and
+// numbers read from tensors (scalars.h).
+#include <cstring>
+#include <string>
+
+#include "support/lookup.h"
+#include "support/torch_types.h"
+#include "trace/ops.h"
+#include "trace/scalars.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using graph::NodeOp;
+
+namespace {
+
+bool holdsTensorResult(PyObject* o) { return PyTuple_Check(o) || PyList_Check(o); }
+
+}  // namespace
+
+// ------------------------------------------------- numbers read from tensors (scalars.h)
+
+bool isScalarValue(Tracer& t, const ValuePtr& v) {
+  const Tensor* tensor = v->get<Tensor>();
+  return tensor && t.graph().isScalar(tensor->node);
+}
+
+PyObject* scalarType(Tracer& t, const ValuePtr& v) {
+  const char* n = Py_TYPE(t.graph().fake(v->as<Tensor>().node))->tp_name;
+  if (strcmp(n, "SymFloat") == 0) return reinterpret_cast<PyObject*>(&PyFloat_Type);
+  if (strcmp(n, "SymBool") == 0) return reinterpret_cast<PyObject*>(&PyBool_Type);
+  return reinterpret_cast<PyObject*>(&PyLong_Type);
+}
+
+Result<ValuePtr> readTensorValue(Tracer& t, const ValuePtr& v, const char* how) {
+  auto is = [how](const char* n) { return strcmp(how, n) == 0; };
+  std::string op = is("item") ? "Tensor.item()" : std::string(how) + "() of a tensor";
+  std::string reads = is("item") ? " reads a tensor's value" : " reads its value";
+  if (is("tolist"))  // torch._dynamo does not capture it either
+    return t.fail("Tensor.tolist() reads a tensor's values into Python lists (not capturable)");
+  bool scalar = isScalarValue(t, v);
+  if (!scalar && !t.graph().capturesScalars())
+    return t.fail(op + reads + " (set cdynamo.config.capture_scalar_outputs=True to keep it in the graph)");
+  ValuePtr s = v;
+  if (!scalar) {
+    Result<ValuePtr> item = recordCall(t, NodeOp::CallMethod, interned(Str::item), {v}, {});
+    if (!item) return item;
+    s = item.take();
+  }
+  if (is("item")) return s;
+  if (s->is(Kind::Constant)) {  // the fake tensor held a constant (torch.tensor(2.0) made in the trace)
+    PyTypeObject* type = is("int") ? &PyLong_Type : is("float") ? &PyFloat_Type : &PyBool_Type;
+    Ref r = Ref::steal(PyObject_CallOneArg(reinterpret_cast<PyObject*>(type), s->constant()));
+    if (!r) return t.raisePython();
+    return Value::constant(r.get());
+  }
+  if (!isScalarValue(t, s)) return t.fail(op + ": Tensor.item() did not give a number");
+  // The conversions torch._dynamo records: int() of a float is torch.sym_int, float() of
+  // an int torch.sym_float, bool() of a number `!= 0`; of the same type, nothing.
+  PyObject* type = scalarType(t, s);
+  PyObject* target = nullptr;
+  std::vector<ValuePtr> args{s};
+  if (is("float")) {
+    if (type == reinterpret_cast<PyObject*>(&PyFloat_Type)) return s;
+    target = lookup(Obj::torch_sym_float);
+  } else if (is("int")) {
+    if (type == reinterpret_cast<PyObject*>(&PyLong_Type)) return s;
+    target = lookup(Obj::torch_sym_int);
+  } else if (is("bool")) {
+    if (type == reinterpret_cast<PyObject*>(&PyBool_Type)) return s;
+    target = lookup(Obj::operator_ne);
+    args.push_back(Value::constant(Ref::steal(PyLong_FromLong(0)).get()));
+  } else {
+    return t.fail(std::string("reading a tensor's value as ") + how + " is not supported");
+  }
+  if (!target) return t.failFromPython(op);
+  return recordCall(t, NodeOp::CallFunction, target, args, {});
+}
+
+Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
+  auto items = [&](graph::Arg::Kind k, const ValuePtr* begin, const ValuePtr* end) -> Done {
+    std::vector<graph::Arg> args(static_cast<size_t>(end - begin));
+    for (size_t i = 0; i < args.size(); ++i)
+      if (Done d = toArg(t, begin[i], &args[i]); !d) return d;
+    *out = graph::Arg::ofItems(k, std::move(args));
+    return {};
+  };
+  switch (v->kind()) {
+    case Kind::Tensor:
+      *out = graph::Arg::ofNode(v->as<Tensor>().node);
+      return {};
+    case Kind::Constant:
+      *out = graph::Arg::ofConst(v->constant());
+      return {};
+    case Kind::Tuple: {
+      const std::vector<ValuePtr>& tuple = v->as<Tuple>().items;
+      return items(graph::Arg::Kind::Tuple, tuple.data(), tuple.data() + tuple.size());
+    }
+    case Kind::List: {
+      const std::vector<ValuePtr>& l = v->as<List>().items;
+      return items(graph::Arg::Kind::List, l.data(), l.data() + l.size());
+    }
+    case Kind::Slice: {
+      const auto& parts = v->as<Slice>().parts;
+      return items(graph::Arg::Kind::Slice, parts.data(), parts.data() + parts.size());
+    }
+    case Kind::Null:
+    case Kind::Iterator:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Dict:
+    case Kind::Set:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::Context:
+    case Kind::NewObject:
+    case Kind::Super:
+    case Kind::Partial:
+      break;
+  }
+  return t.fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");
+}
+
+Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
+                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  std::vector<graph::Arg> gargs(args.size());
+  for (size_t i = 0; i < args.size(); ++i)
+    if (Done d = toArg(t, args[i], &gargs[i]); !d) return d.stop();
+  std::vector<std::pair<Ref, graph::Arg>> gkwargs;
+  for (const auto& [k, v] : kwargs) {
+    // out= writes into a tensor the trace holds as another value: the write would be a
+    // node nothing reads (dropped) and later reads would see the old value.
+    if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !v->isNone())
+      return t.fail("a torch operation with out= is not supported yet");
+    graph::Arg a;
+    if (Done d = toArg(t, v, &a); !d) return d.stop();
+    gkwargs.emplace_back(k.copy(), std::move(a));
+  }
+  Ref plain;
+  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain);
+  if (node == graph::GraphBuilder::kNoTensorResult) {
+    if (!isConstantObject(plain.get()))
+      return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);
+    return Value::constant(plain.get());
+  }
+  if (node < 0) {
+    std::string what = op == NodeOp::CallMethod ? std::string("Tensor.") + PyUnicode_AsUTF8(target)
+                                                : std::string("a call of ") + Py_TYPE(target)->tp_name;
+    if (op != NodeOp::CallMethod) {
+      Ref name = Ref::steal(PyObject_GetAttrString(target, "__name__"));
+      if (name && PyUnicode_Check(name.get())) what = PyUnicode_AsUTF8(name.get());
+      else PyErr_Clear();
+    }
+    return t.failFromPython("running " + what + " on fake tensors");
+  }
+  if (t.inGenerator() && t.graph().node(node).impure)
+    return t.fail("an in-place tensor operation inside a generator that is run in place");
+  PyObject* fake = t.graph().fake(node);
+  if (isTensor(fake)) return Value::tensor(node);
+  if (t.graph().isScalar(node)) return Value::tensor(node);  // a number read from a tensor (scalars.h)
+  if (!holdsTensorResult(fake)) return Value::constant(isConstantObject(fake) ? fake : Py_None);
+  // A tuple or list of tensors (torch.split, x.chunk, torch.max(x, dim), ...): one
+  // getitem node per element, as FX does.
+  PyObject* getitem = lookup(Obj::operator_getitem);
+  if (!getitem) return t.failFromPython("operator.getitem");
+  std::vector<ValuePtr> items;
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fake); ++i) {
+    Ref index = Ref::steal(PyLong_FromSsize_t(i));
+    if (!index) return t.failFromPython("indexing a tuple result");
+    Ref unused;
+    std::vector<graph::Arg> item_args;
+    item_args.push_back(graph::Arg::ofNode(node));
+    item_args.push_back(graph::Arg::ofConst(index.get()));
+    int item = t.graph().addCall(NodeOp::CallFunction, getitem, std::move(item_args), {}, &unused);
+    if (item == graph::GraphBuilder::kNoTensorResult) {
+      items.push_back(Value::constant(unused.get()));
+      continue;
+    }
+    if (item < 0) return t.failFromPython("indexing a tuple result");
+    items.push_back(Value::tensor(item));
+  }
+  return PyList_Check(fake) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+}
+
+Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
+  const int na = a->as<Tensor>().node, nb = b->as<Tensor>().node;
+  if (na == nb) return true;
+  PyObject* ea = t.exampleOf(na);
+  PyObject* eb = t.exampleOf(nb);
+  if (!ea || !eb) return false;  // a computed tensor is new
+  bool same = ea == eb;
+  t.guards().checkAliasing(t.inputRegOf(na), t.inputRegOf(nb), same);
+  return same;
+}
+
+}  // namespace cdynamo::trace

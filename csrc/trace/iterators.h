@@ -1,0 +1,82 @@
+// Iterators whose items the trace computes ahead: the links between zip/enumerate/map/
+// filter and the iterators they take from, and the iterators passed in.
+//
+// Derived iterators (zip/enumerate/map/filter over iterators) have their items computed
+// when they are made, but the real objects are lazy: each item taken from the derived
+// iterator takes its share from the sources, and only then (Link::consumed).
+//
+// Iterators passed in (tuple_iterators: what a resume function gets for a for loop cut by a
+// break) are modeled over the items they had left; what the trace consumed of each is
+// replayed on the real one (an Advance effect). Once the entry is complete each is guarded
+// on what the trace took of it, not on everything it had left (guardInputs).
+#pragma once
+#include <Python.h>
+
+#include <unordered_map>
+#include <vector>
+
+#include "runtime/compiled_entry.h"
+#include "trace/result.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+
+class Iterators {
+ public:
+  explicit Iterators(Tracer& t) : t_(t) {}
+
+  // Moves iterator `it` to `pos` (`ended`: its end was observed), its sources with it; the
+  // derived iterators not yet exhausted that take from `it` go stale.
+  Done advance(const ValuePtr& it, size_t pos, bool ended);
+  // Unsupported when `it` is a derived iterator gone stale (Link::stale).
+  Done usable(const Value* it);
+  // Whether `it` is a derived iterator gone stale (its items are no longer known).
+  bool stale(const Value* it) const;
+
+  // Registers `derived`, made from `sources` (Iterators, at their current pos): after item
+  // k is taken every source gave consumed[k]; at the end, consumed_at_end (and whether each
+  // source's own end was seen, ended_at_end).
+  void link(const ValuePtr& derived, std::vector<ValuePtr> sources, std::vector<size_t> consumed,
+            std::vector<size_t> consumed_at_end, std::vector<bool> ended_at_end);
+  // The link of zip/map over args[first:] (items `seqs`, `n` results): one item of each per
+  // result; at the end each argument is tried in order until one has none left (strict:
+  // all are read to their end).
+  void linkLockstep(const ValuePtr& derived, const std::vector<ValuePtr>& args, size_t first,
+                    const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict);
+
+  // An iterator passed in: `value` over the items it had left, read through `items_reg`
+  // (the tuple of them) and `item_regs` (one per item).
+  void addInput(ValuePtr value, int items_reg, std::vector<int> item_regs);
+  // The Advance effects of the inputs the trace consumed from (appended to `out`).
+  void appendAdvances(std::vector<runtime::SideEffect>* out) const;
+  // Once `entry` is complete: each input iterator guarded on what the trace took of it.
+  void guardInputs(const runtime::CompiledEntry& entry);
+
+ private:
+  struct Link {
+    ValuePtr derived;
+    std::vector<ValuePtr> sources;
+    std::vector<size_t> start;            // each source's pos when the derived one was made
+    std::vector<size_t> consumed;         // consumed[k]: items every source gave once item k was taken
+    std::vector<size_t> consumed_at_end;  // per source, once the derived one's end was observed
+    std::vector<bool> ended_at_end;       // ... and whether that source's own end was
+    // A source was consumed directly before the derived iterator was exhausted: its
+    // precomputed items no longer are what the real one would give, so any later use of it
+    // fails the trace (until then, e.g. a loop left with `break`, nothing is wrong).
+    bool stale = false;
+  };
+  struct Input {
+    ValuePtr value;
+    int items_reg;               // the guard register of the tuple of items it had left
+    std::vector<int> item_regs;  // one per item
+  };
+  void syncSources(const Value* derived);
+
+  Tracer& t_;
+  std::unordered_map<const Value*, Link> links_;
+  std::vector<Input> inputs_;
+};
+
+}  // namespace cdynamo::trace

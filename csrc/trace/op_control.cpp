@@ -1,0 +1,181 @@
+// Handlers of control flow: jumps, loops, returns, generators run in place, exceptions of
+// the traced program and `with` blocks (handlers.h).
+#include <string>
+
+#include "support/lookup.h"
+#include "trace/handlers.h"
+#include "trace/ops.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using bytecode::Op;
+
+Result<Next> opGetIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  Result<ValuePtr> it = getIter(t, io[0]);
+  if (!it) return it.stop();
+  io.assign(1, it.take());
+  return Next::Fall;
+}
+
+Result<Next> opForIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  const ValuePtr it = io[0];
+  Iterator* iter = it->get<Iterator>();
+  if (!iter) return t.fail("FOR_ITER on a non-iterator");
+  if (iter->pos < iter->items.size()) {
+    ValuePtr item = iter->items[iter->pos];
+    if (Done d = t.iterators().advance(it, iter->pos + 1, false); !d) return d.stop();
+    io.push_back(std::move(item));
+    return Next::Fall;
+  }
+  if (Done d = t.iterators().advance(it, iter->pos, true); !d) return d.stop();
+  io.clear();  // exhausted: the iterator is popped
+  return Next::Jump;
+}
+
+Result<Next> opJump(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values&) { return Next::Jump; }
+
+Result<Next> opPopJumpIfBool(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  Result<bool> truth = truthValue(t, io[0]);
+  if (!truth) return truth.stop();
+  io.clear();
+  const bool jump_if = ins.op == Op::POP_JUMP_FORWARD_IF_TRUE || ins.op == Op::POP_JUMP_BACKWARD_IF_TRUE;
+  return *truth == jump_if ? Next::Jump : Next::Fall;
+}
+
+Result<Next> opPopJumpIfNone(Tracer&, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  const bool none = io[0]->isNone();
+  io.clear();
+  const bool jump_if_none = ins.op == Op::POP_JUMP_FORWARD_IF_NONE || ins.op == Op::POP_JUMP_BACKWARD_IF_NONE;
+  return none == jump_if_none ? Next::Jump : Next::Fall;
+}
+
+Result<Next> opJumpIfOrPop(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  Result<bool> truth = truthValue(t, io[0]);
+  if (!truth) return truth.stop();
+  if (*truth == (ins.op == Op::JUMP_IF_TRUE_OR_POP)) return Next::Jump;  // the value stays
+  io.clear();
+  return Next::Fall;
+}
+
+Result<Next> opReturnValue(Tracer&, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
+  // A generator run in place returns the iterator over what it yielded.
+  if (f.generator) io.assign(1, Value::iterator(std::move(f.yielded)));
+  return Next::Return;
+}
+
+Result<Next> opReturnGenerator(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // A generator is run to completion where it is called: its values are collected and
+  // handed to the consumer as an iterator. This stands for the value its first resumption
+  // is sent (popped by the POP_TOP that follows).
+  io.assign(1, Value::constant(Py_None));
+  return Next::Fall;
+}
+
+Result<Next> opYieldValue(Tracer& t, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
+  if (!f.generator) return t.fail("YIELD_VALUE outside a generator");
+  f.yielded.push_back(io[0]);
+  io.assign(1, Value::constant(Py_None));
+  return Next::Fall;
+}
+
+Result<Next> opSend(Tracer& t, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
+  // `yield from it` in a generator run to completion: every remaining item is yielded now;
+  // the expression's value is None (iterators return nothing). Stack: receiver, sent value.
+  const ValuePtr receiver = io[0];
+  Iterator* iter = receiver->get<Iterator>();
+  if (!f.generator || !iter) return t.fail("SEND outside a generator run in place");
+  for (size_t k = iter->pos; k < iter->items.size(); ++k) f.yielded.push_back(iter->items[k]);
+  if (Done d = t.iterators().advance(receiver, iter->items.size(), true); !d) return d.stop();
+  io.assign(1, Value::constant(Py_None));
+  return Next::Jump;
+}
+
+Result<Next> opRaiseVarargs(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  if (ins.arg == 0) {
+    if (!t.handledException()) return t.raiseNew(PyExc_RuntimeError, "No active exception to reraise");
+    return t.raiseValue(t.handledException());
+  }
+  ValuePtr exc = io[0];
+  ValuePtr cause = ins.arg == 2 ? io[1] : nullptr;
+  if (exc->is(Kind::Callable) && PyExceptionClass_Check(exc->real())) {
+    Args none;
+    Result<ValuePtr> made = makeException(t, exc->real(), none);
+    if (!made) return made.stop();
+    exc = made.take();
+  }
+  if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
+    return t.raiseNew(PyExc_TypeError, "exceptions must derive from BaseException");
+  if (cause) {
+    PyObject* c = cause->real();
+    if (!c) return t.fail("raise ... from a value made in the trace");
+    if (c != Py_None && PyExceptionClass_Check(c)) return t.fail("raise ... from an exception class");
+    PyException_SetCause(exc->real(), c == Py_None ? nullptr : Ref::borrow(c).release());
+    // `from None` also suppresses the context, as CPython does.
+    reinterpret_cast<PyBaseExceptionObject*>(exc->real())->suppress_context = 1;
+  }
+  return t.raiseValue(exc);
+}
+
+Result<Next> opReraise(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // The lasti operand only fixes the traceback's line; the handler is looked up from
+  // RERAISE itself, as ceval's exception_unwind does.
+  return t.raiseValue(io[0]);
+}
+
+Result<Next> opPushExcInfo(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  ValuePtr exc = io[0];
+  io = {t.handledException() ? t.handledException() : Value::constant(Py_None), exc};
+  t.setHandledException(std::move(exc));
+  return Next::Fall;
+}
+
+Result<Next> opPopExcept(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  t.setHandledException(io[0]->isNone() ? nullptr : io[0]);
+  io.clear();
+  return Next::Fall;
+}
+
+Result<Next> opCheckExcMatch(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // Stack: exception, class -> exception, whether it matches.
+  const ValuePtr& left = io[0];
+  Ref cls = toPython(t, io[1]);
+  if (!left->real() || !cls) return t.fail("except clause with values made in the trace");
+  int r = PyErr_GivenExceptionMatches(left->real(), cls.get());
+  io[1] = Value::constant(r ? Py_True : Py_False);
+  return Next::Fall;
+}
+
+Result<Next> opWithExceptStart(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // Stack: exit, lasti, previous exception, exception -> the same, exit(type, value, traceback).
+  const ValuePtr exit = io[0];
+  const ValuePtr exc = io[3];
+  PyObject* e = exc->real();
+  if (!e) return t.fail("exception made in the trace reaching a with-block");
+  Result<ValuePtr> r =
+      call(t, exit, {Value::callable(reinterpret_cast<PyObject*>(Py_TYPE(e))), exc, Value::constant(Py_None)}, {});
+  if (!r) return r.stop();
+  io.push_back(r.take());
+  return Next::Fall;
+}
+
+Result<Next> opBeforeWith(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  const ValuePtr ctx = io[0];
+  if (isUserObject(ctx)) {
+    Result<ValuePtr> exit = getAttr(t, ctx, interned(Str::dunder_exit));
+    if (!exit) return exit.stop();
+    Result<ValuePtr> entered = callDunder(t, ctx, interned(Str::dunder_enter), {});
+    if (entered.notHandled()) return t.fail("`with` on an object without __enter__ (TypeError)");
+    if (!entered) return entered.stop();
+    io = {exit.take(), entered.take()};
+    return Next::Fall;
+  }
+  if (!ctx->is(Kind::Context))
+    return t.fail(std::string("`with` on a ") + kindName(ctx->kind()) + " is not supported yet");
+  Result<ValuePtr> entered = t.contexts().enter(ctx);
+  if (!entered) return entered.stop();
+  io = {Value::namedMethod(ctx, interned(Str::dunder_exit)), entered.take()};
+  return Next::Fall;
+}
+
+}  // namespace cdynamo::trace

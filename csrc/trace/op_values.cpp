@@ -1,0 +1,181 @@
+// Handlers of calls, operators and value-building instructions (handlers.h).
+#include <string>
+
+#include "support/lookup.h"
+#include "trace/handlers.h"
+#include "trace/ops.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+namespace {
+
+// The value of `r`, placed as the instruction's only output.
+Result<Next> give(Result<ValuePtr> r, Values& io) {
+  if (!r) return r.stop();
+  io.assign(1, r.take());
+  return Next::Fall;
+}
+
+Result<Next> giveBool(bool b, Values& io) {
+  io.assign(1, Value::constant(b ? Py_True : Py_False));
+  return Next::Fall;
+}
+
+}  // namespace
+
+Result<Next> opKwNames(Tracer&, SymbolicFrame& f, const bytecode::Instruction& ins, Values&) {
+  f.kwnames = Ref::borrow(PyTuple_GET_ITEM(f.code->co_consts, ins.arg));
+  return Next::Fall;
+}
+
+Result<Next> opCall(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  // Stack: [callable_or_NULL, self_or_callable, arg1 .. argN] (3.11 convention).
+  Args args(io.begin() + 2, io.end());
+  ValuePtr fn;
+  if (io[0]->is(Kind::Null)) {
+    fn = io[1];
+  } else {
+    fn = io[0];
+    args.insert(args.begin(), io[1]);
+  }
+  Kwargs kwargs;
+  if (f.kwnames) {
+    Py_ssize_t nk = PyTuple_GET_SIZE(f.kwnames.get());
+    size_t npos = args.size() - static_cast<size_t>(nk);
+    for (Py_ssize_t k = 0; k < nk; ++k)
+      kwargs.emplace_back(Ref::borrow(PyTuple_GET_ITEM(f.kwnames.get(), k)), args[npos + static_cast<size_t>(k)]);
+    args.resize(npos);
+    f.kwnames.reset();
+  }
+  return give(call(t, fn, std::move(args), std::move(kwargs)), io);
+}
+
+Result<Next> opBinaryOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  return give(binaryOp(t, ins.arg, io[0], io[1]), io);
+}
+
+Result<Next> opUnary(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  return give(unaryOp(t, ins.op, io[0]), io);
+}
+
+Result<Next> opCompareOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  return give(compareOp(t, ins.arg, io[0], io[1]), io);
+}
+
+Result<Next> opIsOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  Result<bool> same = identical(t, io[0], io[1]);
+  if (!same) return same.stop();
+  return giveBool(*same != (ins.arg != 0), io);
+}
+
+Result<Next> opContainsOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  // Stack: item, container.
+  Result<bool> in = contains(t, io[1], io[0]);
+  if (!in) return in.stop();
+  return giveBool(*in != (ins.arg != 0), io);
+}
+
+Result<Next> opBinarySubscr(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return give(subscript(t, io[0], io[1]), io);
+}
+
+Result<Next> opStoreSubscr(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // Stack: value, object, index.
+  const ValuePtr& value = io[0];
+  const ValuePtr& obj = io[1];
+  const ValuePtr& index = io[2];
+  if (!obj->is(Kind::Tensor)) {
+    if (Done d = storeSubscript(t, obj, index, value); !d) return d.stop();
+  } else {
+    PyObject* setitem = lookup(Obj::operator_setitem);
+    if (!setitem) return t.failFromPython("operator.setitem");
+    Result<ValuePtr> r = recordCall(t, graph::NodeOp::CallFunction, setitem, {obj, index, value}, {});
+    if (!r) return r.stop();
+  }
+  io.clear();
+  return Next::Fall;
+}
+
+Result<Next> opBuildSequence(Tracer&, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  ValuePtr built = ins.op == bytecode::Op::BUILD_TUPLE ? Value::tuple(io) : Value::list(io);
+  io.assign(1, std::move(built));
+  return Next::Fall;
+}
+
+Result<Next> opListToTuple(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  const List* list = io[0]->get<List>();
+  if (!list) return t.fail("LIST_TO_TUPLE on a non-list");
+  io.assign(1, Value::tuple(list->items));
+  return Next::Fall;
+}
+
+Result<Next> opListExtend(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  // LIST_EXTEND i: the list is i below the sequence.
+  List& list = io.front()->as<List>();
+  Result<ValuePtr> it = getIter(t, io.back());
+  if (!it) return it.stop();
+  for (const ValuePtr& v : (*it)->as<Iterator>().items) list.items.push_back(v);
+  io.pop_back();
+  return Next::Fall;
+}
+
+Result<Next> opBuildSlice(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  if (io.size() == 2) io.push_back(Value::constant(Py_None));
+  ValuePtr slice = Value::of(Slice{{io[0], io[1], io[2]}});
+  io.assign(1, std::move(slice));
+  return Next::Fall;
+}
+
+Result<Next> opUnpackSequence(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  const int arg = ins.arg;
+  Result<ValuePtr> got = getIter(t, io[0]);
+  if (!got) return got.stop();
+  const std::vector<ValuePtr>& items = (*got)->as<Iterator>().items;
+  if (items.size() > static_cast<size_t>(arg))
+    return t.raiseNew(PyExc_ValueError, "too many values to unpack (expected " + std::to_string(arg) + ")");
+  if (items.size() < static_cast<size_t>(arg))
+    return t.raiseNew(PyExc_ValueError, "not enough values to unpack (expected " + std::to_string(arg) + ", got " +
+                                            std::to_string(items.size()) + ")");
+  io.assign(items.rbegin(), items.rend());
+  return Next::Fall;
+}
+
+Result<Next> opFormatValue(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  // f-string pieces of constants: format with CPython's own conversion rules.
+  const int arg = ins.arg;
+  Ref spec;
+  if ((arg & 0x04) == 0x04) spec = Ref::borrow(io[1]->constant());
+  const ValuePtr& v = io[0];
+  PyObject* c = v->constant();
+  if (!c) return t.fail(std::string("formatting a ") + kindName(v->kind()) + " in an f-string is not supported yet");
+  Ref conv;
+  switch (arg & 0x03) {
+    case 1: conv = Ref::steal(PyObject_Str(c)); break;
+    case 2: conv = Ref::steal(PyObject_Repr(c)); break;
+    case 3: conv = Ref::steal(PyObject_ASCII(c)); break;
+    default: conv = Ref::borrow(c);
+  }
+  if (!conv) return t.failFromPython("f-string conversion");
+  Ref out = Ref::steal(PyObject_Format(conv.get(), spec.get()));
+  if (!out) return t.failFromPython("f-string formatting");
+  io.assign(1, Value::constant(out.get()));
+  return Next::Fall;
+}
+
+Result<Next> opBuildString(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+  Ref tuple = Ref::steal(PyTuple_New(ins.arg));
+  if (!tuple) return t.failFromPython("BUILD_STRING");
+  for (int k = 0; k < ins.arg; ++k) {
+    PyObject* part = io[static_cast<size_t>(k)]->constant();
+    if (!part || !PyUnicode_Check(part)) return t.fail("BUILD_STRING of non-strings");
+    PyTuple_SET_ITEM(tuple.get(), k, Ref::borrow(part).release());
+  }
+  Ref empty = Ref::steal(PyUnicode_FromString(""));
+  Ref joined = Ref::steal(empty ? PyUnicode_Join(empty.get(), tuple.get()) : nullptr);
+  if (!joined) return t.failFromPython("BUILD_STRING");
+  io.assign(1, Value::constant(joined.get()));
+  return Next::Fall;
+}
+
+}  // namespace cdynamo::trace

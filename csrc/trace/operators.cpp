@@ -1,0 +1,539 @@
+// Operations on symbolic values: Python operators, subscripts, iteration, identity,
+// membership and truth. Each is one decision over value kinds: tensors go to the graph,
+// constants are computed with the real Python operation (exact semantics), containers are
+// rebuilt, user objects call their special methods.
+#include <cstring>
+#include <string>
+
+#include "support/lookup.h"
+#include "support/torch_types.h"
+#include "trace/ops.h"
+#include "trace/scalars.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using graph::NodeOp;
+
+namespace {
+
+// BINARY_OP's argument indexes this table (CPython 3.11 NB_* order).
+const char* const kBinaryOps[] = {
+    "add",  "and_", "floordiv", "lshift", "matmul", "mul",  "mod",       "or_",  "pow",
+    "rshift", "sub", "truediv", "xor",
+    "iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
+    "irshift", "isub", "itruediv", "ixor"};
+const Obj kBinaryOpFns[] = {
+    Obj::operator_add,     Obj::operator_and_,      Obj::operator_floordiv, Obj::operator_lshift,
+    Obj::operator_matmul,  Obj::operator_mul,       Obj::operator_mod,      Obj::operator_or_,
+    Obj::operator_pow,     Obj::operator_rshift,    Obj::operator_sub,      Obj::operator_truediv,
+    Obj::operator_xor,     Obj::operator_iadd,      Obj::operator_iand,     Obj::operator_ifloordiv,
+    Obj::operator_ilshift, Obj::operator_imatmul,   Obj::operator_imul,     Obj::operator_imod,
+    Obj::operator_ior,     Obj::operator_ipow,      Obj::operator_irshift,  Obj::operator_isub,
+    Obj::operator_itruediv, Obj::operator_ixor};
+const char* const kCompareOps[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+const Obj kCompareOpFns[] = {Obj::operator_lt, Obj::operator_le, Obj::operator_eq,
+                             Obj::operator_ne, Obj::operator_gt, Obj::operator_ge};
+
+// An interned str for a name made at run time (a special method's name).
+Ref internedName(const std::string& name) { return Ref::steal(PyUnicode_InternFromString(name.c_str())); }
+
+// The items of a sequence value (tuple/list value, or a constant tuple such as a
+// torch.Size) as values; false when `v` is not one.
+bool sequenceItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (v->is(Kind::Tuple) || v->is(Kind::List)) {
+    *out = *v->elements();
+    return true;
+  }
+  if (v->constant() && PyTuple_Check(v->constant())) {
+    PyObject* tuple = v->constant();
+    out->clear();
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(tuple); ++i) out->push_back(Value::constant(PyTuple_GET_ITEM(tuple, i)));
+    return true;
+  }
+  return false;
+}
+
+
+// Whether a value is a mutable object made in the trace (distinct from every other one).
+bool madeMutable(const ValuePtr& v) {
+  switch (v->kind()) {
+    case Kind::NewObject:
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
+      return v->reg < 0;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Tuple:
+    case Kind::Slice:
+    case Kind::Iterator:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Object:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      return false;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<ValuePtr> binaryOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b) {
+  if (op < 0 || op >= static_cast<int>(sizeof(kBinaryOps) / sizeof(kBinaryOps[0])))
+    return t.fail("unknown BINARY_OP argument " + std::to_string(op));
+  PyObject* fn = lookup(kBinaryOpFns[op]);
+  if (!fn) return t.failFromPython("operator lookup");
+  if (isUserObject(a) || isUserObject(b)) {
+    // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
+    std::string name = kBinaryOps[op];
+    if (name.back() == '_') name.pop_back();  // and_, or_
+    bool inplace = op >= 13;
+    std::string base = inplace ? name.substr(1) : name;
+    // A method that returns NotImplemented passes the turn to the next candidate.
+    auto answered = [](const Result<ValuePtr>& r) {
+      if (r.notHandled()) return false;
+      return !r || (*r)->constant() != Py_NotImplemented;
+    };
+    auto tryDunder = [&](const ValuePtr& self, const std::string& dunder, const ValuePtr& other) -> Result<ValuePtr> {
+      Ref method = internedName(dunder);
+      if (!method) return t.failFromPython("a special method's name");
+      return callDunder(t, self, method.get(), {other});
+    };
+    if (inplace) {
+      Result<ValuePtr> r = tryDunder(a, "__" + name + "__", b);
+      if (answered(r)) return r;
+    }
+    Result<ValuePtr> r = tryDunder(a, "__" + base + "__", b);
+    if (answered(r)) return r;
+    r = tryDunder(b, "__r" + base + "__", a);
+    if (answered(r)) return r;
+    return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
+  }
+  if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
+    Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->constant(), b->constant(), nullptr));
+    if (!r) return t.raisePython();
+    if (!isConstantObject(r.get())) return t.fail("operator on constants returned a non-constant");
+    return Value::constant(r.get());
+  }
+  // Sets, and a constant with a container of constants ("%s=%d" % (name, n)): compute.
+  if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != 13 && op != 18) {
+    Ref pa = toPython(t, a), pb = pa ? toPython(t, b) : Ref();
+    if (pa && pb) {
+      Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, pa.get(), pb.get(), nullptr));
+      if (!r) return t.failFromPython(std::string("operator.") + kBinaryOps[op]);
+      return fromPython(t, r.get());
+    }
+  }
+  std::vector<ValuePtr> left, right;
+  const int kAdd = 0, kMul = 5, kIAdd = 13, kIMul = 18;
+  if ((op == kAdd || op == kIAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
+      (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
+    if (op == kIAdd && a->is(Kind::List)) return t.fail("in-place list += is not supported yet");
+    left.insert(left.end(), right.begin(), right.end());
+    Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
+    return Value::sequence(k, std::move(left));
+  }
+  if ((op == kMul || op == kIMul) && sequenceItems(a, &left) && b->is(Kind::Constant) &&
+      PyLong_CheckExact(b->constant()) && !a->is(Kind::Constant)) {
+    long n = PyLong_AsLong(b->constant());
+    std::vector<ValuePtr> out;
+    for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
+    return Value::sequence(a->kind(), std::move(out));
+  }
+  return t.fail(std::string("operator ") + kBinaryOps[op] + " on " + kindName(a->kind()) + " and " +
+              kindName(b->kind()) + " is not supported yet");
+}
+
+Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
+  if (op == bytecode::Op::UNARY_NOT) {
+    Result<bool> truth = truthValue(t, a);
+    if (!truth) return truth.stop();
+    return Value::constant(*truth ? Py_False : Py_True);
+  }
+  const char* name = op == bytecode::Op::UNARY_NEGATIVE ? "neg" : op == bytecode::Op::UNARY_POSITIVE ? "pos" : "invert";
+  if (isUserObject(a)) {
+    Ref method = internedName(std::string("__") + name + "__");
+    if (!method) return t.failFromPython("a special method's name");
+    Result<ValuePtr> r = callDunder(t, a, method.get(), {});
+    if (!r.notHandled()) return r;
+    return t.fail(std::string("bad operand type for unary ") + name + " (TypeError)");
+  }
+  PyObject* fn = lookup(op == bytecode::Op::UNARY_NEGATIVE   ? Obj::operator_neg
+                        : op == bytecode::Op::UNARY_POSITIVE ? Obj::operator_pos
+                                                             : Obj::operator_invert);
+  if (!fn) return t.failFromPython("operator lookup");
+  if (a->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a}, {});
+  if (a->is(Kind::Constant)) {
+    Ref r = Ref::steal(PyObject_CallOneArg(fn, a->constant()));
+    if (!r) return t.failFromPython(std::string("operator.") + name + " on a constant");
+    return Value::constant(r.get());
+  }
+  return t.fail(std::string("unary operator on a ") + kindName(a->kind()) + " is not supported yet");
+}
+
+Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b) {
+  if (op < 0 || op > 5) return t.fail("unknown COMPARE_OP argument");
+  PyObject* fn = lookup(kCompareOpFns[op]);
+  if (!fn) return t.failFromPython("operator lookup");
+  if (isUserObject(a) || isUserObject(b)) {
+    // Python's rich comparison: a.__op__(b), then b.__reflected__(a), skipping
+    // NotImplemented; != falls back to inverting ==; == and != finally to identity.
+    static const char* const kReflected[] = {"gt", "ge", "eq", "ne", "lt", "le"};
+    auto isNotImplemented = [](const ValuePtr& v) { return v->constant() == Py_NotImplemented; };
+    auto tryDunder = [&](const ValuePtr& self, const char* cmp, const ValuePtr& other) -> Result<ValuePtr> {
+      Ref method = internedName(std::string("__") + cmp + "__");
+      if (!method) return t.failFromPython("a special method's name");
+      return callDunder(t, self, method.get(), {other});
+    };
+    // a.__op__(b), then b.__reflected__(a); NotHandled when neither answers.
+    auto tryPair = [&](int cmp) -> Result<ValuePtr> {
+      Result<ValuePtr> r = tryDunder(a, kCompareOps[cmp], b);
+      if (!r.notHandled() && (!r || !isNotImplemented(*r))) return r;
+      r = tryDunder(b, kReflected[cmp], a);
+      if (!r.notHandled() && (!r || !isNotImplemented(*r))) return r;
+      return notHandled();
+    };
+    Result<ValuePtr> r = tryPair(op);
+    if (!r.notHandled()) return r;
+    if (op == Py_NE) {
+      r = tryPair(Py_EQ);
+      if (!r.notHandled()) {
+        if (!r) return r;
+        Result<bool> truth = truthValue(t, *r);
+        if (!truth) return truth.stop();
+        return Value::constant(*truth ? Py_False : Py_True);
+      }
+    }
+    if (op == Py_EQ || op == Py_NE) {  // identity comparison, as object.__eq__ does
+      bool same = a == b || (a->real() && a->real() == b->real());
+      return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
+    }
+    return t.fail("comparison of objects without the special method (TypeError)");
+  }
+  if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  Ref pa = toPython(t, a), pb = pa ? toPython(t, b) : Ref();
+  if (pa && pb) {
+    Ref r = Ref::steal(PyObject_RichCompare(pa.get(), pb.get(), op));
+    if (!r) return t.raisePython();
+    if (!isConstantObject(r.get())) return t.fail("comparison returned a non-constant");
+    return Value::constant(r.get());
+  }
+  return t.fail(std::string("comparison of ") + kindName(a->kind()) + " and " + kindName(b->kind()) +
+              " is not supported yet");
+}
+
+Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out) {
+  // nn.Sequential / ModuleList / ModuleDict hold their children in _modules; their
+  // indexing, len and membership are answered from it, with its keys guarded.
+  PyObject** dictptr = _PyObject_GetDictPtr(m->as<Module>().obj.get());
+  PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!modules || !PyDict_Check(modules)) return t.fail("module without _modules");
+  int mreg = t.load(guards::LoadKind::InstanceDict, m->reg, 0, interned(Str::underscore_modules),
+                  t.guards().sourceName(m->reg) + "._modules");
+  t.guards().checkDictKeys(mreg, modules);
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &key, &value)) {
+    int reg = t.load(guards::LoadKind::DictItem, mreg, 0, key,
+                   t.guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
+    Result<ValuePtr> v = t.wrap(value, reg);
+    if (!v) return v.stop();
+    out->emplace_back(Ref::borrow(key), v.take());
+  }
+  return {};
+}
+
+bool isModuleContainer(const ValuePtr& m) {
+  if (!m->is(Kind::Module)) return false;
+  for (PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m->as<Module>().obj.get())); type;
+       type = reinterpret_cast<PyObject*>(reinterpret_cast<PyTypeObject*>(type)->tp_base)) {
+    const char* n = reinterpret_cast<PyTypeObject*>(type)->tp_name;
+    if (strcmp(n, "Sequential") == 0 || strcmp(n, "ModuleList") == 0 || strcmp(n, "ModuleDict") == 0) return true;
+    if (type == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) break;
+  }
+  return false;
+}
+
+Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
+  if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+    std::vector<std::pair<Ref, ValuePtr>> children;
+    if (Done d = moduleContainerItems(t, obj, &children); !d) return d.stop();
+    if (index->constant() && PyUnicode_Check(index->constant())) {
+      for (auto& [k, v] : children)
+        if (PyUnicode_Compare(k.get(), index->constant()) == 0) return v;
+      PyErr_SetObject(PyExc_KeyError, index->constant());
+      return t.raisePython();
+    }
+    std::vector<ValuePtr> mods;
+    for (auto& kv : children) mods.push_back(kv.second);
+    ValuePtr list = Value::list(std::move(mods));
+    return subscript(t, list, index);
+  }
+  if (isUserObject(obj)) {
+    Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_getitem), {index});
+    if (!r.notHandled()) return r;
+    return t.fail("object is not subscriptable (TypeError)");
+  }
+  if (obj->is(Kind::Tensor)) {
+    PyObject* fn = lookup(Obj::operator_getitem);
+    if (!fn) return t.failFromPython("operator lookup");
+    return recordCall(t, NodeOp::CallFunction, fn, {obj, index}, {});
+  }
+  const bool sequence = obj->is(Kind::Tuple) || obj->is(Kind::List);
+  if (sequence && index->constant()) {
+    const std::vector<ValuePtr>& items = *obj->elements();
+    PyObject* i = index->constant();
+    Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
+    if (PyLong_Check(i)) {
+      Py_ssize_t k = PyLong_AsSsize_t(i);
+      if (k == -1 && PyErr_Occurred()) return t.failFromPython("index");
+      if (k < 0) k += n;
+      if (k < 0 || k >= n)
+        return t.raiseNew(PyExc_IndexError, obj->is(Kind::List) ? "list index out of range" : "tuple index out of range");
+      return items[static_cast<size_t>(k)];
+    }
+  }
+  if (obj->is(Kind::Dict)) {
+    std::vector<ValuePtr> args{index};
+    std::vector<std::pair<Ref, ValuePtr>> kwargs;
+    return callContainerMethod(t, obj, interned(Str::dunder_getitem), args, kwargs);
+  }
+  if (sequence && index->is(Kind::Slice)) {
+    const std::vector<ValuePtr>& items = *obj->elements();
+    Result<Ref> slice = constantSlice(t, index->as<Slice>());
+    if (!slice) return slice.stop();
+    Py_ssize_t start, stop, step, len;
+    if (!*slice ||
+        PySlice_GetIndicesEx(slice->get(), static_cast<Py_ssize_t>(items.size()), &start, &stop, &step, &len) < 0)
+      return t.failFromPython("slicing a sequence");
+    std::vector<ValuePtr> out;
+    for (Py_ssize_t k = 0, at = start; k < len; ++k, at += step) out.push_back(items[static_cast<size_t>(at)]);
+    return Value::sequence(obj->kind(), std::move(out));
+  }
+  if (obj->constant() && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+    graph::Arg idx;
+    if (Done d = toArg(t, index, &idx); !d) return d.stop();
+    Ref key;
+    if (index->constant()) {
+      key = Ref::borrow(index->constant());
+    } else {
+      Result<Ref> slice = constantSlice(t, index->as<Slice>());
+      if (!slice) return slice.stop();
+      key = slice.take();
+    }
+    Ref r = Ref::steal(key ? PyObject_GetItem(obj->constant(), key.get()) : nullptr);
+    if (!r) return t.raisePython();
+    if (!isConstantObject(r.get())) return t.fail("subscript of a constant returned a non-constant");
+    return Value::constant(r.get());
+  }
+  return t.fail(std::string("subscript of a ") + kindName(obj->kind()) + " by a " + kindName(index->kind()) +
+              " is not supported yet");
+}
+
+namespace {
+
+Result<ValuePtr> moduleIter(Tracer& t, const ValuePtr& obj) {
+  // nn.Sequential and nn.ModuleList iterate over their submodules (_modules.values()).
+  PyObject* m = obj->as<Module>().obj.get();
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m));
+  Ref iter_fn = Ref::steal(PyObject_GetAttrString(type, "__iter__"));
+  Ref qualname = iter_fn ? Ref::steal(PyObject_GetAttrString(iter_fn.get(), "__qualname__")) : Ref();
+  PyErr_Clear();
+  const char* q = qualname && PyUnicode_Check(qualname.get()) ? PyUnicode_AsUTF8(qualname.get()) : "";
+  if (strcmp(q, "Sequential.__iter__") != 0 && strcmp(q, "ModuleList.__iter__") != 0)
+    return t.fail(std::string("iterating a module of type ") + Py_TYPE(m)->tp_name + " is not supported yet");
+  PyObject** dictptr = _PyObject_GetDictPtr(m);
+  PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
+  if (!modules || !PyDict_Check(modules)) return t.fail("module without _modules");
+  int mreg = t.load(guards::LoadKind::InstanceDict, obj->reg, 0, interned(Str::underscore_modules),
+                  t.guards().sourceName(obj->reg) + "._modules");
+  t.guards().checkLength(mreg, PyDict_GET_SIZE(modules));
+  std::vector<ValuePtr> items;
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(modules, &pos, &key, &value)) {
+    if (value == Py_None) continue;
+    int reg =
+        t.load(guards::LoadKind::DictItem, mreg, 0, key, t.guards().sourceName(mreg) + "['" + PyUnicode_AsUTF8(key) + "']");
+    Result<ValuePtr> child = t.wrap(value, reg);
+    if (!child) return child;
+    items.push_back(child.take());
+  }
+  return Value::iterator(std::move(items));
+}
+
+}  // namespace
+
+Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
+  switch (obj->kind()) {
+    case Kind::Iterator:
+      return obj;
+    case Kind::Object:
+    case Kind::NewObject: {
+      Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_iter), {});
+      if (r.notHandled()) return t.fail("object is not iterable (TypeError)");
+      if (!r) return r;
+      return getIter(t, *r);
+    }
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Set:
+      return Value::iterator(*obj->elements());
+    case Kind::Dict: {
+      std::vector<ValuePtr> keys;
+      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      return Value::iterator(std::move(keys));
+    }
+    case Kind::Constant: {
+      Ref iter = Ref::steal(PyObject_GetIter(obj->constant()));
+      if (!iter) return t.failFromPython("iterating a constant");
+      std::vector<ValuePtr> items;
+      while (Ref item = Ref::steal(PyIter_Next(iter.get()))) {
+        if (!isConstantObject(item.get())) return t.fail("iterating a constant gave a non-constant");
+        items.push_back(Value::constant(item.get()));
+      }
+      if (PyErr_Occurred()) return t.failFromPython("iterating a constant");
+      return Value::iterator(std::move(items));
+    }
+    case Kind::Module:
+      return moduleIter(t, obj);
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Slice:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::PyModule:
+    case Kind::Cell:
+    case Kind::Function:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
+  }
+  return t.fail(std::string("iterating a ") + kindName(obj->kind()) + " is not supported yet");
+}
+
+Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
+  switch (v->kind()) {
+    case Kind::Constant: {
+      int truth = PyObject_IsTrue(v->constant());
+      if (truth < 0) return t.failFromPython("truth value of a constant");
+      return truth != 0;
+    }
+    case Kind::Tuple:
+    case Kind::List:
+    case Kind::Set:
+      return !v->elements()->empty();
+    case Kind::Dict:
+      return !v->as<Dict>().values.empty();
+    case Kind::Function:
+    case Kind::Cell:
+    case Kind::Context:
+      return true;
+    case Kind::Object:
+    case Kind::NewObject: {
+      // Python's order: __bool__, then __len__, else true.
+      for (Str dunder : {Str::dunder_bool, Str::dunder_len}) {
+        Result<ValuePtr> r = callDunder(t, v, interned(dunder), {});
+        if (r.notHandled()) continue;
+        if (!r) return r.stop();
+        return truthValue(t, *r);
+      }
+      return true;
+    }
+    case Kind::Super:
+    case Kind::Partial:
+      return true;
+    case Kind::Tensor:
+      if (isScalarValue(t, v))
+        return t.fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
+      return t.fail("control flow depends on a tensor's value (data-dependent branch)");
+    case Kind::Callable:
+    case Kind::PyModule:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+      return true;
+    case Kind::Module: {
+      int truth = PyObject_IsTrue(v->real());
+      if (truth < 0) return t.failFromPython("truth value of a module");
+      return truth != 0;
+    }
+    case Kind::Slice:
+      return true;
+    case Kind::Null:
+    case Kind::Iterator:
+      break;
+  }
+  return t.fail(std::string("truth value of a ") + kindName(v->kind()));
+}
+
+Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
+  if (a == b) return true;  // the same value: the same object
+  if (a->real() && b->real()) return a->real() == b->real();
+  if (madeMutable(a) && madeMutable(b)) return false;  // two distinct objects made in the trace
+  if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
+    if (a->as<Tensor>().node != b->as<Tensor>().node)
+      return t.fail("identity of two distinct tensors is not known at trace time");
+    return true;
+  }
+  if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
+  return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));
+}
+
+Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item) {
+  if (isModuleContainer(container) && item->is(Kind::Constant)) {
+    std::vector<std::pair<Ref, ValuePtr>> children;
+    if (Done d = moduleContainerItems(t, container, &children); !d) return d.stop();
+    bool r = false;
+    for (auto& kv : children) r = r || PyObject_RichCompareBool(kv.first.get(), item->constant(), Py_EQ) == 1;
+    return r;
+  }
+  if (isUserObject(container)) {
+    Result<ValuePtr> c = callDunder(t, container, interned(Str::dunder_contains), {item});
+    if (c.notHandled()) return t.fail("`in` on an object without __contains__ is not supported yet");
+    if (!c) return c.stop();
+    return truthValue(t, *c);
+  }
+  if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
+    int r = PySequence_Contains(container->constant(), item->constant());
+    if (r < 0) return t.failFromPython("`in` on constants");
+    return r != 0;
+  }
+  Args a{item};
+  Kwargs kw;
+  bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
+  if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
+    return t.fail(std::string("`in` on a ") + kindName(container->kind()) + " is not supported yet");
+  Result<ValuePtr> c = callContainerMethod(t, container, interned(mapping ? Str::dunder_contains : Str::count), a, kw);
+  if (!c) return c.stop();
+  return PyObject_IsTrue((*c)->constant()) != 0;
+}
+
+Done iterate(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (Done d = peekItems(t, v, out); !d) return d;
+  if (const Iterator* it = v->get<Iterator>())
+    return t.iterators().advance(v, it->items.size(), true);  // consuming it exhausts it
+  return {};
+}
+
+Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (Done d = t.iterators().usable(v.get()); !d) return d;
+  Result<ValuePtr> got = getIter(t, v);
+  if (!got) return got.stop();
+  const Iterator& it = (*got)->as<Iterator>();
+  out->assign(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())), it.items.end());
+  return {};
+}
+
+}  // namespace cdynamo::trace

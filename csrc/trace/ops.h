@@ -1,0 +1,116 @@
+// The operations of the symbolic interpreter (STYLE.md habit 4): what a Python operation
+// means on symbolic values. Opcode handlers call these; each is one decision over value
+// kinds, in the file named beside it. They take the Tracer for its services (failing,
+// raising, guards, the graph, inlining) and report through trace/result.h: Unsupported
+// (the trace stops; the reason is recorded), Raised (an exception of the traced program is
+// in flight), and, where documented, NotHandled.
+#pragma once
+#include <Python.h>
+
+#include <utility>
+#include <vector>
+
+#include "bytecode/opcodes.h"
+#include "graph/graph_builder.h"
+#include "trace/callables.h"
+#include "trace/result.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+
+// ---- attributes.cpp: reading and storing attributes ---------------------------------------
+Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value);
+// Attributes of a function made in the trace: its name, module, doc, and those set on it.
+Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
+
+// ---- calls.cpp: calling each kind of callable ---------------------------------------------
+Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs);
+// A call of a real callable (Kind::Callable): the callable table, then the call rules
+// (call_rules.cpp).
+Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs);
+// call_rules.cpp: the rules for callables no table row names (torch functions, user
+// classes, exception classes, Python functions, ...), tried in order; Unsupported when none applies.
+Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs);
+// Borrowed value of `name` in the instance dict of `obj`, or null (objects.cpp).
+PyObject* instanceDictItem(PyObject* obj, const char* name);
+// Whether `code` is marked by cdynamo.disable, and the reason naming the function.
+bool isDisabledCodeObject(PyObject* code);
+std::string disabledReason(PyObject* qualname);
+
+// ---- objects.cpp: user-defined classes --------------------------------------------------
+// An object read from the program (Kind::Object) or made in the trace (Kind::NewObject).
+inline bool isUserObject(const ValuePtr& v) { return v->is(Kind::Object) || v->is(Kind::NewObject); }
+// A class made by collections.namedtuple (a tuple subclass with _fields).
+bool isNamedTupleClass(PyObject* cls);
+Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// hasattr() on an Object read from the program (guarded either way).
+Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+Result<ValuePtr> newObject(Tracer& t, PyObject* cls, Args args, Kwargs kwargs);
+// Calls the Python-level special method `name` (a str) of a user object's class;
+// NotHandled (nothing done) when the class has none.
+Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, Args args);
+Result<ValuePtr> makeSuper(Tracer& t, Args& args);
+
+// ---- exceptions.cpp ---------------------------------------------------------------------
+// An instance of an exception class, made for real when its construction runs no Python
+// code (builtin exceptions and subclasses without __new__; a Python __init__ is traced).
+Result<ValuePtr> makeException(Tracer& t, PyObject* cls, Args& args);
+
+// ---- builtins.cpp / constants.cpp ---------------------------------------------------------
+// A call of one of Python's builtins: `row` is its table row.
+Result<ValuePtr> callBuiltin(Tracer& t, PyObject* fn, const CallableRow& row, Args& args, Kwargs& kwargs);
+// The real Python object for a value made only of constants (constants, and tuples, lists,
+// dicts and sets of them), or null (no error set) when it holds anything else.
+Ref toPython(Tracer& t, const ValuePtr& v);
+// The value for a real Python object made only of constants.
+Result<ValuePtr> fromPython(Tracer& t, PyObject* o);
+// Calls a pure C function (math, operator, a method of an immutable constant, an immutable
+// type) for real when every argument is made of constants; NotHandled when `fn` is not one
+// or an argument is not made of constants.
+Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs);
+// Python type of a value (borrowed), or null when it is not known.
+PyObject* typeOf(Tracer& t, const ValuePtr& v);
+
+// ---- operators.cpp: operators, subscripts, iteration, truth -------------------------------
+Result<ValuePtr> binaryOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
+Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a);
+Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
+Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index);
+Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj);
+// Python truth value of a value known at trace time.
+Result<bool> truthValue(Tracer& t, const ValuePtr& v);
+// `item in container`.
+Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item);
+// `a is b`.
+Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b);
+// The items an iterable value yields (lists, tuples, dicts' keys, constants, modules),
+// consuming an Iterator.
+Done iterate(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
+// The items `v` would give, without consuming it when it is an Iterator.
+Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
+// Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
+bool isModuleContainer(const ValuePtr& m);
+Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
+
+// ---- containers.cpp: lists, tuples, dicts, sets made in the trace -------------------------
+Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
+Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+// The real slice of a Slice of constants (Unsupported otherwise; null with an error set if
+// making it failed).
+Result<Ref> constantSlice(Tracer& t, const Slice& slice);
+
+// ---- graph_calls.cpp: operations recorded in the graph ------------------------------------
+// Records a graph call; `target` is a callable, or a method name with op CallMethod.
+// Returns the result Value: a tensor node, a tuple of them, or a constant when the
+// operation only reads metadata (static shapes).
+Result<ValuePtr> recordCall(Tracer& t, graph::NodeOp op, PyObject* target, const Args& args, const Kwargs& kwargs);
+// Converts a value into a graph argument (Unsupported when it cannot be one).
+Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out);
+// Whether two tensor values are the same Python object. Graph inputs compare their objects
+// at trace time, guarded (aliasing can change).
+Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b);
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,238 @@
+// Output planning (outputs.h): one plan per value kind.
+#include "trace/outputs.h"
+
+#include <algorithm>
+
+#include "support/lookup.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+Done OutputPlanner::planAll(const std::vector<ValuePtr>& values, std::vector<runtime::OutputPlan>* out) {
+  out->resize(values.size());
+  for (size_t i = 0; i < values.size(); ++i)
+    if (Done d = plan(values[i], &(*out)[i]); !d) return d;
+  return {};
+}
+
+Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  // A container or iterator read from the program is handed back as the object itself
+  // (its mutations, or what the trace consumed of it, are replayed on it as effects); one
+  // made in the trace is one object however often it is reachable (the memo).
+  bool container = false, made_once = false;
+  switch (v->kind()) {
+    case Kind::List:
+    case Kind::Dict:
+    case Kind::Set:
+    case Kind::Tuple:
+    case Kind::Iterator:
+      container = true;
+      made_once = true;
+      break;
+    case Kind::NewObject:
+    case Kind::Cell:
+    case Kind::Function:
+      made_once = true;
+      break;
+    case Kind::Null:
+    case Kind::Tensor:
+    case Kind::Constant:
+    case Kind::Slice:
+    case Kind::Callable:
+    case Kind::BoundMethod:
+    case Kind::NamedMethod:
+    case Kind::Module:
+    case Kind::PyModule:
+    case Kind::Object:
+    case Kind::Super:
+    case Kind::Partial:
+    case Kind::Context:
+      break;
+  }
+  if (container && v->reg >= 0) {
+    *out = P::Register{v->reg};
+    return {};
+  }
+  if (made_once && v->reg < 0) {
+    auto it = memo_slot_.find(v.get());
+    if (it != memo_slot_.end()) {
+      *out = P::Memo{it->second.first};
+      return {};
+    }
+    if (!v->is(Kind::Tuple)) {
+      out->memo = memo_slots_++;
+      memo_slot_.emplace(v.get(), std::make_pair(out->memo, v));
+    }
+  }
+  return planOne(v, out);
+}
+
+Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  switch (v->kind()) {
+    case Kind::Tensor: {
+      const int node = v->as<Tensor>().node;
+      const int in = t_.inputRegOf(node);
+      if (in >= 0) {
+        // An input returned as is: hand back the very same object, as eager does.
+        out->step = P::Register{in};
+        return {};
+      }
+      for (size_t i = 0; i < graph_outputs_.size(); ++i)
+        if (graph_outputs_[i] == node) {
+          out->step = P::GraphOutput{static_cast<int>(i)};
+          return {};
+        }
+      graph_outputs_.push_back(node);
+      out->step = P::GraphOutput{static_cast<int>(graph_outputs_.size() - 1)};
+      return {};
+    }
+    case Kind::Constant:
+      out->step = P::Constant{v->as<Constant>().obj.copy()};
+      return {};
+    case Kind::Tuple: {
+      const Tuple& t = v->as<Tuple>();
+      std::vector<runtime::OutputPlan> items;
+      if (Done d = planAll(t.items, &items); !d) return d;
+      if (t.namedtuple)
+        out->step = P::NamedTuple{t.namedtuple.copy(), std::move(items)};
+      else
+        out->step = P::Tuple{std::move(items)};
+      return {};
+    }
+    case Kind::List: {
+      const List& l = v->as<List>();
+      std::vector<runtime::OutputPlan> items;
+      if (Done d = planAll(l.items, &items); !d) return d;
+      if (l.deque)
+        out->step = P::Deque{l.deque.copy(), l.maxlen.copy(), std::move(items)};
+      else
+        out->step = P::List{std::move(items)};
+      return {};
+    }
+    case Kind::Dict: {
+      const Dict& d = v->as<Dict>();
+      P::Dict dict{d.type.copy(), d.default_factory.copy(), {}, {}};
+      for (const Ref& k : d.keys) dict.keys.push_back(k.copy());
+      if (Done done = planAll(d.values, &dict.values); !done) return done;
+      out->step = std::move(dict);
+      return {};
+    }
+    case Kind::Set: {
+      std::vector<runtime::OutputPlan> items;
+      if (Done d = planAll(v->as<Set>().items, &items); !d) return d;
+      out->step = P::Set{std::move(items)};
+      return {};
+    }
+    case Kind::Module:
+    case Kind::Callable:
+    case Kind::PyModule:
+    case Kind::Object:
+      if (v->reg >= 0) {
+        out->step = P::Register{v->reg};
+        return {};
+      }
+      if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
+        out->step = P::Constant{Ref::borrow(v->real())};
+        return {};
+      }
+      break;
+    case Kind::NewObject: {
+      const NewObject& o = v->as<NewObject>();
+      auto attrs = std::make_unique<runtime::OutputPlan>();
+      if (Done d = plan(o.attrs, attrs.get()); !d) return d;
+      out->step = P::NewObject{o.cls.copy(), std::move(attrs)};
+      return {};
+    }
+    case Kind::Slice: {
+      // slice(start, stop, step)
+      const Slice& sl = v->as<Slice>();
+      std::vector<runtime::OutputPlan> parts;
+      if (Done d = planAll({sl.parts.begin(), sl.parts.end()}, &parts); !d) return d;
+      out->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PySlice_Type)), std::move(parts)};
+      return {};
+    }
+    case Kind::Iterator: {
+      // iter() over the items it has left.
+      if (Done d = t_.iterators().usable(v.get()); !d) return d;
+      const Iterator& it = v->as<Iterator>();
+      PyObject* iter = lookup(Obj::builtins_iter);
+      if (!iter) return t_.failFromPython("builtins.iter");
+      std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
+                                 it.items.end());
+      std::vector<runtime::OutputPlan> args(1);
+      if (Done d = plan(Value::tuple(std::move(rest)), &args[0]); !d) return d;
+      out->step = P::Call{Ref::borrow(iter), std::move(args)};
+      return {};
+    }
+    case Kind::BoundMethod: {  // types.MethodType(function, receiver)
+      const BoundMethod& m = v->as<BoundMethod>();
+      std::vector<runtime::OutputPlan> args(2);
+      args[0] = runtime::OutputPlan::constant(m.function.get());
+      if (Done d = plan(m.self, &args[1]); !d) return d;
+      out->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PyMethod_Type)), std::move(args)};
+      return {};
+    }
+    case Kind::NamedMethod: {  // getattr(receiver, name)
+      const NamedMethod& m = v->as<NamedMethod>();
+      if (m.self->is(Kind::Context) && PyUnicode_CompareWithASCIIString(m.name.get(), "__exit__") == 0)
+        return t_.contexts().planExit(m.self, out);
+      PyObject* getattr = lookup(Obj::builtins_getattr);
+      if (!getattr) return t_.failFromPython("builtins.getattr");
+      std::vector<runtime::OutputPlan> args(2);
+      if (Done d = plan(m.self, &args[0]); !d) return d;
+      args[1] = runtime::OutputPlan::constant(m.name.get());
+      out->step = P::Call{Ref::borrow(getattr), std::move(args)};
+      return {};
+    }
+    case Kind::Cell: {
+      // A cell made in the trace (a local captured by an inner function).
+      const Cell& c = v->as<Cell>();
+      if (c.outer) break;  // a cell of an enclosing function: not rebuilt (yet)
+      std::vector<runtime::OutputPlan> args;
+      if (c.contents) {
+        args.resize(1);
+        if (Done d = plan(c.contents, &args[0]); !d) return d;
+      }
+      out->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PyCell_Type)), std::move(args)};
+      return {};
+    }
+    case Kind::Function:
+      return planFunction(v->as<Function>(), out);
+    case Kind::Null:
+    case Kind::Context:
+    case Kind::Super:
+    case Kind::Partial:
+      break;
+  }
+  return t_.fail(std::string("returning a ") + kindName(v->kind()) + " is not supported yet");
+}
+
+Done OutputPlanner::planFunction(const Function& fp, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  // A function made in the trace: cdynamo._resume.make_function(code, globals,
+  // qualname, defaults, kwdefaults, closure, attrs), its cells shared through the memo.
+  PyObject* helper = lookup(Obj::cdynamo_resume_make_function);
+  if (!helper) return t_.failFromPython("cdynamo._resume.make_function");
+  std::vector<runtime::OutputPlan> args(7);
+  auto optional = [&](size_t i, const ValuePtr& part) -> Done {
+    if (part) return plan(part, &args[i]);
+    args[i] = runtime::OutputPlan::constant(Py_None);
+    return {};
+  };
+  args[0] = runtime::OutputPlan::constant(fp.code.get());
+  args[1] = runtime::OutputPlan::constant(fp.globals.get());
+  args[2] = runtime::OutputPlan::constant(fp.qualname.get());
+  if (Done d = optional(3, fp.defaults); !d) return d;
+  if (Done d = optional(4, fp.kwdefaults); !d) return d;
+  std::vector<runtime::OutputPlan> cells;
+  if (Done d = planAll(fp.closure, &cells); !d) return d;
+  args[5] = P::Tuple{std::move(cells)};
+  if (Done d = optional(6, fp.attrs); !d) return d;
+  out->step = P::Call{Ref::borrow(helper), std::move(args)};
+  return {};
+}
+
+
+}  // namespace cdynamo::trace

@@ -1,0 +1,45 @@
+// Output planning: how values of the trace become real objects again after the graph
+// runs (runtime::OutputPlan) — the frame's result, the values effects store, a graph
+// break's locals and stack. Owns the graph's outputs and the memo slots that keep a value
+// made in the trace one object however often it is reachable.
+#pragma once
+#include <Python.h>
+
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "runtime/compiled_entry.h"
+#include "trace/result.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+
+class OutputPlanner {
+ public:
+  explicit OutputPlanner(Tracer& t) : t_(t) {}
+
+  // The plan that rebuilds `v` (Unsupported for a kind that cannot be returned yet).
+  // Plans are made in the order the runtime builds them: memo slots are filled in order.
+  Done plan(const ValuePtr& v, runtime::OutputPlan* out);
+  Done planAll(const std::vector<ValuePtr>& values, std::vector<runtime::OutputPlan>* out);
+
+  // The graph nodes the plans read, in graph-output order.
+  const std::vector<int>& graphOutputs() const { return graph_outputs_; }
+  int memoSlots() const { return memo_slots_; }
+
+ private:
+  Done planOne(const ValuePtr& v, runtime::OutputPlan* out);
+  Done planFunction(const Function& fn, runtime::OutputPlan* out);
+
+  Tracer& t_;
+  std::vector<int> graph_outputs_;
+  // Value made in the trace -> memo slot (the map holds the value: a temporary's address
+  // must not be reused while it is a key).
+  std::unordered_map<const Value*, std::pair<int, ValuePtr>> memo_slot_;
+  int memo_slots_ = 0;
+};
+
+}  // namespace cdynamo::trace

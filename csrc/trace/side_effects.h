@@ -1,0 +1,83 @@
+// Side effects of the traced program on objects that exist outside the trace (attribute
+// stores, global and nonlocal stores, mutation of input lists, dicts and sets): recorded
+// in program order and replayed after the graph on every call (runtime::SideEffect).
+// Later reads in the trace see the stored values through the overlays. Also counts every
+// change the trace makes to state a later step could observe (see mutations()).
+#pragma once
+#include <Python.h>
+
+#include <string>
+#include <unordered_map>
+#include <variant>
+#include <vector>
+
+#include "runtime/compiled_entry.h"
+#include "trace/result.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+class OutputPlanner;
+
+// One recorded effect on the object in guard register `reg`.
+struct Effect {
+  struct SetAttr {  // setattr(target, name, value)
+    Ref name;
+    ValuePtr value;
+  };
+  struct SetItem {  // target[key] = value (a globals dict)
+    Ref key;
+    ValuePtr value;
+  };
+  struct SetCell {  // target.cell_contents = value
+    ValuePtr value;
+  };
+  struct Replace {  // a list, dict or set from the program, mutated: its final contents are copied back
+    ValuePtr container;
+  };
+  int reg;
+  std::variant<SetAttr, SetItem, SetCell, Replace> what;
+};
+
+class SideEffects {
+ public:
+  explicit SideEffects(Tracer& t) : t_(t) {}
+
+  // Stores recorded for replay, seen by later reads in the trace. Unsupported inside a
+  // generator that is run in place (its order against the consumer would change).
+  Done setAttr(int reg, PyObject* name, ValuePtr value);
+  Done setGlobal(int globals_reg, PyObject* name, ValuePtr value);
+  Done setCell(int cell_reg, PyObject* real_cell, ValuePtr value);
+  // A mutation of container `c`: recorded (once) when it comes from the program, nothing
+  // to replay when the trace made it; Unsupported for a kind that cannot be replayed.
+  Done noteContainerMutation(const ValuePtr& c);
+
+  // The value last stored to attribute `name` of the object in register `reg` (or global
+  // `name` of the globals dict in `reg`), or null.
+  ValuePtr overlayAttr(int reg, PyObject* name) const;
+  bool anyAttrOverlay() const { return !attr_overlay_.empty(); }
+  // The value stored in the trace to the real cell `cell`, or null.
+  ValuePtr overlayCell(PyObject* cell) const;
+
+  // A change to state a later step could observe (container and object mutations, effects,
+  // cell stores, iterator moves). map()/filter() compare the count around their function
+  // calls: those are run early, which is right only if they change nothing.
+  void noteMutation() { ++mutations_; }
+  uint64_t mutations() const { return mutations_; }
+
+  // The replay plan of the recorded effects, in program order, their values planned by
+  // `outputs` (appended to `out`).
+  Done buildReplay(OutputPlanner& outputs, std::vector<runtime::SideEffect>* out) const;
+
+ private:
+  Done record(Effect e);
+
+  Tracer& t_;
+  std::vector<Effect> effects_;
+  std::vector<std::pair<std::pair<int, std::string>, ValuePtr>> attr_overlay_;  // (reg, name) -> value
+  std::unordered_map<PyObject*, ValuePtr> cell_overlay_;  // real cell -> value stored in the trace
+  uint64_t mutations_ = 0;
+};
+
+}  // namespace cdynamo::trace
