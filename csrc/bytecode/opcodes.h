@@ -8,7 +8,10 @@
 
 namespace cdynamo::bytecode {
 
+// The table of the running version. A 3.12 table (opcodes_312.def) sits beside it and is
+// picked here by PY_VERSION_HEX; every user of the rows includes CDYNAMO_OPCODE_TABLE.
 #define CDYNAMO_OPCODE_TABLE "bytecode/opcodes_311.def"
+#define CDYNAMO_BINARY_OPS "bytecode/binary_ops.def"
 
 enum class Op : uint8_t {
 #define X(name, num, caches, flags, pops, pushes, pushes_if_jump) name = num,
@@ -37,5 +40,22 @@ int opPushes(Op op, int arg, bool jump);
 inline int opStackEffect(Op op, int arg, bool jump) { return opPushes(op, arg, jump) - opPops(op, arg); }
 // Maps a quickened/specialized opcode to its base opcode (3.11 _PyOpcode_Deopt).
 int opDeopt(int opcode);
+
+// BINARY_OP's argument (binary_ops.def): the operator.
+enum class BinaryOp : uint8_t {
+#define B(name, num, symbol, fn) name = num,
+#include CDYNAMO_BINARY_OPS
+#undef B
+};
+constexpr int kNumBinaryOps = 0
+#define B(name, num, symbol, fn) +1
+#include CDYNAMO_BINARY_OPS
+#undef B
+    ;
+inline bool binaryOpKnown(int arg) { return arg >= 0 && arg < kNumBinaryOps; }
+// The operator module's function for `op` ("add", "and_", "iadd", ...).
+const char* binaryOpFunction(BinaryOp op);
+// a += b and the other in-place forms.
+inline bool isInplace(BinaryOp op) { return op >= BinaryOp::InplaceAdd; }
 
 }  // namespace cdynamo::bytecode

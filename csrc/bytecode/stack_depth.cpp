@@ -10,8 +10,11 @@
 //    the raising offset when `lasti`, then the exception (ceval's exception_unwind). The
 //    3.11 compiler writes the table's depth as handler start depth - 1 - lasti, so the
 //    two agree, and so does the maximum it stores in co_stacksize.
-// The effects come from PyCompile_OpcodeStackEffectWithJump, CPython's own table, so
-// this file holds no per-opcode knowledge.
+// The effects come from the opcode table (opcodes.h: pops and pushes per argument and
+// way out), so this file holds no per-opcode knowledge. The table takes a call's arguments
+// at CALL, where CPython's compiler counts them at PRECALL: the depth between the two is
+// then higher by the argument count, which the depth before PRECALL already was, so the
+// maximum is the compiler's.
 // Valid bytecode reaches each instruction with one depth, never below the depth of an
 // exception range covering it; anything else means the code is broken and is reported
 // instead of being averaged away.
@@ -87,19 +90,16 @@ bool computeStackSize(const Assembly& a, int* stackSize, std::string* error) {
       if (!reach(i, a.labelAt[hd.handler], hd.depth + (hd.lasti ? 1 : 0) + 1)) break;
     }
     if (problemAt >= 0) break;
-    int effect = PyCompile_OpcodeStackEffectWithJump(op, jump ? 0 : ins.arg, 0);
-    // CPython's table says 0 for RETURN_GENERATOR because its compiler computes the depth
-    // before inserting the generator prologue. At run time the frame returns there and,
-    // when first resumed, continues with the sent value pushed (popped by the POP_TOP
-    // that follows), so for the code as laid out the effect is +1.
-    if (ins.op == Op::RETURN_GENERATOR && effect == 0) effect = 1;
-    if (effect == PY_INVALID_STACK_EFFECT) {
+    if (!opKnown(op)) {
       problem = "no stack effect known for the opcode";
       problemAt = i;
       break;
     }
+    // A jump's argument is its label here; no jump's effect depends on its argument.
+    const int arg = jump ? 0 : ins.arg;
+    const int effect = opStackEffect(ins.op, arg, false);
     if (jump) {
-      int jumpEffect = PyCompile_OpcodeStackEffectWithJump(op, 0, 1);
+      const int jumpEffect = opStackEffect(ins.op, arg, true);
       int target = labelIndex(ins.label);
       if (target < 0 || target >= n) {
         problem = "jump to an unbound label";

@@ -4,6 +4,11 @@
 // on fake tensors (torch._subclasses.fake_tensor.FakeTensorMode), entered for the whole
 // trace. The FX graph is built once, at the end, from the live nodes only.
 //
+// Units: graph_builder.cpp (the IR: inputs, calls, effects), fake_mode.cpp (the mode and
+// FakeTensors made from a spec), input_fakes.cpp, memo.cpp (the output-metadata memo),
+// graph_module.cpp (buildGraphModule), backend.cpp (callBackend); torch_refs.h holds what
+// they derive once from torch.
+//
 // Errors: functions returning false / -1 leave a Python error set (the tracer turns it
 // into an "unsupported" reason; nothing here raises across the frame hook).
 #pragma once

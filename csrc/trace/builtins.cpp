@@ -355,7 +355,7 @@ Result<ValuePtr> builtinSum(Tracer& t, PyObject* f, const char* which, Args& arg
     acc = v;
   }
   for (const ValuePtr& v : items) {
-    acc = binaryOp(t, 0, *acc, v);  // NB_ADD
+    acc = binaryOp(t, bytecode::BinaryOp::Add, *acc, v);
     if (!acc) return acc;
   }
   return acc;
@@ -460,7 +460,7 @@ Result<ValuePtr> builtinOfTensor(Tracer& t, PyObject* f, const char* which, Args
     if (!abs) return t.failFromPython("operator.abs");
     return recordCall(t, NodeOp::CallFunction, abs, args, {});
   }
-  if (is("pow") && args.size() == 2) return binaryOp(t, 8, args[0], args[1]);  // NB_POWER
+  if (is("pow") && args.size() == 2) return binaryOp(t, bytecode::BinaryOp::Power, args[0], args[1]);
   if (is("round") && args.size() == 1) return recordCall(t, NodeOp::CallFunction, f, args, {});
   return t.fail(std::string(which) + "() of a tensor reads its value (data-dependent)");
   

@@ -38,85 +38,30 @@ struct BreakShape {
   std::vector<Successor> successors;
 };
 
-// The instructions that may run natively as a graph break: their effect on the stack is
-// fixed and they do not touch locals or the block structure. Others (loads of NULL, the
-// loop and exception machinery, returns) make the frame run natively instead.
+// The instructions that may run natively as a graph break (flag G of the opcode table):
+// their effect on the stack is fixed and they do not touch locals or the block structure.
+// Others (loads of NULL, the loop and exception machinery, returns) make the frame run
+// natively instead. Each way out pops and pushes what the table says.
 bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* why) {
   const bytecode::Instruction& ins = f.instrs[pc];
-  const int arg = ins.arg;
-  int idx = static_cast<int>(pc);
+  const int idx = static_cast<int>(pc);
   out->first = idx;
-  auto straight = [&](int pops, int pushes) {
-    out->successors.push_back({idx + 1, pops, pushes});
-    return true;
-  };
-  auto jumpTarget = [&]() { return bytecode::indexAtOffset(f.instrs, ins.jumpTarget()); };
-  switch (ins.op) {
-    case Op::CALL:
-      if (idx > 0 && f.instrs[static_cast<size_t>(idx - 1)].op == Op::PRECALL) out->first = idx - 1;
-      if (out->first > 0 && f.instrs[static_cast<size_t>(out->first - 1)].op == Op::KW_NAMES) out->first -= 1;
-      return straight(arg + 2, 1);
-    case Op::CALL_FUNCTION_EX:  // [NULL, callable, args (, kwargs)] -> result
-      return straight((arg & 1) + 3, 1);
-    case Op::POP_JUMP_FORWARD_IF_FALSE:
-    case Op::POP_JUMP_FORWARD_IF_TRUE:
-    case Op::POP_JUMP_FORWARD_IF_NONE:
-    case Op::POP_JUMP_FORWARD_IF_NOT_NONE:
-    case Op::POP_JUMP_BACKWARD_IF_FALSE:
-    case Op::POP_JUMP_BACKWARD_IF_TRUE:
-    case Op::POP_JUMP_BACKWARD_IF_NONE:
-    case Op::POP_JUMP_BACKWARD_IF_NOT_NONE: {
-      int t = jumpTarget();
-      if (t < 0) break;
-      out->successors.push_back({idx + 1, 1, 0});
-      out->successors.push_back({t, 1, 0});
-      return true;
-    }
-    case Op::JUMP_IF_FALSE_OR_POP:
-    case Op::JUMP_IF_TRUE_OR_POP: {
-      int t = jumpTarget();
-      if (t < 0) break;
-      out->successors.push_back({idx + 1, 1, 0});
-      out->successors.push_back({t, 0, 0});
-      return true;
-    }
-    case Op::BINARY_OP:
-    case Op::COMPARE_OP:
-    case Op::BINARY_SUBSCR:
-    case Op::IS_OP:
-    case Op::CONTAINS_OP:
-    case Op::IMPORT_NAME:
-      return straight(2, 1);
-    case Op::UNARY_POSITIVE:
-    case Op::UNARY_NEGATIVE:
-    case Op::UNARY_NOT:
-    case Op::UNARY_INVERT:
-    case Op::LOAD_ATTR:
-    case Op::GET_ITER:
-      return straight(1, 1);
-    case Op::STORE_ATTR:
-    case Op::DELETE_SUBSCR:
-      return straight(2, 0);
-    case Op::STORE_SUBSCR:
-      return straight(3, 0);
-    case Op::STORE_GLOBAL:
-    case Op::DELETE_ATTR:
-      return straight(1, 0);
-    case Op::FORMAT_VALUE:
-      return straight((arg & 0x04) ? 2 : 1, 1);
-    case Op::BUILD_STRING:
-    case Op::BUILD_TUPLE:
-    case Op::BUILD_LIST:
-    case Op::BUILD_SET:
-      return straight(arg, 1);
-    case Op::UNPACK_SEQUENCE:
-      return straight(1, arg);
-    default:
-      break;
+  int target = -1;
+  const bool jumps = bytecode::opHasFlag(ins.op, 'J');
+  if (jumps) target = bytecode::indexAtOffset(f.instrs, ins.jumpTarget());
+  if (!bytecode::opHasFlag(ins.op, 'G') || (jumps && target < 0)) {
+    const char* name = bytecode::opName(static_cast<int>(ins.op));
+    *why = std::string("cannot break the graph at ") + (name ? name : "?");
+    return false;
   }
-  const char* name = bytecode::opName(static_cast<int>(ins.op));
-  *why = std::string("cannot break the graph at ") + (name ? name : "?");
-  return false;
+  if (ins.op == Op::CALL) {  // the call's KW_NAMES and PRECALL run natively with it
+    if (idx > 0 && f.instrs[static_cast<size_t>(idx - 1)].op == Op::PRECALL) out->first = idx - 1;
+    if (out->first > 0 && f.instrs[static_cast<size_t>(out->first - 1)].op == Op::KW_NAMES) out->first -= 1;
+  }
+  const int pops = bytecode::opPops(ins.op, ins.arg);
+  out->successors.push_back({idx + 1, pops, bytecode::opPushes(ins.op, ins.arg, false)});
+  if (jumps) out->successors.push_back({target, pops, bytecode::opPushes(ins.op, ins.arg, true)});
+  return true;
 }
 
 }  // namespace

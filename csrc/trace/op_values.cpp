@@ -52,7 +52,8 @@ Result<Next> opCall(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& in
 }
 
 Result<Next> opBinaryOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
-  return give(binaryOp(t, ins.arg, io[0], io[1]), io);
+  if (!bytecode::binaryOpKnown(ins.arg)) return t.fail("unknown BINARY_OP argument " + std::to_string(ins.arg));
+  return give(binaryOp(t, static_cast<bytecode::BinaryOp>(ins.arg), io[0], io[1]), io);
 }
 
 Result<Next> opUnary(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {

@@ -13,24 +13,17 @@
 
 namespace cdynamo::trace {
 
+using bytecode::BinaryOp;
 using graph::NodeOp;
 
 namespace {
 
-// BINARY_OP's argument indexes this table (CPython 3.11 NB_* order).
-const char* const kBinaryOps[] = {
-    "add",  "and_", "floordiv", "lshift", "matmul", "mul",  "mod",       "or_",  "pow",
-    "rshift", "sub", "truediv", "xor",
-    "iadd", "iand", "ifloordiv", "ilshift", "imatmul", "imul", "imod", "ior", "ipow",
-    "irshift", "isub", "itruediv", "ixor"};
+// The operator module's function of each BINARY_OP operator, indexed by its number.
 const Obj kBinaryOpFns[] = {
-    Obj::operator_add,     Obj::operator_and_,      Obj::operator_floordiv, Obj::operator_lshift,
-    Obj::operator_matmul,  Obj::operator_mul,       Obj::operator_mod,      Obj::operator_or_,
-    Obj::operator_pow,     Obj::operator_rshift,    Obj::operator_sub,      Obj::operator_truediv,
-    Obj::operator_xor,     Obj::operator_iadd,      Obj::operator_iand,     Obj::operator_ifloordiv,
-    Obj::operator_ilshift, Obj::operator_imatmul,   Obj::operator_imul,     Obj::operator_imod,
-    Obj::operator_ior,     Obj::operator_ipow,      Obj::operator_irshift,  Obj::operator_isub,
-    Obj::operator_itruediv, Obj::operator_ixor};
+#define B(name, num, symbol, fn) Obj::operator_##fn,
+#include CDYNAMO_BINARY_OPS
+#undef B
+};
 const char* const kCompareOps[] = {"lt", "le", "eq", "ne", "gt", "ge"};
 const Obj kCompareOpFns[] = {Obj::operator_lt, Obj::operator_le, Obj::operator_eq,
                              Obj::operator_ne, Obj::operator_gt, Obj::operator_ge};
@@ -87,16 +80,15 @@ bool madeMutable(const ValuePtr& v) {
 
 }  // namespace
 
-Result<ValuePtr> binaryOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b) {
-  if (op < 0 || op >= static_cast<int>(sizeof(kBinaryOps) / sizeof(kBinaryOps[0])))
-    return t.fail("unknown BINARY_OP argument " + std::to_string(op));
-  PyObject* fn = lookup(kBinaryOpFns[op]);
+Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
+  const char* fn_name = bytecode::binaryOpFunction(op);
+  PyObject* fn = lookup(kBinaryOpFns[static_cast<int>(op)]);
   if (!fn) return t.failFromPython("operator lookup");
   if (isUserObject(a) || isUserObject(b)) {
     // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
-    std::string name = kBinaryOps[op];
+    std::string name = fn_name;
     if (name.back() == '_') name.pop_back();  // and_, or_
-    bool inplace = op >= 13;
+    bool inplace = bytecode::isInplace(op);
     std::string base = inplace ? name.substr(1) : name;
     // A method that returns NotImplemented passes the turn to the next candidate.
     auto answered = [](const Result<ValuePtr>& r) {
@@ -126,31 +118,31 @@ Result<ValuePtr> binaryOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& 
     return Value::constant(r.get());
   }
   // Sets, and a constant with a container of constants ("%s=%d" % (name, n)): compute.
-  if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != 13 && op != 18) {
+  if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != BinaryOp::InplaceAdd &&
+      op != BinaryOp::InplaceMultiply) {
     Ref pa = toPython(t, a), pb = pa ? toPython(t, b) : Ref();
     if (pa && pb) {
       Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, pa.get(), pb.get(), nullptr));
-      if (!r) return t.failFromPython(std::string("operator.") + kBinaryOps[op]);
+      if (!r) return t.failFromPython(std::string("operator.") + fn_name);
       return fromPython(t, r.get());
     }
   }
   std::vector<ValuePtr> left, right;
-  const int kAdd = 0, kMul = 5, kIAdd = 13, kIMul = 18;
-  if ((op == kAdd || op == kIAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
+  if ((op == BinaryOp::Add || op == BinaryOp::InplaceAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
       (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
-    if (op == kIAdd && a->is(Kind::List)) return t.fail("in-place list += is not supported yet");
+    if (op == BinaryOp::InplaceAdd && a->is(Kind::List)) return t.fail("in-place list += is not supported yet");
     left.insert(left.end(), right.begin(), right.end());
     Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
     return Value::sequence(k, std::move(left));
   }
-  if ((op == kMul || op == kIMul) && sequenceItems(a, &left) && b->is(Kind::Constant) &&
+  if ((op == BinaryOp::Multiply || op == BinaryOp::InplaceMultiply) && sequenceItems(a, &left) && b->is(Kind::Constant) &&
       PyLong_CheckExact(b->constant()) && !a->is(Kind::Constant)) {
     long n = PyLong_AsLong(b->constant());
     std::vector<ValuePtr> out;
     for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
     return Value::sequence(a->kind(), std::move(out));
   }
-  return t.fail(std::string("operator ") + kBinaryOps[op] + " on " + kindName(a->kind()) + " and " +
+  return t.fail(std::string("operator ") + fn_name + " on " + kindName(a->kind()) + " and " +
               kindName(b->kind()) + " is not supported yet");
 }
 

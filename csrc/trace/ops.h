@@ -75,7 +75,7 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, Args& args, Kwargs& k
 PyObject* typeOf(Tracer& t, const ValuePtr& v);
 
 // ---- operators.cpp: operators, subscripts, iteration, truth -------------------------------
-Result<ValuePtr> binaryOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
+Result<ValuePtr> binaryOp(Tracer& t, bytecode::BinaryOp op, const ValuePtr& a, const ValuePtr& b);
 Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a);
 Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index);

@@ -19,7 +19,8 @@ using namespace cdynamo::bytecode;
 // Collects the (opcode, argument) pairs of every code object of every .py file of the
 // standard library: from its cached .pyc when that is current, else compiled from source.
 static const char* kCollect = R"PY(
-import importlib.util, marshal, opcode, os, sys, sysconfig
+import importlib.util, marshal, opcode, os, sys, sysconfig, warnings
+warnings.simplefilter("ignore")  # compiling the stdlib's own test data warns
 
 def _collect():
     pairs = set()

@@ -1,0 +1,31 @@
+// Calling the backend with the GraphModule (in a TracingContext of the trace's fake mode
+// when the graph may hold symbolic scalars).
+#include "graph/graph_builder.h"
+
+#include "graph/torch_refs.h"
+#include "support/lookup.h"
+
+namespace cdynamo::graph {
+
+Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example_inputs) {
+  if (!shape_env_) return Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  Ref context = Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_TracingContext), mode_.get()));
+  Ref manager = context ? Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_tracing), context.get())) : Ref();
+  Ref entered = manager ? Ref::steal(PyObject_CallMethod(manager.get(), "__enter__", nullptr)) : Ref();
+  if (!entered) return Ref();
+  Ref result = Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
+  // Leave the context on every path, keeping the backend's error (if any) as the one set.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Ref exited = Ref::steal(PyObject_CallMethod(manager.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+  if (!exited) {
+    if (type) PyErr_Clear();
+    else return Ref();  // leaving failed after a success: report that
+  }
+  PyErr_Restore(type, value, tb);
+  return result;
+}
+
+}  // namespace cdynamo::graph

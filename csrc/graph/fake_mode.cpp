@@ -1,0 +1,124 @@
+// The fake-tensor mode of a trace (GraphBuilder::begin/finish), and FakeTensors of it made
+// directly from a spec (the memo's results and the input shortcut's fakes).
+#include "graph/graph_builder.h"
+
+#include <optional>
+
+#include "graph/fake_autograd.h"
+#include "graph/torch_refs.h"
+#include "support/lookup.h"
+
+namespace cdynamo::graph {
+
+bool GraphBuilder::begin() {
+  const TorchRefs* t = torchRefs();
+  if (!t) return false;
+  int capture = configFlag("capture_scalar_outputs");
+  if (capture < 0) return false;
+  capture_scalars_ = capture == 1;
+  if (capture_scalars_) {
+    // As torch._dynamo does with capture_scalar_outputs: a ShapeEnv that allows scalar
+    // outputs (Tensor.item() -> an unbacked symbol). Inputs stay static: this version
+    // has no dynamic shapes, and the tensor guards pin every size.
+    shape_env_ = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_ShapeEnv)));
+    if (!shape_env_) return false;
+    Ref kw = Ref::steal(Py_BuildValue("{s:O,s:O}", "shape_env", shape_env_.get(), "static_shapes", Py_True));
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (!kw || !no_args) return false;
+    mode_ = Ref::steal(PyObject_Call(lookup(Obj::torch_FakeTensorMode), no_args.get(), kw.get()));
+  } else {
+    mode_ = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_FakeTensorMode)));
+  }
+  if (!mode_) return false;
+  Ref allow = Ref::steal(PyObject_GetAttrString(mode_.get(), "_allow_unsafe_data_ptr_access"));
+  if (!allow) return false;
+  allow_data_ptr_ = PyObject_IsTrue(allow.get()) == 1;
+  Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__enter__", nullptr));
+  if (!r) return false;
+  entered_ = true;
+  return true;
+}
+
+void GraphBuilder::finish() {
+  if (!entered_) return;
+  entered_ = false;
+  // Keep a pending exception (if any) across __exit__.
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+  if (!r) PyErr_Clear();
+  PyErr_Restore(type, value, tb);
+}
+
+bool GraphBuilder::templateDictOk(PyObject* dict, bool allow_param) const {
+  // The attributes FakeTensor.__new__ sets: this mode, the fake device, and Nones (no
+  // propagated constant, no real tensor, empty memos); an input may be a parameter.
+  // makeFake stores them with setattr: a name that is a class attribute of FakeTensor (a
+  // descriptor would take the store) is refused.
+  const TorchRefs* t = torchRefs();
+  if (!t) return PyErr_Clear(), false;
+  PyObject *k, *v;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(dict, &pos, &k, &v)) {
+    if (!PyUnicode_Check(k)) return false;
+    if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_FakeTensor)), k)) return false;
+    if (PyUnicode_CompareWithASCIIString(k, "fake_mode") == 0) {
+      if (v != mode_.get()) return false;
+    } else if (PyUnicode_CompareWithASCIIString(k, "_fake_device") == 0) {
+      continue;
+    } else if (allow_param && PyUnicode_CompareWithASCIIString(k, "_is_param") == 0) {
+      if (v != Py_True) return false;
+    } else if (v != Py_None) {
+      return false;
+    }
+  }
+  return true;
+}
+
+Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool input,
+                           bool input_requires_grad) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  // What FakeTensor.__new__ does, without its Python: an empty meta tensor with the
+  // metadata, made a FakeTensor by Tensor._make_subclass, with the attributes of the op's
+  // own result. All with the mode's dispatch off (it is entered for the trace).
+  Ref fake;
+  {
+    std::optional<torchimpl::NoInferenceMode> not_inference;
+    if (input) not_inference.emplace();
+    torchimpl::NoPythonDispatch no_dispatch;
+    PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
+    Ref elem = Ref::steal(PyObject_Vectorcall(lookup(Obj::torch_empty_strided), eargs, 2, t->empty_kwnames.get()));
+    if (!elem) return Ref();
+    PyObject* sargs[] = {lookup(Obj::torch_FakeTensor), elem.get(), input_requires_grad ? Py_True : Py_False, Py_True,
+                         spec.device.get()};
+    fake = Ref::steal(PyObject_Vectorcall(lookup(Obj::torch_Tensor_make_subclass), sargs, 3, t->subclass_kwnames.get()));
+    if (!fake) return Ref();
+    Ref flag = Ref::steal(PyObject_CallOneArg(
+        lookup(allow_data_ptr_ ? Obj::torch_C_set_warn_deprecated_on_mutable_data_ptr
+                               : Obj::torch_C_set_throw_on_mutable_data_ptr),
+        fake.get()));
+    if (!flag) return Ref();
+    // Attribute by attribute, in the template's order (the order FakeTensor.__init__ sets
+    // them): the instance keeps CPython's key-sharing dict, ~300 bytes, where filling a
+    // materialized __dict__ with PyDict_Update made a combined one of ~830 per fake (and the
+    // GraphModule keeps one per node). templateDictOk admits only names FakeTensor has no
+    // class attribute for, so this stores exactly what the update stored.
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(spec.dict.get(), &pos, &key, &value))
+      if (PyObject_GenericSetAttr(fake.get(), key, value) < 0) return Ref();
+    if (spec.requires_grad &&
+        !torchimpl::attachErrorGradFn(fake.get(), spec.device_str.c_str(), grad_inputs.data(), grad_inputs.size(),
+                                      "cdynamo: differentiating through a fake tensor made by the graph builder's "
+                                      "output-metadata memo"))
+      return Ref();
+  }
+  if (!spec.view) return fake;
+  // The view, made by the fake mode itself (one dispatch instead of the op's many): a
+  // FakeTensor sharing the base's storage, an autograd view of it.
+  PyObject* vargs[] = {fake.get(), spec.view_size.get(), spec.view_stride.get(), spec.view_offset.get()};
+  return Ref::steal(PyObject_VectorcallMethod(interned(Str::as_strided), vargs, 4, nullptr));
+}
+
+}  // namespace cdynamo::graph

@@ -1,0 +1,312 @@
+// The torch.fx.GraphModule of the live nodes (GraphBuilder::buildGraphModule), with the FX
+// nodes made as Graph.create_node makes them and the forward's source from fx_codegen.h.
+#include "graph/graph_builder.h"
+
+#include <cctype>
+
+#include "graph/fx_codegen.h"
+#include "graph/torch_refs.h"
+#include "support/lookup.h"
+
+namespace cdynamo::graph {
+
+namespace {
+
+// Adds nodes to a fresh torch.fx.Graph as Graph.create_node does, with its Python steps done
+// here: the same node names (Graph._target_to_str of the target, made unique by the
+// graph's _Namespace, whose state is kept the same), the same Node objects, inserted at the
+// end, registered in the find_nodes table, counted. What create_node does besides is for
+// cases that never arise here (an owning module with create-node hooks: the graph has no
+// owner yet) or is only a warning (raw SymInt/SymFloat/SymBool arguments: such a node goes
+// through create_node itself). Falls back to create_node altogether when the Graph
+// does not have the internals this relies on (another torch version).
+class FxNodeMaker {
+ public:
+  bool init(PyObject* graph) {
+    graph_ = graph;
+    create_node_ = Ref::steal(PyObject_GetAttrString(graph, "create_node"));
+    if (!create_node_) return false;
+    PyObject* fx = lookup(Obj::torch_fx_graph);
+    if (!fx) return false;
+    node_cls_ = Ref::borrow(lookup(Obj::torch_fx_graph_Node));
+    if (!node_cls_) return false;
+    immutable_dict_ = Ref::borrow(lookup(Obj::torch_fx_immutable_dict));
+    if (!immutable_dict_) return false;
+    namespace_ = Ref::steal(PyObject_GetAttrString(graph, "_graph_namespace"));
+    Ref table = namespace_ ? Ref::steal(PyObject_GetAttrString(graph, "_find_nodes_lookup_table")) : Ref();
+    if (namespace_) {
+      used_ = Ref::steal(PyObject_GetAttrString(namespace_.get(), "_used_names"));
+      base_count_ = Ref::steal(PyObject_GetAttrString(namespace_.get(), "_base_count"));
+      obj_to_name_ = Ref::steal(PyObject_GetAttrString(namespace_.get(), "_obj_to_name"));
+    }
+    insert_ = Ref::steal(PyObject_GetAttrString(graph, "_insert"));
+    table_insert_ = table ? Ref::steal(PyObject_GetAttrString(table.get(), "insert")) : Ref();
+    // Graph._insert is root.prepend, i.e. root._prepend (NodeBase, C): called directly.
+    // _FindNodesLookupTable.insert(n) is table[(n.op, n.target or None)][n] = None (table a
+    // defaultdict): done here when the table is of that exact class.
+    Ref root = Ref::steal(PyObject_GetAttrString(graph, "_root"));
+    Ref prepend = Ref::steal(PyObject_GetAttrString(node_cls_.get(), "prepend"));
+    if (root && prepend && insert_ && PyMethod_Check(insert_.get()) && PyMethod_GET_SELF(insert_.get()) == root.get() &&
+        PyMethod_GET_FUNCTION(insert_.get()) == prepend.get())
+      root_prepend_ = Ref::steal(PyObject_GetAttrString(root.get(), "_prepend"));
+    Ref table_cls = Ref::borrow(lookup(Obj::torch_fx_graph_FindNodesLookupTable));
+    if (table && table_cls && reinterpret_cast<PyObject*>(Py_TYPE(table.get())) == table_cls.get())
+      table_dict_ = Ref::steal(PyObject_GetAttrString(table.get(), "table"));
+    Ref defaultdict = Ref::borrow(lookup(Obj::collections_defaultdict));
+    if (table_dict_ && (!defaultdict || !PyObject_TypeCheck(table_dict_.get(), reinterpret_cast<PyTypeObject*>(
+                                                                                 defaultdict.get()))))
+      table_dict_ = Ref();
+    target_to_str_ = Ref::steal(PyObject_GetAttrString(graph, "_target_to_str"));
+    illegal_ = Ref::steal(PyObject_GetAttrString(fx, "_illegal_names"));
+    Ref len = Ref::steal(PyObject_GetAttrString(graph, "_len"));
+    fast_ = used_ && PySet_CheckExact(used_.get()) && base_count_ && PyDict_CheckExact(base_count_.get()) &&
+            obj_to_name_ && PyDict_CheckExact(obj_to_name_.get()) && insert_ && table_insert_ && target_to_str_ &&
+            illegal_ && PyDict_Check(illegal_.get()) && len && PyLong_CheckExact(len.get()) &&
+            PyLong_AsLong(len.get()) == 0;
+    PyErr_Clear();  // a missing internal: the slow path
+    return true;
+  }
+
+  // A node like graph.create_node(op, target, args, kwargs); new reference or null.
+  Ref make(Str op, PyObject* target, PyObject* args, PyObject* kwargs, bool plain_args) {
+    PyObject* op_str = interned(op);
+    if (!op_str) return Ref();
+    if (!fast_ || !plain_args) {
+      PyObject* argv[] = {op_str, target, args, kwargs};
+      return Ref::steal(PyObject_Vectorcall(create_node_.get(), argv, 4, nullptr));
+    }
+    // create_node: `if not kwargs: kwargs = immutable_dict()` (args here are always a tuple).
+    Ref empty_kwargs;
+    if (PyDict_GET_SIZE(kwargs) == 0) {
+      empty_kwargs = Ref::steal(PyObject_CallNoArgs(immutable_dict_.get()));
+      if (!empty_kwargs) return Ref();
+      kwargs = empty_kwargs.get();
+    }
+    Ref candidate = candidateFor(target);
+    if (!candidate) return Ref();
+    Ref name = uniqueName(candidate.get());
+    if (!name) return Ref();
+    PyObject* argv[] = {graph_, name.get(), op_str, target, args, kwargs};
+    Ref node = Ref::steal(PyObject_Vectorcall(node_cls_.get(), argv, 6, nullptr));
+    if (!node) return Ref();
+    // _Namespace.associate_name_with_obj, Graph._insert, _FindNodesLookupTable.insert.
+    PyObject* existing = PyDict_SetDefault(obj_to_name_.get(), node.get(), name.get());
+    if (!existing) return Ref();
+    if (existing != name.get()) {
+      PyErr_SetString(PyExc_AssertionError, "obj is already associated");
+      return Ref();
+    }
+    Ref r = Ref::steal(PyObject_CallOneArg((root_prepend_ ? root_prepend_ : insert_).get(), node.get()));
+    if (!r) return Ref();
+    if (table_dict_) {
+      bool call = op == Str::call_function;
+      Ref key = Ref::steal(PyTuple_Pack(2, op_str, call ? target : Py_None));
+      Ref sub = key ? Ref::steal(PyObject_GetItem(table_dict_.get(), key.get())) : Ref();
+      if (!sub || PyObject_SetItem(sub.get(), node.get(), Py_None) < 0) return Ref();
+    } else {
+      r = Ref::steal(PyObject_CallOneArg(table_insert_.get(), node.get()));
+      if (!r) return Ref();
+    }
+    ++made_;
+    return node;
+  }
+
+  // Graph._len += the nodes made here.
+  bool finish() {
+    if (!made_) return true;
+    Ref len = Ref::steal(PyObject_GetAttrString(graph_, "_len"));
+    if (!len) return false;
+    Ref n = Ref::steal(PyLong_FromSsize_t(PyLong_AsSsize_t(len.get()) + made_));
+    return n && PyObject_SetAttrString(graph_, "_len", n.get()) == 0;
+  }
+
+ private:
+  // Graph._target_to_str(target), once per target.
+  Ref candidateFor(PyObject* target) {
+    auto it = candidates_.find(target);
+    if (it != candidates_.end()) return it->second.second.copy();
+    Ref c = Ref::steal(PyObject_CallOneArg(target_to_str_.get(), target));
+    if (!c) return Ref();
+    candidates_.emplace(target, std::make_pair(Ref::borrow(target), c.copy()));
+    return c;
+  }
+
+  // _Namespace.create_name(candidate, None) on the namespace's own state.
+  Ref uniqueName(PyObject* candidate) {
+    Py_ssize_t len = 0;
+    const char* s = PyUnicode_AsUTF8AndSize(candidate, &len);
+    if (!s) return Ref();
+    // _name_regex: ^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$ ; a candidate it does not match is
+    // sanitized by create_name itself.
+    bool ok = len > 0 && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_');
+    for (Py_ssize_t i = 0; ok && i < len; ++i)
+      ok = std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_';
+    if (!ok || !PyUnicode_IS_ASCII(candidate)) {
+      Ref create = Ref::steal(PyObject_GetAttrString(namespace_.get(), "create_name"));
+      return create ? Ref::steal(PyObject_CallFunctionObjArgs(create.get(), candidate, Py_None, nullptr)) : Ref();
+    }
+    // The lazy base with an optional "_<digits>" suffix: the suffix starts at the last '_'
+    // when every character after it is a digit (at least one) and the base is not empty.
+    Py_ssize_t split = -1;
+    for (Py_ssize_t i = len - 1; i > 0; --i) {
+      if (s[i] == '_') {
+        if (i < len - 1) split = i;
+        break;
+      }
+      if (!std::isdigit(static_cast<unsigned char>(s[i]))) break;
+    }
+    Ref base = split < 0 ? Ref::borrow(candidate) : Ref::steal(PyUnicode_FromStringAndSize(s, split));
+    if (!base) return Ref();
+    Ref name = Ref::borrow(candidate);
+    long long num = 0;
+    int in_use = PySet_Contains(used_.get(), candidate);
+    if (in_use < 0) return Ref();
+    if (split < 0 || in_use) {
+      PyObject* count = PyDict_GetItemWithError(base_count_.get(), base.get());
+      if (!count && PyErr_Occurred()) return Ref();
+      num = count ? PyLong_AsLongLong(count) : 0;
+      if (num == -1 && PyErr_Occurred()) return Ref();
+      PyObject* illegal = PyDict_GetItemWithError(illegal_.get(), candidate);
+      if (!illegal && PyErr_Occurred()) return Ref();
+      if (illegal && illegal != Py_None) {
+        ++num;
+        name = Ref::steal(PyUnicode_FromFormat("%U_%lld", base.get(), num));
+        if (!name) return Ref();
+      }
+    } else {
+      Ref digits = Ref::steal(PyUnicode_FromStringAndSize(s + split + 1, len - split - 1));
+      Ref value = digits ? Ref::steal(PyLong_FromUnicodeObject(digits.get(), 10)) : Ref();
+      if (!value) return Ref();
+      num = PyLong_AsLongLong(value.get());
+      if (num == -1 && PyErr_Occurred()) return Ref();  // beyond 64 bits: not made here
+    }
+    for (;;) {
+      int used = PySet_Contains(used_.get(), name.get());
+      if (used < 0) return Ref();
+      if (!used) break;
+      ++num;
+      name = Ref::steal(PyUnicode_FromFormat("%U_%lld", base.get(), num));
+      if (!name) return Ref();
+    }
+    Ref count = Ref::steal(PyLong_FromLongLong(num));
+    if (!count || PySet_Add(used_.get(), name.get()) < 0 || PyDict_SetItem(base_count_.get(), base.get(), count.get()) < 0)
+      return Ref();
+    return name;
+  }
+
+  PyObject* graph_ = nullptr;
+  bool fast_ = false;
+  Py_ssize_t made_ = 0;
+  Ref root_prepend_, table_dict_;  // fast forms of insert_ / table_insert_, when they apply
+  Ref create_node_, node_cls_, immutable_dict_, namespace_, used_, base_count_, obj_to_name_, insert_, table_insert_, target_to_str_,
+      illegal_;
+  std::unordered_map<PyObject*, std::pair<Ref, Ref>> candidates_;  // target -> (target, candidate name)
+};
+
+// Whether an argument tree holds no raw symbolic number (create_node warns about those).
+bool plainArg(const Arg& a, const TorchRefs* t) {
+  if (a.kind == Arg::Kind::Const && a.constant && isSymScalar(a.constant.get(), t)) return false;
+  for (const Arg& i : a.items)
+    if (!plainArg(i, t)) return false;
+  return true;
+}
+
+}  // namespace
+
+Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<int>* inputs_used,
+                                   int* op_count) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+
+  // Liveness: everything reachable from the outputs, plus impure nodes and their inputs.
+  std::vector<char> live(nodes_.size(), 0);
+  std::vector<int> work(outputs.begin(), outputs.end());
+  for (int i = 0; i < numNodes(); ++i)
+    if (nodes_[i].impure) work.push_back(i);
+  auto visitArg = [&](const Arg& a, auto&& self) -> void {
+    if (a.kind == Arg::Kind::Node) work.push_back(a.node);
+    for (const Arg& i : a.items) self(i, self);
+  };
+  while (!work.empty()) {
+    int id = work.back();
+    work.pop_back();
+    if (live[id]) continue;
+    live[id] = 1;
+    for (const Arg& a : nodes_[id].args) visitArg(a, visitArg);
+    for (const auto& kv : nodes_[id].kwargs) visitArg(kv.second, visitArg);
+  }
+
+  Ref graph = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_fx_Graph)));
+  if (!graph) return Ref();
+  FxNodeMaker maker;
+  if (!maker.init(graph.get())) return Ref();
+  Ref no_args = Ref::steal(PyTuple_New(0));
+  if (!no_args) return Ref();
+  std::vector<Ref> fx_nodes(nodes_.size());
+  std::vector<PyObject*> order;  // the FX nodes in graph order (kept alive by fx_nodes / out)
+  PyObject* meta_key = interned(Str::meta);
+  PyObject* example_key = interned(Str::example_value);
+  *op_count = 0;
+  inputs_used->clear();
+  // Two passes: placeholders first (backends expect graph inputs before any call, and a
+  // parameter may be first read mid-trace), then the calls in program order.
+  for (int pass = 0; pass < 2; ++pass)
+  for (int i = 0; i < numNodes(); ++i) {
+    if (!live[i]) continue;
+    const Node& n = nodes_[i];
+    if ((n.op == NodeOp::Placeholder) != (pass == 0)) continue;
+    Ref fxn;
+    if (n.op == NodeOp::Placeholder) {
+      // graph.placeholder(name): create_node("placeholder", name, args=(), kwargs={}).
+      Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+      Ref kw = Ref::steal(PyDict_New());
+      if (!name || !kw) return Ref();
+      fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true);
+      inputs_used->push_back(i);
+    } else {
+      Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
+      if (!fargs) return Ref();
+      bool plain = true;
+      for (size_t k = 0; k < n.args.size(); ++k) {
+        Ref v = materialize(n.args[k], true, &fx_nodes);
+        if (!v) return Ref();
+        PyTuple_SET_ITEM(fargs.get(), k, v.release());
+        plain = plain && plainArg(n.args[k], t);
+      }
+      Ref fkwargs = Ref::steal(PyDict_New());
+      if (!fkwargs) return Ref();
+      for (const auto& [k, v] : n.kwargs) {
+        Ref val = materialize(v, true, &fx_nodes);
+        if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
+        plain = plain && plainArg(v, t);
+      }
+      fxn = maker.make(n.op == NodeOp::CallMethod ? Str::call_method : Str::call_function, n.target.get(), fargs.get(),
+                       fkwargs.get(), plain);
+      ++*op_count;
+    }
+    if (!fxn) return Ref();
+    Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), meta_key));
+    if (!meta || PyDict_SetItem(meta.get(), example_key, n.fake.get()) < 0) return Ref();
+    if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
+      return Ref();
+    order.push_back(fxn.get());
+    fx_nodes[i] = std::move(fxn);
+  }
+  if (!maker.finish()) return Ref();
+  Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
+  if (!outs) return Ref();
+  for (size_t k = 0; k < outputs.size(); ++k)
+    PyTuple_SET_ITEM(outs.get(), k, fx_nodes[outputs[k]].copy().release());
+  Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
+  if (!out) return Ref();
+  order.push_back(out.get());
+  Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
+  if (!root) return Ref();
+  // The forward's source generated here when FX would generate the same (fx_codegen.h).
+  Ref code = fxcodegen::precompute(graph.get(), order);
+  if (code) return fxcodegen::construct(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), code.get());
+  if (PyErr_Occurred()) return Ref();
+  return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));
+}
+
+}  // namespace cdynamo::graph

@@ -1,0 +1,293 @@
+// The output-metadata memo (graph_builder.h: the fake-propagation shortcut of DESIGN.md):
+// keys, what is remembered of a result, and results made again from it.
+#include "graph/graph_builder.h"
+
+#include "graph/fake_autograd.h"
+#include "graph/torch_refs.h"
+#include "support/lookup.h"
+#include "support/torch_types.h"
+
+namespace cdynamo::graph {
+
+namespace {
+
+// A constant that may appear in a memo key: compared by type and value.
+bool memoConstOk(PyObject* o, const TorchRefs* t) {
+  PyTypeObject* tp = Py_TYPE(o);
+  if (o == Py_None || tp == &PyBool_Type || tp == &PyLong_Type || tp == &PyFloat_Type ||
+      tp == &PyUnicode_Type || reinterpret_cast<PyObject*>(tp) == lookup(Obj::torch_dtype) ||
+      reinterpret_cast<PyObject*>(tp) == lookup(Obj::torch_device))
+    return true;
+  if (tp == &PyTuple_Type) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!memoConstOk(PyTuple_GET_ITEM(o, i), t)) return false;
+    return true;
+  }
+  return false;
+}
+
+// A key part for a constant: (type, value), with tuples made of such parts (1 == 1.0 ==
+// True in Python, not in type promotion).
+Ref memoConst(PyObject* o) {
+  if (PyTuple_CheckExact(o)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(o);
+    Ref parts = Ref::steal(PyTuple_New(n));
+    if (!parts) return Ref();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      Ref p = memoConst(PyTuple_GET_ITEM(o, i));
+      if (!p) return Ref();
+      PyTuple_SET_ITEM(parts.get(), i, p.release());
+    }
+    return Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(&PyTuple_Type), parts.get()));
+  }
+  return Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(Py_TYPE(o)), o));
+}
+
+}  // namespace
+
+PyObject* GraphBuilder::nodeSig(int id) {
+  Node& n = nodes_[id];
+  if (n.sig) return n.sig.get();
+  const TorchRefs* t = torchRefs();
+  n.sig = Ref::borrow(Py_None);
+  PyObject* f = n.fake.get();
+  if (!t || !f || reinterpret_cast<PyObject*>(Py_TYPE(f)) != lookup(Obj::torch_FakeTensor)) {
+    PyErr_Clear();
+    return Py_None;
+  }
+  // A fake tensor holding a constant (torch.tensor([...]) literals) propagates it: not memoized.
+  Ref constant = Ref::steal(PyObject_GetAttrString(f, "constant"));
+  Ref dtype = Ref::steal(PyObject_GetAttrString(f, "dtype"));
+  // FakeTensor.fake_device is what `.device` answers outside kernel invocation, without a
+  // dispatch through FakeTensor.__torch_dispatch__ (prim.device) per read.
+  Ref device = Ref::steal(PyObject_GetAttrString(f, "fake_device"));
+  Ref shape = Ref::steal(PyObject_GetAttrString(f, "shape"));
+  Ref stride = Ref::steal(PyObject_CallMethod(f, "stride", nullptr));
+  Ref rg = Ref::steal(PyObject_GetAttrString(f, "requires_grad"));
+  if (!constant || constant.get() != Py_None || !dtype || !device || !shape || !stride || !rg) {
+    PyErr_Clear();
+    return Py_None;
+  }
+  Ref sig = Ref::steal(PyTuple_Pack(5, dtype.get(), device.get(), shape.get(), stride.get(), rg.get()));
+  if (!sig) {
+    PyErr_Clear();
+    return Py_None;
+  }
+  n.sig = std::move(sig);
+  return n.sig.get();
+}
+
+bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
+  switch (a.kind) {
+    case Arg::Kind::Node: {
+      PyObject* sig = nodeSig(a.node);
+      return sig != Py_None && PyList_Append(out, sig) == 0;
+    }
+    case Arg::Kind::Const: {
+      if (!memoConstOk(a.constant.get(), torchRefs())) return false;
+      Ref c = memoConst(a.constant.get());
+      return c && PyList_Append(out, c.get()) == 0;
+    }
+    case Arg::Kind::Tuple:
+    case Arg::Kind::List: {
+      Ref items = Ref::steal(PyList_New(0));
+      if (!items) return false;
+      for (const Arg& i : a.items)
+        if (!argSig(i, items.get())) return false;
+      Ref tup = Ref::steal(PyList_AsTuple(items.get()));
+      Ref kind = Ref::steal(PyLong_FromLong(static_cast<long>(a.kind)));
+      if (!tup || !kind) return false;
+      Ref part = Ref::steal(PyTuple_Pack(2, kind.get(), tup.get()));
+      return part && PyList_Append(out, part.get()) == 0;
+    }
+    case Arg::Kind::Slice:
+      return false;
+  }
+  return false;
+}
+
+Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
+                          const std::vector<std::pair<Ref, Arg>>& kwargs) {
+  const TorchRefs* t = torchRefs();
+  if (!t || !mode_ || shape_env_) {
+    PyErr_Clear();
+    return Ref();
+  }
+  PyObject* allowed = op == NodeOp::CallMethod ? t->memo_methods.get() : t->memo_functions.get();
+  if (op == NodeOp::Placeholder) return Ref();
+  int known = PySet_Contains(allowed, target);
+  if (known != 1) {
+    PyErr_Clear();  // unhashable target: not memoized
+    return Ref();
+  }
+  if (!memo_) {
+    memo_ = Ref::steal(PyDict_New());
+    if (!memo_) {
+      PyErr_Clear();
+      return Ref();
+    }
+  }
+  Ref grad = Ref::borrow(torchimpl::gradEnabled() ? Py_True : Py_False);
+  Ref parts = Ref::steal(PyList_New(0));
+  Ref opn = Ref::steal(PyLong_FromLong(static_cast<long>(op)));
+  if (!parts || !opn || PyList_Append(parts.get(), opn.get()) < 0 ||
+      PyList_Append(parts.get(), target) < 0 || PyList_Append(parts.get(), grad.get()) < 0) {
+    PyErr_Clear();
+    return Ref();
+  }
+  for (const Arg& a : args)
+    if (!argSig(a, parts.get())) {
+      PyErr_Clear();
+      return Ref();
+    }
+  for (const auto& [name, value] : kwargs) {
+    // `out=` writes into (and returns) an existing tensor.
+    if (PyUnicode_Check(name.get()) && PyUnicode_CompareWithASCIIString(name.get(), "out") == 0)
+      return Ref();
+    if (PyList_Append(parts.get(), name.get()) < 0 || !argSig(value, parts.get())) {
+      PyErr_Clear();
+      return Ref();
+    }
+  }
+  Ref key = Ref::steal(PyList_AsTuple(parts.get()));
+  if (!key) PyErr_Clear();
+  return key;
+}
+
+// The spec of a fresh fake result `fake` (see torchimpl::freshResult); false (no error) if
+// it is not one.
+bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return false;
+  if (fake == Py_None) {
+    spec->none = true;
+    return true;
+  }
+  if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != lookup(Obj::torch_FakeTensor)) return false;
+  Ref view;  // the result itself when it is a view of its base `fake`
+  if (torchimpl::isView(fake)) {
+    if (!torchimpl::plainView(fake)) return false;
+    view = Ref::borrow(fake);
+    Ref base = Ref::steal(PyObject_GetAttrString(fake, "_base"));
+    if (!base || reinterpret_cast<PyObject*>(Py_TYPE(base.get())) != lookup(Obj::torch_FakeTensor)) return false;
+    fake = base.get();  // kept alive by `view`
+    spec->view = true;
+    spec->view_size = Ref::steal(PyObject_GetAttrString(view.get(), "shape"));
+    spec->view_stride = Ref::steal(PyObject_CallMethod(view.get(), "stride", nullptr));
+    spec->view_offset = Ref::steal(PyObject_CallMethod(view.get(), "storage_offset", nullptr));
+    Ref vrg = Ref::steal(PyObject_GetAttrString(view.get(), "requires_grad"));
+    Ref brg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+    if (!spec->view_size || !spec->view_stride || !spec->view_offset || !vrg || !brg || vrg.get() != brg.get())
+      return false;
+  }
+  if (!torchimpl::freshResult(fake)) return false;
+  Ref dict = Ref::steal(PyObject_GenericGetDict(fake, nullptr));
+  if (!dict || !templateDictOk(dict.get(), /*allow_param=*/false)) return false;
+  spec->dict = Ref::steal(PyDict_Copy(dict.get()));
+  spec->shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+  spec->stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
+  spec->dtype = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+  spec->device = Ref::steal(PyObject_GetAttrString(fake, "fake_device"));  // see nodeSig
+  Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+  if (!spec->dict || !spec->shape || !spec->stride || !spec->dtype || !spec->device || !rg) return false;
+  spec->requires_grad = rg.get() == Py_True;
+  Ref device_str = Ref::steal(PyObject_Str(spec->device.get()));
+  const char* d = device_str ? PyUnicode_AsUTF8(device_str.get()) : nullptr;
+  if (!d) return false;
+  spec->device_str = d;
+  return true;
+}
+
+long long GraphBuilder::tensorVersion(PyObject* tensor) const {
+  if (!tensor || !isTensor(tensor)) return -1;
+  Ref v = Ref::steal(PyObject_GetAttrString(tensor, "_version"));
+  long long out = v ? PyLong_AsLongLong(v.get()) : -1;
+  if (out < 0) PyErr_Clear();
+  return out;
+}
+
+void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
+                             const std::vector<long long>& versions_before) {
+  // A result that is one of the positional tensor arguments itself, unchanged (dropout in
+  // eval mode). Whether an op returns its input depends only on what the key holds
+  // (metadata and constant arguments); one that changed it in place (a bumped version
+  // counter: relu(inplace=True)) is not remembered, its effect on the fake must happen.
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    const Arg& a = n.args[k];
+    if (a.kind == Arg::Kind::Node && nodes_[a.node].fake.get() == fake) {
+      long long before = k < versions_before.size() ? versions_before[k] : -1;
+      if (before < 0 || tensorVersion(fake) != before) return;
+      MemoEntry entry;
+      entry.alias_arg = static_cast<int>(k);
+      Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
+      if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
+        PyErr_Clear();
+        return;
+      }
+      memo_entries_.push_back(std::move(entry));
+      return;
+    }
+  }
+  // Otherwise only fresh tensors: none shares storage with an input or with another output.
+  std::vector<PyObject*> inputs;
+  for (const Arg& a : n.args) tensorInputs(a, &inputs);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
+  std::vector<const void*> storages;
+  for (PyObject* i : inputs) storages.push_back(torchimpl::storageId(i));
+  MemoEntry entry;
+  entry.tuple = PyTuple_CheckExact(fake);
+  Py_ssize_t count = entry.tuple ? PyTuple_GET_SIZE(fake) : 1;
+  for (Py_ssize_t i = 0; i < count; ++i) {
+    PyObject* o = entry.tuple ? PyTuple_GET_ITEM(fake, i) : fake;
+    FakeSpec spec;
+    if (!specOf(o, &spec)) {
+      PyErr_Clear();
+      return;
+    }
+    if (!spec.none) {
+      const void* storage = torchimpl::storageId(o);
+      for (const void* s : storages)
+        if (s == storage) return;
+      storages.push_back(storage);
+    }
+    entry.outputs.push_back(std::move(spec));
+  }
+  Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
+  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
+    PyErr_Clear();
+    return;
+  }
+  memo_entries_.push_back(std::move(entry));
+}
+
+void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const {
+  if (a.kind == Arg::Kind::Node) {
+    PyObject* f = nodes_[a.node].fake.get();
+    if (f && isTensor(f)) out->push_back(f);
+  }
+  for (const Arg& i : a.items) tensorInputs(i, out);
+}
+
+Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
+  if (entry.alias_arg >= 0) {
+    if (static_cast<size_t>(entry.alias_arg) >= n.args.size() || n.args[entry.alias_arg].kind != Arg::Kind::Node) {
+      PyErr_SetString(PyExc_RuntimeError, "memo entry of an aliasing op does not fit the call");
+      return Ref();
+    }
+    return nodes_[n.args[entry.alias_arg].node].fake.copy();
+  }
+  std::vector<PyObject*> inputs;
+  for (const Arg& a : n.args) tensorInputs(a, &inputs);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &inputs);
+  if (!entry.tuple) return makeFake(entry.outputs[0], inputs);
+  Ref tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(entry.outputs.size())));
+  if (!tuple) return Ref();
+  for (size_t i = 0; i < entry.outputs.size(); ++i) {
+    Ref item = entry.outputs[i].none ? Ref::borrow(Py_None) : makeFake(entry.outputs[i], inputs);
+    if (!item) return Ref();
+    PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), item.release());
+  }
+  return tuple;
+}
+
+}  // namespace cdynamo::graph
