@@ -75,6 +75,7 @@ void resetAll() {
     if (!registry().count(e)) continue;
     for (auto& entry : e->entries) graveyard.push_back(std::move(entry));
     e->entries.clear();
+    e->limit_warned.clear();
     e->state = e->disabled ? CodeState::Skip : CodeState::Unknown;
     e->native_reason.clear();
   }

@@ -36,6 +36,9 @@ struct CodeExtra {
   // Entries, most recently hit first. Iterate by index and hold an EntryPtr while using
   // one: a backend may release the GIL while compiling, and another thread may insert.
   std::vector<EntryPtr> entries;
+  // The configurations (identity only, never dereferenced) whose recompile limit this
+  // code has hit and warned about: one warning each.
+  std::vector<PyObject*> limit_warned;
 };
 
 // The extra of `code`, or null when it has none yet. Never sets an error.

@@ -444,14 +444,19 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
     PyObject* v = c.reg >= 0 ? regs[c.reg] : nullptr;
     switch (c.kind) {
       case CheckKind::Tensor:
-        reason = "tensor " + c.what + " " + tensorMismatch(c.tensor, v);
+        reason = tensorMismatch(c.tensor, v, c.what);
         break;
       case CheckKind::Equals:
-        reason = c.what + " is " + reprOf(v) + ", expected " + reprOf(c.obj.get());
+        reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
       case CheckKind::Type:
-        reason = "type(" + c.what + ") is " + Py_TYPE(v)->tp_name + ", expected " +
-                 reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+        reason = "type of " + c.what + ": expected " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name +
+                 ", got " + Py_TYPE(v)->tp_name;
+        break;
+      case CheckKind::Length:
+        reason = "len(" + c.what + ") == " + std::to_string(c.index) + ", got " +
+                 std::to_string(PyObject_Length(v));
+        PyErr_Clear();
         break;
       default:
         reason = "guard failed: " + describeCheck(c);

@@ -18,11 +18,12 @@ from ._logging import set_logs
 from ._report import report
 from ._rules import allow_in_graph, assume_constant_result, disallow_in_graph
 from .eval_frame import DisabledModule, OptimizedModule, cache_entries, compile, disable, reset, stats
-from .exc import BackendCompilerFailed, CdynamoError, Unsupported
+from .exc import BackendCompilerFailed, CdynamoError, FailOnRecompileLimitHit, Unsupported
 
 __all__ = [
     "compile", "disable", "reset", "stats", "cache_entries", "explain", "ExplainOutput", "set_logs", "config", "testing",
     "OptimizedModule", "DisabledModule", "Unsupported", "BackendCompilerFailed", "CdynamoError",
+    "FailOnRecompileLimitHit",
     "install", "uninstall", "installed", "installed_scope", "set_stance", "get_stance", "allow_in_graph",
     "disallow_in_graph", "assume_constant_result", "summary", "report",
 ]

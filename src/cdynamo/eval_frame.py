@@ -77,7 +77,7 @@ def _file_rules():
 
 
 _C.set_file_rules(_file_rules())
-_C.set_cache_size_limit(_config.cache_size_limit)
+_config._apply()
 
 
 class _WrapperModule(torch.nn.Module):
@@ -324,7 +324,7 @@ def reset():
     the structured trace and the capture report (cdynamo._events) is kept."""
     _events.fold_stats()
     _C.reset()
-    _C.set_cache_size_limit(_config.cache_size_limit)
+    _config._apply()
 
 
 def stats():
@@ -338,6 +338,7 @@ def stats():
     s["frontend_s"] = max(0, s.pop("translate_ns") - backend_ns) / 1e9
     s["native_frames"] = _C.native_frames()
     s["graph_break_reasons"] = _C.graph_breaks()
+    s["recompile_reasons"] = _C.recompile_reasons()
     return s
 
 
