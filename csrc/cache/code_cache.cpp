@@ -76,6 +76,7 @@ void resetAll() {
     for (auto& entry : e->entries) graveyard.push_back(std::move(entry));
     e->entries.clear();
     e->limit_warned.clear();
+    e->shape_memory.reset();
     e->state = e->disabled ? CodeState::Skip : CodeState::Unknown;
     e->native_reason.clear();
   }

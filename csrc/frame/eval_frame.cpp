@@ -446,7 +446,14 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       return nullptr;
     }
     auto start = std::chrono::steady_clock::now();
-    r = trace::translate(view, config);
+    if (!extra->shape_memory) {
+      extra->shape_memory = Ref::steal(PyDict_New());
+      if (!extra->shape_memory) {
+        *error = true;
+        return nullptr;
+      }
+    }
+    r = trace::translate(view, config, extra->shape_memory.get());
     ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     stats().translate_ns += ns;

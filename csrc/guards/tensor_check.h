@@ -46,6 +46,9 @@ std::string stridesMismatch(const TensorSpec& spec, const int64_t* sizes, const 
 bool captureTensorSpec(PyObject* tensor, TensorSpec* out);
 // True when `obj` matches `spec`. Never leaves a Python error set; allocates nothing.
 bool tensorMatches(const TensorSpec& spec, PyObject* obj);
+// Size `dim` of tensor `obj` (a THPVariable whose tensor check passed), or -1 when it has
+// no such dim. Allocates nothing.
+int64_t tensorSize(PyObject* obj, int dim);
 // Cold: why `obj`, read from source `what`, does not match, in the user's terms ("size of
 // dim 0 of L['x']: expected 8, got 9"); empty if it does.
 std::string tensorMismatch(const TensorSpec& spec, PyObject* obj, const std::string& what);

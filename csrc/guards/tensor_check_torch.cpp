@@ -125,6 +125,17 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
   }
 }
 
+int64_t tensorSize(PyObject* t, int dim) {
+  if (t == nullptr) return -1;
+  try {
+    const c10::TensorImpl* impl = implOf(t);
+    if (impl == nullptr || dim < 0 || dim >= impl->dim()) return -1;
+    return impl->sizes()[dim];
+  } catch (...) {
+    return -1;
+  }
+}
+
 bool checkTorchVersion() {
   Ref torch = Ref::steal(PyImport_ImportModule("torch"));
   if (!torch) return false;

@@ -239,14 +239,17 @@ def test_generator_functions_run_natively():
     assert [t.item() for t in cf(x)] == [1.0, 2.0]
 
 
-def test_dynamic_true_is_refused_not_ignored():
-    with pytest.raises(NotImplementedError):
-        cdynamo.compile(lambda x: x, dynamic=True)
+def test_dynamic_true_compiles_one_symbolic_entry():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(lambda x: x * 2, backend=cnt, dynamic=True)
+    for n in (3, 4, 7):
+        torch.testing.assert_close(cf(torch.ones(n)), torch.ones(n) * 2)
+    assert cnt.frame_count == 1
 
 
 def test_threads_share_the_cache_safely():
     cnt = CompileCounter()
-    cf = cdynamo.compile(lambda x, y: (x @ y).relu() + 1, backend=cnt)
+    cf = cdynamo.compile(lambda x, y: (x @ y).relu() + 1, backend=cnt, dynamic=False)
     errors = []
 
     def worker(seed):
