@@ -53,8 +53,9 @@ void GuardProgram::addCheck(Check c) {
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
 
-void GuardProgram::checkTensor(int reg, PyObject* tensor) {
+void GuardProgram::checkTensor(int reg, PyObject* tensor, uint64_t dynamic_mask) {
   Check c{CheckKind::Tensor, reg};
+  c.tensor.dynamic_mask = dynamic_mask;
   if (!captureTensorSpec(tensor, &c.tensor)) {
     // Metadata that cannot be read cannot be guarded: make the guard always fail.
     PyErr_Clear();
@@ -63,6 +64,34 @@ void GuardProgram::checkTensor(int reg, PyObject* tensor) {
   }
   c.what = names_[reg];
   addCheck(std::move(c));
+}
+
+bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
+  int depth = 0;
+  for (const ShapeOp& op : ops) {
+    switch (op.op) {
+      case ShapeOpKind::Const:
+        ++depth;
+        break;
+      case ShapeOpKind::Size:
+        if (op.reg < 0 || op.reg >= numRegisters() || op.arg < 0 || loads_[op.reg].dropped) return false;
+        ++depth;
+        break;
+      case ShapeOpKind::Not:
+        if (depth < 1) return false;
+        break;
+      default:
+        if (depth < 2) return false;
+        --depth;
+    }
+    if (depth > kMaxShapeDepth) return false;
+  }
+  if (depth != 1) return false;
+  Check c{CheckKind::Shape, -1};
+  c.shape_ops = std::move(ops);
+  c.what = std::move(text);
+  addCheck(std::move(c));
+  return true;
 }
 
 void GuardProgram::checkType(int reg, PyTypeObject* type) {
@@ -212,6 +241,78 @@ PyObject* memoLookup(DictMemo& memo, PyObject* dict, PyObject* name) {
   // a key of another type may run __eq__): the tag read before it still stands.
   if (v && versionOf(dict) == tag) memo = DictMemo{dict, tag, v};
   return v;
+}
+
+// Python's floor division and modulo on int64 (b != 0).
+int64_t floorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+int64_t pyMod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+// Runs a shape program (checked by checkShape); false when an operand is invalid (a size
+// that cannot be read, a division by zero): the guard then fails.
+bool evalShape(const std::vector<ShapeOp>& ops, PyObject** regs, int64_t* out) {
+  int64_t st[kMaxShapeDepth + 1];
+  int sp = 0;
+  for (const ShapeOp& op : ops) {
+    if (op.op == ShapeOpKind::Const) {
+      st[sp++] = op.arg;
+      continue;
+    }
+    if (op.op == ShapeOpKind::Size) {
+      if (!regs[op.reg]) return false;  // never: checkShape refuses registers that are not loaded
+      int64_t v = tensorSize(regs[op.reg], static_cast<int>(op.arg));
+      if (v < 0) return false;
+      st[sp++] = v;
+      continue;
+    }
+    if (op.op == ShapeOpKind::Not) {
+      st[sp - 1] = st[sp - 1] == 0;
+      continue;
+    }
+    int64_t b = st[--sp];
+    int64_t& a = st[sp - 1];
+    switch (op.op) {
+      case ShapeOpKind::Add: a = a + b; break;
+      case ShapeOpKind::Mul: a = a * b; break;
+      case ShapeOpKind::FloorDiv:
+        if (b == 0) return false;
+        a = floorDiv(a, b);
+        break;
+      case ShapeOpKind::Mod:
+        if (b == 0) return false;
+        a = pyMod(a, b);
+        break;
+      case ShapeOpKind::Pow: {
+        int64_t r = 1;
+        for (int64_t i = 0; i < b && i < 64; ++i) r *= a;
+        a = r;
+        break;
+      }
+      case ShapeOpKind::Eq: a = a == b; break;
+      case ShapeOpKind::Ne: a = a != b; break;
+      case ShapeOpKind::Lt: a = a < b; break;
+      case ShapeOpKind::Le: a = a <= b; break;
+      case ShapeOpKind::Gt: a = a > b; break;
+      case ShapeOpKind::Ge: a = a >= b; break;
+      case ShapeOpKind::And: a = (a != 0) && (b != 0); break;
+      case ShapeOpKind::Or: a = (a != 0) || (b != 0); break;
+      case ShapeOpKind::Max: a = a > b ? a : b; break;
+      case ShapeOpKind::Min: a = a < b ? a : b; break;
+      case ShapeOpKind::Const:
+      case ShapeOpKind::Size:
+      case ShapeOpKind::Not:
+        break;
+    }
+  }
+  *out = st[0];
+  return true;
 }
 
 }  // namespace
@@ -365,6 +466,10 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       if (!r) return PyErr_Clear(), false;
       return (r.get() == Py_True) == (c.index != 0);
     }
+    case CheckKind::Shape: {
+      int64_t v = 0;
+      return evalShape(c.shape_ops, regs, &v) && v != 0;
+    }
   }
   return false;
 }
@@ -416,6 +521,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return c.what;
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
+    case CheckKind::Shape:
+      return c.what;
   }
   return "?";
 }
@@ -444,15 +551,34 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
     PyObject* v = c.reg >= 0 ? regs[c.reg] : nullptr;
     switch (c.kind) {
       case CheckKind::Tensor:
-        reason = "tensor " + c.what + " " + tensorMismatch(c.tensor, v);
+        reason = tensorMismatch(c.tensor, v, c.what);
         break;
       case CheckKind::Equals:
-        reason = c.what + " is " + reprOf(v) + ", expected " + reprOf(c.obj.get());
+        reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
       case CheckKind::Type:
-        reason = "type(" + c.what + ") is " + Py_TYPE(v)->tp_name + ", expected " +
-                 reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+        reason = "type of " + c.what + ": expected " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name +
+                 ", got " + Py_TYPE(v)->tp_name;
         break;
+      case CheckKind::Length:
+        reason = "len(" + c.what + ") == " + std::to_string(c.index) + ", got " +
+                 std::to_string(PyObject_Length(v));
+        PyErr_Clear();
+        break;
+      case CheckKind::Shape: {
+        reason = "shape guard " + c.what + " failed (";
+        bool first = true;
+        for (const ShapeOp& op : c.shape_ops) {
+          if (op.op != ShapeOpKind::Size) continue;
+          std::string term = names_[op.reg] + ".size()[" + std::to_string(op.arg) + "]";
+          if (reason.find(term + " = ") != std::string::npos) continue;
+          reason += (first ? "" : ", ") + term + " = " +
+                    std::to_string(tensorSize(regs[op.reg], static_cast<int>(op.arg)));
+          first = false;
+        }
+        reason += ")";
+        break;
+      }
       default:
         reason = "guard failed: " + describeCheck(c);
     }

@@ -49,7 +49,20 @@ enum class CheckKind : uint8_t {
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
   Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
+  Shape,      // a relation between input sizes holds (shape_ops, evaluated on int64); reg unused
 };
+
+// One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
+// over int64. Const pushes `arg`; Size pushes size `arg` of the tensor in register `reg`
+// (its tensor check ran before, so the register holds a tensor of that rank); the others
+// pop their operands and push the result, booleans as 0/1.
+enum class ShapeOpKind : uint8_t { Const, Size, Add, Mul, FloorDiv, Mod, Pow, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, Max, Min };
+struct ShapeOp {
+  ShapeOpKind op;
+  int reg = -1;
+  int64_t arg = 0;
+};
+constexpr int kMaxShapeDepth = 32;
 
 // The last successful dict lookup of a load or check, keyed by the dict's version tag
 // (PEP 509: CPython 3.11 gives every dict a fresh, process-wide unique ma_version_tag when
@@ -79,6 +92,7 @@ struct Check {
   Ref obj;       // expected type / object / constant (or weakref to it)
   bool weak = false;
   TensorSpec tensor;
+  std::vector<ShapeOp> shape_ops;  // Shape
   std::string what;  // the source's readable name, for messages (cold)
   bool dropped = false;  // removed by dropRegisters
   // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
@@ -102,7 +116,12 @@ class GuardProgram {
 
   // Adds a check of register `reg` against `value` observed at trace time.
   // Returns false with a Python error set only on allocation failures.
-  void checkTensor(int reg, PyObject* tensor);
+  // `dynamic_mask`: the dims whose sizes are symbolic (TensorSpec::dynamic_mask).
+  void checkTensor(int reg, PyObject* tensor, uint64_t dynamic_mask = 0);
+  // A relation between symbolic sizes (`text` says it in the user's terms, for messages):
+  // its program must evaluate to non-zero. False (nothing added) when the program is
+  // malformed or deeper than kMaxShapeDepth.
+  bool checkShape(std::vector<ShapeOp> ops, std::string text);
   void checkType(int reg, PyTypeObject* type);
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
@@ -122,6 +141,7 @@ class GuardProgram {
   void checkGradMode(bool enabled);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
+  bool isDropped(int reg) const { return loads_[reg].dropped; }
   size_t numChecks() const;  // not counting dropped ones
 
   // Runs the program. `regs` must have numRegisters() slots; on return every loaded slot

@@ -187,6 +187,28 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     args = heap_args.data();
   }
   for (size_t i = 0; i < nin; ++i) args[i] = regs[input_regs[i]];
+  // Symbolic sizes are passed as ints read from their tensors (owned: released after the call).
+  bool sizes_ok = true;
+  if (!input_dims.empty())
+    for (size_t i = 0; i < nin; ++i)
+      if (input_dims[i] >= 0) {
+        args[i] = PyLong_FromLongLong(guards::tensorSize(args[i], input_dims[i]));
+        sizes_ok = sizes_ok && args[i] != nullptr;
+      }
+  struct ReleaseSizes {
+    const std::vector<int>& dims;
+    PyObject** args;
+    size_t n;
+    ~ReleaseSizes() {
+      if (!dims.empty())
+        for (size_t i = 0; i < n; ++i)
+          if (dims[i] >= 0) Py_XDECREF(args[i]);  // why: raw slots of the fixed argument buffer
+    }
+  } release_sizes{input_dims, args, nin};
+  if (!sizes_ok) {
+    guards.release(regs);
+    return nullptr;
+  }
   Ref graph_out;
   if (compiled) {
     graph_out = Ref::steal(PyObject_Vectorcall(compiled.get(), args, nin, nullptr));

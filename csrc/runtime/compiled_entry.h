@@ -153,6 +153,9 @@ struct GraphBreakInfo {
 struct CompiledEntry {
   guards::GuardProgram guards;
   std::vector<int> input_regs;  // guard registers passed to the graph, in order
+  // Parallel to input_regs: -1 passes the register's object; d >= 0 passes size d of the
+  // tensor in it (a symbolic size's placeholder, as an int). Empty: all -1.
+  std::vector<int> input_dims;
   Ref compiled;                 // the backend's callable; null when the frame had no graph
   OutputPlan output;
   std::vector<SideEffect> effects;

@@ -70,9 +70,10 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (!isPlainTensorOrParameter(obj))
       return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name + " is not supported yet");
     if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
-    guards().checkTensor(reg, obj);
-    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg), graph_.numNodes()));
+    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg), graph_.numNodes()),
+                               guards().sourceName(reg));
     if (node < 0) return failFromPython("making a fake tensor for an input");
+    guards().checkTensor(reg, obj, graph_.dynamicMask(node));  // symbolic dims: the shape guards say what holds
     input_reg_of_node_[node] = reg;
     example_of_node_[node] = Ref::borrow(obj);
     v = Value::tensor(node, reg);

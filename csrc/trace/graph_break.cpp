@@ -189,17 +189,17 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   return {};
 }
 
-TranslateResult translate(const FrameView& frame, PyObject* config) {
+TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory) {
   TranslateResult first;
   BreakTarget target;
   {
-    Tracer tracer(frame, config);
+    Tracer tracer(frame, config, {}, shape_memory);
     first = tracer.run();
     if (first.entry || first.error) return first;
     target = tracer.failedAt();
   }
   if (target.index < 0) return first;
-  Tracer retrace(frame, config, target);
+  Tracer retrace(frame, config, target, shape_memory);
   TranslateResult second = retrace.run();
   if (second.entry || second.error) {
     if (second.entry) ++stats().graph_breaks;

@@ -127,6 +127,36 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
   return t.fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");
 }
 
+// x.shape / x.size() of a tensor with symbolic sizes: a tuple whose symbolic items are the
+// symbols' placeholders (as torch._dynamo's graphs use them), or a size query node for a
+// size that is an expression of them; static sizes stay constants.
+static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObject* sizes) {
+  static PyObject* const size_name = PyUnicode_InternFromString("size");
+  std::vector<ValuePtr> items;
+  bool any = false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(sizes, i);
+    if (PyLong_CheckExact(item)) {
+      items.push_back(Value::constant(item));
+      continue;
+    }
+    any = true;
+    int node = t.graph().symbolNode(item);
+    if (node >= 0) {
+      items.push_back(Value::tensor(node));
+      continue;
+    }
+    Ref index = Ref::steal(PyLong_FromSsize_t(i));
+    if (!index) return t.failFromPython("a symbolic size");
+    Result<ValuePtr> v = recordCall(t, NodeOp::CallMethod, size_name, {tensor, Value::constant(index.get())}, {});
+    if (!v) return v;
+    items.push_back(v.take());
+  }
+  if (!any && isConstantObject(sizes)) return Value::constant(sizes);
+  // torch.Size is a tuple subclass: the trace holds it as a tuple of its items.
+  return Value::tuple(std::move(items));
+}
+
 Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
                                     const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   std::vector<graph::Arg> gargs(args.size());
@@ -145,6 +175,8 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
   Ref plain;
   int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain);
   if (node == graph::GraphBuilder::kNoTensorResult) {
+    if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor))
+      return symbolicSizes(t, args[0], plain.get());
     if (!isConstantObject(plain.get()))
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);
     return Value::constant(plain.get());

@@ -451,8 +451,19 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::Partial:
       return true;
     case Kind::Tensor:
-      if (isScalarValue(t, v))
+      if (isScalarValue(t, v)) {
+        // A symbolic size (or an expression of sizes) has a hint: the branch follows it,
+        // and the ShapeEnv records the guard that keeps it so (compiled into the entry's
+        // shape guards). An unbacked value read from a tensor has none.
+        static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+        if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+        Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
+                                                            t.graph().fake(v->as<Tensor>().node)))
+                           : Ref();
+        if (!truth) return t.failFromPython("the truth of a symbolic size");
+        if (truth.get() != Py_None) return truth.get() == Py_True;
         return t.fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
+      }
       return t.fail("control flow depends on a tensor's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
