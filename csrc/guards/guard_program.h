@@ -49,6 +49,7 @@ enum class CheckKind : uint8_t {
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
   Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
+  NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
 };
 
 // The last successful dict lookup of a load or check, keyed by the dict's version tag
@@ -117,6 +118,7 @@ class GuardProgram {
   std::vector<int> registersUnder(const std::vector<int>& roots) const;
   void checkDictEmpty(int reg);
   void checkDictKeys(int reg, PyObject* dict);
+  void checkNoInstanceAttr(int reg, PyObject* name);
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);

@@ -59,10 +59,14 @@ struct Set {
   std::vector<OutputPlan> items;
 };
 // An object made in the trace that escapes: cls.tp_alloc() with its __dict__ replaced by
-// `attrs` (a Dict plan).
+// `attrs` (a Dict plan). An instance of a dict/OrderedDict subclass is made by its base's
+// tp_new instead and gets `items` (a Dict plan) through the base's own item assignment
+// (the class's __init__/__setitem__ do not run again).
 struct NewObject {
   Ref cls;
   std::unique_ptr<OutputPlan> attrs;
+  Ref base;                           // dict or OrderedDict, or null
+  std::unique_ptr<OutputPlan> items;  // with `base`
 };
 // fn(*args): values rebuilt by a call (a bound method, a slice, an iterator over what is
 // left, a context manager's __exit__, a function made in the trace).

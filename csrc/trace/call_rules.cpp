@@ -120,11 +120,19 @@ Result<ValuePtr> objectInit(Tracer&, PyObject*, const char*, Args&, Kwargs&) { r
 // object.__setattr__(self, name, value): how frozen dataclasses set fields.
 Result<ValuePtr> objectSetattr(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
   if (args.size() != 3 || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
-  if (NewObject* o = args[0]->get<NewObject>()) {
-    if (Done d = storeSubscript(t, o->attrs, args[1], args[2]); !d) return d.stop();
+  if (args[0]->is(Kind::NewObject)) {
+    if (Done d = genericSetAttr(t, args[0], args[1]->constant(), args[2]); !d) return d.stop();
     return Value::constant(Py_None);
   }
   return t.fail("object.__setattr__ on an object from outside the trace (a side effect)");
+}
+
+// object.__getattribute__(self, name): the generic lookup (a class's own __getattribute__
+// reaching it through super()).
+Result<ValuePtr> objectGetattribute(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty() || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
+  if (!isUserObject(args[0]) && !args[0]->is(Kind::Module)) return notHandled();
+  return genericGetAttr(t, args[0], args[1]->constant(), nullptr, false);
 }
 
 // functools.partial(fn, *args, **kwargs) made in the trace.
@@ -240,6 +248,7 @@ Result<ValuePtr> makeOrderedDict(Tracer& t, PyObject* f, const char*, Args& args
 const std::vector<SpecialRow> kSpecialRows = {
     {Obj::object_init, false, {"object.__init__", objectInit, false}},
     {Obj::object_setattr, false, {"object.__setattr__", objectSetattr, false}},
+    {Obj::object_getattribute, false, {"object.__getattribute__", objectGetattribute, false}},
     {Obj::functools_partial, false, {"functools.partial", makePartial, false}},
     {Obj::functools_partial, true, {"functools.partial object", callPartialObject, false}},
     {Obj::collections_deque, false, {"collections.deque", makeDeque, false}},
@@ -316,6 +325,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   PyObject* f = fn->real();
   if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
   if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
+  if (Result<ValuePtr> b = callBaseMethod(t, f, args, kwargs); !b.notHandled()) return b;  // dict.get(sub, k)
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
