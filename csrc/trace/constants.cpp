@@ -167,6 +167,11 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
       if (!partial) PyErr_Clear();
       return partial;
     }
+    case Kind::Namespace: {
+      PyObject* type = lookup(Obj::types_SimpleNamespace);
+      if (!type) PyErr_Clear();
+      return type;
+    }
     case Kind::Null:
     case Kind::Iterator:
     case Kind::Cell:

@@ -71,6 +71,13 @@ Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwa
 Result<ValuePtr> guardedFunctionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
 // object.__setattr__ on an object made in the trace (no own __setattr__).
 Done genericSetAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value);
+
+// ---- namespaces.cpp: types.SimpleNamespace made in the trace ----------------------------
+Result<ValuePtr> makeNamespace(Tracer& t, PyObject* fn, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> namespaceGetAttr(Tracer& t, const ValuePtr& ns, PyObject* name);
+// Whether getattr(ns, name) finds something: one of its attributes or its class's.
+bool namespaceHasAttr(const ValuePtr& ns, PyObject* name);
+Done namespaceSetAttr(Tracer& t, const ValuePtr& ns, PyObject* name, const ValuePtr& value);
 // Calls the Python-level special method `name` (a str) of a user object's class;
 // NotHandled (nothing done) when the class has none.
 Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, Args args);
