@@ -131,7 +131,9 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
   struct {
     PyObject* target;
     PyObject* value;
-    int operator()(const SideEffect::SetAttr& s) const { return PyObject_SetAttr(target, s.name.get(), value); }
+    int operator()(const SideEffect::SetAttr& s) const {
+      return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), value) : PyObject_SetAttr(target, s.name.get(), value);
+    }
     int operator()(const SideEffect::SetItem& s) const { return PyObject_SetItem(target, s.key.get(), value); }
     int operator()(const SideEffect::SetCell&) const { return PyCell_Set(target, value); }
     int operator()(const SideEffect::ReplaceList&) const {

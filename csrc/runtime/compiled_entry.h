@@ -97,9 +97,10 @@ struct OutputPlan {
 // A side effect replayed after the graph ran, in program order, on the object in guard
 // register `reg`.
 struct SideEffect {
-  struct SetAttr {  // setattr(target, name, value)
+  struct SetAttr {  // setattr(target, name, value); object.__setattr__ when generic
     Ref name;
     OutputPlan value;
+    bool generic = false;
   };
   struct SetItem {  // target[key] = value (a globals dict)
     Ref key;

@@ -79,6 +79,13 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   } else if (isConstantObject(obj)) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
+  } else if (reg < 0 && Py_IS_TYPE(obj, &PyDictProxy_Type)) {
+    // A read-only view computed at trace time (an inspect.Signature's parameters): its
+    // mapping's items, as they are now.
+    Ref copy = Ref::steal(PyObject_CallMethod(obj, "copy", nullptr));
+    if (!copy) return failFromPython("reading a mappingproxy");
+    if (!PyDict_Check(copy.get())) return fail("a mappingproxy of a non-dict");
+    return wrapDictItems(copy.get(), -1, reinterpret_cast<PyObject*>(Py_TYPE(copy.get())));
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
     v = Value::object(obj, reg);  // an exception object reached from one made in the trace
   } else if (Result<ValuePtr> c = wrapContainer(obj, reg); !c.notHandled()) {

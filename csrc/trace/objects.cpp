@@ -466,6 +466,18 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     bool generic = !ga || ga == objectSlot("__getattribute__") ||
                    (PyObject_TypeCheck(ga, &PyWrapperDescr_Type) &&
                     PyDescr_TYPE(ga)->tp_getattro == PyObject_GenericGetAttr);
+    if (!generic && !PyFunction_Check(ga) && obj->is(Kind::Object) && obj->reg >= 0 && !obj->as<Object>().owned &&
+        !basePart(obj)) {
+      // A C __getattribute__ of a builtin base (typing's and other C types'): C code, read
+      // for real and guarded.
+      const char* n = PyUnicode_AsUTF8(name);
+      Ref v = Ref::steal(PyObject_GetAttr(obj->real(), name));
+      if (!v) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
+        return t.failFromPython(std::string("attribute '") + n + "'");
+      }
+      return t.wrap(v.get(), t.load(LoadKind::Attr, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n));
+    }
     if (!generic) {
       if (!PyFunction_Check(ga))
         return t.fail(std::string("a class whose __getattribute__ is a ") + Py_TYPE(ga)->tp_name + " is not supported yet");
@@ -666,9 +678,16 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
     PyObject* descr = lookupInMro(cls, name, nullptr);
     if (descr && Py_TYPE(descr)->tp_descr_set && !obj->is(Kind::Callable))
       return t.fail("setting a property or descriptor of an object from outside the trace is not supported yet");
-    if (obj->is(Kind::Object) && lookupInMro(cls, interned(Str::dunder_setattr), nullptr) !=
-                                     PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
-      return t.fail("a class with its own __setattr__ is not supported yet");
+    if (obj->is(Kind::Object)) {
+      PyObject* setattr = lookupInMro(cls, interned(Str::dunder_setattr), nullptr);
+      if (setattr != objectSlot("__setattr__")) {
+        // Its own __setattr__ decides: inlined; its object.__setattr__ is replayed as such.
+        if (!setattr || !PyFunction_Check(setattr))
+          return t.fail("a class with its own C __setattr__ is not supported yet");
+        guardClassAttr(t, cls, interned(Str::dunder_setattr), nullptr, setattr);
+        return outcomeOf(t.inlineFunction(setattr, -1, {obj, Value::constant(name), value}, {}));
+      }
+    }
     if (obj->is(Kind::Object) && !descr)
       if (ValuePtr aliased = aliasedInstanceDict(t, obj)) return storeSubscript(t, aliased, Value::constant(name), value);
     // Replayed after the graph with setattr (Module.__setattr__ included); reads later in

@@ -553,3 +553,50 @@ def test_tuple_subclass_equality_is_not_identity():
     cfn, _ = compiled(fn)
     x = torch.zeros(2)
     assert torch.equal(cfn(x, Pair([1, 2]), Pair([1, 2])), fn(x, Pair([1, 2]), Pair([1, 2])))
+
+
+class Validated:
+    """A class from the program with its own __setattr__ (huggingface_hub's strict
+    dataclasses, transformers' configs): the store is traced through it, and replayed as
+    object.__setattr__ (the class's __setattr__ does not run twice)."""
+
+    def __init__(self):
+        object.__setattr__(self, "stores", 0)
+        self.v = 1
+
+    def __setattr__(self, name, value):
+        object.__setattr__(self, "stores", self.stores + 1)
+        super().__setattr__(name, value * 2)
+
+
+def test_own_setattr_of_an_object_from_the_program():
+    def fn(x, obj):
+        obj.v = 3
+        return x * obj.v + obj.stores
+
+    cfn, cnt = compiled(fn)
+    for _ in range(2):
+        eager_obj, comp_obj = Validated(), Validated()
+        x = torch.randn(3)
+        expected = fn(x, eager_obj)
+        got = cfn(x, comp_obj)
+        torch.testing.assert_close(got, expected)
+        assert vars(comp_obj) == vars(eager_obj), (vars(comp_obj), vars(eager_obj))
+    assert cnt.frame_count == 1
+    assert cdynamo.stats()["graph_breaks"] == 0
+
+
+import threading  # noqa: E402
+
+
+class Local(threading.local):
+    pass
+
+
+def test_c_getattribute_of_a_builtin_base_is_read_for_real():
+    loc = Local()
+    loc.scale = 3
+
+    def fn(x):
+        return x * loc.scale
+    same_as_eager(fn, one(), expect_graphs=1)
