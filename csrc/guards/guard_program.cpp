@@ -28,6 +28,22 @@ std::string reprOf(PyObject* o) {
   return s;
 }
 
+// Whether two load names (attribute names, or dict keys for DictItem loads, which may be any
+// hashable constant) name the same thing. Never leaves a Python error set: an int key compared
+// with PyUnicode_Compare would raise TypeError and leave it pending for the next C-API call.
+// Keys of different exact types are different (1 and True, 1 and 1.0 are distinct loads).
+bool sameName(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  if (PyUnicode_CheckExact(a)) return PyUnicode_Compare(a, b) == 0;
+  int r = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (r < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return r == 1;
+}
+
 }  // namespace
 
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
@@ -36,7 +52,7 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
     if (!l.dropped && l.kind == kind && l.base == base && l.index == index) {
       if (!name && !l.name) return static_cast<int>(i);
       if (kind == LoadKind::Constant && l.name.get() == name) return static_cast<int>(i);
-      if (kind != LoadKind::Constant && name && l.name && PyUnicode_Compare(name, l.name.get()) == 0)
+      if (kind != LoadKind::Constant && name && l.name && sameName(name, l.name.get()))
         return static_cast<int>(i);
     }
   }
@@ -102,6 +118,8 @@ void GuardProgram::checkType(int reg, PyTypeObject* type) {
 }
 
 void GuardProgram::checkIdentity(int reg, PyObject* obj) {
+  for (const Check& e : checks_)  // the same fact, checked once (class attributes read again and again)
+    if (!e.dropped && e.kind == CheckKind::Identity && e.reg == reg && deref(e) == obj) return;
   Check c{CheckKind::Identity, reg};
   // Hold the object weakly when possible so that a cache entry does not keep a model
   // alive; a dead referent reads as None and fails the guard.
@@ -179,6 +197,15 @@ void GuardProgram::checkLength(int reg, Py_ssize_t n) {
 
 void GuardProgram::checkDictEmpty(int reg) {
   Check c{CheckKind::DictEmpty, reg};
+  c.what = names_[reg];
+  addCheck(std::move(c));
+}
+
+void GuardProgram::checkNoInstanceAttr(int reg, PyObject* name) {
+  for (const Check& e : checks_)
+    if (!e.dropped && e.kind == CheckKind::NoInstanceAttr && e.reg == reg && e.obj.get() == name) return;
+  Check c{CheckKind::NoInstanceAttr, reg};
+  c.obj = Ref::borrow(name);
   c.what = names_[reg];
   addCheck(std::move(c));
 }
@@ -461,6 +488,12 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       }
       return true;
     }
+    case CheckKind::NoInstanceAttr: {
+      PyObject** dictptr = PyDict_CheckExact(v) ? &v : _PyObject_GetDictPtr(v);
+      if (!dictptr || !*dictptr) return true;
+      if (PyDict_GetItemWithError(*dictptr, c.obj.get())) return false;  // str key: no Python code
+      return !PyErr_Occurred() || (PyErr_Clear(), false);
+    }
     case CheckKind::GradMode: {
       Ref r = Ref::steal(PyObject_CallNoArgs(c.obj.get()));
       if (!r) return PyErr_Clear(), false;
@@ -519,6 +552,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return c.what + " has no module hooks";
     case CheckKind::Aliasing:
       return c.what;
+    case CheckKind::NoInstanceAttr:
+      return "'" + std::string(PyUnicode_AsUTF8(c.obj.get())) + "' not in " + c.what + ".__dict__";
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
     case CheckKind::Shape:

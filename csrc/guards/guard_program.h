@@ -50,6 +50,7 @@ enum class CheckKind : uint8_t {
   Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
   Shape,      // a relation between input sizes holds (shape_ops, evaluated on int64); reg unused
+  NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
 };
 
 // One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
@@ -136,6 +137,7 @@ class GuardProgram {
   std::vector<int> registersUnder(const std::vector<int>& roots) const;
   void checkDictEmpty(int reg);
   void checkDictKeys(int reg, PyObject* dict);
+  void checkNoInstanceAttr(int reg, PyObject* name);
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);

@@ -95,9 +95,20 @@ struct Builder {
   }
   Ref make(const OutputPlan& p, const plan::NewObject& n) {
     PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(n.cls.get());
-    Ref obj = Ref::steal(cls->tp_alloc(cls, 0));
+    PyTypeObject* base = reinterpret_cast<PyTypeObject*>(n.base.get());
+    Ref no_args = base ? Ref::steal(PyTuple_New(0)) : Ref();
+    if (base && !no_args) return Ref();
+    Ref obj = Ref::steal(base ? base->tp_new(cls, no_args.get(), nullptr) : cls->tp_alloc(cls, 0));
     if (!obj) return Ref();
     remember(p, Ref::borrow(obj.get()));
+    if (base) {
+      Ref items = build(*n.items);
+      if (!items) return Ref();
+      PyObject *k, *v;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(items.get(), &pos, &k, &v))
+        if (base->tp_as_mapping->mp_ass_subscript(obj.get(), k, v) < 0) return Ref();
+    }
     Ref attrs = build(*n.attrs);
     PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj.get()) : nullptr;
     if (!attrs || !dictptr) {
@@ -120,7 +131,9 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
   struct {
     PyObject* target;
     PyObject* value;
-    int operator()(const SideEffect::SetAttr& s) const { return PyObject_SetAttr(target, s.name.get(), value); }
+    int operator()(const SideEffect::SetAttr& s) const {
+      return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), value) : PyObject_SetAttr(target, s.name.get(), value);
+    }
     int operator()(const SideEffect::SetItem& s) const { return PyObject_SetItem(target, s.key.get(), value); }
     int operator()(const SideEffect::SetCell&) const { return PyCell_Set(target, value); }
     int operator()(const SideEffect::ReplaceList&) const {

@@ -120,11 +120,65 @@ Result<ValuePtr> objectInit(Tracer&, PyObject*, const char*, Args&, Kwargs&) { r
 // object.__setattr__(self, name, value): how frozen dataclasses set fields.
 Result<ValuePtr> objectSetattr(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
   if (args.size() != 3 || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
-  if (NewObject* o = args[0]->get<NewObject>()) {
-    if (Done d = storeSubscript(t, o->attrs, args[1], args[2]); !d) return d.stop();
+  if (args[0]->is(Kind::NewObject)) {
+    if (Done d = genericSetAttr(t, args[0], args[1]->constant(), args[2]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  // An object from the program (its class's own __setattr__ calling super().__setattr__):
+  // replayed after the graph as object.__setattr__, not through the class's __setattr__
+  // again; reads later in the trace see the value.
+  const ValuePtr& obj = args[0];
+  if (obj->is(Kind::Object) && obj->reg >= 0 && !obj->as<Object>().owned) {
+    PyObject* descr = _PyType_Lookup(Py_TYPE(obj->real()), args[1]->constant());
+    if (descr && Py_TYPE(descr)->tp_descr_set)
+      return t.fail("object.__setattr__ of a property or descriptor of an object from outside the trace is not supported yet");
+    if (Done d = t.effects().setAttr(obj->reg, args[1]->constant(), args[2], true); !d) return d.stop();
     return Value::constant(Py_None);
   }
   return t.fail("object.__setattr__ on an object from outside the trace (a side effect)");
+}
+
+// object.__getattribute__(self, name): the generic lookup (a class's own __getattribute__
+// reaching it through super()).
+Result<ValuePtr> objectGetattribute(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty() || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
+  if (!isUserObject(args[0]) && !args[0]->is(Kind::Module)) return notHandled();
+  return genericGetAttr(t, args[0], args[1]->constant(), nullptr, false);
+}
+
+// inspect.signature(f) of a Python function or a bound method of one, both fixed by their
+// guards (the function's identity): computed for real (a bound method's without its first
+// parameter, as inspect does). Anything else is traced through inspect.py.
+Result<ValuePtr> foldSignature(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  PyObject* target = nullptr;
+  bool bound = false;
+  if (args.size() == 1 && kwargs.empty()) {
+    if (const BoundMethod* m = args[0]->get<BoundMethod>()) {
+      target = m->function.get();
+      bound = true;
+    } else if (args[0]->is(Kind::Callable)) {
+      target = args[0]->real();
+    }
+  }
+  if (!target || !PyFunction_Check(target)) return t.inlineFunction(f, -1, std::move(args), std::move(kwargs));
+  Ref sig = Ref::steal(PyObject_CallOneArg(f, target));
+  if (!sig) return t.raisePython();
+  if (bound) {  // sig.replace(parameters=tuple(sig.parameters.values())[1:])
+    Ref params = Ref::steal(PyObject_GetAttrString(sig.get(), "parameters"));
+    Ref values = params ? Ref::steal(PyObject_CallMethod(params.get(), "values", nullptr)) : Ref();
+    Ref all = values ? Ref::steal(PySequence_Tuple(values.get())) : Ref();
+    if (!all) return t.failFromPython("a bound method's signature");
+    if (PyTuple_GET_SIZE(all.get()) == 0) return t.fail("inspect.signature of a method without parameters (ValueError)");
+    Ref rest = Ref::steal(PyTuple_GetSlice(all.get(), 1, PyTuple_GET_SIZE(all.get())));
+    Ref kw = Ref::steal(PyDict_New());
+    Ref replace = Ref::steal(PyObject_GetAttrString(sig.get(), "replace"));
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (!rest || !kw || !replace || !no_args || PyDict_SetItemString(kw.get(), "parameters", rest.get()) < 0)
+      return t.failFromPython("a bound method's signature");
+    sig = Ref::steal(PyObject_Call(replace.get(), no_args.get(), kw.get()));
+    if (!sig) return t.failFromPython("a bound method's signature");
+  }
+  return t.wrap(sig.get(), -1);
 }
 
 // functools.partial(fn, *args, **kwargs) made in the trace.
@@ -240,7 +294,9 @@ Result<ValuePtr> makeOrderedDict(Tracer& t, PyObject* f, const char*, Args& args
 const std::vector<SpecialRow> kSpecialRows = {
     {Obj::object_init, false, {"object.__init__", objectInit, false}},
     {Obj::object_setattr, false, {"object.__setattr__", objectSetattr, false}},
+    {Obj::object_getattribute, false, {"object.__getattribute__", objectGetattribute, false}},
     {Obj::functools_partial, false, {"functools.partial", makePartial, false}},
+    {Obj::inspect_signature, false, {"inspect.signature", foldSignature, false}},
     {Obj::functools_partial, true, {"functools.partial object", callPartialObject, false}},
     {Obj::collections_deque, false, {"collections.deque", makeDeque, false}},
     {Obj::collections_defaultdict, false, {"collections.defaultdict", makeDefaultdict, false}},
@@ -317,6 +373,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   PyObject* f = fn->real();
   if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
   if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
+  if (Result<ValuePtr> b = callBaseMethod(t, f, args, kwargs); !b.notHandled()) return b;  // dict.get(sub, k)
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))

@@ -208,6 +208,16 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
       }
     }
     if (op == Py_EQ || op == Py_NE) {  // identity comparison, as object.__eq__ does
+      // ... only when object's is the __eq__ that answers (a C __eq__ of a builtin base,
+      // tuple's or dict's, compares contents).
+      for (const ValuePtr& v : {a, b}) {
+        PyObject* type = typeOf(t, v);
+        PyObject* eq = isUserObject(v) && type && PyType_Check(type)
+                           ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), interned(Str::dunder_eq)) : nullptr;
+        if (eq && !PyFunction_Check(eq) && eq != PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__eq__"))
+          return t.fail(std::string("comparing an instance of ") + reinterpret_cast<PyTypeObject*>(type)->tp_name +
+                        " (a builtin base's __eq__) is not supported yet");
+      }
       bool same = a == b || (a->real() && a->real() == b->real());
       return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
     }
