@@ -49,6 +49,8 @@ enum class CheckKind : uint8_t {
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
   Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
+  StateQuery, // obj = (fn, args, kwargs, expected): fn(*args, **kwargs) == expected, same type
+              // (a reader of global state the trace folded); reg unused
 };
 
 // The last successful dict lookup of a load or check, keyed by the dict's version tag
@@ -120,6 +122,9 @@ class GuardProgram {
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);
+  // fn(*args, **kwargs) (a reader of global state: torch._C._is_tracing()) still returns
+  // `expected`. `kwargs` may be null. Identical queries are checked once.
+  void checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* expected);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
   size_t numChecks() const;  // not counting dropped ones
