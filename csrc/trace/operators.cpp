@@ -490,9 +490,9 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a->real() && b->real()) return a->real() == b->real();
   if (madeMutable(a) && madeMutable(b)) return false;  // two distinct objects made in the trace
   if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
-    if (a->as<Tensor>().node != b->as<Tensor>().node)
-      return t.fail("identity of two distinct tensors is not known at trace time");
-    return true;
+    if (isScalarValue(t, a) || isScalarValue(t, b))
+      return t.fail("identity of a number read from a tensor is not known at trace time");
+    return sameTensorObject(t, a, b);
   }
   if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
   return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));

@@ -249,3 +249,66 @@ def test_augmented_assignment_to_a_tensor_stays_in_place():
     assert first[1] is True
     assert cnt.frame_count == 1
 
+
+# ---- identity of in-place results, structseq results ----------------------------------
+
+def test_inplace_result_is_its_receiver():
+    def f(x):
+        y = x.mul_(2)
+        z = x.view(-1)
+        w = y.add_(1)
+        s = {x, y, w}
+        return len(s), y is x, w is x, z is x, x + 1
+
+    args = lambda: (torch.ones(3),)  # noqa: E731
+    expected = f(*args())
+    cdynamo.reset()
+    cnt = CompileCounter()
+    compiled = cdynamo.compile(f, backend=cnt)
+    first = compiled(*args())
+    hit = compiled(*args())
+    same(expected, first)
+    same(expected, hit)
+    assert expected[:4] == (1, True, True, False)
+    assert cnt.frame_count == 1, cdynamo.stats()["graph_break_reasons"]
+
+
+def test_computed_tensors_are_distinct_objects():
+    def f(x):
+        y = x + 1
+        z = y.relu()
+        return y is z, y is x, len({x, y, z}), z
+
+    expected, first, hit, cnt, stats = run(f, torch.randn(4))
+    same(expected, first)
+    same(expected, hit)
+    assert cnt.frame_count == 1, stats["graph_break_reasons"]
+
+
+def test_structseq_fields_index_and_type():
+    def f(x):
+        m = torch.max(x, dim=0)
+        s = x.sort(dim=1)
+        v, i = m
+        return (m.values + 1, m.indices, m[0] is m.values, v * 2, i, s.values.floor(), s[1],
+                type(m) is torch.return_types.max, isinstance(m, tuple))
+
+    expected, first, hit, cnt, stats = run(f, torch.randn(3, 4))
+    same(expected, first)
+    same(expected, hit)
+    assert cnt.frame_count == 1, stats["graph_break_reasons"]
+    assert cnt.frame_count <= dynamo_graphs(f, torch.randn(3, 4))
+
+
+def test_structseq_returned_keeps_its_type():
+    def f(x):
+        return torch.min(x * 2, dim=1)
+
+    x = torch.randn(3, 4)
+    expected, first, hit, cnt, stats = run(f, x)
+    for got in (first, hit):
+        assert type(got) is type(expected)
+        same(tuple(expected), tuple(got))
+        same(expected.values, got.values)
+    assert cnt.frame_count == 1
+
