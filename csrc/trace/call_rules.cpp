@@ -328,6 +328,32 @@ Result<ValuePtr> makeNamedTuple(Tracer& t, PyObject* f, Args& args, Kwargs& kwar
   return Value::of(Tuple{std::move(items), Ref::borrow(f)});
 }
 
+// Whether every argument is something a graph op takes: tensors, constants, and tuples,
+// lists and slices of them.
+bool graphArguments(const Args& args, const Kwargs& kwargs) {
+  auto ok = [](const ValuePtr& v, auto&& self) -> bool {
+    switch (v->kind()) {
+      case Kind::Tensor:
+      case Kind::Constant:
+        return true;
+      case Kind::Tuple:
+      case Kind::List:
+      case Kind::Slice: {
+        bool all = true;
+        forEachChild(*v, [&](const ValuePtr& c) { all = all && self(c, self); });
+        return all;
+      }
+      default:
+        return false;
+    }
+  };
+  for (const ValuePtr& a : args)
+    if (!ok(a, ok)) return false;
+  for (const auto& kv : kwargs)
+    if (!ok(kv.second, ok)) return false;
+  return true;
+}
+
 // torch._C._has_torch_function(iterable) / _unary(obj) / _variadic(*args) without tensor
 // arguments: whether one of the objects has a __torch_function__ of its own. Constants and
 // containers do not; an object of a known (guarded) type answers by its type.
@@ -383,7 +409,28 @@ Result<ValuePtr> readState(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
 // decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
   PyObject* f = fn->real();
-  if (anyTensor(args, kwargs)) return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+  if (anyTensor(args, kwargs)) {
+    switch (torchKindOf(f)) {
+      case TorchKind::PythonHelper:
+        // A Python function of torch is one graph op (F.relu, F.layer_norm) when the graph
+        // can take its arguments; one that takes callables or objects (torch.utils._pytree
+        // .tree_map, torch.fx map_aggregate) is traced like user code.
+        if (!graphArguments(args, kwargs)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+        break;
+      case TorchKind::Binding:
+        // Neither an aten operator nor a reader: a binding of unknown effect
+        // (torch._C._dynamo.eval_frame.unsupported). Aten ops of torch._C._VariableFunctions
+        // without a schema of that name (torch.from_numpy) are not module bindings.
+        if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f))
+          return t.fail("call of " + torchName(f) + "(), a torch binding that is not an operator");
+        break;
+      case TorchKind::DispatchQuery:
+      case TorchKind::StateReader:
+      case TorchKind::Operator:
+        break;
+    }
+    return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+  }
   switch (torchKindOf(f)) {
     case TorchKind::PythonHelper:
       return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));

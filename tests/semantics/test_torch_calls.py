@@ -312,3 +312,105 @@ def test_structseq_returned_keeps_its_type():
         same(expected.values, got.values)
     assert cnt.frame_count == 1
 
+
+# ---- graph breaks at LOAD_METHOD / LOAD_GLOBAL (M8) --------------------------------------
+
+def _unmodelled_receiver():
+    # An object of a C type the tracer has no model of: its methods are found by LOAD_METHOD.
+    import array
+    return array.array("d", [1.0, 2.0])
+
+
+ARR = _unmodelled_receiver()
+
+
+def test_break_at_load_method_resumes_after_it():
+    def f(x):
+        y = x * 2
+        n = ARR.count(2.0)  # LOAD_METHOD on an object the tracer cannot model
+        return y + n
+
+    x = torch.randn(3)
+    expected, first, hit, cnt, stats = run(f, x)
+    same(expected, first)
+    same(expected, hit)
+    assert not stats["native_frames"], stats["native_frames"]
+    assert cnt.frame_count >= 1
+
+
+def test_break_at_load_method_keeps_bound_methods_right():
+    # The break runs LOAD_ATTR + PUSH_NULL natively: a bound method then called as [NULL, bound].
+    def f(x):
+        y = x + 1
+        v = ARR.tolist()
+        return y * len(v), v
+
+    x = torch.randn(3)
+    expected, first, hit, cnt, stats = run(f, x)
+    same(expected, first)
+    same(expected, hit)
+    assert not stats["native_frames"], stats["native_frames"]
+
+
+REG = {int: 2, float: 3}  # keys the tracer does not model as constants (types)
+
+
+def test_break_at_load_global_keeps_the_graph_before_it():
+    # Before: the whole frame ran natively (no break possible at LOAD_GLOBAL).
+    def f(x):
+        y = x * 2
+        return y + REG.get(int)
+
+    x = torch.randn(3)
+    expected, first, hit, cnt, stats = run(f, x)
+    same(expected, first)
+    same(expected, hit)
+    assert cnt.frame_count >= 1  # y = x * 2 is captured
+    assert all("<resume at" in n["function"] for n in stats["native_frames"]), stats["native_frames"]
+
+
+# ---- Python helpers of torch with callables; bindings that are not operators -------------
+
+def test_pytree_tree_map_with_a_function_is_traced():
+    import torch.utils._pytree as pytree
+
+    def f(x, y):
+        out = pytree.tree_map(lambda t: t * 2, {"a": x, "b": [y, x]})
+        return out["a"] + out["b"][0], out["b"][1]
+
+    args = (torch.randn(3), torch.randn(3))
+    expected, first, hit, cnt, stats = run(f, *args)
+    same(expected, first)
+    same(expected, hit)
+    # Traced into, not recorded as one op of a lambda (pytree's registry, a dict keyed by
+    # types, still breaks inside).
+    reasons = [b["reason"] for b in stats["graph_break_reasons"]]
+    assert not any("cannot be passed to a graph operation" in r for r in reasons), reasons
+    assert cnt.frame_count >= 1
+
+
+def test_python_op_wrapper_is_still_one_op():
+    import torch.nn.functional as F
+
+    def f(x):
+        return F.relu(x) + F.gelu(x)
+
+    cnt = one_graph(f, torch.randn(4))
+    assert cnt.op_count == 3
+
+
+def test_binding_with_tensors_that_is_not_an_operator_breaks():
+    from torch._C._dynamo.eval_frame import unsupported
+
+    def f(x, y):
+        a = x + 1
+        b = unsupported(a, y)
+        return b * 2
+
+    args = (torch.randn(3), torch.randn(3))
+    expected, first, hit, cnt, stats = run(f, *args)
+    same(expected, first)
+    same(expected, hit)
+    reasons = [b["reason"] for b in stats["graph_break_reasons"]]
+    assert any("unsupported()" in r for r in reasons), reasons
+    assert cnt.frame_count == 2 == dynamo_graphs(f, *args)
