@@ -54,6 +54,17 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       return same->second;
     }
   }
+  if (PyDict_Check(obj) && reg >= 0) {
+    // The instance dict of an object whose attributes the trace already stored to: those
+    // stores are pending effects the dict does not show yet (objects.cpp keeps the two
+    // views one once the dict is read first).
+    for (const auto& [other, value] : wrapped_objects_) {
+      if (!value->is(Kind::Object) || !effects().anyAttrOverlayOf(value->reg)) continue;
+      PyObject** dictptr = _PyObject_GetDictPtr(other);
+      if (dictptr && *dictptr == obj)
+        return fail("an object's __dict__ read after the trace set its attributes is not supported yet");
+    }
+  }
   ValuePtr v;
   if (isTensor(obj)) {
     if (!isPlainTensorOrParameter(obj))

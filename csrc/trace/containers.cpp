@@ -518,6 +518,7 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
       break;
   }
   if (!r.notHandled()) return r;

@@ -141,6 +141,10 @@ struct Context {
   int enter_node = -1;         // the graph node of its enter handle (inference_mode, autocast)
   bool saved_grad_mode = false;  // the grad mode to restore on exit (grad-mode contexts; set on entry)
 };
+// A types.SimpleNamespace made in the trace: its attributes, as a plain Dict keyed by name.
+struct Namespace {
+  ValuePtr attrs;
+};
 
 // ---- the value -------------------------------------------------------------------------
 
@@ -154,7 +158,7 @@ struct Value {
   // In the order of kinds.def (checked below).
   using Payload = std::variant<Null, Tensor, Constant, Tuple, List, Slice, Iterator, Callable, BoundMethod,
                                NamedMethod, Module, PyModule, Dict, Set, Cell, Function, Object, NewObject, Super,
-                               Partial, Context>;
+                               Partial, Context, Namespace>;
 
   Payload payload;
   int reg = -1;
@@ -274,6 +278,7 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::NamedMethod: return each(v.as<NamedMethod>().self);
     case Kind::Cell: return each(v.as<Cell>().contents);
     case Kind::NewObject: return each(v.as<NewObject>().attrs);
+    case Kind::Namespace: return each(v.as<Namespace>().attrs);
     case Kind::Super: return each(v.as<Super>().self);
     case Kind::Partial: {
       const Partial& p = v.as<Partial>();
