@@ -256,6 +256,39 @@ void GuardProgram::checkGradMode(bool enabled) {
 }
 
 namespace {
+// The same object, or equal objects of the same type (a folded constant).
+bool sameConstant(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
+}
+}  // namespace
+
+void GuardProgram::checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* expected) {
+  if (!kwargs) kwargs = Py_None;
+  for (const Check& c : checks_) {
+    if (c.kind != CheckKind::StateQuery) continue;
+    PyObject* q = c.obj.get();
+    if (PyTuple_GET_ITEM(q, 0) == fn && sameConstant(PyTuple_GET_ITEM(q, 1), args) &&
+        sameConstant(PyTuple_GET_ITEM(q, 2), kwargs))
+      return;
+  }
+  Check c{CheckKind::StateQuery, -1};
+  c.obj = Ref::steal(PyTuple_Pack(4, fn, args, kwargs, expected));
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+  c.what = name && PyUnicode_Check(name.get()) ? PyUnicode_AsUTF8(name.get()) : "a torch state query";
+  PyErr_Clear();
+  if (!c.obj) {  // cannot hold the query: never match
+    PyErr_Clear();
+    c.kind = CheckKind::Identity;
+    c.obj = Ref::borrow(Py_None);
+  }
+  addCheck(std::move(c));
+}
+
+namespace {
 
 uint64_t versionOf(PyObject* dict) { return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag; }
 
@@ -503,6 +536,13 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       int64_t v = 0;
       return evalShape(c.shape_ops, regs, &v) && v != 0;
     }
+    case CheckKind::StateQuery: {
+      PyObject* q = c.obj.get();
+      PyObject* kw = PyTuple_GET_ITEM(q, 2);
+      Ref r = Ref::steal(PyObject_Call(PyTuple_GET_ITEM(q, 0), PyTuple_GET_ITEM(q, 1), kw == Py_None ? nullptr : kw));
+      if (!r) return PyErr_Clear(), false;
+      return sameConstant(r.get(), PyTuple_GET_ITEM(q, 3));
+    }
   }
   return false;
 }
@@ -558,6 +598,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
     case CheckKind::Shape:
       return c.what;
+    case CheckKind::StateQuery:
+      return c.what + "(...) == " + reprOf(PyTuple_GET_ITEM(c.obj.get(), 3));
   }
   return "?";
 }

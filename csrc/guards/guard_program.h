@@ -51,6 +51,8 @@ enum class CheckKind : uint8_t {
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
   Shape,      // a relation between input sizes holds (shape_ops, evaluated on int64); reg unused
   NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
+  StateQuery, // obj = (fn, args, kwargs, expected): fn(*args, **kwargs) == expected, same type
+              // (a reader of global state the trace folded); reg unused
 };
 
 // One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
@@ -141,6 +143,9 @@ class GuardProgram {
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);
+  // fn(*args, **kwargs) (a reader of global state: torch._C._is_tracing()) still returns
+  // `expected`. `kwargs` may be null. Identical queries are checked once.
+  void checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* expected);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
   bool isDropped(int reg) const { return loads_[reg].dropped; }

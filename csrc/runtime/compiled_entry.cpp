@@ -1,6 +1,7 @@
 #include "runtime/compiled_entry.h"
 
 #include "runtime/continuation.h"
+#include "support/lookup.h"
 
 namespace cdynamo::runtime {
 namespace {
@@ -61,6 +62,10 @@ struct Builder {
   Ref make(const OutputPlan&, const plan::NamedTuple& t) {
     Ref items = sequence(true, t.items, nullptr);
     if (!items) return Ref();
+    // A structseq (torch.return_types.max) is made from one sequence; tuple.__new__ refuses it.
+    PyObject* cls_dict = reinterpret_cast<PyTypeObject*>(t.cls.get())->tp_dict;
+    if (cls_dict && PyDict_GetItem(cls_dict, interned(Str::n_sequence_fields)))
+      return Ref::steal(PyObject_CallOneArg(t.cls.get(), items.get()));
     return Ref::steal(
         PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", t.cls.get(), items.get()));
   }

@@ -94,9 +94,13 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     }
     case Kind::Tuple: {
       const Tuple& tuple = obj->as<Tuple>();
-      if (tuple.namedtuple) {  // a namedtuple: fields by position
+      if (tuple.namedtuple) {  // a namedtuple (or a structseq: its __match_args__): fields by position
         Ref fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "_fields"));
-        if (!fields) return t.failFromPython("namedtuple fields");
+        if (!fields) {
+          PyErr_Clear();
+          fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "__match_args__"));
+        }
+        if (!fields || !PyTuple_Check(fields.get())) return t.failFromPython("namedtuple fields");
         if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
           if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return tuple.items[static_cast<size_t>(i)];

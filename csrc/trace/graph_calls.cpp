@@ -217,7 +217,10 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     if (item < 0) return t.failFromPython("indexing a tuple result");
     items.push_back(Value::tensor(item));
   }
-  return PyList_Check(fake) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  if (PyList_Check(fake)) return Value::list(std::move(items));
+  // A structseq (torch.return_types.max: values, indices) keeps its type: fields by name.
+  if (!PyTuple_CheckExact(fake)) return Value::of(Tuple{std::move(items), Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(fake)))});
+  return Value::tuple(std::move(items));
 }
 
 Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
@@ -225,7 +228,14 @@ Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (na == nb) return true;
   PyObject* ea = t.exampleOf(na);
   PyObject* eb = t.exampleOf(nb);
-  if (!ea || !eb) return false;  // a computed tensor is new
+  if (!ea || !eb) {
+    // A computed tensor is a new object unless its op returned its receiver (x.add_(1),
+    // x.requires_grad_(), x.to(x.dtype)): the fake tensors behave as the real ones, so the
+    // same fake is the same object.
+    PyObject* fa = t.graph().fake(na);
+    PyObject* fb = t.graph().fake(nb);
+    return fa && fa == fb;
+  }
   bool same = ea == eb;
   t.guards().checkAliasing(t.inputRegOf(na), t.inputRegOf(nb), same);
   return same;

@@ -81,6 +81,20 @@ bool madeMutable(const ValuePtr& v) {
 
 }  // namespace
 
+PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a) {
+  if (a->is(Kind::Tensor) && !isScalarValue(t, a)) return fn;
+  if (!a->is(Kind::Tensor) && !a->is(Kind::Constant)) return fn;  // containers keep theirs (list += t)
+  constexpr int kInplace = static_cast<int>(BinaryOp::InplaceAdd);
+  constexpr int kCount = static_cast<int>(sizeof(kBinaryOpFns) / sizeof(kBinaryOpFns[0]));
+  for (int i = kInplace; i < kCount; ++i) {
+    if (lookup(kBinaryOpFns[i]) != fn) continue;
+    PyObject* binary = lookup(kBinaryOpFns[i - kInplace]);
+    if (!binary) return PyErr_Clear(), fn;
+    return binary;
+  }
+  return fn;
+}
+
 Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
   const char* fn_name = bytecode::binaryOpFunction(op);
   PyObject* fn = lookup(kBinaryOpFns[static_cast<int>(op)]);
@@ -111,7 +125,8 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (answered(r)) return r;
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
-  if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
+    return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->constant(), b->constant(), nullptr));
     if (!r) return t.raisePython();
@@ -499,9 +514,9 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a->real() && b->real()) return a->real() == b->real();
   if (madeMutable(a) && madeMutable(b)) return false;  // two distinct objects made in the trace
   if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
-    if (a->as<Tensor>().node != b->as<Tensor>().node)
-      return t.fail("identity of two distinct tensors is not known at trace time");
-    return true;
+    if (isScalarValue(t, a) || isScalarValue(t, b))
+      return t.fail("identity of a number read from a tensor is not known at trace time");
+    return sameTensorObject(t, a, b);
   }
   if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
   return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));

@@ -105,6 +105,11 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v);
 
 // ---- operators.cpp: operators, subscripts, iteration, truth -------------------------------
 Result<ValuePtr> binaryOp(Tracer& t, bytecode::BinaryOp op, const ValuePtr& a, const ValuePtr& b);
+// The operator a graph records for `fn(a, b)`: an in-place operator of the operator module
+// (operator.iadd) only when `a` is a tensor; with a number or constant `a` its binary form
+// (operator.add), as Python falls back from __iadd__ to __add__/__radd__ (`acc = 0;
+// acc += t` is `acc = acc + t`). Any other fn is returned as it is. Borrowed.
+PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a);
 Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a);
 Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index);

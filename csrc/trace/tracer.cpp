@@ -183,6 +183,10 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   guards().checkGradMode(grad_mode);
   Result<ValuePtr> ret = runFrame(root);
   contexts_.restore();
+  if (ret && PyErr_Occurred()) {  // an internal inconsistency: never compile a graph with an error set
+    PyErr_Clear();
+    return fail("internal: a Python error was left set by the trace");
+  }
   return ret;
 }
 

@@ -30,7 +30,10 @@ FIXED = {"iter_dunder_raises", "contains_dunder_raises", "recompile_per_shape",
          # C methods (through the class or super()) act on it; own __setattr__ is inlined.
          "dict_subclass_super_method", "ordered_dict_subclass_dataclass", "dataclass_own_setattr",
          # inspect.signature of a function or bound method is computed for real (call_rules.cpp).
-         "inspect_signature_of_bound_method"}
+         "inspect_signature_of_bound_method",
+         # Torch functions without tensor arguments are decided by what they are (call_rules.cpp
+         # torchKindOf): dispatch queries answered from the values, state readers folded and guarded.
+         "torch_assert_on_bool", "jit_is_tracing", "augmented_assignment_to_int"}
 OPEN = set(mechanisms.CASES) - FIXED
 
 
