@@ -49,6 +49,13 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
 }
 
 void GuardProgram::addCheck(Check c) {
+  // The same plain check of the same register twice (a class attribute resolved for each
+  // instance of the class, one module's hooks per call) runs once.
+  if (c.kind != CheckKind::Tensor && c.kind != CheckKind::DictKeys && c.kind != CheckKind::GradMode)
+    for (const Check& other : checks_)
+      if (!other.dropped && other.kind == c.kind && other.reg == c.reg && other.index == c.index &&
+          other.obj.get() == c.obj.get() && other.weak == c.weak)
+        return;
   checks_.push_back(std::move(c));
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
@@ -149,6 +156,8 @@ void GuardProgram::checkLength(int reg, Py_ssize_t n) {
 }
 
 void GuardProgram::checkDictEmpty(int reg) {
+  for (const Check& c : checks_)
+    if (!c.dropped && c.kind == CheckKind::DictEmpty && c.reg == reg) return;
   Check c{CheckKind::DictEmpty, reg};
   c.what = names_[reg];
   addCheck(std::move(c));
@@ -179,6 +188,16 @@ void GuardProgram::checkAliasing(int reg, int other, bool same) {
 
 void GuardProgram::checkNoModuleHooks(int reg) {
   Check c{CheckKind::NoHooks, reg};
+  c.what = names_[reg];
+  addCheck(std::move(c));
+}
+
+void GuardProgram::checkNotInInstanceDict(int reg, PyObject* name) {
+  for (const Check& c : checks_)
+    if (!c.dropped && c.kind == CheckKind::NotInInstanceDict && c.reg == reg && PyUnicode_Compare(c.obj.get(), name) == 0)
+      return;
+  Check c{CheckKind::NotInInstanceDict, reg};
+  c.obj = Ref::borrow(name);
   c.what = names_[reg];
   addCheck(std::move(c));
 }
@@ -365,6 +384,18 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       if (!r) return PyErr_Clear(), false;
       return (r.get() == Py_True) == (c.index != 0);
     }
+    case CheckKind::NotInInstanceDict: {
+      PyObject** dictptr = _PyObject_GetDictPtr(v);
+      if (!dictptr || !*dictptr) return true;
+      PyObject* d = *dictptr;
+      DictMemo& memo = c.hooks_memo;
+      if (d == memo.dict && versionOf(d) == memo.tag) return true;  // unchanged since it lacked the key
+      PyObject* found = PyDict_GetItemWithError(d, c.obj.get());  // str key: no Python code
+      if (found) return false;
+      if (PyErr_Occurred()) return PyErr_Clear(), false;
+      memo = DictMemo{d, versionOf(d), nullptr};
+      return true;
+    }
   }
   return false;
 }
@@ -416,6 +447,8 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return c.what;
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
+    case CheckKind::NotInInstanceDict:
+      return "'" + std::string(PyUnicode_AsUTF8(c.obj.get())) + "' not in " + c.what + ".__dict__";
   }
   return "?";
 }

@@ -49,6 +49,9 @@ enum class CheckKind : uint8_t {
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
   Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
+  NotInInstanceDict,  // reg has no __dict__ (a class: its own dict), or it has no key obj (a
+                      // str): nothing shadows the class attribute the trace resolved (memo:
+                      // the dict version at the last pass)
 };
 
 // The last successful dict lookup of a load or check, keyed by the dict's version tag
@@ -81,7 +84,7 @@ struct Check {
   TensorSpec tensor;
   std::string what;  // the source's readable name, for messages (cold)
   bool dropped = false;  // removed by dropRegisters
-  // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
+  // NoHooks and NotInInstanceDict: the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
   mutable DictMemo hooks_memo;
@@ -120,6 +123,7 @@ class GuardProgram {
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);
+  void checkNotInInstanceDict(int reg, PyObject* name);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
   size_t numChecks() const;  // not counting dropped ones

@@ -45,6 +45,7 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         return t.wrap(v, reg);
       }
       if (descr) {
+        if (Done d = guardClassAttribute(t, obj, name, reinterpret_cast<PyObject*>(Py_TYPE(m)), true); !d) return d.stop();
         if (PyFunction_Check(descr)) return Value::boundMethod(obj, descr);
         if (isConstantObject(descr)) return Value::constant(descr);
         return t.fail(std::string("module class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name);

@@ -147,6 +147,34 @@ Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   return false;
 }
 
+Done guardClassAttribute(Tracer& t, const ValuePtr& obj, PyObject* name, PyObject* cls, bool shadowable) {
+  if (obj->reg < 0 || !PyType_Check(cls)) return {};
+  if (shadowable && obj->real() != cls) t.guards().checkNotInInstanceDict(obj->reg, name);
+  // Along the MRO to the class that defines `name`: the classes before it still lack it,
+  // and it still holds the same attribute (a constant: an equal one). Each is a read of a
+  // class __dict__ memoized by its version, so an unrelated change to a class (a counter
+  // the program keeps on it) costs one lookup, not a recompile.
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
+  if (!mro) return {};
+  const char* n = PyUnicode_AsUTF8(name);
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i) {
+    PyTypeObject* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (c == &PyBaseObject_Type) break;  // object's own attributes cannot be replaced
+    PyObject* found = c->tp_dict ? PyDict_GetItemWithError(c->tp_dict, name) : nullptr;
+    if (!found && PyErr_Occurred()) return t.failFromPython("a class attribute");
+    int creg = t.load(LoadKind::Constant, -1, 0, reinterpret_cast<PyObject*>(c), c->tp_name);
+    if (!found) {
+      t.guards().checkNotInInstanceDict(creg, name);
+      continue;
+    }
+    int areg = t.load(LoadKind::InstanceDict, creg, 0, name, std::string(c->tp_name) + "." + n);
+    if (isConstantObject(found)) t.guards().checkEquals(areg, found);
+    else t.guards().checkIdentity(areg, found);
+    return {};
+  }
+  return {};
+}
+
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v;
@@ -167,6 +195,10 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return self->as<NewObject>().attrs;
   }
   PyObject* descr = lookupInMro(cls, name, after);
+  // A data descriptor (property) wins over the instance dict, and super() skips it: only
+  // the class can change what such a read finds.
+  if (descr && (obj->is(Kind::Super) || Py_TYPE(descr)->tp_descr_set))
+    if (Done d = guardClassAttribute(t, self, name, cls, false); !d) return d.stop();
 
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
     Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
@@ -202,6 +234,8 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       }
     }
   }
+  if (descr && !obj->is(Kind::Super) && !Py_TYPE(descr)->tp_descr_set)
+    if (Done d = guardClassAttribute(t, self, name, cls, true); !d) return d.stop();
   if (!descr) {
     if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::callable(cls);
     if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable)) {

@@ -46,6 +46,13 @@ inline bool isUserObject(const ValuePtr& v) { return v->is(Kind::Object) || v->i
 // A class made by collections.namedtuple (a tuple subclass with _fields).
 bool isNamedTupleClass(PyObject* cls);
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// Guards what resolving `name` through the class `cls` of `obj` (a value from the program:
+// an Object, a Module, or a class itself) assumed: that along the MRO the classes before
+// the one defining it still lack it and that one still holds the same attribute (a method
+// replaced on a class or a base), and that the instance dict does not shadow it
+// (a method replaced on the instance; `shadowable`: not for data descriptors and super()).
+// Nothing to guard for a value made in the trace.
+Done guardClassAttribute(Tracer& t, const ValuePtr& obj, PyObject* name, PyObject* cls, bool shadowable);
 // hasattr() on an Object read from the program (guarded either way).
 Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, Args args, Kwargs kwargs);
