@@ -196,6 +196,8 @@ void GuardProgram::checkLength(int reg, Py_ssize_t n) {
 }
 
 void GuardProgram::checkDictEmpty(int reg) {
+  for (const Check& e : checks_)
+    if (!e.dropped && e.kind == CheckKind::DictEmpty && e.reg == reg) return;
   Check c{CheckKind::DictEmpty, reg};
   c.what = names_[reg];
   addCheck(std::move(c));
@@ -524,8 +526,13 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     case CheckKind::NoInstanceAttr: {
       PyObject** dictptr = PyDict_CheckExact(v) ? &v : _PyObject_GetDictPtr(v);
       if (!dictptr || !*dictptr) return true;
-      if (PyDict_GetItemWithError(*dictptr, c.obj.get())) return false;  // str key: no Python code
-      return !PyErr_Occurred() || (PyErr_Clear(), false);
+      PyObject* d = *dictptr;
+      DictMemo& memo = c.hooks_memo;
+      if (d == memo.dict && versionOf(d) == memo.tag) return true;  // unchanged since it lacked the key
+      if (PyDict_GetItemWithError(d, c.obj.get())) return false;  // str key: no Python code
+      if (PyErr_Occurred()) return PyErr_Clear(), false;
+      memo = DictMemo{d, versionOf(d), nullptr};
+      return true;
     }
     case CheckKind::GradMode: {
       Ref r = Ref::steal(PyObject_CallNoArgs(c.obj.get()));

@@ -98,7 +98,7 @@ struct Check {
   std::vector<ShapeOp> shape_ops;  // Shape
   std::string what;  // the source's readable name, for messages (cold)
   bool dropped = false;  // removed by dropRegisters
-  // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
+  // NoHooks (and NoInstanceAttr): the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
   mutable DictMemo hooks_memo;

@@ -201,6 +201,10 @@ Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs
     Py_ssize_t n = PyObject_Length(d.get());
     if (n < 0) return t.failFromPython(std::string("global module hooks (") + h + ")");
     if (n != 0) return t.fail(std::string("global module hooks are registered (") + h + ")");
+    // A hook registered later must be seen: the dict (an OrderedDict torch keeps for the
+    // process, held by its module) is guarded empty.
+    if (PyDict_Check(d.get()))
+      t.guards().checkDictEmpty(t.load(LoadKind::Constant, -1, 0, d.get(), std::string("torch.nn.modules.module.") + h));
   }
   if (PyObject* own_forward = instanceDictItem(m, "forward")) {
     int reg = t.load(LoadKind::InstanceDict, module->reg, 0, interned(Str::forward),
@@ -211,6 +215,7 @@ Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs
   }
   PyObject* forward = _PyType_Lookup(Py_TYPE(m), interned(Str::forward));
   if (!forward || !PyFunction_Check(forward)) return t.fail("module forward is not a Python function");
+  guardClassAttributeOf(t, module, interned(Str::forward));
   args.insert(args.begin(), module);
   return t.inlineFunction(forward, -1, std::move(args), std::move(kwargs));
 }

@@ -174,6 +174,20 @@ PyObject* ownerInMro(PyObject* type, PyObject* name, PyObject* after) {
 int classAttrReg(Tracer& t, PyObject* type, PyObject* name, PyObject* after) {
   PyObject* owner = ownerInMro(type, name, after);
   if (!owner) return -1;
+  // The classes before the owner in the MRO still lack it (a subclass that later defines
+  // the name would shadow what the trace resolved).
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+  bool started = after == nullptr;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro) && PyTuple_GET_ITEM(mro, i) != owner; ++i) {
+    PyTypeObject* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (!started) {
+      started = reinterpret_cast<PyObject*>(c) == after;
+      continue;
+    }
+    if (!c->tp_dict) continue;
+    int cd = t.load(LoadKind::Constant, -1, 0, c->tp_dict, std::string(c->tp_name) + ".__dict__");
+    t.guards().checkNoInstanceAttr(cd, name);
+  }
   PyTypeObject* ot = reinterpret_cast<PyTypeObject*>(owner);
   int d = t.load(LoadKind::Constant, -1, 0, ot->tp_dict, std::string(ot->tp_name) + ".__dict__");
   return t.load(LoadKind::DictItem, d, 0, name, t.guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
@@ -354,6 +368,16 @@ bool isModuleGetattr(PyObject* fn) {
 }
 
 }  // namespace
+
+void guardClassAttributeOf(Tracer& t, const ValuePtr& self, PyObject* name) {
+  PyObject* real = self->real();
+  if (self->reg < 0 || !real) return;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(real));
+  PyObject* descr = lookupInMro(type, name, nullptr);
+  if (!descr) return;
+  guardNotInInstance(t, self, name);
+  guardClassAttr(t, type, name, nullptr, descr);
+}
 
 // object.__getattribute__(self, name) (Python's generic lookup) on an instance: data
 // descriptors of the class, the instance's own attributes, the class's other attributes,

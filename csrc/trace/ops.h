@@ -46,6 +46,10 @@ inline bool isUserObject(const ValuePtr& v) { return v->is(Kind::Object) || v->i
 // A class made by collections.namedtuple (a tuple subclass with _fields).
 bool isNamedTupleClass(PyObject* cls);
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// Guards what reading `name` of `self` (a value from the program) through its class
+// assumed: not shadowed in its instance dict, the same object in the class that defines it,
+// and absent from the classes before that one (a method replaced on the instance or a class).
+void guardClassAttributeOf(Tracer& t, const ValuePtr& self, PyObject* name);
 // hasattr() on a user object, an nn.Module, super() or a user class: getAttr with an
 // AttributeError meaning false (guarded either way).
 Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name);

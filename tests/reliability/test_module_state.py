@@ -47,11 +47,6 @@ def test_forward_pre_hook_registered_later_on_a_submodule():
     check(lambda m: m.lin.register_forward_pre_hook(lambda mod, inp: (inp[0] + 5,)).remove)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "global module hooks registered after a compile are not guarded: the trace checks "
-    "torch.nn.modules.module._global_forward_hooks when it inlines a module and no guard "
-    "watches those dicts afterwards (docs/architecture.md known gaps); the guard belongs with "
-    "the module-call guards the tracer adds (csrc/trace/calls.cpp, NoHooks in csrc/guards)"))
 def test_global_forward_hook_registered_later():
     check(lambda m: torch.nn.modules.module.register_module_forward_hook(lambda mod, inp, out: out + 1).remove)
 
