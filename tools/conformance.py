@@ -163,6 +163,10 @@ def main():
         else:
             shim = run_suite(peer, out, testfile, "shim", f"{name}_shim")
             msgs = load_messages(f"{out}/results/{name}_shim.jsonl")
+        if base and not shim:
+            # Nothing collected under the shim: the shim or cdynamo failed at configure time
+            # (its log says why). Never a measurement, and never a list to write.
+            sys.exit(f"conformance: no test of {FILES[name]} ran under cdynamo; see {out}/logs/{name}_shim.log")
         measured.add(FILES[name])
         base_pass = sorted(t for t, v in base.items() if v == "PASSED")
         ok = [t for t in base_pass if shim.get(t) == "PASSED"]
@@ -174,6 +178,10 @@ def main():
                 kind = outcome_kind(shim.get(t, "NOTRUN"))
                 died = {"CRASH": "the test process died (see the log)", "TIMEOUT": "past the timeout (see the log)"}
                 current[t] = (kind, msgs.get(t) or died.get(kind, ""))
+        if base_pass and not ok:
+            # Not one test passes: cdynamo or the shim is broken for the whole file (one error
+            # everywhere), not a measurement of the tracer. Never rewrite the list from it.
+            sys.exit(f"conformance: no test of {FILES[name]} passes under cdynamo; see {out}/logs/{name}_shim.log")
         rate = len(ok) / max(1, len(base_pass))
         summary.append(f"{FILES[name]}: {len(ok)}/{len(base_pass)} of the tests that pass under torch._dynamo "
                        f"pass under cdynamo ({100 * rate:.1f}%); {len(crashes)} crash, {len(hangs)} hang"

@@ -44,6 +44,8 @@ specialize_int = True
 class _Config(_types.ModuleType):
     """The module's class: the recompile policy's settings reach the C++ core when set."""
 
+    # Read through the class, not self: assigning __class__ (a test shim swapping the
+    # module's class) runs this __setattr__ and then looks names up on the new class.
     _POLICY = ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
 
     @property
@@ -55,7 +57,7 @@ class _Config(_types.ModuleType):
         self.recompile_limit = value
 
     def __setattr__(self, name, value):
-        if name in self._POLICY:
+        if name in _Config._POLICY:
             if name == "fail_on_recompile_limit_hit":
                 value = bool(value)
             else:
@@ -63,14 +65,18 @@ class _Config(_types.ModuleType):
                 if value < 0:
                     raise ValueError(f"cdynamo.config.{name} must be >= 0, got {value}")
         super().__setattr__(name, value)
-        if name in self._POLICY:
-            self._apply()
+        if name in _Config._POLICY:
+            _apply()
 
-    def _apply(self):
-        _C = _sys.modules.get("cdynamo._C")
-        if _C is not None:
-            _C.set_recompile_policy(self.recompile_limit, self.accumulated_recompile_limit,
-                                    self.fail_on_recompile_limit_hit)
+
+def _apply():
+    """Hands the recompile policy to the C++ core. A module function (not a method of the
+    module's class), so it stays reachable when a test shim swaps the module's class."""
+    _C = _sys.modules.get("cdynamo._C")
+    if _C is not None:
+        cfg = _sys.modules[__name__]
+        _C.set_recompile_policy(cfg.recompile_limit, cfg.accumulated_recompile_limit,
+                                cfg.fail_on_recompile_limit_hit)
 
 
 _sys.modules[__name__].__class__ = _Config
