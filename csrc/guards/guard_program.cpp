@@ -31,12 +31,22 @@ std::string reprOf(PyObject* o) {
 }  // namespace
 
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
+  // Names are attribute names (str) or dict keys (any constant: int keys too); comparing
+  // them never leaves an error set.
+  auto sameName = [](PyObject* a, PyObject* b) {
+    if (a == b) return true;
+    if (PyUnicode_Check(a) && PyUnicode_Check(b)) return PyUnicode_Compare(a, b) == 0;
+    if (Py_TYPE(a) != Py_TYPE(b)) return false;
+    int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    return eq == 1;
+  };
   for (size_t i = 0; i < loads_.size(); ++i) {
     const Load& l = loads_[i];
     if (!l.dropped && l.kind == kind && l.base == base && l.index == index) {
       if (!name && !l.name) return static_cast<int>(i);
       if (kind == LoadKind::Constant && l.name.get() == name) return static_cast<int>(i);
-      if (kind != LoadKind::Constant && name && l.name && PyUnicode_Compare(name, l.name.get()) == 0)
+      if (kind != LoadKind::Constant && name && l.name && sameName(name, l.name.get()))
         return static_cast<int>(i);
     }
   }
@@ -155,6 +165,9 @@ void GuardProgram::checkDictEmpty(int reg) {
 }
 
 void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
+  // Once per register: the real dict does not change while a frame is traced.
+  for (const Check& done : checks_)
+    if (!done.dropped && done.kind == CheckKind::DictKeys && done.reg == reg) return;
   Check c{CheckKind::DictKeys, reg};
   c.obj = Ref::steal(PyDict_Keys(dict));
   if (c.obj) {

@@ -45,6 +45,12 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         return t.wrap(v, reg);
       }
       if (descr) {
+        // Resolved through the class: guard that the instance has no attribute of that
+        // name (one set on the instance later, `m.scale = ...`, must be seen).
+        if (PyObject** dictptr = _PyObject_GetDictPtr(m); dictptr && *dictptr && obj->reg >= 0) {
+          int d = t.load(LoadKind::Attr, obj->reg, 0, interned(Str::dunder_dict), t.guards().sourceName(obj->reg) + ".__dict__");
+          t.guards().checkDictKeys(d, *dictptr);
+        }
         if (PyFunction_Check(descr)) return Value::boundMethod(obj, descr);
         if (isConstantObject(descr)) return Value::constant(descr);
         return t.fail(std::string("module class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name);
@@ -67,6 +73,12 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     }
     case Kind::PyModule: {
       PyObject* module = obj->as<PyModule>().obj.get();
+      // A global of that module stored earlier in the trace (STORE_GLOBAL in one of its
+      // functions, recorded against its globals dict, which is the module's __dict__).
+      if (t.effects().anyAttrOverlay()) {
+        int dreg = t.load(LoadKind::Constant, -1, 0, PyModule_GetDict(module), "globals");
+        if (ValuePtr v = t.effects().overlayAttr(dreg, name)) return v;
+      }
       Ref v = Ref::steal(PyObject_GetAttr(module, name));
       if (!v) return t.failFromPython(std::string("module attribute '") + n + "'");
       // torch's own namespaces are assumed stable (as TorchDynamo does); a user module's
@@ -124,6 +136,8 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return functionAttr(t, obj, name);
     case Kind::Context:
       return Value::namedMethod(obj, name);
+    case Kind::DictView:
+      return Value::namedMethod(obj, name);  // isdisjoint, ...: called later (unsupported there)
     case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:

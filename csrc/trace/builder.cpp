@@ -199,7 +199,7 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       items.push_back(item.take());
       item_regs.push_back(item_reg);
     }
-    v = Value::iterator(std::move(items), reg);
+    v = Value::iterator(std::move(items), reinterpret_cast<PyObject*>(Py_TYPE(obj)), reg);
     iterators_.addInput(v, rest_reg, std::move(item_regs));
   } else {
     return notHandled();
@@ -278,7 +278,7 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
     guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
     v = Value::callable(obj, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
-                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
+                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj))) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::callable(obj, reg);
   } else {

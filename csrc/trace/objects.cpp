@@ -191,6 +191,10 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     if (self->is(Kind::Callable)) return Value::callable(descr);  // Class.method: plain function
     return Value::boundMethod(self, descr);
   }
+  if (isCacheWrapper(descr)) {  // functools.lru_cache on a method: it binds like the function it wraps
+    if (self->is(Kind::Callable)) return Value::callable(descr);
+    return Value::boundMethod(self, descr);
+  }
   if (Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
     Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
     if (!fn) return t.failFromPython("staticmethod");

@@ -85,6 +85,7 @@ ValuePtr contentsOf(const Value& c) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::DictView:
       break;
   }
   CDYNAMO_CHECK(false, "a replaced container that is not a list, set or dict");

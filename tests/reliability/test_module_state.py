@@ -47,11 +47,6 @@ def test_forward_pre_hook_registered_later_on_a_submodule():
     check(lambda m: m.lin.register_forward_pre_hook(lambda mod, inp: (inp[0] + 5,)).remove)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "global module hooks registered after a compile are not guarded: the trace checks "
-    "torch.nn.modules.module._global_forward_hooks when it inlines a module and no guard "
-    "watches those dicts afterwards (docs/architecture.md known gaps); the guard belongs with "
-    "the module-call guards the tracer adds (csrc/trace/calls.cpp, NoHooks in csrc/guards)"))
 def test_global_forward_hook_registered_later():
     check(lambda m: torch.nn.modules.module.register_module_forward_hook(lambda mod, inp, out: out + 1).remove)
 
@@ -72,12 +67,6 @@ def test_train_flipped():
     check(lambda m: m.train() and None)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "WRONG RESULT: a method of a module replaced on the instance (m.scale = lambda: 7.0) after "
-    "compiling is not seen: the trace resolves self.scale through the class and guards neither "
-    "the instance __dict__'s lack of the name nor the class attribute; the entry keeps calling "
-    "the old method. The method lookup on module values (csrc/trace/calls.cpp) must guard that "
-    "the instance dict has no such key (a DictMemo'd absence check) and the class attribute"))
 def test_method_monkeypatched_on_the_instance():
     def change(m):
         m.scale = lambda: 7.0

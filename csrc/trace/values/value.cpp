@@ -27,6 +27,7 @@ ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::DictView:
       break;
   }
   CDYNAMO_CHECK(false, "Value::sequence of a kind that is not a sequence");
@@ -56,6 +57,7 @@ PyObject* Value::real() const {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::DictView:
       return nullptr;
   }
   return nullptr;
@@ -84,6 +86,7 @@ const std::vector<ValuePtr>* Value::elements() const {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::DictView:
       return nullptr;
   }
   return nullptr;
