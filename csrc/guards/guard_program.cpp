@@ -229,9 +229,34 @@ PyObject* memoLookup(DictMemo& memo, PyObject* dict, PyObject* name) {
 
 }  // namespace
 
+bool isReadableIterator(PyObject* it) {
+  // The iterators of CPython's tuples, lists, ranges, dicts (keys, values, items) and sets:
+  // their __reduce__ gives (iter, (items,)[, index]) and consumes nothing.
+  static PyTypeObject* types[7] = {};
+  static bool made = false;
+  if (!made) {
+    made = true;
+    Ref empties[7] = {Ref::steal(PyTuple_New(0)), Ref::steal(PyList_New(0)), Ref::steal(PyObject_CallFunction(
+                          reinterpret_cast<PyObject*>(&PyRange_Type), "i", 0)),
+                      Ref::steal(PyDict_New()), Ref(), Ref(), Ref::steal(PySet_New(nullptr))};
+    if (empties[3]) {
+      empties[4] = Ref::steal(PyObject_CallMethod(empties[3].get(), "values", nullptr));
+      empties[5] = Ref::steal(PyObject_CallMethod(empties[3].get(), "items", nullptr));
+    }
+    for (int i = 0; i < 7; ++i) {
+      Ref iter = empties[i] ? Ref::steal(PyObject_GetIter(empties[i].get())) : Ref();
+      if (iter) types[i] = Py_TYPE(iter.get());
+    }
+    PyErr_Clear();
+  }
+  for (PyTypeObject* t : types)
+    if (t && Py_IS_TYPE(it, t)) return true;
+  return false;
+}
+
 Ref iterRemaining(PyObject* it) {
-  if (!Py_IS_TYPE(it, &PyTupleIter_Type)) {
-    PyErr_SetString(PyExc_TypeError, "not a tuple_iterator");
+  if (!isReadableIterator(it)) {
+    PyErr_SetString(PyExc_TypeError, "not an iterator whose remaining items can be read");
     return Ref();
   }
   Ref state = Ref::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
@@ -241,17 +266,14 @@ Ref iterRemaining(PyObject* it) {
     PyErr_SetString(PyExc_TypeError, "unexpected tuple_iterator.__reduce__() result");
     return Ref();
   }
-  PyObject* seq = PyTuple_GET_ITEM(PyTuple_GET_ITEM(state.get(), 1), 0);
-  if (!PyTuple_Check(seq)) {
-    PyErr_SetString(PyExc_TypeError, "unexpected tuple_iterator.__reduce__() result");
-    return Ref();
-  }
+  Ref seq = Ref::steal(PySequence_Tuple(PyTuple_GET_ITEM(PyTuple_GET_ITEM(state.get(), 1), 0)));
+  if (!seq) return Ref();
   Py_ssize_t index = 0;
   if (PyTuple_GET_SIZE(state.get()) >= 3) {
     index = PyLong_AsSsize_t(PyTuple_GET_ITEM(state.get(), 2));
     if (index < 0 && PyErr_Occurred()) return Ref();
   }
-  return Ref::steal(PyTuple_GetSlice(seq, index, PY_SSIZE_T_MAX));
+  return Ref::steal(PyTuple_GetSlice(seq.get(), index, PY_SSIZE_T_MAX));
 }
 
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {

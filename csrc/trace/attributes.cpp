@@ -102,14 +102,29 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (callable && PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
           !isModuleClass(o))
         return objectGetAttr(t, obj, name);  // attributes of a user class: methods, classmethods, constants
+      if (callable && PyFunction_Check(o)) {
+        // The function's __dict__ read as a dict earlier in the trace: its entries are
+        // that value's (what the trace stored into it included).
+        PyObject** dictptr = _PyObject_GetDictPtr(o);
+        ValuePtr d = dictptr && *dictptr ? t.wrappedValueOf(*dictptr) : nullptr;
+        if (d && d->is(Kind::Dict)) {
+          int k = d->as<Dict>().findKey(name);
+          if (k == -2) return t.failFromPython("a function attribute");
+          if (k >= 0) return d->as<Dict>().values[static_cast<size_t>(k)];
+        }
+      }
       Ref v = Ref::steal(PyObject_GetAttr(o, name));
       if (!v) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
         return t.failFromPython(std::string("attribute '") + n + "'");
       }
       if (isConstantObject(v.get())) return Value::constant(v.get());
-      if (callable && PyFunction_Check(o) && PyDict_CheckExact(v.get()))
-        return t.wrap(v.get(), -1);  // a function's __dict__ / __annotations__, read (functools.wraps)
+      if (callable && PyFunction_Check(o) && PyDict_CheckExact(v.get())) {
+        // A function's __dict__ / __annotations__ (functools.wraps reads them): with its
+        // source, so what the program stores into it is replayed on the real dict.
+        if (obj->reg < 0) return t.fail(std::string("the ") + n + " of a function without a source is not supported yet");
+        return t.wrap(v.get(), t.load(LoadKind::Attr, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n));
+      }
       if (!callable && PyCallable_Check(v.get()))
         return Value::callable(v.get());  // a method of an immutable constant
       if (callable && PyType_Check(o) && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(o), Py_TPFLAGS_HEAPTYPE) &&
@@ -136,6 +151,8 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return functionAttr(t, obj, name);
     case Kind::Context:
       return Value::namedMethod(obj, name);
+    case Kind::Namespace:
+      return namespaceGetAttr(t, obj, name);
     case Kind::DictView:
       return Value::namedMethod(obj, name);  // isdisjoint, ...: called later (unsupported there)
     case Kind::Null:

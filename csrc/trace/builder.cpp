@@ -43,7 +43,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   // method's __self__) is one Value, so a mutation through one is seen through the other;
   // the guard checks that the two sources still are one object.
   const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
-                              Py_IS_TYPE(obj, &PyTupleIter_Type) ||
+                              guards::isReadableIterator(obj) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
                                !isTensor(obj) && !isModule(obj));
   if (mutable_object && reg >= 0) {
@@ -52,6 +52,17 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       guards().checkAliasing(same->second->reg, reg, true);
       wrapped_[reg] = same->second;
       return same->second;
+    }
+  }
+  if (PyDict_Check(obj) && reg >= 0) {
+    // The instance dict of an object whose attributes the trace already stored to: those
+    // stores are pending effects the dict does not show yet (objects.cpp keeps the two
+    // views one once the dict is read first).
+    for (const auto& [other, value] : wrapped_objects_) {
+      if (!value->is(Kind::Object) || !effects().anyAttrOverlayOf(value->reg)) continue;
+      PyObject** dictptr = _PyObject_GetDictPtr(other);
+      if (dictptr && *dictptr == obj)
+        return fail("an object's __dict__ read after the trace set its attributes is not supported yet");
     }
   }
   ValuePtr v;
@@ -175,9 +186,10 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       guards().checkEquals(reg, frozen.get());
     }
     v = Value::set(std::move(values), reg);
-  } else if (Py_IS_TYPE(obj, &PyTupleIter_Type) && reg >= 0) {
-    // A tuple iterator passed in: what a resume function receives for a for loop a break
-    // interrupted (the break's output plan rebuilds the loop's iterator as iter(tuple)).
+  } else if (guards::isReadableIterator(obj) && reg >= 0) {
+    // An iterator of a tuple, list, range, dict or set passed in: a tuple_iterator is what a
+    // resume function receives for a for loop a break interrupted (the break's output plan
+    // rebuilds the loop's iterator as iter(tuple)); the others, what a compiled frame returns.
     // Modeled as an Iterator over the items it has left, guarded by its type, their number
     // and each item as it is used; what the trace consumes is replayed on the real
     // iterator (an Advance effect, Iterators::appendAdvances), which the outputs hand back

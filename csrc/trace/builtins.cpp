@@ -196,6 +196,15 @@ Result<ValuePtr> builtinCallable(Tracer& t, PyObject* f, const char* which, Args
   
 }
 
+// vars(obj): the __dict__ of an object (one value with its attributes: objects.cpp,
+// namespaces.cpp). vars() without an argument (the frame's locals) is not modelled.
+Result<ValuePtr> builtinVars(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty()) return notHandled();
+  const ValuePtr& v = args[0];
+  if (v->is(Kind::Namespace) || v->is(Kind::NewObject) || v->is(Kind::Object)) return getAttr(t, v, interned(Str::dunder_dict));
+  return notHandled();
+}
+
 // tuple() / list() / set() / frozenset() of an iterable.
 Result<ValuePtr> builtinCollection(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
@@ -463,6 +472,8 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
         if (!has) return args[2];
       } else if (const NewObject* o = args[0]->get<NewObject>()) {
         if (!newObjectHas(*o)) return args[2];
+      } else if (args[0]->is(Kind::Namespace)) {
+        if (!namespaceHasAttr(args[0], attr_name)) return args[2];
       }
     }
     return getAttr(t, args[0], attr_name);
@@ -477,6 +488,7 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
     if (const Tensor* tensor = args[0]->get<Tensor>())
       probe = isScalarValue(t, args[0]) ? scalarType(t, args[0]) : t.graph().fake(tensor->node);
     if (const NewObject* o = args[0]->get<NewObject>()) return Value::constant(newObjectHas(*o) ? Py_True : Py_False);
+    if (args[0]->is(Kind::Namespace)) return Value::constant(namespaceHasAttr(args[0], attr_name) ? Py_True : Py_False);
     if (!probe) return t.fail("hasattr() on a value that cannot be probed");
     int r = PyObject_HasAttr(probe, attr_name);
     return Value::constant(r ? Py_True : Py_False);
@@ -574,7 +586,7 @@ const std::vector<BuiltinRow> kBuiltinRows = {
     {"super", {"super", builtinSuper, false}},
     {"tuple", {"tuple", builtinCollection, true}},
     {"type", {"type", builtinType, true}},
-    {"vars", {"vars", builtinUnsupported, false}},
+    {"vars", {"vars", builtinVars, false}},
     {"zip", {"zip", builtinZip, false}},
 };
 

@@ -249,6 +249,7 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::operator_itemgetter, true, {"operator.itemgetter object", callGetter, false}},
     {Obj::operator_attrgetter, true, {"operator.attrgetter object", callGetter, false}},
     {Obj::collections_OrderedDict, false, {"collections.OrderedDict", makeOrderedDict, false}},
+    {Obj::types_SimpleNamespace, false, {"types.SimpleNamespace", makeNamespace, false}},
 };
 
 // ---- the rules ----

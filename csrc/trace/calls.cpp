@@ -145,6 +145,7 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     }
     case Kind::Cell:
     case Kind::Super:
+    case Kind::Namespace:
     case Kind::DictView:
       break;
   }

@@ -210,6 +210,11 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
     case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
     case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
     case Kind::NewObject: return v->as<NewObject>().cls.get();
+    case Kind::Namespace: {
+      PyObject* type = lookup(Obj::types_SimpleNamespace);
+      if (!type) PyErr_Clear();
+      return type;
+    }
     case Kind::Iterator: return v->as<Iterator>().type.get();  // null when not known
     case Kind::DictView: return dictViewType(v);
     case Kind::Null:

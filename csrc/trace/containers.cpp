@@ -535,6 +535,7 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
     case Kind::DictView:
       break;
   }

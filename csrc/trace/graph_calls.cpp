@@ -122,6 +122,7 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
     case Kind::NewObject:
     case Kind::Super:
     case Kind::Partial:
+    case Kind::Namespace:
       break;
   }
   return t.fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");

@@ -51,6 +51,23 @@ bool isPlainPythonClass(PyObject* cls) {
 
 }  // namespace
 
+// The Dict value the trace holds for the instance dict of `obj` (an Object from the
+// program) when the program read it as a dict (obj.__dict__, vars(obj) before a break), or
+// null. Attribute reads and stores of `obj` then go through that value, so a write through
+// one view is seen through the other; on later calls the guard checks that the dict still
+// is the object's __dict__.
+ValuePtr aliasedInstanceDict(Tracer& t, const ValuePtr& obj) {
+  PyObject** dictptr = _PyObject_GetDictPtr(obj->real());
+  if (!dictptr || !*dictptr) return nullptr;
+  ValuePtr d = t.wrappedValueOf(*dictptr);
+  if (!d || !d->is(Kind::Dict) || d->reg < 0) return nullptr;
+  if (obj->reg >= 0) {
+    int dreg = t.load(LoadKind::Attr, obj->reg, 0, interned(Str::dunder_dict), t.guards().sourceName(obj->reg) + ".__dict__");
+    if (dreg != d->reg) t.guards().checkAliasing(d->reg, dreg, true);
+  }
+  return d;
+}
+
 PyObject* instanceDictItem(PyObject* obj, const char* name) {
   PyObject** dictptr = _PyObject_GetDictPtr(obj);
   if (!dictptr || !*dictptr) return nullptr;
@@ -104,6 +121,12 @@ Result<ValuePtr> makeSuper(Tracer& t, std::vector<ValuePtr>& args) {
 
 Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   if (t.effects().overlayAttr(obj->reg, name)) return true;  // stored earlier in the trace
+  if (ValuePtr aliased = aliasedInstanceDict(t, obj)) {
+    int k = aliased->as<Dict>().findKey(name);
+    if (k == -2) return t.failFromPython("hasattr");
+    if (k >= 0) return true;
+    return lookupInMro(classOf(obj), name, nullptr) != nullptr;
+  }
   PyObject* o = obj->real();
   PyObject** dictptr = _PyObject_GetDictPtr(o);
   PyObject* dict = dictptr ? *dictptr : nullptr;
@@ -157,7 +180,12 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (k >= 0) return attrs.values[static_cast<size_t>(k)];
     } else if (self->is(Kind::Object)) {
       PyObject** dictptr = _PyObject_GetDictPtr(self->real());
-      if (dictptr && *dictptr) {
+      if (ValuePtr aliased = aliasedInstanceDict(t, self)) {
+        const Dict& attrs = aliased->as<Dict>();
+        int k = attrs.findKey(name);
+        if (k == -2) return t.failFromPython("an attribute");
+        if (k >= 0) return attrs.values[static_cast<size_t>(k)];
+      } else if (dictptr && *dictptr) {
         PyObject* v = PyDict_GetItemWithError(*dictptr, name);
         if (v) {
           int reg = self->reg >= 0 ? t.load(LoadKind::InstanceDict, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n) : -1;
@@ -268,6 +296,7 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
 }
 
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+  if (obj->is(Kind::Namespace)) return namespaceSetAttr(t, obj, name, value);
   const Object* owned = obj->get<Object>();
   if (owned && owned->owned) {  // e.g. self.code = code in an exception's __init__
     Ref v = toPython(t, value);
@@ -302,6 +331,8 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
     if (obj->is(Kind::Object) && lookupInMro(cls, interned(Str::dunder_setattr), nullptr) !=
                                      PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
       return t.fail("a class with its own __setattr__ is not supported yet");
+    if (obj->is(Kind::Object) && !descr)
+      if (ValuePtr aliased = aliasedInstanceDict(t, obj)) return storeSubscript(t, aliased, Value::constant(name), value);
     // Replayed after the graph with setattr (Module.__setattr__ included); reads later in
     // the trace see the new value.
     return t.effects().setAttr(obj->reg, name, value);

@@ -55,6 +55,7 @@ bool madeMutable(const ValuePtr& v) {
     case Kind::List:
     case Kind::Dict:
     case Kind::Set:
+    case Kind::Namespace:
       return v->reg < 0;
     case Kind::Null:
     case Kind::Tensor:
@@ -485,6 +486,7 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
       break;
   }
   return t.fail(std::string("iterating a ") + kindName(obj->kind()) + " is not supported yet");
@@ -508,6 +510,7 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::Function:
     case Kind::Cell:
     case Kind::Context:
+    case Kind::Namespace:  // no __bool__ or __len__
       return true;
     case Kind::Object:
     case Kind::NewObject: {

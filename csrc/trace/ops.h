@@ -51,6 +51,13 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // hasattr() on an Object read from the program (guarded either way).
 Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, Args args, Kwargs kwargs);
+
+// ---- namespaces.cpp: types.SimpleNamespace made in the trace ----------------------------
+Result<ValuePtr> makeNamespace(Tracer& t, PyObject* fn, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> namespaceGetAttr(Tracer& t, const ValuePtr& ns, PyObject* name);
+// Whether getattr(ns, name) finds something: one of its attributes or its class's.
+bool namespaceHasAttr(const ValuePtr& ns, PyObject* name);
+Done namespaceSetAttr(Tracer& t, const ValuePtr& ns, PyObject* name, const ValuePtr& value);
 // Calls the Python-level special method `name` (a str) of a user object's class;
 // NotHandled (nothing done) when the class has none.
 Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, Args args);

@@ -31,6 +31,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
       made_once = true;
       break;
     case Kind::NewObject:
+    case Kind::Namespace:
     case Kind::Cell:
     case Kind::Function:
       made_once = true;
@@ -154,6 +155,14 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       auto attrs = std::make_unique<runtime::OutputPlan>();
       if (Done d = plan(o.attrs, attrs.get()); !d) return d;
       out->step = P::NewObject{o.cls.copy(), std::move(attrs)};
+      return {};
+    }
+    case Kind::Namespace: {  // SimpleNamespace's __dict__ is its attributes, as for a NewObject
+      PyObject* type = lookup(Obj::types_SimpleNamespace);
+      if (!type) return t_.failFromPython("types.SimpleNamespace");
+      auto attrs = std::make_unique<runtime::OutputPlan>();
+      if (Done d = plan(v->as<Namespace>().attrs, attrs.get()); !d) return d;
+      out->step = P::NewObject{Ref::borrow(type), std::move(attrs)};
       return {};
     }
     case Kind::Slice: {

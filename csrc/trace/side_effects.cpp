@@ -85,6 +85,7 @@ ValuePtr contentsOf(const Value& c) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
     case Kind::DictView:
       break;
   }

@@ -57,6 +57,11 @@ class SideEffects {
   // `name` of the globals dict in `reg`), or null.
   ValuePtr overlayAttr(int reg, PyObject* name) const;
   bool anyAttrOverlay() const { return !attr_overlay_.empty(); }
+  bool anyAttrOverlayOf(int reg) const {
+    for (const auto& entry : attr_overlay_)
+      if (entry.first.first == reg) return true;
+    return false;
+  }
   // The value stored in the trace to the real cell `cell`, or null.
   ValuePtr overlayCell(PyObject* cell) const;
 

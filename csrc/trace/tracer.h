@@ -120,6 +120,11 @@ class Tracer {
   PyObject* exampleOf(int node) const;
   // Guard register -> the value wrapped from it (one per source).
   const std::unordered_map<int, ValuePtr>& wrappedValues() const { return wrapped_; }
+  // The value a mutable object from the program was wrapped as (one per object), or null.
+  ValuePtr wrappedValueOf(PyObject* obj) const {
+    auto it = wrapped_objects_.find(obj);
+    return it == wrapped_objects_.end() ? nullptr : it->second;
+  }
 
   // ---- frames (interpreter.cpp, functions.cpp) ----
   // Runs a frame to its return; an exception raised in it (Raised) is delivered to the

@@ -295,3 +295,32 @@ def test_int_times_list_and_a_union_of_types():
     def fn(x):
         return 2 * [x, 1], isinstance(x, list | tuple), isinstance([x], list | tuple), x + 1
     same_as_eager(fn, one())
+
+
+@pytest.mark.parametrize("make", ["iter([1, 2, 3])", "iter({'a': 1, 'b': 2})", "iter({'a': 1, 'b': 2}.values())",
+                                  "iter({'a': 1, 'b': 2}.items())", "iter(range(3))", "iter({1, 2})", "iter((1, 2))"])
+def test_iterator_of_a_builtin_container_passed_in(make):
+    # What a compiled function returns (an iterator of its real type) is read back by another
+    # (an iterator over the items it has left, guarded, consumed as the trace consumed it).
+    code = compile(f"def fn(x):\n    it = {make}\n    next(it)\n    return it\n", "<case>", "exec")
+    ns = {}
+    exec(code, ns)  # noqa: S102
+    make_it = ns["fn"]
+
+    def consume(it, x):
+        for v in it:
+            x = x + 1
+        return x
+
+    x = torch.zeros(2)
+    cmake = cdynamo.compile(make_it, backend=cdynamo.testing.CompileCounter())
+    cnt = cdynamo.testing.CompileCounter()
+    cconsume = cdynamo.compile(consume, backend=cnt)
+    for _ in range(2):
+        it_eager, it_got = make_it(x), cmake(x)
+        assert type(it_got) is type(it_eager)
+        assert torch.equal(cconsume(it_got, x), consume(it_eager, x))
+        assert list(it_got) == [] and list(it_eager) == []
+    st = cdynamo.stats()
+    assert st["frames_native"] == 0, [n.get("reason") for n in st["native_frames"]]
+    assert cnt.frame_count == 1

@@ -27,6 +27,7 @@ ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
     case Kind::DictView:
       break;
   }
@@ -57,6 +58,7 @@ PyObject* Value::real() const {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
     case Kind::DictView:
       return nullptr;
   }
@@ -86,6 +88,7 @@ const std::vector<ValuePtr>* Value::elements() const {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::Namespace:
     case Kind::DictView:
       return nullptr;
   }

@@ -148,6 +148,10 @@ struct Context {
   int enter_node = -1;         // the graph node of its enter handle (inference_mode, autocast)
   bool saved_grad_mode = false;  // the grad mode to restore on exit (grad-mode contexts; set on entry)
 };
+// A types.SimpleNamespace made in the trace: its attributes, as a plain Dict keyed by name.
+struct Namespace {
+  ValuePtr attrs;
+};
 
 // d.keys(), d.values() or d.items(): a live view of the Dict value `dict` (every use
 // reads the dict as it is then).
@@ -169,7 +173,7 @@ struct Value {
   // In the order of kinds.def (checked below).
   using Payload = std::variant<Null, Tensor, Constant, Tuple, List, Slice, Iterator, Callable, BoundMethod,
                                NamedMethod, Module, PyModule, Dict, Set, Cell, Function, Object, NewObject, Super,
-                               Partial, Context, DictView>;
+                               Partial, Context, Namespace, DictView>;
 
   Payload payload;
   int reg = -1;
@@ -295,6 +299,7 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::NamedMethod: return each(v.as<NamedMethod>().self);
     case Kind::Cell: return each(v.as<Cell>().contents);
     case Kind::NewObject: return each(v.as<NewObject>().attrs);
+    case Kind::Namespace: return each(v.as<Namespace>().attrs);
     case Kind::Super: return each(v.as<Super>().self);
     case Kind::DictView: return each(v.as<DictView>().dict);
     case Kind::Partial: {
