@@ -153,6 +153,8 @@ size_t GuardProgram::numChecks() const {
 }
 
 void GuardProgram::checkLength(int reg, Py_ssize_t n) {
+  for (const Check& done : checks_)  // once per register
+    if (!done.dropped && done.kind == CheckKind::Length && done.reg == reg && done.index == n) return;
   Check c{CheckKind::Length, reg, static_cast<int>(n)};
   c.what = names_[reg];
   addCheck(std::move(c));

@@ -177,7 +177,7 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
 namespace {
 
 // The module's forward called: one stored on the instance earlier in the trace
-// (`mod.forward = f`), one of the instance, or the class's (the instance dict's keys
+// (`mod.forward = f`), one of the instance, or the class's (the instance dict's size
 // guarded, so a forward assigned to the instance later is not missed).
 Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs) {
   PyObject* m = module->as<Module>().obj.get();
@@ -192,7 +192,7 @@ Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwarg
   }
   if (PyObject** dictptr = _PyObject_GetDictPtr(m); dictptr && *dictptr) {
     int d = t.load(LoadKind::Attr, module->reg, 0, interned(Str::dunder_dict), t.guards().sourceName(module->reg) + ".__dict__");
-    t.guards().checkDictKeys(d, *dictptr);
+    t.guards().checkLength(d, PyDict_GET_SIZE(*dictptr));  // O(1): a forward assigned later adds a key
   }
   PyObject* forward = _PyType_Lookup(Py_TYPE(m), interned(Str::forward));
   if (!forward || !PyFunction_Check(forward)) return t.fail("module forward is not a Python function");
