@@ -56,10 +56,21 @@ def run(quick):
     ]
     reference_label = cases[-1][0].replace(replaying, " (real graph, for reference)")
     cases.append((reference_label, stack, cases[-1][2], None))
+    cases = [c + (False,) for c in cases]
+    # dynamic=True (issue 13): one symbolic entry; its shape guards (duck sizing makes the
+    # 100 sizes one symbol: 99 equalities and a range) run in the guard program. With the
+    # real graphs: a replaying backend would return the first size's result for every size.
+    dyn_sets = [tuple(torch.randn(k) for _ in range(N_ARGS)) for k in (3, 5, 9)]
+    cases += [
+        (f"{N_ARGS} dynamic tensor args (equal sizes: 99 relations), dynamic=True, lengths 3/5/9 hit one "
+         "entry (real graph)", wide, dyn_sets, None, True),
+        ("20 x (Linear(16,16) + LayerNorm(16)) Sequential, dynamic=True, inputs [4, 16] / [7, 16] (real graph)",
+         stack, [(torch.randn(4, 16),), (torch.randn(7, 16),)], None, True),
+    ]
     results = []
-    for label, fn, args, timed in cases:
+    for label, fn, args, timed, dynamic in cases:
         log(f"  [guards] {label}")
-        r = measure_hits(label, fn, args, rounds, target, timed=timed, replay=replaying in label)
+        r = measure_hits(label, fn, args, rounds, target, timed=timed, replay=replaying in label, dynamic=dynamic)
         results.append(r)
         if label == reference_label:
             continue

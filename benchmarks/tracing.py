@@ -9,10 +9,10 @@ import torch._dynamo
 import cdynamo
 from common import (CaptureCheck, CountingBackend, Section, assert_same, log, ms, ratio, reason_cell,
                     reset_all, table)
-from workloads import tracing_workloads
+from workloads import dynamic_tracing_workloads, tracing_workloads
 
 
-def trace_once(frontend, fn, args, fullgraph, expected, label):
+def trace_once(frontend, fn, args, fullgraph, expected, label, dynamic=False):
     """Reset caches, compile afresh, time the first call.
 
     Returns (frontend ns, backend counter, capture): the first call's time less the time the
@@ -22,9 +22,9 @@ def trace_once(frontend, fn, args, fullgraph, expected, label):
     gc.collect()
     cb = CountingBackend(time_graphs=True)
     if frontend == "cdynamo":
-        f = cdynamo.compile(fn, backend=cb, fullgraph=fullgraph)
+        f = cdynamo.compile(fn, backend=cb, fullgraph=fullgraph, dynamic=dynamic)
     else:
-        f = torch.compile(fn, backend=cb, fullgraph=fullgraph, dynamic=False)
+        f = torch.compile(fn, backend=cb, fullgraph=fullgraph, dynamic=dynamic)
     cc = CaptureCheck() if frontend == "cdynamo" else None
     t0 = time.perf_counter_ns()
     out = f(*args)
@@ -115,7 +115,10 @@ def run(quick):
     reps = 3 if quick else 5
     sec = Section("3. Tracing time (frontend only, cold cache)")
     rows, brows = [], []
-    for label, fn, args, fullgraph in tracing_workloads(quick):
+    work = [(w, False) for w in tracing_workloads(quick)] + [(w, True) for w in dynamic_tracing_workloads(quick)]
+    for (label, fn, args, fullgraph), dynamic in work:
+        if dynamic:
+            label += ", dynamic=True"
         log(f"  [tracing] {label}")
         reset_all()
         expected = fn(*args)
@@ -128,7 +131,7 @@ def run(quick):
         # runs first, which would otherwise skew the alternation.
         for fe in ("cdynamo", "dynamo"):
             try:
-                trace_once(fe, fn, args, fullgraph, expected, label)
+                trace_once(fe, fn, args, fullgraph, expected, label, dynamic)
             except AssertionError:
                 raise
             except Exception:  # noqa: BLE001 - reported by the timed repetitions below
@@ -144,7 +147,7 @@ def run(quick):
                     if not cap[0]:
                         continue
                     try:
-                        dt, cb, cap = trace_once(fe, fn, args, fullgraph, expected, label)
+                        dt, cb, cap = trace_once(fe, fn, args, fullgraph, expected, label, dynamic)
                     except AssertionError:
                         raise
                     except Exception as e:  # noqa: BLE001 - a crash of cdynamo is reported, not hidden
@@ -152,7 +155,7 @@ def run(quick):
                     if not cap[0]:
                         continue
                 else:
-                    dt, cb, _ = trace_once(fe, fn, args, fullgraph, expected, label)
+                    dt, cb, _ = trace_once(fe, fn, args, fullgraph, expected, label, dynamic)
                 times[fe].append(dt)
                 graph_runs[fe].append(cb.graph_ns)
                 counts[fe] = (cb.graphs, cb.ops)

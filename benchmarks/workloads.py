@@ -86,3 +86,8 @@ def tracing_workloads(quick):
         (f"{tf_layers}-layer nn.TransformerEncoder (d=64, 4 heads, ff=128, dropout=0)", make_transformer(tf_layers),
          (torch.randn(2, 16, 64),), False),
     ]
+
+
+def dynamic_tracing_workloads(quick):
+    """The workloads of section 3 traced with dynamic=True (issue 13): symbolic sizes."""
+    return [w for w in tracing_workloads(quick) if w[0].startswith("loop") or "TransformerEncoder" in w[0]]

@@ -239,6 +239,24 @@ PyObject* py_set_cache_size_limit(PyObject*, PyObject* arg) {
   Py_RETURN_NONE;
 }
 
+PyObject* py_set_recompile_policy(PyObject*, PyObject* args) {
+  int limit = 0, accumulated = 0, fail = 0;
+  if (!PyArg_ParseTuple(args, "iip", &limit, &accumulated, &fail)) return nullptr;
+  cdynamo::frame::setRecompilePolicy(limit, accumulated, fail != 0);
+  Py_RETURN_NONE;
+}
+
+PyObject* py_recompile_reasons(PyObject*, PyObject*) {
+  Ref list = Ref::steal(PyList_New(0));
+  if (!list) return nullptr;
+  for (const auto& r : cdynamo::frame::recompileRecords()) {
+    Ref d = Ref::steal(Py_BuildValue("{s:s,s:s,s:O}", "function", r.function.c_str(), "reason", r.reason.c_str(),
+                                     "compiled", r.compiled ? Py_True : Py_False));
+    if (!d || PyList_Append(list.get(), d.get()) < 0) return nullptr;
+  }
+  return list.release();
+}
+
 PyObject* py_set_stance(PyObject*, PyObject* arg) {
   long n = PyLong_AsLong(arg);
   if (PyErr_Occurred()) return nullptr;
@@ -287,6 +305,9 @@ PyMethodDef methods[] = {
     {"opcode_counts", py_opcode_counts, METH_NOARGS, "opcode name -> times the interpreter completed it"},
     {"set_log_channels", py_set_log_channels, METH_O, "set the CDYNAMO_LOGS bit mask"},
     {"set_cache_size_limit", py_set_cache_size_limit, METH_O, "entries per code object before running natively"},
+    {"set_recompile_policy", py_set_recompile_policy, METH_VARARGS,
+     "set_recompile_policy(recompile_limit, accumulated_recompile_limit, fail_on_recompile_limit_hit)"},
+    {"recompile_reasons", py_recompile_reasons, METH_NOARGS, "recompiles since the last reset, with the failing guards"},
     {"set_stance", py_set_stance, METH_O, "0 default, 1 force_eager, 2 eager_on_recompile, 3 fail_on_recompile"},
     {"set_call_rules", py_set_call_rules, METH_O,
      "set_call_rules(dict): {callable: rule} the tracer consults (1 graph break, 2 in graph, 3 constant result)"},

@@ -479,6 +479,19 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   layout.extraConsts.push_back(k0.get());
   layout.extraConsts.push_back(k1.get());
 
+  // A load that pushes a NULL below its value (LOAD_METHOD, LOAD_GLOBAL with bit 0) runs as
+  // the plain load followed by PUSH_NULL; SWAP 2: for the CALL after it, [NULL, attr] is
+  // what LOAD_METHOD pushes for an attribute that is not a method, and a bound method
+  // called that way behaves as [method, self]. The successor's layout has that NULL.
+  AsmInstr& breaking = o.asm_.instrs[static_cast<size_t>(last)];
+  bool null_below = false;
+  if (breaking.op == Op::LOAD_METHOD) {
+    breaking.op = Op::LOAD_ATTR;
+    null_below = true;
+  } else if (breaking.op == Op::LOAD_GLOBAL && (breaking.arg & 1)) {
+    breaking.arg &= ~1;
+    null_below = true;
+  }
   Position breakPos = o.asm_.instrs[static_cast<size_t>(last)].pos;
   auto epilogue = [&](Assembly& out, size_t k) {
     const FrameLayout& s = successors[k];
@@ -505,6 +518,10 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
       o, static_cast<int>(layout.extraNames.size()), at.index, last, isJump,
       [&](Assembly& dst, int entryLabel) { emitPrologue(dst, at, slotLocal, entryLabel, pos); },
       [&](Assembly& dst) {
+        if (null_below) {
+          dst.emit(Op::PUSH_NULL, 0, breakPos);
+          dst.emit(Op::SWAP, 2, breakPos);
+        }
         fallLabel = dst.newLabel();
         dst.emitJump(Op::JUMP_FORWARD, fallLabel, breakPos);
       },

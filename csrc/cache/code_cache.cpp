@@ -75,6 +75,8 @@ void resetAll() {
     if (!registry().count(e)) continue;
     for (auto& entry : e->entries) graveyard.push_back(std::move(entry));
     e->entries.clear();
+    e->limit_warned.clear();
+    e->shape_memory.reset();
     e->state = e->disabled ? CodeState::Skip : CodeState::Unknown;
     e->native_reason.clear();
   }

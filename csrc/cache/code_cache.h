@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "runtime/compiled_entry.h"
+#include "support/pyref.h"
 
 namespace cdynamo::cache {
 
@@ -36,6 +37,12 @@ struct CodeExtra {
   // Entries, most recently hit first. Iterate by index and hold an EntryPtr while using
   // one: a backend may release the GIL while compiling, and another thread may insert.
   std::vector<EntryPtr> entries;
+  // The configurations (identity only, never dereferenced) whose recompile limit this
+  // code has hit and warned about: one warning each.
+  std::vector<PyObject*> limit_warned;
+  // Automatic dynamic shapes: the sizes each input source had in this code's compiles
+  // (a dict, cdynamo/_shapes.py input_fake), made on the first compile.
+  Ref shape_memory;
 };
 
 // The extra of `code`, or null when it has none yet. Never sets an error.

@@ -30,7 +30,9 @@ namespace {
 thread_local PyObject* tls_config = nullptr;
 int threads_active = 0;  // guarded by the GIL
 unsigned log_channels = 0;
-int cache_size_limit = 8;
+int recompile_limit = 8;             // entries per code object and configuration
+int accumulated_recompile_limit = 256;  // entries per code object, all configurations
+bool fail_on_recompile_limit_hit = false;
 Stance stance = Stance::Default;
 Ref& event_sink = *new Ref();  // Note [Python references in statics] (support/pyref.h)
 
@@ -38,6 +40,7 @@ Ref& event_sink = *new Ref();  // Note [Python references in statics] (support/p
 std::vector<std::pair<std::string, bool>> file_rules;
 std::vector<NativeFrame> native_frames;
 std::vector<NativeFrame> graph_breaks;
+std::vector<RecompileRecord> recompile_records;
 
 // Clears the thread's compile context for a scope (guards, graphs and the tracer run
 // their own Python code, which must not be intercepted).
@@ -355,10 +358,18 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       if (!previous) previous = e;
       ++same_config;
     }
-  std::string why;  // the recompile reason, computed only when someone reads it
-  if (previous && ((log_channels & kLogRecompiles) || event_sink || stance == Stance::FailOnRecompile)) {
-    ContextOff off;
-    why = previous->guards.explainFailure(view);
+  // The recompile reason: which guard of each entry of this configuration rejected the
+  // call (most recent first). Built here, on a miss, never on a hit.
+  std::string why;
+  if (previous) {
+    ContextOff off;  // reading a guard again may run Python code (reprs, __eq__)
+    for (const cache::EntryPtr& e : extra->entries) {
+      if (e->config.get() != config) continue;
+      std::string r = e->guards.explainFailure(view);
+      if (r.empty()) continue;
+      if (!why.empty()) why += "\n    - ";
+      why += r;
+    }
   }
   // set_stance: nothing new is compiled (the frame runs natively, nothing is marked), or
   // a compile is an error.
@@ -379,19 +390,48 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
     return nullptr;
   }
   if (previous) {
+    // The recompile policy: past a limit the entries made so far keep running on what they
+    // accept; this call (and every later one they do not accept) runs natively.
+    const int total = static_cast<int>(extra->entries.size());
+    const bool over_specific = same_config >= recompile_limit;
+    const bool over_total = total >= accumulated_recompile_limit;
+    std::string last = why.substr(0, why.find('\n'));
+    if (over_specific || over_total) {
+      std::string limit = over_specific ? "config.recompile_limit (" + std::to_string(recompile_limit) + ")"
+                                        : "config.accumulated_recompile_limit (" +
+                                              std::to_string(accumulated_recompile_limit) + ")";
+      std::string msg = "cdynamo: " + codeName(code) + " hit " + limit + "; calls its " + std::to_string(same_config) +
+                        " cache entries do not accept run natively. Last failing guard: " +
+                        (last.empty() ? std::string("?") : last);
+      recompile_records.push_back(RecompileRecord{codeName(code), why, false});
+      emitEvent("recompile_limit", code, nullptr, nullptr, why, 0, extra->entries.size());
+      if (fail_on_recompile_limit_hit) {
+        ContextOff off;
+        Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
+        Ref cls = excmod ? Ref::steal(PyObject_GetAttrString(excmod.get(), "FailOnRecompileLimitHit")) : Ref();
+        if (cls) PyErr_SetString(cls.get(), (msg + " (config.fail_on_recompile_limit_hit)").c_str());
+        *error = true;
+        return nullptr;
+      }
+      bool warned = false;
+      for (PyObject* c : extra->limit_warned) warned |= c == config;
+      if (!warned) {
+        extra->limit_warned.push_back(config);
+        ContextOff off;  // the warnings machinery runs Python code
+        if (log_channels & kLogRecompiles) emitLog("recompiles", msg);
+        if (PyErr_WarnEx(PyExc_UserWarning, msg.c_str(), 1) < 0) {  // warnings turned into errors
+          *error = true;
+          return nullptr;
+        }
+      }
+      return nullptr;
+    }
     ++stats().recompiles;
+    recompile_records.push_back(RecompileRecord{codeName(code), why, true});
     if (log_channels & kLogRecompiles) {
       ContextOff off;  // logging runs Python code: never intercepted (the compile lock is held)
       emitLog("recompiles", "Recompiling function " + codeName(code) +
-                                "\n    triggered by the following guard failure:\n    - " + why);
-    }
-    if (same_config >= cache_size_limit) {
-      trace::Unsupported u;
-      u.reason = "cache size limit (" + std::to_string(cache_size_limit) + ") reached: too many recompiles";
-      u.function = codeName(code);
-      recordNative(extra, code, u);
-      emitEvent("native", code, nullptr, &u, why, 0, extra->entries.size());
-      return nullptr;
+                                "\n    triggered by the following guard failure(s):\n    - " + why);
     }
   }
   emitEvent("start", code, nullptr, nullptr, why, 0, extra->entries.size());
@@ -406,7 +446,14 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       return nullptr;
     }
     auto start = std::chrono::steady_clock::now();
-    r = trace::translate(view, config);
+    if (!extra->shape_memory) {
+      extra->shape_memory = Ref::steal(PyDict_New());
+      if (!extra->shape_memory) {
+        *error = true;
+        return nullptr;
+      }
+    }
+    r = trace::translate(view, config, extra->shape_memory.get());
     ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     stats().translate_ns += ns;
@@ -644,6 +691,7 @@ void resetNow() {
   cache::resetAll();
   native_frames.clear();
   graph_breaks.clear();
+  recompile_records.clear();
   stats() = Stats{};
 }
 
@@ -661,7 +709,13 @@ void reset() {
 const std::vector<NativeFrame>& nativeFrames() { return native_frames; }
 const std::vector<NativeFrame>& graphBreaks() { return graph_breaks; }
 void setLogChannels(unsigned mask) { log_channels = mask; }
-void setCacheSizeLimit(int limit) { cache_size_limit = limit; }
+void setCacheSizeLimit(int limit) { recompile_limit = limit; }
+void setRecompilePolicy(int limit, int accumulated, bool fail_on_hit) {
+  recompile_limit = limit;
+  accumulated_recompile_limit = accumulated;
+  fail_on_recompile_limit_hit = fail_on_hit;
+}
+const std::vector<RecompileRecord>& recompileRecords() { return recompile_records; }
 void setStance(Stance s) { stance = s; }
 void setEventSink(PyObject* sink) { event_sink = Ref::borrow(sink); }
 

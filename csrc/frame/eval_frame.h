@@ -57,6 +57,20 @@ enum LogChannel : unsigned {
 };
 void setLogChannels(unsigned mask);
 void setCacheSizeLimit(int limit);
+// The recompile policy (cdynamo.config): at most `recompile_limit` entries per code object
+// and configuration, `accumulated_limit` over all configurations; past either, a miss runs
+// natively (one warning per code object and configuration) or, with `fail_on_hit`, raises
+// cdynamo.FailOnRecompileLimitHit. Entries already made keep running.
+void setRecompilePolicy(int recompile_limit, int accumulated_limit, bool fail_on_hit);
+
+// A recompile (or a miss refused by the policy) and why: the guard of each entry of the
+// same configuration that rejected the call, in the user's terms.
+struct RecompileRecord {
+  std::string function;  // "f (file:line)"
+  std::string reason;
+  bool compiled = true;  // false: past the recompile limit, the call ran natively
+};
+const std::vector<RecompileRecord>& recompileRecords();
 
 // torch.compiler.set_stance's stances, as torch._dynamo implements them: ForceEager calls
 // compiled functions as plain Python; EagerOnRecompile compiles nothing new (a miss runs

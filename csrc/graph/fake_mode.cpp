@@ -16,13 +16,21 @@ bool GraphBuilder::begin() {
   int capture = configFlag("capture_scalar_outputs");
   if (capture < 0) return false;
   capture_scalars_ = capture == 1;
-  if (capture_scalars_) {
-    // As torch._dynamo does with capture_scalar_outputs: a ShapeEnv that allows scalar
-    // outputs (Tensor.item() -> an unbacked symbol). Inputs stay static: this version
-    // has no dynamic shapes, and the tensor guards pin every size.
+  // Sizes may be symbolic: dynamic=True, marked inputs, or a recompile under automatic
+  // dynamic (the code object has seen sizes before: its memory is not empty).
+  int automatic = configFlag("automatic_dynamic_shapes");
+  if (automatic < 0) return false;
+  symbolic_ = dyn_.mode == 1 || dyn_.marked_inputs ||
+              (dyn_.mode == -1 && automatic == 1 && dyn_.memory && PyDict_Check(dyn_.memory) &&
+               PyDict_GET_SIZE(dyn_.memory) > 0);
+  if (capture_scalars_ || symbolic_) {
+    // As torch._dynamo does: a ShapeEnv for the trace. With capture_scalar_outputs it allows
+    // scalar outputs (Tensor.item() -> an unbacked symbol); with symbolic sizes every input
+    // fake is made with a symbolic context saying which dims are symbols (_shapes.input_fake).
     shape_env_ = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_ShapeEnv)));
     if (!shape_env_) return false;
-    Ref kw = Ref::steal(Py_BuildValue("{s:O,s:O}", "shape_env", shape_env_.get(), "static_shapes", Py_True));
+    Ref kw = Ref::steal(Py_BuildValue("{s:O,s:O}", "shape_env", shape_env_.get(), "static_shapes",
+                                      symbolic_ ? Py_False : Py_True));
     Ref no_args = Ref::steal(PyTuple_New(0));
     if (!kw || !no_args) return false;
     mode_ = Ref::steal(PyObject_Call(lookup(Obj::torch_FakeTensorMode), no_args.get(), kw.get()));

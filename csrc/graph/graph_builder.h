@@ -64,6 +64,20 @@ struct Node {
   bool impure = false; // mutates its inputs: kept even when its result is unused
   Ref sig;             // memo signature of `fake` (see GraphBuilder::memoKey); null: not read yet
   Ref unbacked_bindings;  // the unbacked symbols this node's result binds (meta["unbacked_bindings"]), or null
+  // Dynamic shapes. A symbol's placeholder (its fake a SymInt) stands for size `sym_dim` of
+  // tensor placeholder `sym_of`; a tensor placeholder's `dyn_mask` has a bit per symbolic
+  // dim and `uses_syms` the symbol placeholders its sizes mention (kept live with it).
+  int sym_of = -1;
+  int sym_dim = -1;
+  uint64_t dyn_mask = 0;
+  std::vector<int> uses_syms;
+};
+
+// How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
+struct DynamicConfig {
+  int mode = -1;             // compile(dynamic=): 1 True, 0 False, -1 None (automatic)
+  PyObject* memory = nullptr;  // the code object's size memory (a dict, see cdynamo/_shapes.py), or null
+  bool marked_inputs = false;  // a frame input carries torch._dynamo.mark_dynamic marks
 };
 
 class GraphBuilder {
@@ -82,8 +96,29 @@ class GraphBuilder {
   // Leaves the fake mode (idempotent). Must run before calling a backend.
   void finish();
 
-  // A graph input for real tensor `real`; returns the node id or -1.
-  int addInput(PyObject* real, const std::string& name);
+  // Dynamic shapes: which sizes of the inputs become symbols of a ShapeEnv (set before
+  // begin()). The trace has a ShapeEnv when some may: dynamic=True, a recompile under
+  // automatic dynamic, or marked inputs; then every input fake is made by
+  // cdynamo/_shapes.py input_fake and a new symbol gets a placeholder of its own, before the
+  // tensor's, as in torch._dynamo's graphs.
+  void setDynamic(const DynamicConfig& c) { dyn_ = c; }
+  bool symbolic() const { return symbolic_; }
+  PyObject* shapeEnv() const { return shape_env_.get(); }
+
+  // A graph input for real tensor `real` read from `source` (the guard source's name);
+  // returns the node id or -1.
+  int addInput(PyObject* real, const std::string& name, const std::string& source = std::string());
+  // The symbolic dims of input node `id` (bit i: dim i).
+  uint64_t dynamicMask(int id) const { return nodes_[id].dyn_mask; }
+  // Whether placeholder `id` is a symbol's: then it is size *dim of tensor placeholder *tensor.
+  bool symInputOf(int id, int* tensor, int* dim) const {
+    if (nodes_[id].sym_of < 0) return false;
+    *tensor = nodes_[id].sym_of;
+    *dim = nodes_[id].sym_dim;
+    return true;
+  }
+  // The placeholder of `symint` when it is exactly one input symbol, else -1 (no error).
+  int symbolNode(PyObject* symint);
   // A call; runs it on fake values to get the result's metadata. Returns the node id,
   // -1 with an error set, or kNoTensorResult when the result holds no tensor (a metadata
   // query such as x.size() or x.dim()): then no node is recorded and the plain result is
@@ -174,6 +209,7 @@ class GraphBuilder {
                bool input_requires_grad = false);
   bool templateDictOk(PyObject* dict, bool allow_param) const;
   Ref inputFake(PyObject* real);
+  int addSymbolicInput(PyObject* real, const std::string& name, const std::string& source);  // dynamic_shapes.cpp
   void tensorInputs(const Arg& a, std::vector<PyObject*>* out) const;
 
   // Input shortcut: a real tensor that is a plain leaf (torchimpl::plainLeaf) whose storage
@@ -192,7 +228,10 @@ class GraphBuilder {
   bool allow_data_ptr_ = false;  // the mode's _allow_unsafe_data_ptr_access
 
   Ref mode_;
-  Ref shape_env_;                      // set when capturing scalar outputs
+  Ref shape_env_;                      // set when capturing scalar outputs or when sizes may be symbolic
+  DynamicConfig dyn_;
+  bool symbolic_ = false;              // input fakes are made with symbolic contexts (_shapes.input_fake)
+  Ref symbol_nodes_;                   // dict: sympy symbol -> its placeholder node id
   Py_ssize_t runtime_asserts_ = 0;     // the ShapeEnv's deferred asserts seen so far
   bool capture_scalars_ = false;
   Ref memo_;  // dict: memo key -> index in memo_entries_

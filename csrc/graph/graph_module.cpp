@@ -235,6 +235,11 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     for (const Arg& a : nodes_[id].args) visitArg(a, visitArg);
     for (const auto& kv : nodes_[id].kwargs) visitArg(kv.second, visitArg);
   }
+  // A symbol's placeholder lives with every live input whose sizes mention it (backends
+  // bind the symbols of the inputs' metadata from those placeholders).
+  for (int i = 0; i < numNodes(); ++i)
+    if (live[i])
+      for (int s : nodes_[i].uses_syms) live[s] = 1;
 
   Ref graph = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_fx_Graph)));
   if (!graph) return Ref();

@@ -28,6 +28,22 @@ std::string reprOf(PyObject* o) {
   return s;
 }
 
+// Whether two load names (attribute names, or dict keys for DictItem loads, which may be any
+// hashable constant) name the same thing. Never leaves a Python error set: an int key compared
+// with PyUnicode_Compare would raise TypeError and leave it pending for the next C-API call.
+// Keys of different exact types are different (1 and True, 1 and 1.0 are distinct loads).
+bool sameName(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  if (PyUnicode_CheckExact(a)) return PyUnicode_Compare(a, b) == 0;
+  int r = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (r < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return r == 1;
+}
+
 }  // namespace
 
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
@@ -63,8 +79,9 @@ void GuardProgram::addCheck(Check c) {
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
 
-void GuardProgram::checkTensor(int reg, PyObject* tensor) {
+void GuardProgram::checkTensor(int reg, PyObject* tensor, uint64_t dynamic_mask) {
   Check c{CheckKind::Tensor, reg};
+  c.tensor.dynamic_mask = dynamic_mask;
   if (!captureTensorSpec(tensor, &c.tensor)) {
     // Metadata that cannot be read cannot be guarded: make the guard always fail.
     PyErr_Clear();
@@ -75,6 +92,34 @@ void GuardProgram::checkTensor(int reg, PyObject* tensor) {
   addCheck(std::move(c));
 }
 
+bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
+  int depth = 0;
+  for (const ShapeOp& op : ops) {
+    switch (op.op) {
+      case ShapeOpKind::Const:
+        ++depth;
+        break;
+      case ShapeOpKind::Size:
+        if (op.reg < 0 || op.reg >= numRegisters() || op.arg < 0 || loads_[op.reg].dropped) return false;
+        ++depth;
+        break;
+      case ShapeOpKind::Not:
+        if (depth < 1) return false;
+        break;
+      default:
+        if (depth < 2) return false;
+        --depth;
+    }
+    if (depth > kMaxShapeDepth) return false;
+  }
+  if (depth != 1) return false;
+  Check c{CheckKind::Shape, -1};
+  c.shape_ops = std::move(ops);
+  c.what = std::move(text);
+  addCheck(std::move(c));
+  return true;
+}
+
 void GuardProgram::checkType(int reg, PyTypeObject* type) {
   Check c{CheckKind::Type, reg};
   c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
@@ -83,6 +128,8 @@ void GuardProgram::checkType(int reg, PyTypeObject* type) {
 }
 
 void GuardProgram::checkIdentity(int reg, PyObject* obj) {
+  for (const Check& e : checks_)  // the same fact, checked once (class attributes read again and again)
+    if (!e.dropped && e.kind == CheckKind::Identity && e.reg == reg && deref(e) == obj) return;
   Check c{CheckKind::Identity, reg};
   // Hold the object weakly when possible so that a cache entry does not keep a model
   // alive; a dead referent reads as None and fails the guard.
@@ -161,7 +208,18 @@ void GuardProgram::checkLength(int reg, Py_ssize_t n) {
 }
 
 void GuardProgram::checkDictEmpty(int reg) {
+  for (const Check& e : checks_)
+    if (!e.dropped && e.kind == CheckKind::DictEmpty && e.reg == reg) return;
   Check c{CheckKind::DictEmpty, reg};
+  c.what = names_[reg];
+  addCheck(std::move(c));
+}
+
+void GuardProgram::checkNoInstanceAttr(int reg, PyObject* name) {
+  for (const Check& e : checks_)
+    if (!e.dropped && e.kind == CheckKind::NoInstanceAttr && e.reg == reg && e.obj.get() == name) return;
+  Check c{CheckKind::NoInstanceAttr, reg};
+  c.obj = Ref::borrow(name);
   c.what = names_[reg];
   addCheck(std::move(c));
 }
@@ -215,6 +273,39 @@ void GuardProgram::checkGradMode(bool enabled) {
 }
 
 namespace {
+// The same object, or equal objects of the same type (a folded constant).
+bool sameConstant(PyObject* a, PyObject* b) {
+  if (a == b) return true;
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (eq < 0) PyErr_Clear();
+  return eq == 1;
+}
+}  // namespace
+
+void GuardProgram::checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* expected) {
+  if (!kwargs) kwargs = Py_None;
+  for (const Check& c : checks_) {
+    if (c.kind != CheckKind::StateQuery) continue;
+    PyObject* q = c.obj.get();
+    if (PyTuple_GET_ITEM(q, 0) == fn && sameConstant(PyTuple_GET_ITEM(q, 1), args) &&
+        sameConstant(PyTuple_GET_ITEM(q, 2), kwargs))
+      return;
+  }
+  Check c{CheckKind::StateQuery, -1};
+  c.obj = Ref::steal(PyTuple_Pack(4, fn, args, kwargs, expected));
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+  c.what = name && PyUnicode_Check(name.get()) ? PyUnicode_AsUTF8(name.get()) : "a torch state query";
+  PyErr_Clear();
+  if (!c.obj) {  // cannot hold the query: never match
+    PyErr_Clear();
+    c.kind = CheckKind::Identity;
+    c.obj = Ref::borrow(Py_None);
+  }
+  addCheck(std::move(c));
+}
+
+namespace {
 
 uint64_t versionOf(PyObject* dict) { return reinterpret_cast<PyDictObject*>(dict)->ma_version_tag; }
 
@@ -227,6 +318,78 @@ PyObject* memoLookup(DictMemo& memo, PyObject* dict, PyObject* name) {
   // a key of another type may run __eq__): the tag read before it still stands.
   if (v && versionOf(dict) == tag) memo = DictMemo{dict, tag, v};
   return v;
+}
+
+// Python's floor division and modulo on int64 (b != 0).
+int64_t floorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+int64_t pyMod(int64_t a, int64_t b) {
+  int64_t r = a % b;
+  if (r != 0 && ((r < 0) != (b < 0))) r += b;
+  return r;
+}
+
+// Runs a shape program (checked by checkShape); false when an operand is invalid (a size
+// that cannot be read, a division by zero): the guard then fails.
+bool evalShape(const std::vector<ShapeOp>& ops, PyObject** regs, int64_t* out) {
+  int64_t st[kMaxShapeDepth + 1];
+  int sp = 0;
+  for (const ShapeOp& op : ops) {
+    if (op.op == ShapeOpKind::Const) {
+      st[sp++] = op.arg;
+      continue;
+    }
+    if (op.op == ShapeOpKind::Size) {
+      if (!regs[op.reg]) return false;  // never: checkShape refuses registers that are not loaded
+      int64_t v = tensorSize(regs[op.reg], static_cast<int>(op.arg));
+      if (v < 0) return false;
+      st[sp++] = v;
+      continue;
+    }
+    if (op.op == ShapeOpKind::Not) {
+      st[sp - 1] = st[sp - 1] == 0;
+      continue;
+    }
+    int64_t b = st[--sp];
+    int64_t& a = st[sp - 1];
+    switch (op.op) {
+      case ShapeOpKind::Add: a = a + b; break;
+      case ShapeOpKind::Mul: a = a * b; break;
+      case ShapeOpKind::FloorDiv:
+        if (b == 0) return false;
+        a = floorDiv(a, b);
+        break;
+      case ShapeOpKind::Mod:
+        if (b == 0) return false;
+        a = pyMod(a, b);
+        break;
+      case ShapeOpKind::Pow: {
+        int64_t r = 1;
+        for (int64_t i = 0; i < b && i < 64; ++i) r *= a;
+        a = r;
+        break;
+      }
+      case ShapeOpKind::Eq: a = a == b; break;
+      case ShapeOpKind::Ne: a = a != b; break;
+      case ShapeOpKind::Lt: a = a < b; break;
+      case ShapeOpKind::Le: a = a <= b; break;
+      case ShapeOpKind::Gt: a = a > b; break;
+      case ShapeOpKind::Ge: a = a >= b; break;
+      case ShapeOpKind::And: a = (a != 0) && (b != 0); break;
+      case ShapeOpKind::Or: a = (a != 0) || (b != 0); break;
+      case ShapeOpKind::Max: a = a > b ? a : b; break;
+      case ShapeOpKind::Min: a = a < b ? a : b; break;
+      case ShapeOpKind::Const:
+      case ShapeOpKind::Size:
+      case ShapeOpKind::Not:
+        break;
+    }
+  }
+  *out = st[0];
+  return true;
 }
 
 }  // namespace
@@ -397,10 +560,32 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       }
       return true;
     }
+    case CheckKind::NoInstanceAttr: {
+      PyObject** dictptr = PyDict_CheckExact(v) ? &v : _PyObject_GetDictPtr(v);
+      if (!dictptr || !*dictptr) return true;
+      PyObject* d = *dictptr;
+      DictMemo& memo = c.hooks_memo;
+      if (d == memo.dict && versionOf(d) == memo.tag) return true;  // unchanged since it lacked the key
+      if (PyDict_GetItemWithError(d, c.obj.get())) return false;  // str key: no Python code
+      if (PyErr_Occurred()) return PyErr_Clear(), false;
+      memo = DictMemo{d, versionOf(d), nullptr};
+      return true;
+    }
     case CheckKind::GradMode: {
       Ref r = Ref::steal(PyObject_CallNoArgs(c.obj.get()));
       if (!r) return PyErr_Clear(), false;
       return (r.get() == Py_True) == (c.index != 0);
+    }
+    case CheckKind::Shape: {
+      int64_t v = 0;
+      return evalShape(c.shape_ops, regs, &v) && v != 0;
+    }
+    case CheckKind::StateQuery: {
+      PyObject* q = c.obj.get();
+      PyObject* kw = PyTuple_GET_ITEM(q, 2);
+      Ref r = Ref::steal(PyObject_Call(PyTuple_GET_ITEM(q, 0), PyTuple_GET_ITEM(q, 1), kw == Py_None ? nullptr : kw));
+      if (!r) return PyErr_Clear(), false;
+      return sameConstant(r.get(), PyTuple_GET_ITEM(q, 3));
     }
   }
   return false;
@@ -451,8 +636,14 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return c.what + " has no module hooks";
     case CheckKind::Aliasing:
       return c.what;
+    case CheckKind::NoInstanceAttr:
+      return "'" + std::string(PyUnicode_AsUTF8(c.obj.get())) + "' not in " + c.what + ".__dict__";
     case CheckKind::GradMode:
       return std::string("torch.is_grad_enabled() == ") + (c.index ? "True" : "False");
+    case CheckKind::Shape:
+      return c.what;
+    case CheckKind::StateQuery:
+      return c.what + "(...) == " + reprOf(PyTuple_GET_ITEM(c.obj.get(), 3));
   }
   return "?";
 }
@@ -481,15 +672,34 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
     PyObject* v = c.reg >= 0 ? regs[c.reg] : nullptr;
     switch (c.kind) {
       case CheckKind::Tensor:
-        reason = "tensor " + c.what + " " + tensorMismatch(c.tensor, v);
+        reason = tensorMismatch(c.tensor, v, c.what);
         break;
       case CheckKind::Equals:
-        reason = c.what + " is " + reprOf(v) + ", expected " + reprOf(c.obj.get());
+        reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
       case CheckKind::Type:
-        reason = "type(" + c.what + ") is " + Py_TYPE(v)->tp_name + ", expected " +
-                 reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+        reason = "type of " + c.what + ": expected " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name +
+                 ", got " + Py_TYPE(v)->tp_name;
         break;
+      case CheckKind::Length:
+        reason = "len(" + c.what + ") == " + std::to_string(c.index) + ", got " +
+                 std::to_string(PyObject_Length(v));
+        PyErr_Clear();
+        break;
+      case CheckKind::Shape: {
+        reason = "shape guard " + c.what + " failed (";
+        bool first = true;
+        for (const ShapeOp& op : c.shape_ops) {
+          if (op.op != ShapeOpKind::Size) continue;
+          std::string term = names_[op.reg] + ".size()[" + std::to_string(op.arg) + "]";
+          if (reason.find(term + " = ") != std::string::npos) continue;
+          reason += (first ? "" : ", ") + term + " = " +
+                    std::to_string(tensorSize(regs[op.reg], static_cast<int>(op.arg)));
+          first = false;
+        }
+        reason += ")";
+        break;
+      }
       default:
         reason = "guard failed: " + describeCheck(c);
     }

@@ -49,7 +49,23 @@ enum class CheckKind : uint8_t {
   NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
   Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
   GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
+  Shape,      // a relation between input sizes holds (shape_ops, evaluated on int64); reg unused
+  NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
+  StateQuery, // obj = (fn, args, kwargs, expected): fn(*args, **kwargs) == expected, same type
+              // (a reader of global state the trace folded); reg unused
 };
+
+// One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
+// over int64. Const pushes `arg`; Size pushes size `arg` of the tensor in register `reg`
+// (its tensor check ran before, so the register holds a tensor of that rank); the others
+// pop their operands and push the result, booleans as 0/1.
+enum class ShapeOpKind : uint8_t { Const, Size, Add, Mul, FloorDiv, Mod, Pow, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, Max, Min };
+struct ShapeOp {
+  ShapeOpKind op;
+  int reg = -1;
+  int64_t arg = 0;
+};
+constexpr int kMaxShapeDepth = 32;
 
 // The last successful dict lookup of a load or check, keyed by the dict's version tag
 // (PEP 509: CPython 3.11 gives every dict a fresh, process-wide unique ma_version_tag when
@@ -79,9 +95,10 @@ struct Check {
   Ref obj;       // expected type / object / constant (or weakref to it)
   bool weak = false;
   TensorSpec tensor;
+  std::vector<ShapeOp> shape_ops;  // Shape
   std::string what;  // the source's readable name, for messages (cold)
   bool dropped = false;  // removed by dropRegisters
-  // NoHooks: the module __dict__ version at the last pass and the four hook dicts it held
+  // NoHooks (and NoInstanceAttr): the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
   mutable DictMemo hooks_memo;
@@ -104,7 +121,12 @@ class GuardProgram {
 
   // Adds a check of register `reg` against `value` observed at trace time.
   // Returns false with a Python error set only on allocation failures.
-  void checkTensor(int reg, PyObject* tensor);
+  // `dynamic_mask`: the dims whose sizes are symbolic (TensorSpec::dynamic_mask).
+  void checkTensor(int reg, PyObject* tensor, uint64_t dynamic_mask = 0);
+  // A relation between symbolic sizes (`text` says it in the user's terms, for messages):
+  // its program must evaluate to non-zero. False (nothing added) when the program is
+  // malformed or deeper than kMaxShapeDepth.
+  bool checkShape(std::vector<ShapeOp> ops, std::string text);
   void checkType(int reg, PyTypeObject* type);
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
@@ -119,11 +141,16 @@ class GuardProgram {
   std::vector<int> registersUnder(const std::vector<int>& roots) const;
   void checkDictEmpty(int reg);
   void checkDictKeys(int reg, PyObject* dict);
+  void checkNoInstanceAttr(int reg, PyObject* name);
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
   void checkGradMode(bool enabled);
+  // fn(*args, **kwargs) (a reader of global state: torch._C._is_tracing()) still returns
+  // `expected`. `kwargs` may be null. Identical queries are checked once.
+  void checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* expected);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
+  bool isDropped(int reg) const { return loads_[reg].dropped; }
   size_t numChecks() const;  // not counting dropped ones
 
   // Runs the program. `regs` must have numRegisters() slots; on return every loaded slot

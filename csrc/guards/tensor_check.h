@@ -28,14 +28,30 @@ struct TensorSpec {
   int device_type = -1;
   int device_index = -1;
   uint64_t dispatch_keys = 0;
+  // Dimensions whose size is symbolic in the graph (bit i: dim i; dims >= 64 are never
+  // symbolic): their sizes are not compared here (the entry's shape guards constrain them),
+  // and the strides must then be the contiguous ones of the sizes in hand, as they were at
+  // trace time (the graph's fake strides are those expressions of the symbolic sizes).
+  uint64_t dynamic_mask = 0;
+  bool dynamic(size_t dim) const { return dim < 64 && ((dynamic_mask >> dim) & 1u); }
 };
+
+// The strides a contiguous (row-major) tensor of `sizes` has.
+std::vector<int64_t> contiguousStrides(const std::vector<int64_t>& sizes);
+// Cold: why `strides` (of a tensor of `sizes`) do not satisfy `spec` ("stride of dim 1:
+// expected 3, got 1"), or empty.
+std::string stridesMismatch(const TensorSpec& spec, const int64_t* sizes, const int64_t* strides);
 
 // Reads the spec of a real tensor. Returns false with a Python error set on failure.
 bool captureTensorSpec(PyObject* tensor, TensorSpec* out);
 // True when `obj` matches `spec`. Never leaves a Python error set; allocates nothing.
 bool tensorMatches(const TensorSpec& spec, PyObject* obj);
-// Cold: why `obj` does not match (empty if it does).
-std::string tensorMismatch(const TensorSpec& spec, PyObject* obj);
+// Size `dim` of tensor `obj` (a THPVariable whose tensor check passed), or -1 when it has
+// no such dim. Allocates nothing.
+int64_t tensorSize(PyObject* obj, int dim);
+// Cold: why `obj`, read from source `what`, does not match, in the user's terms ("size of
+// dim 0 of L['x']: expected 8, got 9"); empty if it does.
+std::string tensorMismatch(const TensorSpec& spec, PyObject* obj, const std::string& what);
 // Cold: "Tensor(dtype=float32, device=cpu, size=[2, 3], stride=[3, 1], requires_grad=False)".
 std::string describeTensorSpec(const TensorSpec& spec);
 

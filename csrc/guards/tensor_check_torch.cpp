@@ -98,8 +98,23 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
     if (impl == nullptr) return false;
     if (impl->key_set().raw_repr() != spec.dispatch_keys) return false;
     if (static_cast<int>(c10::typeMetaToScalarType(impl->dtype())) != spec.scalar_type) return false;
-    if (!sameInts(impl->sizes(), spec.sizes)) return false;
-    if (!sameInts(impl->strides(), spec.strides)) return false;
+    if (spec.dynamic_mask == 0) {
+      if (!sameInts(impl->sizes(), spec.sizes)) return false;
+      if (!sameInts(impl->strides(), spec.strides)) return false;
+    } else {
+      // Symbolic dims: the other sizes as captured, the strides contiguous for the sizes in
+      // hand (what the graph's fake strides say in terms of the symbols).
+      c10::IntArrayRef sizes = impl->sizes();
+      c10::IntArrayRef strides = impl->strides();
+      const size_t n = spec.sizes.size();
+      if (sizes.size() != n) return false;
+      int64_t running = 1;
+      for (size_t i = n; i-- > 0;) {
+        if (!spec.dynamic(i) && sizes[i] != spec.sizes[i]) return false;
+        if (strides[i] != running) return false;
+        running *= sizes[i] > 1 ? sizes[i] : 1;
+      }
+    }
     c10::Device device = impl->device();
     if (static_cast<int>(device.type()) != spec.device_type ||
         static_cast<int>(device.index()) != spec.device_index)
@@ -107,6 +122,17 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
     return impl->requires_grad() == spec.requires_grad;
   } catch (...) {
     return false;
+  }
+}
+
+int64_t tensorSize(PyObject* t, int dim) {
+  if (t == nullptr) return -1;
+  try {
+    const c10::TensorImpl* impl = implOf(t);
+    if (impl == nullptr || dim < 0 || dim >= impl->dim()) return -1;
+    return impl->sizes()[dim];
+  } catch (...) {
+    return -1;
   }
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/compiled_entry.h"
 
 #include "runtime/continuation.h"
+#include "support/lookup.h"
 
 namespace cdynamo::runtime {
 namespace {
@@ -61,6 +62,10 @@ struct Builder {
   Ref make(const OutputPlan&, const plan::NamedTuple& t) {
     Ref items = sequence(true, t.items, nullptr);
     if (!items) return Ref();
+    // A structseq (torch.return_types.max) is made from one sequence; tuple.__new__ refuses it.
+    PyObject* cls_dict = reinterpret_cast<PyTypeObject*>(t.cls.get())->tp_dict;
+    if (cls_dict && PyDict_GetItem(cls_dict, interned(Str::n_sequence_fields)))
+      return Ref::steal(PyObject_CallOneArg(t.cls.get(), items.get()));
     return Ref::steal(
         PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", t.cls.get(), items.get()));
   }
@@ -95,9 +100,20 @@ struct Builder {
   }
   Ref make(const OutputPlan& p, const plan::NewObject& n) {
     PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(n.cls.get());
-    Ref obj = Ref::steal(cls->tp_alloc(cls, 0));
+    PyTypeObject* base = reinterpret_cast<PyTypeObject*>(n.base.get());
+    Ref no_args = base ? Ref::steal(PyTuple_New(0)) : Ref();
+    if (base && !no_args) return Ref();
+    Ref obj = Ref::steal(base ? base->tp_new(cls, no_args.get(), nullptr) : cls->tp_alloc(cls, 0));
     if (!obj) return Ref();
     remember(p, Ref::borrow(obj.get()));
+    if (base) {
+      Ref items = build(*n.items);
+      if (!items) return Ref();
+      PyObject *k, *v;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(items.get(), &pos, &k, &v))
+        if (base->tp_as_mapping->mp_ass_subscript(obj.get(), k, v) < 0) return Ref();
+    }
     Ref attrs = build(*n.attrs);
     PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj.get()) : nullptr;
     if (!attrs || !dictptr) {
@@ -120,7 +136,9 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
   struct {
     PyObject* target;
     PyObject* value;
-    int operator()(const SideEffect::SetAttr& s) const { return PyObject_SetAttr(target, s.name.get(), value); }
+    int operator()(const SideEffect::SetAttr& s) const {
+      return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), value) : PyObject_SetAttr(target, s.name.get(), value);
+    }
     int operator()(const SideEffect::SetItem& s) const { return PyObject_SetItem(target, s.key.get(), value); }
     int operator()(const SideEffect::SetCell&) const { return PyCell_Set(target, value); }
     int operator()(const SideEffect::ReplaceList&) const {
@@ -187,6 +205,28 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     args = heap_args.data();
   }
   for (size_t i = 0; i < nin; ++i) args[i] = regs[input_regs[i]];
+  // Symbolic sizes are passed as ints read from their tensors (owned: released after the call).
+  bool sizes_ok = true;
+  if (!input_dims.empty())
+    for (size_t i = 0; i < nin; ++i)
+      if (input_dims[i] >= 0) {
+        args[i] = PyLong_FromLongLong(guards::tensorSize(args[i], input_dims[i]));
+        sizes_ok = sizes_ok && args[i] != nullptr;
+      }
+  struct ReleaseSizes {
+    const std::vector<int>& dims;
+    PyObject** args;
+    size_t n;
+    ~ReleaseSizes() {
+      if (!dims.empty())
+        for (size_t i = 0; i < n; ++i)
+          if (dims[i] >= 0) Py_XDECREF(args[i]);  // why: raw slots of the fixed argument buffer
+    }
+  } release_sizes{input_dims, args, nin};
+  if (!sizes_ok) {
+    guards.release(regs);
+    return nullptr;
+  }
   Ref graph_out;
   if (compiled) {
     graph_out = Ref::steal(PyObject_Vectorcall(compiled.get(), args, nin, nullptr));

@@ -59,10 +59,14 @@ struct Set {
   std::vector<OutputPlan> items;
 };
 // An object made in the trace that escapes: cls.tp_alloc() with its __dict__ replaced by
-// `attrs` (a Dict plan).
+// `attrs` (a Dict plan). An instance of a dict/OrderedDict subclass is made by its base's
+// tp_new instead and gets `items` (a Dict plan) through the base's own item assignment
+// (the class's __init__/__setitem__ do not run again).
 struct NewObject {
   Ref cls;
   std::unique_ptr<OutputPlan> attrs;
+  Ref base;                           // dict or OrderedDict, or null
+  std::unique_ptr<OutputPlan> items;  // with `base`
 };
 // fn(*args): values rebuilt by a call (a bound method, a slice, an iterator over what is
 // left, a context manager's __exit__, a function made in the trace).
@@ -93,9 +97,10 @@ struct OutputPlan {
 // A side effect replayed after the graph ran, in program order, on the object in guard
 // register `reg`.
 struct SideEffect {
-  struct SetAttr {  // setattr(target, name, value)
+  struct SetAttr {  // setattr(target, name, value); object.__setattr__ when generic
     Ref name;
     OutputPlan value;
+    bool generic = false;
   };
   struct SetItem {  // target[key] = value (a globals dict)
     Ref key;
@@ -153,6 +158,9 @@ struct GraphBreakInfo {
 struct CompiledEntry {
   guards::GuardProgram guards;
   std::vector<int> input_regs;  // guard registers passed to the graph, in order
+  // Parallel to input_regs: -1 passes the register's object; d >= 0 passes size d of the
+  // tensor in it (a symbolic size's placeholder, as an int). Empty: all -1.
+  std::vector<int> input_dims;
   Ref compiled;                 // the backend's callable; null when the frame had no graph
   OutputPlan output;
   std::vector<SideEffect> effects;

@@ -34,44 +34,6 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (!getattr) return t.failFromPython("builtins.getattr");
       return recordCall(t, NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
     }
-    case Kind::Module: {
-      if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v;
-      PyObject* m = obj->as<Module>().obj.get();
-      PyObject* descr = _PyType_Lookup(Py_TYPE(m), name);
-      if (descr && Py_TYPE(descr)->tp_descr_set)
-        return t.fail(std::string("module attribute '") + n + "' is a property or descriptor (not supported yet)");
-      if (PyObject* v = instanceDictItem(m, n)) {
-        int reg = t.load(LoadKind::InstanceDict, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n);
-        return t.wrap(v, reg);
-      }
-      if (descr) {
-        // Resolved through the class: an attribute set on the instance later (`m.scale =
-        // ...`) must be seen. Guarded by the size of the instance dict (O(1) on every call;
-        // a key removed and another added in between is not seen).
-        if (PyObject** dictptr = _PyObject_GetDictPtr(m); dictptr && *dictptr && obj->reg >= 0) {
-          int d = t.load(LoadKind::Attr, obj->reg, 0, interned(Str::dunder_dict), t.guards().sourceName(obj->reg) + ".__dict__");
-          t.guards().checkLength(d, PyDict_GET_SIZE(*dictptr));
-        }
-        if (PyFunction_Check(descr)) return Value::boundMethod(obj, descr);
-        if (isConstantObject(descr)) return Value::constant(descr);
-        return t.fail(std::string("module class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name);
-      }
-      static const Str kDicts[] = {Str::underscore_parameters, Str::underscore_buffers, Str::underscore_modules};
-      for (Str d : kDicts) {
-        const char* dname = PyUnicode_AsUTF8(interned(d));
-        PyObject* dict = instanceDictItem(m, dname);
-        if (!dict || !PyDict_Check(dict)) continue;
-        PyObject* v = PyDict_GetItemWithError(dict, name);
-        if (!v) {
-          if (PyErr_Occurred()) return t.failFromPython("module attribute");
-          continue;
-        }
-        int dreg = t.load(LoadKind::InstanceDict, obj->reg, 0, interned(d), t.guards().sourceName(obj->reg) + "." + dname);
-        int reg = t.load(LoadKind::DictItem, dreg, 0, name, t.guards().sourceName(dreg) + "['" + n + "']");
-        return t.wrap(v, reg);
-      }
-      return t.fail(std::string("module has no attribute '") + n + "' (AttributeError)");
-    }
     case Kind::PyModule: {
       PyObject* module = obj->as<PyModule>().obj.get();
       // A global of that module stored earlier in the trace (STORE_GLOBAL in one of its
@@ -92,17 +54,17 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         reg = t.load(LoadKind::InstanceDict, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n);
       return t.wrap(v.get(), reg);
     }
+    case Kind::Module:
     case Kind::Object:
     case Kind::NewObject:
     case Kind::Super:
-      return objectGetAttr(t, obj, name);
+      return objectGetAttr(t, obj, name);  // the descriptor protocol (objects.cpp)
     case Kind::Constant:
     case Kind::Callable: {
       PyObject* o = obj->real();
       const bool callable = obj->is(Kind::Callable);
-      if (callable && PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-          !isModuleClass(o))
-        return objectGetAttr(t, obj, name);  // attributes of a user class: methods, classmethods, constants
+      if (callable && PyType_Check(o) && (reinterpret_cast<PyTypeObject*>(o)->tp_flags & Py_TPFLAGS_HEAPTYPE))
+        return objectGetAttr(t, obj, name);  // attributes of a user class (module classes too): the descriptor protocol
       if (callable && PyFunction_Check(o)) {
         // The function's __dict__ read as a dict earlier in the trace: its entries are
         // that value's (what the trace stored into it included).
@@ -114,12 +76,15 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
           if (k >= 0) return d->as<Dict>().values[static_cast<size_t>(k)];
         }
       }
+      if (Result<ValuePtr> fa = guardedFunctionAttr(t, obj, name); !fa.notHandled()) return fa;
       Ref v = Ref::steal(PyObject_GetAttr(o, name));
       if (!v) {
         if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
         return t.failFromPython(std::string("attribute '") + n + "'");
       }
       if (isConstantObject(v.get())) return Value::constant(v.get());
+      if (!callable && PyMethod_Check(v.get()) && PyMethod_GET_SELF(v.get()) == o)
+        return Value::boundMethod(obj, PyMethod_GET_FUNCTION(v.get()));  // a Python method of an enum member: inlined
       if (callable && PyFunction_Check(o) && PyDict_CheckExact(v.get())) {
         // A function's __dict__ / __annotations__ (functools.wraps reads them): with its
         // source, so what the program stores into it is replayed on the real dict.
@@ -135,9 +100,13 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     }
     case Kind::Tuple: {
       const Tuple& tuple = obj->as<Tuple>();
-      if (tuple.namedtuple) {  // a namedtuple: fields by position
+      if (tuple.namedtuple) {  // a namedtuple (or a structseq: its __match_args__): fields by position
         Ref fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "_fields"));
-        if (!fields) return t.failFromPython("namedtuple fields");
+        if (!fields) {
+          PyErr_Clear();
+          fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "__match_args__"));
+        }
+        if (!fields || !PyTuple_Check(fields.get())) return t.failFromPython("namedtuple fields");
         if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
           if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return tuple.items[static_cast<size_t>(i)];

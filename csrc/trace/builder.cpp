@@ -70,15 +70,23 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (!isPlainTensorOrParameter(obj))
       return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name + " is not supported yet");
     if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
-    guards().checkTensor(reg, obj);
-    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg), graph_.numNodes()));
+    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg), graph_.numNodes()),
+                               guards().sourceName(reg));
     if (node < 0) return failFromPython("making a fake tensor for an input");
+    guards().checkTensor(reg, obj, graph_.dynamicMask(node));  // symbolic dims: the shape guards say what holds
     input_reg_of_node_[node] = reg;
     example_of_node_[node] = Ref::borrow(obj);
     v = Value::tensor(node, reg);
   } else if (isConstantObject(obj)) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
+  } else if (reg < 0 && Py_IS_TYPE(obj, &PyDictProxy_Type)) {
+    // A read-only view computed at trace time (an inspect.Signature's parameters): its
+    // mapping's items, as they are now.
+    Ref copy = Ref::steal(PyObject_CallMethod(obj, "copy", nullptr));
+    if (!copy) return failFromPython("reading a mappingproxy");
+    if (!PyDict_Check(copy.get())) return fail("a mappingproxy of a non-dict");
+    return wrapDictItems(copy.get(), -1, reinterpret_cast<PyObject*>(Py_TYPE(copy.get())));
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
     v = Value::object(obj, reg);  // an exception object reached from one made in the trace
   } else if (Result<ValuePtr> c = wrapContainer(obj, reg); !c.notHandled()) {
@@ -92,6 +100,16 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     // guarded) when the trace reads them.
     if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
     v = Value::object(obj, reg);
+    PyTypeObject* base = reg >= 0 ? containerBase(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
+    PyObject *key, *value;
+    for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
+      if (!isConstantObject(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
+    if (base) {
+      // An instance of a dict subclass (a registry): its items, read like a dict's.
+      Result<ValuePtr> items = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(base));
+      if (!items) return items;
+      v->as<Object>().base = items.take();
+    }
   } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
     // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
     // opaque, guarded by type, its attributes read like a user object's. What the trace
@@ -145,28 +163,10 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
                                     strcmp(Py_TYPE(obj)->tp_name, "collections.OrderedDict") == 0)) {
     // A dict read from the program: its type and exact key order are guarded, each value
     // is read through its key.
-    std::vector<Ref> keys;
-    std::vector<ValuePtr> values;
-    if (reg >= 0) {
-      guards().checkType(reg, Py_TYPE(obj));
-      guards().checkDictKeys(reg, obj);
-    }
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(obj, &pos, &key, &value)) {
-      if (!isConstantObject(key)) return fail("dict keys must be constants");
-      int item_reg = -1;
-      if (reg >= 0) {
-        Ref r = Ref::steal(PyObject_Repr(key));
-        if (!r) PyErr_Clear();
-        item_reg = load(LoadKind::DictItem, reg, 0, key, guards().sourceName(reg) + "[" + (r ? PyUnicode_AsUTF8(r.get()) : "?") + "]");
-      }
-      Result<ValuePtr> item = wrap(value, item_reg);
-      if (!item) return item;
-      keys.push_back(Ref::borrow(key));
-      values.push_back(item.take());
-    }
-    v = Value::dict(reinterpret_cast<PyObject*>(Py_TYPE(obj)), std::move(keys), std::move(values), reg);
+    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
+    Result<ValuePtr> d = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+    if (!d) return d;
+    v = d.take();
   } else if (PySet_CheckExact(obj)) {
     // A set read from the program: only sets of constants, guarded equal as a whole
     // (their order of iteration is then the same too).
@@ -217,6 +217,28 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
     return notHandled();
   }
   return v;
+}
+
+Result<ValuePtr> Tracer::wrapDictItems(PyObject* obj, int reg, PyObject* type) {
+  std::vector<Ref> keys;
+  std::vector<ValuePtr> values;
+  if (reg >= 0) guards().checkDictKeys(reg, obj);
+  PyObject *key, *value;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(obj, &pos, &key, &value)) {
+    if (!isConstantObject(key)) return fail("dict keys must be constants");
+    int item_reg = -1;
+    if (reg >= 0) {
+      Ref r = Ref::steal(PyObject_Repr(key));
+      if (!r) PyErr_Clear();
+      item_reg = load(LoadKind::DictItem, reg, 0, key, guards().sourceName(reg) + "[" + (r ? PyUnicode_AsUTF8(r.get()) : "?") + "]");
+    }
+    Result<ValuePtr> item = wrap(value, item_reg);
+    if (!item) return item;
+    keys.push_back(Ref::borrow(key));
+    values.push_back(item.take());
+  }
+  return Value::dict(type, std::move(keys), std::move(values), reg);
 }
 
 // nn.Modules, Python modules, bound methods and callables read from the program;

@@ -463,10 +463,10 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
     if (args.size() == 3) {
       // With a default, an absent attribute is not an error: only constants' and
       // modules' attributes can be probed without tracing a read.
-      if (args[0]->is(Kind::Object)) {
-        Result<bool> has = objectHasAttr(t, args[0], attr_name);
-        if (!has) return has.stop();
-        if (!*has) return args[2];
+      if (probesByLookup(args[0])) {
+        Result<ValuePtr> v = getAttr(t, args[0], attr_name);
+        if (v || !takeAttributeError(t, v)) return v;
+        return args[2];
       } else if (args[0]->real()) {
         int has = PyObject_HasAttr(args[0]->real(), attr_name);
         if (!has) return args[2];
@@ -479,7 +479,7 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
     return getAttr(t, args[0], attr_name);
   }
   if (is("hasattr") && args.size() == 2 && attr_name) {
-    if (args[0]->is(Kind::Object)) {
+    if (probesByLookup(args[0])) {
       Result<bool> has = objectHasAttr(t, args[0], attr_name);
       if (!has) return has.stop();
       return Value::constant(*has ? Py_True : Py_False);
@@ -489,7 +489,20 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
       probe = isScalarValue(t, args[0]) ? scalarType(t, args[0]) : t.graph().fake(tensor->node);
     if (const NewObject* o = args[0]->get<NewObject>()) return Value::constant(newObjectHas(*o) ? Py_True : Py_False);
     if (args[0]->is(Kind::Namespace)) return Value::constant(namespaceHasAttr(args[0], attr_name) ? Py_True : Py_False);
-    if (!probe) return t.fail("hasattr() on a value that cannot be probed");
+    if (!probe) {
+      // A value made in the trace (a partial, a function, a list, a namedtuple...): its
+      // type's attributes, and a function's own.
+      PyObject* type = typeOf(t, args[0]);
+      if (!type || !PyType_Check(type)) return t.fail("hasattr() on a value that cannot be probed");
+      bool has = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), attr_name) != nullptr;
+      if (const Function* f = args[0]->get<Function>(); f && f->attrs) has = has || f->attrs->as<Dict>().findKey(attr_name) >= 0;
+      return Value::constant(has ? Py_True : Py_False);
+    }
+    if (Result<ValuePtr> fa = guardedFunctionAttr(t, args[0], attr_name); !fa.notHandled()) {
+      if (fa) return Value::constant(Py_True);
+      if (!takeAttributeError(t, fa)) return fa.stop();
+      return Value::constant(Py_False);
+    }
     int r = PyObject_HasAttr(probe, attr_name);
     return Value::constant(r ? Py_True : Py_False);
   }

@@ -3,6 +3,7 @@
 // rules the Python package keeps (call_rules.h), consulted before any of them.
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
@@ -39,35 +40,80 @@ bool isTorchFunction(PyObject* fn) {
   return strncmp(m, "torch._dynamo", 13) != 0 && strncmp(m, "torch.compiler", 14) != 0;
 }
 
-// True when fn.__name__ is one of `names` (cold: trace time only).
-template <size_t N>
-bool nameIn(PyObject* fn, const char* const (&names)[N]) {
-  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
-  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), false;
-  const char* n = PyUnicode_AsUTF8(name.get());
-  for (const char* k : names)
-    if (strcmp(n, k) == 0) return true;
+// ---- torch callables called without tensor arguments ----
+//
+// What a torch callable IS decides how such a call is traced (no list of names):
+//  * a Python function of torch (torch._assert, torch.jit.is_tracing, F._canonical_mask):
+//    traced like user code, so what it calls is decided by these rules in turn;
+//  * the override-dispatch entry points (torch._C._has_torch_function*, by identity): a
+//    question about the types of their arguments, answered from the traced values;
+//  * a module-level C binding named as a reader of state by torch's convention (is_*,
+//    has_*, get_*, are_*, after leading underscores: _is_tracing, is_grad_enabled,
+//    get_default_dtype, _get_privateuse1_backend_name) on constant arguments: run at
+//    trace time, its constant result folded and guarded by asking again on each lookup;
+//  * an aten operator (torch._C._jit_get_schemas_for_operator knows aten::<name>):
+//    recorded like any op (factories: torch.zeros, torch.rand; dtype queries fold);
+//  * any other C binding may change state (torch._C._set_grad_enabled, manual seeds):
+//    the graph breaks at the call, named module.name.
+bool isType(PyObject* f, Obj o);
+
+enum class TorchKind : unsigned char { PythonHelper, DispatchQuery, StateReader, Operator, Binding };
+
+// "torch._C._is_tracing": __module__ and __name__ (a pybind11 function's __qualname__ is
+// the name of its function record, not its own).
+std::string torchName(PyObject* fn) {
+  std::string out;
+  for (const char* attr : {"__module__", "__name__"}) {
+    Ref a = Ref::steal(PyObject_GetAttrString(fn, attr));
+    const char* s = a && PyUnicode_Check(a.get()) ? PyUnicode_AsUTF8(a.get()) : nullptr;
+    if (!s) PyErr_Clear();
+    if (!out.empty()) out += ".";
+    out += s ? s : "?";
+  }
+  return out;
+}
+
+bool namedAsReader(const char* n) {
+  while (*n == '_') ++n;
+  for (const char* p : {"is_", "has_", "get_", "are_"})
+    if (strncmp(n, p, strlen(p)) == 0) return true;
   return false;
 }
 
-// Torch functions without tensor arguments that return plain values and have no effect
-// on any state: safe to evaluate once at trace time (grad mode is guarded globally).
-bool isPureTorchQuery(PyObject* fn) {
-  static const char* const kNames[] = {"is_grad_enabled", "get_default_dtype", "is_tensor", "is_scripting",
-                                       "is_floating_point", "is_complex", "result_type",
-                                       "promote_types", "can_cast", "is_inference_mode_enabled",
-                                       "is_autocast_enabled"};
-  return nameIn(fn, kNames);
+bool isAtenOperator(PyObject* name) {
+  PyObject* schemas = lookup(Obj::torch_C_schemas_for_operator);
+  if (!schemas) return PyErr_Clear(), false;
+  Ref op = Ref::steal(PyUnicode_FromFormat("aten::%U", name));
+  Ref found = op ? Ref::steal(PyObject_CallOneArg(schemas, op.get())) : Ref();
+  if (!found) return PyErr_Clear(), false;
+  Py_ssize_t n = PyObject_Length(found.get());
+  if (n < 0) PyErr_Clear();
+  return n > 0;
 }
 
-// torch's tensor factories: C functions of the torch namespace that make a new tensor
-// from Python values and touch no global state.
-bool isTensorFactory(PyObject* fn) {
-  static const char* const kNames[] = {"zeros", "ones", "empty", "full", "arange", "linspace", "logspace", "eye",
-                                       "tensor", "as_tensor", "scalar_tensor", "zeros_like", "ones_like",
-                                       "empty_like", "full_like", "empty_strided", "tril_indices", "triu_indices"};
-  if (!PyCFunction_Check(fn)) return false;
-  return nameIn(fn, kNames);
+TorchKind classify(PyObject* fn) {
+  if (PyFunction_Check(fn)) return TorchKind::PythonHelper;
+  if (isType(fn, Obj::torch_C_has_torch_function) || isType(fn, Obj::torch_C_has_torch_function_unary) ||
+      isType(fn, Obj::torch_C_has_torch_function_variadic))
+    return TorchKind::DispatchQuery;
+  if (!PyCFunction_Check(fn)) return TorchKind::Binding;
+  Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
+  if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), TorchKind::Binding;
+  // Functions of a module (PyMethodDef) or pybind11 bindings (their __self__ is a function
+  // record) are bindings; aten ops of torch._C._VariableFunctions have no __self__.
+  PyObject* self = PyCFunction_GET_SELF(fn);
+  if (self && namedAsReader(PyUnicode_AsUTF8(name.get()))) return TorchKind::StateReader;
+  return isAtenOperator(name.get()) ? TorchKind::Operator : TorchKind::Binding;
+}
+
+TorchKind torchKindOf(PyObject* fn) {
+  // Trace time only; torch's callables live for the process (Note [Python references in statics]).
+  static auto& memo = *new std::unordered_map<PyObject*, std::pair<Ref, TorchKind>>();
+  auto it = memo.find(fn);
+  if (it != memo.end()) return it->second.second;
+  TorchKind k = classify(fn);
+  memo.emplace(fn, std::make_pair(Ref::borrow(fn), k));
+  return k;
 }
 
 // torch.compiler.is_compiling() and its aliases: True inside a trace.
@@ -120,11 +166,65 @@ Result<ValuePtr> objectInit(Tracer&, PyObject*, const char*, Args&, Kwargs&) { r
 // object.__setattr__(self, name, value): how frozen dataclasses set fields.
 Result<ValuePtr> objectSetattr(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
   if (args.size() != 3 || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
-  if (NewObject* o = args[0]->get<NewObject>()) {
-    if (Done d = storeSubscript(t, o->attrs, args[1], args[2]); !d) return d.stop();
+  if (args[0]->is(Kind::NewObject)) {
+    if (Done d = genericSetAttr(t, args[0], args[1]->constant(), args[2]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  // An object from the program (its class's own __setattr__ calling super().__setattr__):
+  // replayed after the graph as object.__setattr__, not through the class's __setattr__
+  // again; reads later in the trace see the value.
+  const ValuePtr& obj = args[0];
+  if (obj->is(Kind::Object) && obj->reg >= 0 && !obj->as<Object>().owned) {
+    PyObject* descr = _PyType_Lookup(Py_TYPE(obj->real()), args[1]->constant());
+    if (descr && Py_TYPE(descr)->tp_descr_set)
+      return t.fail("object.__setattr__ of a property or descriptor of an object from outside the trace is not supported yet");
+    if (Done d = t.effects().setAttr(obj->reg, args[1]->constant(), args[2], true); !d) return d.stop();
     return Value::constant(Py_None);
   }
   return t.fail("object.__setattr__ on an object from outside the trace (a side effect)");
+}
+
+// object.__getattribute__(self, name): the generic lookup (a class's own __getattribute__
+// reaching it through super()).
+Result<ValuePtr> objectGetattribute(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty() || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
+  if (!isUserObject(args[0]) && !args[0]->is(Kind::Module)) return notHandled();
+  return genericGetAttr(t, args[0], args[1]->constant(), nullptr, false);
+}
+
+// inspect.signature(f) of a Python function or a bound method of one, both fixed by their
+// guards (the function's identity): computed for real (a bound method's without its first
+// parameter, as inspect does). Anything else is traced through inspect.py.
+Result<ValuePtr> foldSignature(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  PyObject* target = nullptr;
+  bool bound = false;
+  if (args.size() == 1 && kwargs.empty()) {
+    if (const BoundMethod* m = args[0]->get<BoundMethod>()) {
+      target = m->function.get();
+      bound = true;
+    } else if (args[0]->is(Kind::Callable)) {
+      target = args[0]->real();
+    }
+  }
+  if (!target || !PyFunction_Check(target)) return t.inlineFunction(f, -1, std::move(args), std::move(kwargs));
+  Ref sig = Ref::steal(PyObject_CallOneArg(f, target));
+  if (!sig) return t.raisePython();
+  if (bound) {  // sig.replace(parameters=tuple(sig.parameters.values())[1:])
+    Ref params = Ref::steal(PyObject_GetAttrString(sig.get(), "parameters"));
+    Ref values = params ? Ref::steal(PyObject_CallMethod(params.get(), "values", nullptr)) : Ref();
+    Ref all = values ? Ref::steal(PySequence_Tuple(values.get())) : Ref();
+    if (!all) return t.failFromPython("a bound method's signature");
+    if (PyTuple_GET_SIZE(all.get()) == 0) return t.fail("inspect.signature of a method without parameters (ValueError)");
+    Ref rest = Ref::steal(PyTuple_GetSlice(all.get(), 1, PyTuple_GET_SIZE(all.get())));
+    Ref kw = Ref::steal(PyDict_New());
+    Ref replace = Ref::steal(PyObject_GetAttrString(sig.get(), "replace"));
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (!rest || !kw || !replace || !no_args || PyDict_SetItemString(kw.get(), "parameters", rest.get()) < 0)
+      return t.failFromPython("a bound method's signature");
+    sig = Ref::steal(PyObject_Call(replace.get(), no_args.get(), kw.get()));
+    if (!sig) return t.failFromPython("a bound method's signature");
+  }
+  return t.wrap(sig.get(), -1);
 }
 
 // functools.partial(fn, *args, **kwargs) made in the trace.
@@ -240,7 +340,9 @@ Result<ValuePtr> makeOrderedDict(Tracer& t, PyObject* f, const char*, Args& args
 const std::vector<SpecialRow> kSpecialRows = {
     {Obj::object_init, false, {"object.__init__", objectInit, false}},
     {Obj::object_setattr, false, {"object.__setattr__", objectSetattr, false}},
+    {Obj::object_getattribute, false, {"object.__getattribute__", objectGetattribute, false}},
     {Obj::functools_partial, false, {"functools.partial", makePartial, false}},
+    {Obj::inspect_signature, false, {"inspect.signature", foldSignature, false}},
     {Obj::functools_partial, true, {"functools.partial object", callPartialObject, false}},
     {Obj::collections_deque, false, {"collections.deque", makeDeque, false}},
     {Obj::collections_defaultdict, false, {"collections.defaultdict", makeDefaultdict, false}},
@@ -283,30 +385,122 @@ Result<ValuePtr> makeNamedTuple(Tracer& t, PyObject* f, Args& args, Kwargs& kwar
   return Value::of(Tuple{std::move(items), Ref::borrow(f)});
 }
 
-// A torch function: recorded in the graph, or (without tensor arguments) run at trace time
-// when it is known to be a factory or a pure query.
+// Whether every argument is something a graph op takes: tensors, constants, and tuples,
+// lists and slices of them.
+bool graphArguments(const Args& args, const Kwargs& kwargs) {
+  auto ok = [](const ValuePtr& v, auto&& self) -> bool {
+    switch (v->kind()) {
+      case Kind::Tensor:
+      case Kind::Constant:
+        return true;
+      case Kind::Tuple:
+      case Kind::List:
+      case Kind::Slice: {
+        bool all = true;
+        forEachChild(*v, [&](const ValuePtr& c) { all = all && self(c, self); });
+        return all;
+      }
+      default:
+        return false;
+    }
+  };
+  for (const ValuePtr& a : args)
+    if (!ok(a, ok)) return false;
+  for (const auto& kv : kwargs)
+    if (!ok(kv.second, ok)) return false;
+  return true;
+}
+
+// torch._C._has_torch_function(iterable) / _unary(obj) / _variadic(*args) without tensor
+// arguments: whether one of the objects has a __torch_function__ of its own. Constants and
+// containers do not; an object of a known (guarded) type answers by its type.
+Result<ValuePtr> dispatchQuery(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (!kwargs.empty()) return t.fail(torchName(f) + "() with keyword arguments");
+  std::vector<ValuePtr> objs;
+  if (isType(f, Obj::torch_C_has_torch_function)) {
+    PyObject* c = args.size() == 1 ? args[0]->constant() : nullptr;
+    if (c && PyTuple_Check(c)) {  // a tuple of constants
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) objs.push_back(Value::constant(PyTuple_GET_ITEM(c, i)));
+    } else {
+      const std::vector<ValuePtr>* items = args.size() == 1 ? args[0]->elements() : nullptr;
+      if (!items || args[0]->is(Kind::Iterator))
+        return t.fail(torchName(f) + "() of something other than a tuple or list");
+      objs = *items;
+    }
+  } else {
+    objs = args;
+  }
+  for (const ValuePtr& o : objs) {
+    PyObject* type = typeOf(t, o);
+    if (!type) return t.fail(torchName(f) + "() of a value whose type is not known at trace time");
+    int has = PyObject_HasAttrString(type, "__torch_function__");
+    if (has) return t.fail(torchName(f) + "() of an object with its own __torch_function__");
+  }
+  return Value::constant(Py_False);
+}
+
+// A reader of torch's global state on constant arguments: run now, folded, guarded.
+Result<ValuePtr> readState(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  Ref pargs = toPython(t, Value::tuple(args));
+  Ref pkw;
+  if (!kwargs.empty()) {
+    pkw = Ref::steal(PyDict_New());
+    if (!pkw) return t.failFromPython(torchName(f));
+    for (auto& [k, v] : kwargs) {
+      Ref pv = toPython(t, v);
+      if (!pv) return t.fail(torchName(f) + "() with arguments that are not constants");
+      if (PyDict_SetItem(pkw.get(), k.get(), pv.get()) < 0) return t.failFromPython(torchName(f));
+    }
+  }
+  if (!pargs) return t.fail(torchName(f) + "() with arguments that are not constants");
+  Ref r = Ref::steal(PyObject_Call(f, pargs.get(), pkw.get()));
+  if (!r) return t.raisePython();
+  if (!isConstantObject(r.get()))
+    return t.fail(torchName(f) + "() returned a " + Py_TYPE(r.get())->tp_name + ", not a constant");
+  // Grad mode is guarded for every entry already (Tracer::run).
+  if (!isType(f, Obj::torch_is_grad_enabled)) t.guards().checkStateQuery(f, pargs.get(), pkw.get(), r.get());
+  return Value::constant(r.get());
+}
+
+// A torch callable: recorded in the graph when it has tensor arguments; without them,
+// decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
   PyObject* f = fn->real();
-  if (!anyTensor(args, kwargs)) {
-    // Without tensor arguments a torch function is only run at trace time when it is
-    // known to be a factory (a graph op: torch.zeros(3), torch.arange(n)) or a pure
-    // query; anything else may change global state (torch.set_grad_enabled(False),
-    // torch.manual_seed) and must not run here.
-    if (isPureTorchQuery(f)) return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
-    // A Python helper of torch (F._none_or_dtype, F._canonical_mask, ...) is traced
-    // like user code: its effects, if any, are then modelled instead of run.
-    if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
-    if (!isTensorFactory(f)) {
-      Ref name = Ref::steal(PyObject_GetAttrString(f, "__qualname__"));
-      PyErr_Clear();
-      return t.fail(std::string("torch.") + (name ? PyUnicode_AsUTF8(name.get()) : "?") +
-                  "() without tensor arguments is not supported yet");
+  if (anyTensor(args, kwargs)) {
+    switch (torchKindOf(f)) {
+      case TorchKind::PythonHelper:
+        // A Python function of torch is one graph op (F.relu, F.layer_norm) when the graph
+        // can take its arguments; one that takes callables or objects (torch.utils._pytree
+        // .tree_map, torch.fx map_aggregate) is traced like user code.
+        if (!graphArguments(args, kwargs)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+        break;
+      case TorchKind::Binding:
+        // Neither an aten operator nor a reader: a binding of unknown effect
+        // (torch._C._dynamo.eval_frame.unsupported). Aten ops of torch._C._VariableFunctions
+        // without a schema of that name (torch.from_numpy) are not module bindings.
+        if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f))
+          return t.fail("call of " + torchName(f) + "(), a torch binding that is not an operator");
+        break;
+      case TorchKind::DispatchQuery:
+      case TorchKind::StateReader:
+      case TorchKind::Operator:
+        break;
     }
-    Result<ValuePtr> out = recordCall(t, NodeOp::CallFunction, f, args, kwargs);
-    if (out && !(*out)->is(Kind::Tensor)) return t.fail("a tensor factory returned a non-tensor");
-    return out;
+    return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
   }
-  return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+  switch (torchKindOf(f)) {
+    case TorchKind::PythonHelper:
+      return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+    case TorchKind::DispatchQuery:
+      return dispatchQuery(t, f, args, kwargs);
+    case TorchKind::StateReader:
+      return readState(t, f, args, kwargs);
+    case TorchKind::Operator:
+      return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    case TorchKind::Binding:
+      break;
+  }
+  return t.fail("call of " + torchName(f) + "(), a torch binding that may change state");
 }
 
 // A functools.lru_cache/cache wrapper called: the function it wraps is inlined, skipping
@@ -397,12 +591,14 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   PyObject* f = fn->real();
   if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
   if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
+  if (Result<ValuePtr> b = callBaseMethod(t, f, args, kwargs); !b.notHandled()) return b;  // dict.get(sub, k)
   if (Result<ValuePtr> poly = callPolyfill(t, f, args, kwargs); !poly.notHandled()) return poly;
   if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
-    return recordCall(t, NodeOp::CallFunction, f, args, kwargs);  // operator.add(x, y) on tensors
+    return recordCall(t, NodeOp::CallFunction, args.empty() ? f : recordedOperator(t, f, args[0]), args,
+                      kwargs);  // operator.add(x, y) on tensors
   if (isNamedTupleClass(f)) return makeNamedTuple(t, f, args, kwargs);
   if (PyExceptionClass_Check(f)) {
     if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");

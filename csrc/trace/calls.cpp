@@ -177,8 +177,8 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
 namespace {
 
 // The module's forward called: one stored on the instance earlier in the trace
-// (`mod.forward = f`), one of the instance, or the class's (the instance dict's size
-// guarded, so a forward assigned to the instance later is not missed).
+// (`mod.forward = f`), one of the instance, or the class's (guarded as a class attribute,
+// with the instance guarded not to have one: a forward assigned later is not missed).
 Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs) {
   PyObject* m = module->as<Module>().obj.get();
   if (ValuePtr stored = t.effects().overlayAttr(module->reg, interned(Str::forward)))
@@ -190,12 +190,9 @@ Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwarg
     if (!f) return f;
     return call(t, *f, std::move(args), std::move(kwargs));
   }
-  if (PyObject** dictptr = _PyObject_GetDictPtr(m); dictptr && *dictptr) {
-    int d = t.load(LoadKind::Attr, module->reg, 0, interned(Str::dunder_dict), t.guards().sourceName(module->reg) + ".__dict__");
-    t.guards().checkLength(d, PyDict_GET_SIZE(*dictptr));  // O(1): a forward assigned later adds a key
-  }
   PyObject* forward = _PyType_Lookup(Py_TYPE(m), interned(Str::forward));
   if (!forward || !PyFunction_Check(forward)) return t.fail("module forward is not a Python function");
+  guardClassAttributeOf(t, module, interned(Str::forward));
   args.insert(args.begin(), module);
   return t.inlineFunction(forward, -1, std::move(args), std::move(kwargs));
 }
@@ -230,7 +227,9 @@ Result<HookDict> hookDict(Tracer& t, const ValuePtr& module, const char* name) {
     h.reg = t.load(LoadKind::Constant, -1, 0, h.dict, std::string("torch.nn.modules.module.") + name);
   }
   if (!PyDict_Check(h.dict)) return t.fail(std::string("module hook dict ") + name + " is not a dict");
-  t.guards().checkDictKeys(h.reg, h.dict);
+  // Empty (the usual case): guarded empty, so a hook registered later is seen.
+  if (PyDict_GET_SIZE(h.dict) == 0) t.guards().checkDictEmpty(h.reg);
+  else t.guards().checkDictKeys(h.reg, h.dict);
   return h;
 }
 

@@ -210,6 +210,16 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
     case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
     case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
     case Kind::NewObject: return v->as<NewObject>().cls.get();
+    case Kind::BoundMethod:  // a Python function bound (types.MethodType), or a C method of a builtin base bound
+      return reinterpret_cast<PyObject*>(PyFunction_Check(v->as<BoundMethod>().function.get()) ? &PyMethod_Type
+                                                                                              : &PyCFunction_Type);
+    case Kind::NamedMethod: return reinterpret_cast<PyObject*>(&PyCFunction_Type);  // list.append, x.relu
+    case Kind::Partial: {
+      if (v->as<Partial>().context) return nullptr;  // a function decorated with a context manager
+      PyObject* partial = lookup(Obj::functools_partial);
+      if (!partial) PyErr_Clear();
+      return partial;
+    }
     case Kind::Namespace: {
       PyObject* type = lookup(Obj::types_SimpleNamespace);
       if (!type) PyErr_Clear();
@@ -218,12 +228,9 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
     case Kind::Iterator: return v->as<Iterator>().type.get();  // null when not known
     case Kind::DictView: return dictViewType(v);
     case Kind::Null:
-    case Kind::BoundMethod:
-    case Kind::NamedMethod:
     case Kind::Cell:
     case Kind::Context:
     case Kind::Super:
-    case Kind::Partial:
       break;
   }
   return nullptr;

@@ -42,6 +42,15 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
   // identity); against a container or an object, it is not known here.
   auto identityOnly = [](const ValuePtr& v) { return v->is(Kind::Module) || v->is(Kind::Function) || v->is(Kind::Cell); };
   if ((a->constant() && identityOnly(b)) || (b->constant() && identityOnly(a))) return *eq = 0, true;
+  // Two objects read from the program whose classes keep object's __eq__: equal when they
+  // are one object, which their guards fix (each is guarded by type, two of one type by
+  // aliasing: Tracer::wrap).
+  const Object* oa = a->get<Object>();
+  const Object* ob = b->get<Object>();
+  if (oa && ob && a->reg >= 0 && b->reg >= 0 &&
+      Py_TYPE(oa->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare &&
+      Py_TYPE(ob->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare)
+    return *eq = oa->obj.get() == ob->obj.get(), true;
   return false;
 }
 
@@ -451,6 +460,10 @@ Result<Ref> constantSlice(Tracer& t, const Slice& slice) {
 }
 
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value) {
+  if (isUserObject(obj) && value) {  // obj[k] = v: the class's __setitem__ (or a dict base's)
+    Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_setitem), {index, value});
+    if (!r.notHandled()) return outcomeOf(r);
+  }
   if (Done d = t.effects().noteContainerMutation(obj); !d) return d;
   List* list = obj->get<List>();
   if (list && index->is(Kind::Slice)) {

@@ -30,7 +30,9 @@ namespace {
 struct Successor {
   int index;   // instruction index (in the traced code) where execution continues
   int pops;
-  int pushes;  // values pushed (never NULL)
+  int pushes;  // values pushed
+  bool null_first = false;  // the first of them is a NULL (LOAD_METHOD, LOAD_GLOBAL with bit 0:
+                            // the break code runs the plain load, then pushes NULL below it)
 };
 
 struct BreakShape {
@@ -59,7 +61,8 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
     if (out->first > 0 && f.instrs[static_cast<size_t>(out->first - 1)].op == Op::KW_NAMES) out->first -= 1;
   }
   const int pops = bytecode::opPops(ins.op, ins.arg);
-  out->successors.push_back({idx + 1, pops, bytecode::opPushes(ins.op, ins.arg, false)});
+  const bool null_first = ins.op == Op::LOAD_METHOD || (ins.op == Op::LOAD_GLOBAL && (ins.arg & 1));
+  out->successors.push_back({idx + 1, pops, bytecode::opPushes(ins.op, ins.arg, false), null_first});
   if (jumps) out->successors.push_back({target, pops, bytecode::opPushes(ins.op, ins.arg, true)});
   return true;
 }
@@ -170,7 +173,7 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
     if (static_cast<size_t>(s.pops) > at.stack_null.size())
       return fail("internal: graph break pops more than the stack holds");
     l.stack_null.assign(at.stack_null.begin(), at.stack_null.end() - s.pops);
-    for (int k = 0; k < s.pushes; ++k) l.stack_null.push_back(false);
+    for (int k = 0; k < s.pushes; ++k) l.stack_null.push_back(k == 0 && s.null_first);
     Ref code = bytecode::resumeCode(orig, l, &why);
     if (!code) return fail("generating the resume function: " + why);
     resume_codes.push_back(std::move(code));
@@ -194,17 +197,17 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   return {};
 }
 
-TranslateResult translate(const FrameView& frame, PyObject* config) {
+TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory) {
   TranslateResult first;
   BreakTarget target;
   {
-    Tracer tracer(frame, config);
+    Tracer tracer(frame, config, {}, shape_memory);
     first = tracer.run();
     if (first.entry || first.error) return first;
     target = tracer.failedAt();
   }
   if (target.index < 0) return first;
-  Tracer retrace(frame, config, target);
+  Tracer retrace(frame, config, target, shape_memory);
   TranslateResult second = retrace.run();
   if (second.entry || second.error) {
     if (second.entry) ++stats().graph_breaks;

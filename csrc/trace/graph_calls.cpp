@@ -128,6 +128,36 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
   return t.fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");
 }
 
+// x.shape / x.size() of a tensor with symbolic sizes: a tuple whose symbolic items are the
+// symbols' placeholders (as torch._dynamo's graphs use them), or a size query node for a
+// size that is an expression of them; static sizes stay constants.
+static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObject* sizes) {
+  static PyObject* const size_name = PyUnicode_InternFromString("size");
+  std::vector<ValuePtr> items;
+  bool any = false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(sizes, i);
+    if (PyLong_CheckExact(item)) {
+      items.push_back(Value::constant(item));
+      continue;
+    }
+    any = true;
+    int node = t.graph().symbolNode(item);
+    if (node >= 0) {
+      items.push_back(Value::tensor(node));
+      continue;
+    }
+    Ref index = Ref::steal(PyLong_FromSsize_t(i));
+    if (!index) return t.failFromPython("a symbolic size");
+    Result<ValuePtr> v = recordCall(t, NodeOp::CallMethod, size_name, {tensor, Value::constant(index.get())}, {});
+    if (!v) return v;
+    items.push_back(v.take());
+  }
+  if (!any && isConstantObject(sizes)) return Value::constant(sizes);
+  // torch.Size is a tuple subclass: the trace holds it as a tuple of its items.
+  return Value::tuple(std::move(items));
+}
+
 Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
                                     const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   std::vector<graph::Arg> gargs(args.size());
@@ -146,6 +176,8 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
   Ref plain;
   int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain);
   if (node == graph::GraphBuilder::kNoTensorResult) {
+    if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor))
+      return symbolicSizes(t, args[0], plain.get());
     if (!isConstantObject(plain.get()))
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);
     return Value::constant(plain.get());
@@ -186,7 +218,10 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     if (item < 0) return t.failFromPython("indexing a tuple result");
     items.push_back(Value::tensor(item));
   }
-  return PyList_Check(fake) ? Value::list(std::move(items)) : Value::tuple(std::move(items));
+  if (PyList_Check(fake)) return Value::list(std::move(items));
+  // A structseq (torch.return_types.max: values, indices) keeps its type: fields by name.
+  if (!PyTuple_CheckExact(fake)) return Value::of(Tuple{std::move(items), Ref::borrow(reinterpret_cast<PyObject*>(Py_TYPE(fake)))});
+  return Value::tuple(std::move(items));
 }
 
 Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
@@ -194,7 +229,14 @@ Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (na == nb) return true;
   PyObject* ea = t.exampleOf(na);
   PyObject* eb = t.exampleOf(nb);
-  if (!ea || !eb) return false;  // a computed tensor is new
+  if (!ea || !eb) {
+    // A computed tensor is a new object unless its op returned its receiver (x.add_(1),
+    // x.requires_grad_(), x.to(x.dtype)): the fake tensors behave as the real ones, so the
+    // same fake is the same object.
+    PyObject* fa = t.graph().fake(na);
+    PyObject* fb = t.graph().fake(nb);
+    return fa && fa == fb;
+  }
   bool same = ea == eb;
   t.guards().checkAliasing(t.inputRegOf(na), t.inputRegOf(nb), same);
   return same;

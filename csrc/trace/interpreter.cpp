@@ -199,7 +199,18 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
     if (f.root) {
       int visit = ++root_visits_[f.pc];
       if (static_cast<int>(f.pc) == break_target_.index && visit == break_target_.visit) {
-        // The graph break: stop before this instruction with the state intact.
+        // The graph break: stop before this instruction with the state intact. A Python
+        // error left set by the trace so far (an internal inconsistency) would surface in
+        // the Python code that builds and compiles the graph: no break then.
+        if (PyErr_Occurred()) {
+          PyObject *type, *value, *tb;
+          PyErr_Fetch(&type, &value, &tb);
+          std::string name = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "?";
+          Py_XDECREF(type);
+          Py_XDECREF(value);
+          Py_XDECREF(tb);
+          return fail(std::string("internal: a Python error (") + name + ") was left set before the graph break");
+        }
         stopped_at_break_ = true;
         grad_mode_at_break_ = contexts_.gradMode();
         return Value::null();

@@ -49,6 +49,14 @@ bool isPlainPythonClass(PyObject* cls) {
                                                       PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__new__");
 }
 
+// Whether the exception in flight is an AttributeError.
+bool isAttributeError(Tracer& t) {
+  const ValuePtr& e = t.pendingException();
+  PyObject* type = e ? typeOf(t, e) : nullptr;
+  return type && PyType_Check(type) &&
+         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), reinterpret_cast<PyTypeObject*>(PyExc_AttributeError));
+}
+
 }  // namespace
 
 // The Dict value the trace holds for the instance dict of `obj` (an Object from the
@@ -119,66 +127,310 @@ Result<ValuePtr> makeSuper(Tracer& t, std::vector<ValuePtr>& args) {
   return Value::of(Super{Ref::borrow(cls->real()), self});
 }
 
+bool probesByLookup(const ValuePtr& v) {
+  return isUserObject(v) || v->is(Kind::Module) || v->is(Kind::Super) ||
+         (v->is(Kind::Callable) && PyType_Check(v->real()) &&
+          PyType_HasFeature(reinterpret_cast<PyTypeObject*>(v->real()), Py_TPFLAGS_HEAPTYPE));
+}
+
+bool takeAttributeError(Tracer& t, const Result<ValuePtr>& r) {
+  if (r.outcome() != Outcome::Raised || !isAttributeError(t)) return false;
+  t.takePendingException();
+  return true;
+}
+
 Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
-  if (t.effects().overlayAttr(obj->reg, name)) return true;  // stored earlier in the trace
-  if (ValuePtr aliased = aliasedInstanceDict(t, obj)) {
-    int k = aliased->as<Dict>().findKey(name);
-    if (k == -2) return t.failFromPython("hasattr");
-    if (k >= 0) return true;
-    return lookupInMro(classOf(obj), name, nullptr) != nullptr;
-  }
-  PyObject* o = obj->real();
-  PyObject** dictptr = _PyObject_GetDictPtr(o);
-  PyObject* dict = dictptr ? *dictptr : nullptr;
-  if (dict && PyDict_GetItemWithError(dict, name)) {
-    if (obj->reg >= 0)  // guarded present: the load fails when the key is gone
-      t.load(LoadKind::InstanceDict, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + PyUnicode_AsUTF8(name));
-    return true;
-  }
-  if (PyErr_Occurred()) return t.failFromPython("hasattr");
-  if (lookupInMro(classOf(obj), name, nullptr)) return true;  // the class is guarded by type
-  if (!dict) return PyObject_HasAttr(o, name) == 1;  // no instance dict: only the type decides
-  // Absent: the instance dict's exact keys are guarded (an attribute added later must
-  // not be missed).
-  if (obj->reg >= 0) {
-    int d = t.load(LoadKind::Attr, obj->reg, 0, interned(Str::dunder_dict), t.guards().sourceName(obj->reg) + ".__dict__");
-    t.guards().checkDictKeys(d, dict);
-  }
+  // hasattr() is getattr() with AttributeError meaning False: the same lookup (descriptors,
+  // __getattribute__, __getattr__), with the same guards, absence included.
+  Result<ValuePtr> r = getAttr(t, obj, name);
+  if (r) return true;
+  if (!takeAttributeError(t, r)) return r.stop();
   return false;
 }
 
-Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
-  const char* n = PyUnicode_AsUTF8(name);
-  if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v;
-  ValuePtr self = obj;
-  PyObject* after = nullptr;
-  if (const Super* sup = obj->get<Super>()) {
-    self = sup->self;
-    after = sup->after.get();
+namespace {
+
+PyObject* objectSlot(const char* name) { return PyDict_GetItemString(PyBaseObject_Type.tp_dict, name); }
+
+// The class in `type`'s MRO (after `after`) whose __dict__ holds `name` (borrowed), or null.
+PyObject* ownerInMro(PyObject* type, PyObject* name, PyObject* after) {
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+  if (!mro) return nullptr;
+  Py_ssize_t start = 0;
+  if (after)
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i)
+      if (PyTuple_GET_ITEM(mro, i) == after) start = i + 1;
+  for (Py_ssize_t i = start; i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    if (dict && PyDict_GetItemWithError(dict, name)) return PyTuple_GET_ITEM(mro, i);
+    PyErr_Clear();
   }
+  return nullptr;
+}
+
+// The register of class attribute `name` read live from the __dict__ of the class that
+// defines it: the guards see a class attribute replaced or deleted (the class itself is
+// guarded by the reader, by type or identity).
+int classAttrReg(Tracer& t, PyObject* type, PyObject* name, PyObject* after) {
+  PyObject* owner = ownerInMro(type, name, after);
+  if (!owner) return -1;
+  // The classes before the owner in the MRO still lack it (a subclass that later defines
+  // the name would shadow what the trace resolved).
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(type)->tp_mro;
+  bool started = after == nullptr;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro) && PyTuple_GET_ITEM(mro, i) != owner; ++i) {
+    PyTypeObject* c = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (!started) {
+      started = reinterpret_cast<PyObject*>(c) == after;
+      continue;
+    }
+    if (!c->tp_dict) continue;
+    int cd = t.load(LoadKind::Constant, -1, 0, c->tp_dict, std::string(c->tp_name) + ".__dict__");
+    t.guards().checkNoInstanceAttr(cd, name);
+  }
+  PyTypeObject* ot = reinterpret_cast<PyTypeObject*>(owner);
+  int d = t.load(LoadKind::Constant, -1, 0, ot->tp_dict, std::string(ot->tp_name) + ".__dict__");
+  return t.load(LoadKind::DictItem, d, 0, name, t.guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
+}
+
+// The class attribute, guarded to stay this very object.
+void guardClassAttr(Tracer& t, PyObject* type, PyObject* name, PyObject* after, PyObject* descr) {
+  int reg = classAttrReg(t, type, name, after);
+  if (reg >= 0) t.guards().checkIdentity(reg, descr);
+}
+
+// The __get__ of a descriptor whose class is a Python class (borrowed), or null.
+PyObject* pythonDescrGet(PyObject* descr) {
+  PyTypeObject* dt = Py_TYPE(descr);
+  if (!PyType_HasFeature(dt, Py_TPFLAGS_HEAPTYPE)) return nullptr;
+  PyObject* get = lookupInMro(reinterpret_cast<PyObject*>(dt), interned(Str::dunder_get), nullptr);
+  return get && PyFunction_Check(get) ? get : nullptr;
+}
+
+// A class attribute that is not a descriptor (no __get__): the value itself, read live
+// through the class dict and wrapped by what it is (an int, an enum member, a registry).
+Result<ValuePtr> plainClassAttr(Tracer& t, PyObject* type, PyObject* name, PyObject* after, PyObject* value) {
+  return t.wrap(value, classAttrReg(t, type, name, after));
+}
+
+// `descr.__get__(self_or_None, cls)` of a descriptor of a Python class: inlined.
+Result<ValuePtr> inlineDescrGet(Tracer& t, PyObject* get, PyObject* type, PyObject* name, PyObject* after, PyObject* descr,
+                                ValuePtr self, PyObject* cls) {
+  Result<ValuePtr> d = plainClassAttr(t, type, name, after, descr);
+  if (!d) return d;
+  return t.inlineFunction(get, -1, {d.take(), std::move(self), Value::callable(cls)}, {});
+}
+
+Stop noAttribute(Tracer& t, PyObject* cls, const char* n, bool of_class) {
+  const char* tn = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
+  if (of_class) return t.raiseNew(PyExc_AttributeError, std::string("type object '") + tn + "' has no attribute '" + n + "'");
+  return t.raiseNew(PyExc_AttributeError, std::string("'") + tn + "' object has no attribute '" + n + "'");
+}
+
+// A non-data descriptor or plain value found on the class, read through an instance
+// (`self` is the receiver) or through the class (`self` null).
+Result<ValuePtr> bindClassAttr(Tracer& t, const ValuePtr& self, const ValuePtr& cls_value, PyObject* cls, PyObject* name,
+                               PyObject* after, PyObject* descr) {
+  const char* n = PyUnicode_AsUTF8(name);
+  if (PyFunction_Check(descr)) {  // a method: bound to the instance; through the class, the function
+    guardClassAttr(t, cls, name, after, descr);
+    if (!self) return Value::callable(descr);
+    return Value::boundMethod(self, descr);
+  }
+  if (isCacheWrapper(descr)) {  // functools.lru_cache on a method: it binds like the function it wraps
+    guardClassAttr(t, cls, name, after, descr);
+    if (!self) return Value::callable(descr);
+    return Value::boundMethod(self, descr);
+  }
+  if (Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
+    guardClassAttr(t, cls, name, after, descr);
+    Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
+    if (!fn) return t.failFromPython("staticmethod");
+    Result<ValuePtr> f = t.wrap(fn.get(), -1);
+    if (!f) return f;
+    return f;
+  }
+  if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
+    guardClassAttr(t, cls, name, after, descr);
+    Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
+    if (!fn) return t.failFromPython("classmethod");
+    if (!PyFunction_Check(fn.get())) return t.fail(std::string("classmethod '") + n + "' of a non-function");
+    return Value::boundMethod(cls_value ? cls_value : Value::callable(cls), fn.get());
+  }
+  if (PyObject* get = pythonDescrGet(descr))
+    return inlineDescrGet(t, get, cls, name, after, descr, self ? self : Value::constant(Py_None), cls);
+  if (!Py_TYPE(descr)->tp_descr_get) return plainClassAttr(t, cls, name, after, descr);
+  if (!self) {
+    // A C descriptor read through the class: its __get__(None, cls) is C code that returns
+    // the descriptor itself (property, method/wrapper/member descriptors) or binds it to
+    // the class (classmethod_descriptor: dict.fromkeys).
+    Ref v = Ref::steal(Py_TYPE(descr)->tp_descr_get(descr, nullptr, cls));
+    if (!v) return t.raisePython();
+    if (v.get() == descr) return plainClassAttr(t, cls, name, after, descr);
+    guardClassAttr(t, cls, name, after, descr);
+    if (isConstantObject(v.get())) return Value::constant(v.get());
+    return Value::callable(v.get());
+  }
+  if (descr == objectSlot("__init__")) return Value::callable(descr);  // object.__init__: a no-op on our objects
+  const Object* owned = self->get<Object>();
+  if (owned && owned->owned) {
+    // A C method of an object the trace made (BaseException.__init__ through super()):
+    // bound and later called for real, on constants only.
+    Ref bound = Ref::steal(Py_TYPE(descr)->tp_descr_get(descr, owned->obj.get(), cls));
+    if (!bound) return t.failFromPython("binding a method");
+    return Value::of(Callable{std::move(bound), true});
+  }
+  if (PyObject_TypeCheck(descr, &PyMethodDescr_Type) || PyObject_TypeCheck(descr, &PyWrapperDescr_Type)) {
+    // A C method of a builtin base (object.__getattribute__/__setattr__, dict.get, ...):
+    // called later with the receiver first, as the class would call it.
+    guardClassAttr(t, cls, name, after, descr);
+    return Value::boundMethod(self, descr);
+  }
+  return t.fail(std::string("class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name + " is not supported yet");
+}
+
+// Attributes of a class (Cls.attr, type(self).attr, cls.attr in a classmethod): the
+// metaclass's data descriptors, then the class's MRO with __get__(None, cls), then the
+// metaclass's own attributes (type's __name__, __mro__, ...).
+Result<ValuePtr> classGetAttr(Tracer& t, const ValuePtr& cls_value, PyObject* name, PyObject* after) {
+  const char* n = PyUnicode_AsUTF8(name);
+  PyObject* cls = cls_value->real();
+  PyObject* meta = reinterpret_cast<PyObject*>(Py_TYPE(cls));
+  PyObject* meta_descr = lookupInMro(meta, name, nullptr);
+  // type's own C attributes (__name__, __qualname__, __mro__, __bases__, __dict__, __doc__,
+  // __class__, ...): read for real.
+  auto realAttr = [&]() -> Result<ValuePtr> {
+    Ref v = Ref::steal(PyObject_GetAttr(cls, name));
+    if (!v) {
+      if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
+      return t.failFromPython(std::string("attribute '") + n + "' of a class");
+    }
+    if (isConstantObject(v.get())) return Value::constant(v.get());
+    if (PyTuple_CheckExact(v.get())) return t.wrap(v.get(), -1);  // __mro__, __bases__: classes
+    if (PyType_Check(v.get())) return Value::callable(v.get());
+    return t.fail(std::string("attribute '") + n + "' of a class (" + Py_TYPE(v.get())->tp_name + ") is not supported yet");
+  };
+  if (meta_descr && Py_TYPE(meta_descr)->tp_descr_set) {  // a data descriptor of the metaclass wins
+    if (PyObject_TypeCheck(meta_descr, &PyProperty_Type)) {
+      Ref fget = Ref::steal(PyObject_GetAttrString(meta_descr, "fget"));
+      if (!fget || fget.get() == Py_None) return PyErr_Clear(), t.fail(std::string("property '") + n + "' has no getter");
+      guardClassAttr(t, meta, name, nullptr, meta_descr);
+      return call(t, Value::callable(fget.get()), {cls_value}, {});
+    }
+    if (pythonDescrGet(meta_descr))
+      return t.fail(std::string("metaclass attribute '") + n + "' of type " + Py_TYPE(meta_descr)->tp_name + " is not supported yet");
+    if (!after) return realAttr();
+  }
+  if (PyObject* descr = lookupInMro(cls, name, after)) return bindClassAttr(t, nullptr, cls_value, cls, name, after, descr);
+  if (after) return noAttribute(t, cls, n, true);
+  if (meta_descr && PyFunction_Check(meta_descr)) {  // a method of the metaclass
+    guardClassAttr(t, meta, name, nullptr, meta_descr);
+    return Value::boundMethod(cls_value, meta_descr);
+  }
+  if (meta_descr && pythonDescrGet(meta_descr))
+    return t.fail(std::string("metaclass attribute '") + n + "' of type " + Py_TYPE(meta_descr)->tp_name + " is not supported yet");
+  if (!meta_descr) {
+    PyObject* getattr = lookupInMro(meta, interned(Str::dunder_getattr), nullptr);
+    if (getattr && PyFunction_Check(getattr)) return t.inlineFunction(getattr, -1, {cls_value, Value::constant(name)}, {});
+    return noAttribute(t, cls, n, true);
+  }
+  return realAttr();
+}
+
+// Module instance attributes that nn.Module's __getattr__ finds: parameters, buffers,
+// submodules. NotHandled when none has `name`.
+Result<ValuePtr> moduleDictsAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  PyObject* m = obj->real();
+  const char* n = PyUnicode_AsUTF8(name);
+  static const Str kDicts[] = {Str::underscore_parameters, Str::underscore_buffers, Str::underscore_modules};
+  for (Str d : kDicts) {
+    const char* dname = PyUnicode_AsUTF8(interned(d));
+    PyObject* dict = instanceDictItem(m, dname);
+    if (!dict || !PyDict_Check(dict)) continue;
+    PyObject* v = PyDict_GetItemWithError(dict, name);
+    if (!v) {
+      if (PyErr_Occurred()) return t.failFromPython("module attribute");
+      continue;
+    }
+    int dreg = t.load(LoadKind::InstanceDict, obj->reg, 0, interned(d), t.guards().sourceName(obj->reg) + "." + dname);
+    int reg = t.load(LoadKind::DictItem, dreg, 0, name, t.guards().sourceName(dreg) + "['" + n + "']");
+    return t.wrap(v, reg);
+  }
+  return notHandled();
+}
+
+// The instance has no attribute `name` of its own, guarded (a class attribute read through
+// it is not shadowed; an absent attribute stays absent).
+void guardNotInInstance(Tracer& t, const ValuePtr& self, PyObject* name) {
+  if (self->reg < 0 || !self->real() || (!self->is(Kind::Object) && !self->is(Kind::Module))) return;
+  t.guards().checkNoInstanceAttr(self->reg, name);
+}
+
+bool isModuleGetattr(PyObject* fn) {
+  PyObject* module = lookup(Obj::torch_nn_Module);
+  if (!module) return PyErr_Clear(), false;
+  return fn == lookupInMro(module, interned(Str::dunder_getattr), nullptr);
+}
+
+}  // namespace
+
+void guardClassAttributeOf(Tracer& t, const ValuePtr& self, PyObject* name) {
+  PyObject* real = self->real();
+  if (self->reg < 0 || !real) return;
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(real));
+  PyObject* descr = lookupInMro(type, name, nullptr);
+  if (!descr) return;
+  guardNotInInstance(t, self, name);
+  guardClassAttr(t, type, name, nullptr, descr);
+}
+
+// object.__getattribute__(self, name) (Python's generic lookup) on an instance: data
+// descriptors of the class, the instance's own attributes, the class's other attributes,
+// and __getattr__ last.
+Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name, PyObject* after, bool with_getattr) {
+  const char* n = PyUnicode_AsUTF8(name);
   PyObject* cls = nullptr;
   if (self->is(Kind::Module)) cls = reinterpret_cast<PyObject*>(Py_TYPE(self->real()));
   else if (isUserObject(self)) cls = classOf(self);
-  else if (self->is(Kind::Callable) && PyType_Check(self->real())) cls = self->real();  // classmethod's cls
-  if (!cls) return t.fail(std::string("super() of a ") + kindName(self->kind()));
-  if (!obj->is(Kind::Super) && !self->is(Kind::Callable)) {
-    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::callable(cls);
-    if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0 && self->is(Kind::NewObject))
-      return self->as<NewObject>().attrs;
-  }
+  if (!cls) return t.fail(std::string("attribute '") + n + "' of a " + kindName(self->kind()) + " is not supported yet");
   PyObject* descr = lookupInMro(cls, name, after);
-
-  if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
-    Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
-    if (!fget || fget.get() == Py_None) return PyErr_Clear(), t.fail(std::string("property '") + n + "' has no getter");
-    return call(t, Value::callable(fget.get()), {self}, {});
-  }
-  if (!obj->is(Kind::Super)) {
+  if (descr && Py_TYPE(descr)->tp_descr_set) {  // a data descriptor: it wins over the instance
+    if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
+      Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
+      if (!fget || fget.get() == Py_None) return PyErr_Clear(), t.fail(std::string("property '") + n + "' has no getter");
+      guardClassAttr(t, cls, name, after, descr);
+      return call(t, Value::callable(fget.get()), {self}, {});
+    }
+    if (descr == objectSlot("__class__")) return Value::callable(cls);  // the type, guarded by the reader
+    if (PyObject* get = pythonDescrGet(descr)) return inlineDescrGet(t, get, cls, name, after, descr, self, cls);
     if (const NewObject* o = self->get<NewObject>()) {
+      if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return o->attrs;
+      if (Py_IS_TYPE(descr, &PyMemberDescr_Type)) {  // a __slots__ member: kept with the attributes
+        const Dict& attrs = o->attrs->as<Dict>();
+        int k = attrs.findKey(name);
+        if (k >= 0) return attrs.values[static_cast<size_t>(k)];
+        return noAttribute(t, cls, n, false);
+      }
+      return t.fail(std::string("attribute '") + n + "' (a " + Py_TYPE(descr)->tp_name + ") of an object made in the trace");
+    }
+    if (!self->real()) return t.fail(std::string("attribute '") + n + "' of a " + kindName(self->kind()));
+    // __slots__ members and C getset descriptors (an exception's args): C code, read for
+    // real and guarded when the object comes from the program.
+    Ref v = Ref::steal(PyObject_GetAttr(self->real(), name));
+    if (!v) {
+      if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
+      return t.failFromPython(std::string("attribute '") + n + "'");
+    }
+    int reg = self->reg >= 0 ? t.load(LoadKind::Attr, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n) : -1;
+    return t.wrap(v.get(), reg);
+  }
+  if (!after) {  // the instance's own attributes (super() skips them)
+    if (const NewObject* o = self->get<NewObject>()) {
+      if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return o->attrs;
       const Dict& attrs = o->attrs->as<Dict>();
       int k = attrs.findKey(name);
       if (k >= 0) return attrs.values[static_cast<size_t>(k)];
-    } else if (self->is(Kind::Object)) {
+    } else if (self->real()) {
       PyObject** dictptr = _PyObject_GetDictPtr(self->real());
       if (ValuePtr aliased = aliasedInstanceDict(t, self)) {
         const Dict& attrs = aliased->as<Dict>();
@@ -191,75 +443,115 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
           int reg = self->reg >= 0 ? t.load(LoadKind::InstanceDict, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n) : -1;
           return t.wrap(v, reg);
         }
-        PyErr_Clear();
-      }
-      if (descr && Py_TYPE(descr)->tp_descr_set && Py_TYPE(descr)->tp_descr_get) {
-        // __slots__ members and other data descriptors: read through getattr.
-        Ref v = Ref::steal(PyObject_GetAttr(self->real(), name));
-        if (!v) return t.failFromPython(std::string("attribute '") + n + "'");
-        int reg = self->reg >= 0 ? t.load(LoadKind::Attr, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n) : -1;
-        return t.wrap(v.get(), reg);
+        if (PyErr_Occurred()) return t.failFromPython("an instance attribute");
       }
     }
   }
-  if (!descr) {
-    if (PyUnicode_CompareWithASCIIString(name, "__class__") == 0) return Value::callable(cls);
-    if (PyUnicode_CompareWithASCIIString(name, "__name__") == 0 && self->is(Kind::Callable)) {
-      Ref class_name = Ref::steal(PyObject_GetAttr(cls, name));
-      if (!class_name) return t.failFromPython("a class's __name__");
-      return Value::constant(class_name.get());
+  if (descr) {
+    if (!after) guardNotInInstance(t, self, name);
+    return bindClassAttr(t, self, nullptr, cls, name, after, descr);
+  }
+  if (!with_getattr) {
+    if (!after) guardNotInInstance(t, self, name);
+    return noAttribute(t, cls, n, false);
+  }
+  PyObject* getattr = lookupInMro(cls, interned(Str::dunder_getattr), nullptr);
+  if (self->is(Kind::Module) && (!getattr || isModuleGetattr(getattr))) {  // nn.Module.__getattr__
+    Result<ValuePtr> r = moduleDictsAttr(t, self, name);
+    if (!r.notHandled()) return r;
+    guardNotInInstance(t, self, name);
+    static const Str kDicts[] = {Str::underscore_parameters, Str::underscore_buffers, Str::underscore_modules};
+    for (Str d : kDicts) {  // absent from each, guarded
+      if (!instanceDictItem(self->real(), PyUnicode_AsUTF8(interned(d)))) continue;
+      int dreg = t.load(LoadKind::InstanceDict, self->reg, 0, interned(d),
+                        t.guards().sourceName(self->reg) + "." + PyUnicode_AsUTF8(interned(d)));
+      t.guards().checkNoInstanceAttr(dreg, name);
     }
-    if (self->is(Kind::Callable))
-      return t.raiseNew(PyExc_AttributeError, std::string("type object '") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
-                                                "' has no attribute '" + n + "'");
-    return t.raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
-                                              "' object has no attribute '" + n + "'");
+    return noAttribute(t, cls, n, false);
   }
-  if (PyFunction_Check(descr)) {
-    if (self->is(Kind::Callable)) return Value::callable(descr);  // Class.method: plain function
-    return Value::boundMethod(self, descr);
+  guardNotInInstance(t, self, name);
+  if (getattr && PyFunction_Check(getattr))
+    return t.inlineFunction(getattr, -1, {self, Value::constant(name)}, {});
+  return noAttribute(t, cls, n, false);
+}
+
+Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v;
+  if (const Super* sup = obj->get<Super>()) {
+    if (sup->self->is(Kind::Callable) && PyType_Check(sup->self->real()))  // super() in a classmethod
+      return classGetAttr(t, sup->self, name, sup->after.get());
+    return genericGetAttr(t, sup->self, name, sup->after.get(), false);
   }
-  if (isCacheWrapper(descr)) {  // functools.lru_cache on a method: it binds like the function it wraps
-    if (self->is(Kind::Callable)) return Value::callable(descr);
-    return Value::boundMethod(self, descr);
+  if (obj->is(Kind::Callable) && PyType_Check(obj->real())) return classGetAttr(t, obj, name, nullptr);
+  PyObject* cls = obj->is(Kind::Module) ? reinterpret_cast<PyObject*>(Py_TYPE(obj->real()))
+                                        : isUserObject(obj) ? classOf(obj) : nullptr;
+  if (cls) {
+    // A class's own __getattribute__ decides every read: inlined (its
+    // super().__getattribute__ is the generic lookup); __getattr__ when it raises
+    // AttributeError.
+    PyObject* ga = lookupInMro(cls, interned(Str::dunder_getattribute), nullptr);
+    // A C __getattribute__ (a slot wrapper in the dict of every C base, e.g. BaseException)
+    // is the generic lookup when its type's slot is.
+    bool generic = !ga || ga == objectSlot("__getattribute__") ||
+                   (PyObject_TypeCheck(ga, &PyWrapperDescr_Type) &&
+                    PyDescr_TYPE(ga)->tp_getattro == PyObject_GenericGetAttr);
+    if (!generic && !PyFunction_Check(ga) && obj->is(Kind::Object) && obj->reg >= 0 && !obj->as<Object>().owned &&
+        !basePart(obj)) {
+      // A C __getattribute__ of a builtin base (typing's and other C types'): C code, read
+      // for real and guarded.
+      const char* n = PyUnicode_AsUTF8(name);
+      Ref v = Ref::steal(PyObject_GetAttr(obj->real(), name));
+      if (!v) {
+        if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
+        return t.failFromPython(std::string("attribute '") + n + "'");
+      }
+      return t.wrap(v.get(), t.load(LoadKind::Attr, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n));
+    }
+    if (!generic) {
+      if (!PyFunction_Check(ga))
+        return t.fail(std::string("a class whose __getattribute__ is a ") + Py_TYPE(ga)->tp_name + " is not supported yet");
+      guardClassAttr(t, cls, interned(Str::dunder_getattribute), nullptr, ga);
+      Result<ValuePtr> r = t.inlineFunction(ga, -1, {obj, Value::constant(name)}, {});
+      PyObject* getattr = lookupInMro(cls, interned(Str::dunder_getattr), nullptr);
+      if (r || !getattr || !PyFunction_Check(getattr) || !takeAttributeError(t, r)) return r;
+      return t.inlineFunction(getattr, -1, {obj, Value::constant(name)}, {});
+    }
   }
-  if (Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
-    Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
-    if (!fn) return t.failFromPython("staticmethod");
-    return Value::callable(fn.get());
-  }
-  if (Py_IS_TYPE(descr, &PyClassMethod_Type)) {
-    Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));
-    if (!fn) return t.failFromPython("classmethod");
-    return Value::boundMethod(Value::callable(cls), fn.get());
-  }
-  if (descr == PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__init__"))
-    return Value::callable(descr);  // object.__init__: a no-op on our objects
-  const Object* owned = self->get<Object>();
-  if (owned && owned->owned && Py_TYPE(descr)->tp_descr_get) {
-    // A C method of an object the trace made (BaseException.__init__ through super()):
-    // bound and later called for real, on constants only.
-    Ref bound = Ref::steal(Py_TYPE(descr)->tp_descr_get(descr, owned->obj.get(), cls));
-    if (!bound) return t.failFromPython("binding a method");
-    return Value::of(Callable{std::move(bound), true});
-  }
-  if (isConstantObject(descr) || PyType_Check(descr)) return t.wrap(descr, -1);
-  if (PyList_CheckExact(descr) || PyDict_CheckExact(descr) || PyTuple_CheckExact(descr)) {
-    // A container on the class (a registry): read live through the class, guarded.
-    int creg = t.load(LoadKind::Constant, -1, 0, cls, std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name));
-    int reg = t.load(LoadKind::Attr, creg, 0, name, t.guards().sourceName(creg) + "." + n);
-    return t.wrap(descr, reg);
-  }
-  return t.fail(std::string("class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name + " is not supported yet");
+  return genericGetAttr(t, obj, name, nullptr, true);
+}
+
+PyTypeObject* containerBase(PyObject* cls) {
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
+  while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
+  if (type == &PyDict_Type) return type;
+  PyObject* odict = lookup(Obj::collections_OrderedDict);
+  if (!odict) return PyErr_Clear(), nullptr;
+  return type == reinterpret_cast<PyTypeObject*>(odict) ? type : nullptr;
+}
+
+ValuePtr basePart(const ValuePtr& v) {
+  if (const NewObject* o = v->get<NewObject>()) return o->base;
+  if (const Object* o = v->get<Object>()) return o->base;
+  return nullptr;
 }
 
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
-  if (!isPlainPythonClass(cls))
-    return t.fail(std::string("creating an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
-                " (custom __new__ or a builtin base) is not supported yet");
+  const char* tn = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
+  // A subclass of dict/OrderedDict made with the base's own __new__: its items are a Dict
+  // value (the base part), its attributes another.
+  PyTypeObject* base = containerBase(cls);
+  bool base_new = base && lookupInMro(cls, interned(Str::dunder_new), nullptr) ==
+                              lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_new), nullptr);
+  if (!isPlainPythonClass(cls) && !base_new)
+    return t.fail(std::string("creating an instance of ") + tn + " (custom __new__ or a builtin base) is not supported yet");
   if (isModuleClass(cls)) return t.fail("creating an nn.Module inside the trace is not supported yet");
-  ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict()});
+  PyObject* meta = reinterpret_cast<PyObject*>(Py_TYPE(cls));
+  if (lookupInMro(meta, interned(Str::dunder_call), nullptr) !=
+      lookupInMro(reinterpret_cast<PyObject*>(&PyType_Type), interned(Str::dunder_call), nullptr))
+    return t.fail(std::string("creating an instance of ") + tn + ", whose metaclass has its own __call__, is not supported yet");
+  ValuePtr part = base_new ? Value::dict(reinterpret_cast<PyObject*>(base), {}, {}) : nullptr;
+  ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), part});
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
   if (init && PyFunction_Check(init)) {
     args.insert(args.begin(), obj);
@@ -267,10 +559,82 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
     if (!r) return r;
     if (!(*r)->isNone())
       return t.fail("__init__() should return None (TypeError)");
+  } else if (part && init == lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_init), nullptr)) {
+    if (!args.empty() || !kwargs.empty()) {  // dict.__init__(mapping, **kw): update
+      Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::update), args, kwargs);
+      if (!r) return r;
+    }
+  } else if (init && init != objectSlot("__init__")) {
+    return t.fail(std::string("creating an instance of ") + tn + ": __init__ is a " + Py_TYPE(init)->tp_name);
   } else if (!args.empty() || !kwargs.empty()) {
-    return t.fail(std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) + "() takes no arguments (TypeError)");
+    return t.fail(std::string(tn) + "() takes no arguments (TypeError)");
   }
   return obj;
+}
+
+Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs) {
+  if (args.empty() || !(PyObject_TypeCheck(fn, &PyMethodDescr_Type) || PyObject_TypeCheck(fn, &PyWrapperDescr_Type)))
+    return notHandled();
+  ValuePtr part = basePart(args[0]);
+  if (!part) return notHandled();
+  PyTypeObject* owner = PyDescr_TYPE(fn);
+  PyObject* ptype = part->as<Dict>().type.get();
+  if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(ptype), owner) || owner == &PyBaseObject_Type) return notHandled();
+  PyObject* name = PyDescr_NAME(fn);
+  const char* n = PyUnicode_AsUTF8(name);
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  Args rest(args.begin() + 1, args.end());
+  static const char* const kMutating[] = {"__setitem__", "__delitem__", "__init__", "update", "pop", "popitem",
+                                          "setdefault", "clear", "move_to_end"};
+  bool mutating = false;
+  for (const char* m : kMutating) mutating = mutating || is(m);
+  // Mutations of an object from the program are replayed on it with dict's C functions,
+  // which would bypass an OrderedDict's own order.
+  if (mutating && args[0]->is(Kind::Object) && reinterpret_cast<PyTypeObject*>(ptype) != &PyDict_Type)
+    return t.fail(std::string("mutating an OrderedDict subclass from outside the trace (") + n + ") is not supported yet");
+  if (!kwargs.empty() && !is("update") && !is("__init__"))
+    return t.fail(std::string("keyword arguments to ") + owner->tp_name + "." + n + "()");
+  if (is("__setitem__") && rest.size() == 2) {
+    if (Done d = storeSubscript(t, part, rest[0], rest[1]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  if (is("__getitem__") && rest.size() == 1) return subscript(t, part, rest[0]);
+  if (is("__delitem__") && rest.size() == 1) {
+    Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::pop), rest, kwargs);
+    if (!r) return r;
+    return Value::constant(Py_None);
+  }
+  if (is("__contains__") && rest.size() == 1) {
+    Result<bool> r = contains(t, part, rest[0]);
+    if (!r) return r.stop();
+    return Value::constant(*r ? Py_True : Py_False);
+  }
+  if (is("__len__") && rest.empty()) {
+    Ref n_items = Ref::steal(PyLong_FromSsize_t(static_cast<Py_ssize_t>(part->as<Dict>().keys.size())));
+    if (!n_items) return t.failFromPython("len");
+    return Value::constant(n_items.get());
+  }
+  if (is("__iter__") && rest.empty()) return getIter(t, part);
+  if (is("__init__")) {
+    if (rest.empty() && kwargs.empty()) return Value::constant(Py_None);
+    Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::update), rest, kwargs);
+    if (!r) return r;
+    return Value::constant(Py_None);
+  }
+  if (n[0] == '_') return t.fail(std::string(owner->tp_name) + "." + n + "() of a subclass instance is not supported yet");
+  return callContainerMethod(t, part, name, rest, kwargs);
+}
+
+Result<ValuePtr> guardedFunctionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
+  if (!fn->is(Kind::Callable) || fn->reg < 0 || !PyFunction_Check(fn->real())) return notHandled();
+  if (_PyType_Lookup(&PyFunction_Type, name)) return notHandled();  // __name__, __code__, __dict__, ...
+  PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn->real())->func_dict;
+  const char* n = PyUnicode_AsUTF8(name);
+  PyObject* v = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
+  if (v) return t.wrap(v, t.load(LoadKind::InstanceDict, fn->reg, 0, name, t.guards().sourceName(fn->reg) + "." + n));
+  if (PyErr_Occurred()) return t.failFromPython("a function attribute");
+  t.guards().checkNoInstanceAttr(fn->reg, name);
+  return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
 }
 
 Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
@@ -295,6 +659,22 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
   return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
 }
 
+Done genericSetAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+  const NewObject* o = obj->get<NewObject>();
+  if (!o) return t.fail("object.__setattr__ of an object from outside the trace");
+  PyObject* descr = lookupInMro(o->cls.get(), name, nullptr);
+  if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
+    Ref fset = Ref::steal(PyObject_GetAttrString(descr, "fset"));
+    if (!fset || fset.get() == Py_None) return PyErr_Clear(), t.fail("can't set attribute (AttributeError)");
+    return outcomeOf(call(t, Value::callable(fset.get()), {obj, value}, {}));
+  }
+  if (descr && Py_TYPE(descr)->tp_descr_set && !Py_IS_TYPE(descr, &PyMemberDescr_Type) &&
+      PyUnicode_CompareWithASCIIString(name, "__dict__") != 0)
+    return t.fail(std::string("setting attribute '") + PyUnicode_AsUTF8(name) + "' (a " + Py_TYPE(descr)->tp_name +
+                  ") of an object made in the trace is not supported yet");
+  return storeSubscript(t, o->attrs, Value::constant(name), value);
+}
+
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
   if (obj->is(Kind::Namespace)) return namespaceSetAttr(t, obj, name, value);
   const Object* owned = obj->get<Object>();
@@ -310,16 +690,15 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
     return storeSubscript(t, fn->attrs, Value::constant(name), value);
   }
   if (const NewObject* o = obj->get<NewObject>()) {
-    PyObject* descr = lookupInMro(o->cls.get(), name, nullptr);
-    if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
-      Ref fset = Ref::steal(PyObject_GetAttrString(descr, "fset"));
-      if (!fset || fset.get() == Py_None) return PyErr_Clear(), t.fail("can't set attribute (AttributeError)");
-      return outcomeOf(call(t, Value::callable(fset.get()), {obj, value}, {}));
+    // A class's own __setattr__ decides every store: inlined (its super().__setattr__ is
+    // object.__setattr__, genericSetAttr).
+    PyObject* setattr = lookupInMro(o->cls.get(), interned(Str::dunder_setattr), nullptr);
+    if (setattr && setattr != objectSlot("__setattr__")) {
+      if (!PyFunction_Check(setattr))
+        return t.fail(std::string("a class whose __setattr__ is a ") + Py_TYPE(setattr)->tp_name + " is not supported yet");
+      return outcomeOf(t.inlineFunction(setattr, -1, {obj, Value::constant(name), value}, {}));
     }
-    if (lookupInMro(o->cls.get(), interned(Str::dunder_setattr), nullptr) !=
-        PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
-      return t.fail("a class with its own __setattr__ is not supported yet");
-    return storeSubscript(t, o->attrs, Value::constant(name), value);
+    return genericSetAttr(t, obj, name, value);
   }
   bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->real()) &&
                     PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->real()), Py_TPFLAGS_HEAPTYPE);
@@ -328,9 +707,16 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
     PyObject* descr = lookupInMro(cls, name, nullptr);
     if (descr && Py_TYPE(descr)->tp_descr_set && !obj->is(Kind::Callable))
       return t.fail("setting a property or descriptor of an object from outside the trace is not supported yet");
-    if (obj->is(Kind::Object) && lookupInMro(cls, interned(Str::dunder_setattr), nullptr) !=
-                                     PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__setattr__"))
-      return t.fail("a class with its own __setattr__ is not supported yet");
+    if (obj->is(Kind::Object)) {
+      PyObject* setattr = lookupInMro(cls, interned(Str::dunder_setattr), nullptr);
+      if (setattr != objectSlot("__setattr__")) {
+        // Its own __setattr__ decides: inlined; its object.__setattr__ is replayed as such.
+        if (!setattr || !PyFunction_Check(setattr))
+          return t.fail("a class with its own C __setattr__ is not supported yet");
+        guardClassAttr(t, cls, interned(Str::dunder_setattr), nullptr, setattr);
+        return outcomeOf(t.inlineFunction(setattr, -1, {obj, Value::constant(name), value}, {}));
+      }
+    }
     if (obj->is(Kind::Object) && !descr)
       if (ValuePtr aliased = aliasedInstanceDict(t, obj)) return storeSubscript(t, aliased, Value::constant(name), value);
     // Replayed after the graph with setattr (Module.__setattr__ included); reads later in
@@ -344,8 +730,13 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
 Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std::vector<ValuePtr> args) {
   if (!isUserObject(obj)) return notHandled();
   PyObject* fn = lookupInMro(classOf(obj), name, nullptr);
-  if (!fn || !PyFunction_Check(fn)) return notHandled();
+  if (!fn) return notHandled();
   args.insert(args.begin(), obj);
+  if (!PyFunction_Check(fn)) {  // a C slot of a dict base: on the object's items
+    if (!basePart(obj)) return notHandled();
+    Kwargs none;
+    return callBaseMethod(t, fn, args, none);
+  }
   return t.inlineFunction(fn, -1, std::move(args), {});
 }
 

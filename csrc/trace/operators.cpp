@@ -82,6 +82,20 @@ bool madeMutable(const ValuePtr& v) {
 
 }  // namespace
 
+PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a) {
+  if (a->is(Kind::Tensor) && !isScalarValue(t, a)) return fn;
+  if (!a->is(Kind::Tensor) && !a->is(Kind::Constant)) return fn;  // containers keep theirs (list += t)
+  constexpr int kInplace = static_cast<int>(BinaryOp::InplaceAdd);
+  constexpr int kCount = static_cast<int>(sizeof(kBinaryOpFns) / sizeof(kBinaryOpFns[0]));
+  for (int i = kInplace; i < kCount; ++i) {
+    if (lookup(kBinaryOpFns[i]) != fn) continue;
+    PyObject* binary = lookup(kBinaryOpFns[i - kInplace]);
+    if (!binary) return PyErr_Clear(), fn;
+    return binary;
+  }
+  return fn;
+}
+
 Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
   const char* fn_name = bytecode::binaryOpFunction(op);
   PyObject* fn = lookup(kBinaryOpFns[static_cast<int>(op)]);
@@ -112,7 +126,8 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (answered(r)) return r;
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
-  if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
+    return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, a->constant(), b->constant(), nullptr));
     if (!r) return t.raisePython();
@@ -527,8 +542,19 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::Partial:
       return true;
     case Kind::Tensor:
-      if (isScalarValue(t, v))
+      if (isScalarValue(t, v)) {
+        // A symbolic size (or an expression of sizes) has a hint: the branch follows it,
+        // and the ShapeEnv records the guard that keeps it so (compiled into the entry's
+        // shape guards). An unbacked value read from a tensor has none.
+        static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+        if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+        Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
+                                                            t.graph().fake(v->as<Tensor>().node)))
+                           : Ref();
+        if (!truth) return t.failFromPython("the truth of a symbolic size");
+        if (truth.get() != Py_None) return truth.get() == Py_True;
         return t.fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
+      }
       return t.fail("control flow depends on a tensor's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
@@ -554,9 +580,9 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a->real() && b->real()) return a->real() == b->real();
   if (madeMutable(a) && madeMutable(b)) return false;  // two distinct objects made in the trace
   if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
-    if (a->as<Tensor>().node != b->as<Tensor>().node)
-      return t.fail("identity of two distinct tensors is not known at trace time");
-    return true;
+    if (isScalarValue(t, a) || isScalarValue(t, b))
+      return t.fail("identity of a number read from a tensor is not known at trace time");
+    return sameTensorObject(t, a, b);
   }
   if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
   return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));

@@ -48,9 +48,35 @@ inline bool isUserObject(const ValuePtr& v) { return v->is(Kind::Object) || v->i
 // A class made by collections.namedtuple (a tuple subclass with _fields).
 bool isNamedTupleClass(PyObject* cls);
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
-// hasattr() on an Object read from the program (guarded either way).
+// Guards what reading `name` of `self` (a value from the program) through its class
+// assumed: not shadowed in its instance dict, the same object in the class that defines it,
+// and absent from the classes before that one (a method replaced on the instance or a class).
+void guardClassAttributeOf(Tracer& t, const ValuePtr& self, PyObject* name);
+// hasattr() on a user object, an nn.Module, super() or a user class: getAttr with an
+// AttributeError meaning false (guarded either way).
 Result<bool> objectHasAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// When `r` is an AttributeError raised in the program: takes it out of flight, true.
+bool takeAttributeError(Tracer& t, const Result<ValuePtr>& r);
+// Whether hasattr()/getattr(o, n, default) are answered by objectHasAttr for this value.
+bool probesByLookup(const ValuePtr& v);
+// object.__getattribute__(self, name): the generic lookup, without the class's own
+// __getattribute__ (and, as object's, without __getattr__).
+Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name, PyObject* after, bool with_getattr);
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, Args args, Kwargs kwargs);
+// dict or OrderedDict when instances of `cls` are dicts (the builtin base whose items they
+// carry), else null.
+PyTypeObject* containerBase(PyObject* cls);
+// The items of a dict subclass instance (a Dict value), or null.
+ValuePtr basePart(const ValuePtr& v);
+// A C method of dict/OrderedDict (a method or slot descriptor) called with a dict subclass
+// instance first: the container operation on its items. NotHandled for anything else.
+Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs);
+// An attribute a Python function from the program keeps in its __dict__ (fn.flag): read
+// through the function's register and guarded, absence too (AttributeError raised).
+// NotHandled for the function type's own attributes and for functions without a source.
+Result<ValuePtr> guardedFunctionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
+// object.__setattr__ on an object made in the trace (no own __setattr__).
+Done genericSetAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value);
 
 // ---- namespaces.cpp: types.SimpleNamespace made in the trace ----------------------------
 Result<ValuePtr> makeNamespace(Tracer& t, PyObject* fn, const char* name, Args& args, Kwargs& kwargs);
@@ -89,6 +115,11 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v);
 
 // ---- operators.cpp: operators, subscripts, iteration, truth -------------------------------
 Result<ValuePtr> binaryOp(Tracer& t, bytecode::BinaryOp op, const ValuePtr& a, const ValuePtr& b);
+// The operator a graph records for `fn(a, b)`: an in-place operator of the operator module
+// (operator.iadd) only when `a` is a tensor; with a number or constant `a` its binary form
+// (operator.add), as Python falls back from __iadd__ to __add__/__radd__ (`acc = 0;
+// acc += t` is `acc = acc + t`). Any other fn is returned as it is. Borrowed.
+PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a);
 Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a);
 Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index);

@@ -154,7 +154,15 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       const NewObject& o = v->as<NewObject>();
       auto attrs = std::make_unique<runtime::OutputPlan>();
       if (Done d = plan(o.attrs, attrs.get()); !d) return d;
-      out->step = P::NewObject{o.cls.copy(), std::move(attrs)};
+      std::unique_ptr<runtime::OutputPlan> items;
+      if (o.base) {  // a dict subclass instance: its items, rebuilt as a plain dict first
+        const Dict& part = o.base->as<Dict>();
+        P::Dict dict{Ref::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)), Ref(), {}, {}};
+        for (const Ref& k : part.keys) dict.keys.push_back(k.copy());
+        if (Done d = planAll(part.values, &dict.values); !d) return d;
+        items = std::make_unique<runtime::OutputPlan>(std::move(dict));
+      }
+      out->step = P::NewObject{o.cls.copy(), std::move(attrs), o.base ? o.base->as<Dict>().type.copy() : Ref(), std::move(items)};
       return {};
     }
     case Kind::Namespace: {  // SimpleNamespace's __dict__ is its attributes, as for a NewObject

@@ -13,8 +13,8 @@ Done SideEffects::record(Effect e) {
   return {};
 }
 
-Done SideEffects::setAttr(int reg, PyObject* name, ValuePtr value) {
-  if (Done d = record({reg, Effect::SetAttr{Ref::borrow(name), value}}); !d) return d;
+Done SideEffects::setAttr(int reg, PyObject* name, ValuePtr value, bool generic) {
+  if (Done d = record({reg, Effect::SetAttr{Ref::borrow(name), value, generic}}); !d) return d;
   attr_overlay_.push_back({{reg, PyUnicode_AsUTF8(name)}, std::move(value)});
   return {};
 }
@@ -110,7 +110,7 @@ Done SideEffects::buildReplay(OutputPlanner& outputs, std::vector<runtime::SideE
     if (Done d = std::visit(planValue, e.what); !d) return d;
     struct {
       runtime::OutputPlan& value;
-      E::What operator()(const Effect::SetAttr& s) const { return E::SetAttr{s.name.copy(), std::move(value)}; }
+      E::What operator()(const Effect::SetAttr& s) const { return E::SetAttr{s.name.copy(), std::move(value), s.generic}; }
       E::What operator()(const Effect::SetItem& s) const { return E::SetItem{s.key.copy(), std::move(value)}; }
       E::What operator()(const Effect::SetCell&) const { return E::SetCell{std::move(value)}; }
       E::What operator()(const Effect::Replace& r) const {

@@ -25,6 +25,7 @@ struct Effect {
   struct SetAttr {  // setattr(target, name, value)
     Ref name;
     ValuePtr value;
+    bool generic = false;  // object.__setattr__ (the class's own __setattr__ already ran in the trace)
   };
   struct SetItem {  // target[key] = value (a globals dict)
     Ref key;
@@ -46,7 +47,7 @@ class SideEffects {
 
   // Stores recorded for replay, seen by later reads in the trace. Unsupported inside a
   // generator that is run in place (its order against the consumer would change).
-  Done setAttr(int reg, PyObject* name, ValuePtr value);
+  Done setAttr(int reg, PyObject* name, ValuePtr value, bool generic = false);
   Done setGlobal(int globals_reg, PyObject* name, ValuePtr value);
   Done setCell(int cell_reg, PyObject* real_cell, ValuePtr value);
   // A mutation of container `c`: recorded (once) when it comes from the program, nothing

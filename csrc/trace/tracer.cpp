@@ -113,7 +113,18 @@ Done Tracer::compileGraph() {
   if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {
     int node = inputs_used[i];
+    int tensor = -1, dim = -1;
+    if (graph_.symInputOf(node, &tensor, &dim)) {
+      // A symbol's placeholder: the size of its tensor when the entry runs; the backend
+      // gets the SymInt as its example (as torch._dynamo gives it).
+      entry_->input_regs.push_back(input_reg_of_node_.at(tensor));
+      entry_->input_dims.resize(i, -1);
+      entry_->input_dims.push_back(dim);
+      PyList_SET_ITEM(example_inputs.get(), i, Ref::borrow(graph_.fake(node)).release());
+      continue;
+    }
     entry_->input_regs.push_back(input_reg_of_node_.at(node));
+    if (!entry_->input_dims.empty()) entry_->input_dims.push_back(-1);
     PyList_SET_ITEM(example_inputs.get(), i, example_of_node_.at(node).copy().release());
   }
   // A user-facing error (a Python exception raised out of translate()) stops the trace
@@ -143,6 +154,25 @@ Done Tracer::compileGraph() {
 }
 
 Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
+  // Dynamic shapes: the compile's `dynamic`, the code's size memory, and whether an input
+  // tensor carries torch._dynamo.mark_dynamic marks (read from its __dict__: no Python runs).
+  graph::DynamicConfig dyn;
+  Ref dynamic = Ref::steal(PyObject_GetAttrString(config_, "dynamic"));
+  if (!dynamic) return failFromPython("the compile's dynamic setting");
+  dyn.mode = dynamic.get() == Py_None ? -1 : PyObject_IsTrue(dynamic.get()) == 1 ? 1 : 0;
+  dyn.memory = shape_memory_;
+  static PyObject* const kMarks[] = {PyUnicode_InternFromString("_dynamo_dynamic_indices"),
+                                     PyUnicode_InternFromString("_dynamo_weak_dynamic_indices")};
+  for (int i = 0; i < root_view_.nfast && !dyn.marked_inputs; ++i) {
+    PyObject* o = root_view_.fast[i];
+    if (!o || !isTensor(o)) continue;
+    PyObject** dictptr = _PyObject_GetDictPtr(o);
+    if (!dictptr || !*dictptr) continue;
+    for (PyObject* k : kMarks)
+      if (k && PyDict_GetItemWithError(*dictptr, k)) dyn.marked_inputs = true;
+    PyErr_Clear();
+  }
+  graph_.setDynamic(dyn);
   if (!graph_.begin()) return failFromPython("starting fake tensor mode");
   // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
   PyObject* is_grad_enabled = lookup(Obj::torch_is_grad_enabled);
@@ -153,6 +183,10 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   guards().checkGradMode(grad_mode);
   Result<ValuePtr> ret = runFrame(root);
   contexts_.restore();
+  if (ret && PyErr_Occurred()) {  // an internal inconsistency: never compile a graph with an error set
+    PyErr_Clear();
+    return fail("internal: a Python error was left set by the trace");
+  }
   return ret;
 }
 
@@ -181,7 +215,58 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   entry_->output = std::move(plan);
   entry_->memo_slots = outputs_.memoSlots();
   if (!compileGraph()) return;
+  // The guards of input iterators' untaken items are dropped first: the shape guards are
+  // then stated over the registers that stay (a dropped register is never loaded).
   iterators_.guardInputs(*entry_);
+  (void)addShapeGuards();
+}
+
+Done Tracer::addShapeGuards() {
+  // After the backend: AOT autograd and inductor may add guards of their own to the ShapeEnv.
+  if (!graph_.symbolic()) return {};
+  Ref bindings = Ref::steal(PyList_New(0));
+  if (!bindings) return failFromPython("shape guards");
+  for (int node = 0; node < graph_.numNodes(); ++node) {
+    const graph::Node& n = graph_.node(node);
+    if (n.op != graph::NodeOp::Placeholder || !n.dyn_mask) continue;
+    int reg = inputRegOf(node);
+    PyObject* real = exampleOf(node);
+    if (reg < 0 || !real || guards().isDropped(reg)) continue;
+    Ref shape = Ref::steal(PyObject_GetAttrString(n.fake.get(), "shape"));
+    if (!shape) return failFromPython("shape guards");
+    for (int d = 0; d < 64; ++d) {
+      if (!((n.dyn_mask >> d) & 1u)) continue;
+      Ref sym = Ref::steal(PySequence_GetItem(shape.get(), d));
+      Ref b = sym ? Ref::steal(Py_BuildValue("(OiisO)", sym.get(), reg, d, guards().sourceName(reg).c_str(), real))
+                  : Ref();
+      if (!b || PyList_Append(bindings.get(), b.get()) < 0) return failFromPython("shape guards");
+    }
+  }
+  static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  if (!shapes) return failFromPython("cdynamo._shapes");
+  Ref compiled = Ref::steal(PyObject_CallMethod(shapes.get(), "compile_guards", "OO", graph_.shapeEnv(), bindings.get()));
+  if (!compiled) return failFromPython("compiling the shape guards");
+  Ref seq = Ref::steal(PySequence_Fast(compiled.get(), "shape guards"));
+  if (!seq) return failFromPython("shape guards");
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
+    PyObject* g = PySequence_Fast_GET_ITEM(seq.get(), i);
+    PyObject* text = PyTuple_GetItem(g, 0);
+    Ref ops = text ? Ref::steal(PySequence_Fast(PyTuple_GetItem(g, 1), "shape guard ops")) : Ref();
+    const char* t = text ? PyUnicode_AsUTF8(text) : nullptr;
+    if (!ops || !t) return failFromPython("shape guards");
+    std::vector<guards::ShapeOp> program;
+    for (Py_ssize_t k = 0; k < PySequence_Fast_GET_SIZE(ops.get()); ++k) {
+      long op = 0, reg = 0;
+      long long arg = 0;
+      if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(ops.get(), k), "llL", &op, &reg, &arg))
+        return failFromPython("shape guards");
+      if (op < 0 || op > static_cast<long>(guards::ShapeOpKind::Min)) return fail("internal: bad shape guard opcode");
+      program.push_back(guards::ShapeOp{static_cast<guards::ShapeOpKind>(op), static_cast<int>(reg), arg});
+    }
+    if (!guards().checkShape(std::move(program), t)) return fail(std::string("shape guard ") + t + " is malformed");
+  }
+  return {};
 }
 
 TranslateResult Tracer::report() {

@@ -62,7 +62,9 @@ struct TranslateResult {
 // (or inside a call it inlines), the frame is traced again up to that instruction, which
 // becomes the break: the graph so far, then the instruction run natively, then a resume
 // function for the rest.
-TranslateResult translate(const FrameView& frame, PyObject* config);
+// `shape_memory`: the code object's size memory for automatic dynamic shapes (a dict kept
+// by the code cache; see cdynamo/_shapes.py), or null.
+TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory = nullptr);
 
 // Where a re-trace stops for a graph break: the `visit`-th time the root frame reaches
 // instruction `index`.
@@ -74,8 +76,8 @@ struct BreakTarget {
 
 class Tracer {
  public:
-  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {})
-      : root_view_(frame), config_(config), break_target_(std::move(target)) {}
+  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr)
+      : root_view_(frame), config_(config), break_target_(std::move(target)), shape_memory_(shape_memory) {}
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
   TranslateResult run();
@@ -174,10 +176,15 @@ class Tracer {
                       std::vector<runtime::OutputPlan>* items, int* ncells);
   // builder.cpp
   Result<ValuePtr> wrapContainer(PyObject* obj, int reg);
+  // The items of a dict (or of a dict subclass instance) read from the program, its keys
+  // guarded, each value read through its key; `type` is the Dict value's type.
+  Result<ValuePtr> wrapDictItems(PyObject* obj, int reg, PyObject* type);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);
 
   FrameView root_view_;
   PyObject* config_;
+  PyObject* shape_memory_ = nullptr;  // borrowed: the code cache holds it (translate())
+  Done addShapeGuards();             // tracer.cpp: the ShapeEnv's guards into the guard program
   std::shared_ptr<runtime::CompiledEntry> entry_ = std::make_shared<runtime::CompiledEntry>();
   graph::GraphBuilder graph_;
   SideEffects effects_{*this};

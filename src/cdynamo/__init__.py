@@ -17,12 +17,14 @@ from ._install import get_stance, install, installed, installed_scope, set_stanc
 from ._logging import set_logs
 from ._report import report
 from ._rules import allow_in_graph, assume_constant_result, disallow_in_graph
-from .eval_frame import DisabledModule, OptimizedModule, cache_entries, compile, disable, reset, stats
-from .exc import BackendCompilerFailed, CdynamoError, Unsupported
+from .eval_frame import (DisabledModule, OptimizedModule, cache_entries, compile, disable, mark_dynamic, mark_static,
+                         maybe_mark_dynamic, reset, stats)
+from .exc import BackendCompilerFailed, CdynamoError, FailOnRecompileLimitHit, Unsupported
 
 __all__ = [
     "compile", "disable", "reset", "stats", "cache_entries", "explain", "ExplainOutput", "set_logs", "config", "testing",
     "OptimizedModule", "DisabledModule", "Unsupported", "BackendCompilerFailed", "CdynamoError",
+    "FailOnRecompileLimitHit", "mark_dynamic", "mark_static", "maybe_mark_dynamic",
     "install", "uninstall", "installed", "installed_scope", "set_stance", "get_stance", "allow_in_graph",
     "disallow_in_graph", "assume_constant_result", "summary", "report",
 ]

@@ -169,12 +169,14 @@ def _also(cdynamo_fn, original):
 
 def _sync_config():
     dcfg = torch._dynamo.config
-    _config.cache_size_limit = int(dcfg.recompile_limit)
+    _config.recompile_limit = int(dcfg.recompile_limit)
+    _config.accumulated_recompile_limit = int(dcfg.accumulated_recompile_limit)
+    _config.fail_on_recompile_limit_hit = bool(dcfg.fail_on_recompile_limit_hit)
     _config.capture_scalar_outputs = bool(dcfg.capture_scalar_outputs)
-    _C.set_cache_size_limit(_config.cache_size_limit)
 
 
-_MIRRORED = {"recompile_limit", "cache_size_limit", "capture_scalar_outputs"}
+_MIRRORED = {"recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit",
+             "capture_scalar_outputs"}
 
 
 def _mirror_config_class(cls):
@@ -232,7 +234,8 @@ def install():
         _patch(decorators, "_set_stance", _mirror_stance(decorators._set_stance))
         _patch(dyn_eval_frame, "_set_stance", _mirror_stance(dyn_eval_frame._set_stance))
         cfg = torch._dynamo.config
-        _saved_config = (_config.cache_size_limit, _config.capture_scalar_outputs)
+        _saved_config = (_config.recompile_limit, _config.accumulated_recompile_limit,
+                         _config.fail_on_recompile_limit_hit, _config.capture_scalar_outputs)
         _patch(cfg, "__class__", _mirror_config_class(type(cfg)))
         _sync_config()
         stance = dyn_eval_frame._stance
@@ -253,8 +256,8 @@ def uninstall():
         else:
             _set(owner, name, original)
     if _saved_config is not None:
-        _config.cache_size_limit, _config.capture_scalar_outputs = _saved_config
-        _C.set_cache_size_limit(_config.cache_size_limit)
+        (_config.recompile_limit, _config.accumulated_recompile_limit, _config.fail_on_recompile_limit_hit,
+         _config.capture_scalar_outputs) = _saved_config
         _saved_config = None
     _apply_stance("default")
 

@@ -9,7 +9,9 @@ import os
 
 from . import _C
 
-CHANNELS = {"recompiles": 1, "graph_breaks": 2, "guards": 4, "graph_code": 8, "bytecode": 16}
+# "dynamic" is emitted from Python (cdynamo/_shapes.py: each symbol made, each size kept
+# static or specialized and why, each shape guard); its bit is unused by the core.
+CHANNELS = {"recompiles": 1, "graph_breaks": 2, "guards": 4, "graph_code": 8, "bytecode": 16, "dynamic": 32}
 
 log = logging.getLogger("cdynamo")
 _enabled = set()

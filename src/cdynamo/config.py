@@ -1,8 +1,18 @@
 """Module-level settings, read by cdynamo when it needs them (like torch._dynamo.config)."""
+import sys as _sys
+import types as _types
 
-# Cache entries per code object before the frame runs natively (torch._dynamo's
-# cache_size_limit). Applied by cdynamo.compile and reset().
-cache_size_limit = 8
+# The recompile policy (torch._dynamo's names and defaults). A code object keeps at most
+# `recompile_limit` cache entries per compile configuration, and `accumulated_recompile_limit`
+# over all configurations. Past a limit the entries it has still run on the inputs they
+# guard; a call none of them accepts runs natively (correct, not compiled), with one
+# warning per code object and configuration naming the function, the limit and the guard
+# that failed last. With `fail_on_recompile_limit_hit` that call raises
+# cdynamo.FailOnRecompileLimitHit instead. `cache_size_limit` is the old name of
+# `recompile_limit` (the same setting). Setting one applies at once.
+recompile_limit = 8
+accumulated_recompile_limit = 256
+fail_on_recompile_limit_hit = False
 
 # Whether Tensor.item() (and int(t), float(t), bool(t) of a one-element tensor) is kept
 # in the graph as a symbolic scalar, as torch._dynamo.config.capture_scalar_outputs does.
@@ -18,3 +28,49 @@ capture_scalar_outputs = False
 # torch._dynamo.config.suppress_errors does. A KeyboardInterrupt or SystemExit raised by a
 # backend always propagates as itself; Unsupported under fullgraph=True is never suppressed.
 suppress_errors = False
+
+# Automatic dynamic shapes (compile(dynamic=None), the default): the first compile of a
+# frame is static; when a later compile of it sees a tensor dimension with another size
+# than before (or, for `automatic_dynamic_ints`, a Python int argument with another value), that
+# dimension is symbolic from then on, so later sizes hit one entry. As torch._dynamo's
+# automatic_dynamic_shapes. Read when a frame is traced.
+automatic_dynamic_shapes = True
+
+# Sizes 0 and 1 are never made symbolic (torch's 0/1 specialization); the other sizes
+# of one trace that are equal get one symbol (duck sizing), as torch._dynamo does.
+specialize_int = True
+
+
+class _Config(_types.ModuleType):
+    """The module's class: the recompile policy's settings reach the C++ core when set."""
+
+    _POLICY = ("recompile_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit")
+
+    @property
+    def cache_size_limit(self):
+        return self.recompile_limit
+
+    @cache_size_limit.setter
+    def cache_size_limit(self, value):
+        self.recompile_limit = value
+
+    def __setattr__(self, name, value):
+        if name in self._POLICY:
+            if name == "fail_on_recompile_limit_hit":
+                value = bool(value)
+            else:
+                value = int(value)
+                if value < 0:
+                    raise ValueError(f"cdynamo.config.{name} must be >= 0, got {value}")
+        super().__setattr__(name, value)
+        if name in self._POLICY:
+            self._apply()
+
+    def _apply(self):
+        _C = _sys.modules.get("cdynamo._C")
+        if _C is not None:
+            _C.set_recompile_policy(self.recompile_limit, self.accumulated_recompile_limit,
+                                    self.fail_on_recompile_limit_hit)
+
+
+_sys.modules[__name__].__class__ = _Config

@@ -77,7 +77,7 @@ def _file_rules():
 
 
 _C.set_file_rules(_file_rules())
-_C.set_cache_size_limit(_config.cache_size_limit)
+_config._apply()
 
 
 class _WrapperModule(torch.nn.Module):
@@ -193,7 +193,9 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
     ``cdynamo.compile(fn_or_module, ...)``. ``backend`` is a name from torch's backend
     registry or a callable ``backend(gm, example_inputs) -> callable``. With
     ``fullgraph=True`` a frame that cannot be captured whole raises cdynamo.Unsupported.
-    Shapes are static in this version: ``dynamic=True`` is refused rather than ignored.
+    ``dynamic``: None (automatic: the first compile is static; a dimension whose size changed
+    is symbolic from the recompile on), True (symbolic from the first compile, sizes 0 and 1
+    specialized), False (static, but for dims marked with mark_dynamic).
     """
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
@@ -203,9 +205,6 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
     if mode is not None and options is not None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
     _rules.ensure_torch_rules()
-    if dynamic:
-        raise NotImplementedError("cdynamo: dynamic=True (symbolic shapes) is not supported yet; "
-                                  "use dynamic=None or dynamic=False")
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
     cfg = _config_for(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name)
     if isinstance(model, torch.nn.Module):
@@ -324,7 +323,7 @@ def reset():
     the structured trace and the capture report (cdynamo._events) is kept."""
     _events.fold_stats()
     _C.reset()
-    _C.set_cache_size_limit(_config.cache_size_limit)
+    _config._apply()
 
 
 def stats():
@@ -338,6 +337,7 @@ def stats():
     s["frontend_s"] = max(0, s.pop("translate_ns") - backend_ns) / 1e9
     s["native_frames"] = _C.native_frames()
     s["graph_break_reasons"] = _C.graph_breaks()
+    s["recompile_reasons"] = _C.recompile_reasons()
     return s
 
 
@@ -352,3 +352,26 @@ def cache_entries(fn):
     if code is None:
         raise TypeError("cache_entries: expected a function or a module")
     return _C.cache_entries(code)
+
+
+def mark_dynamic(t, index, *, min=None, max=None):
+    """Makes dim(s) `index` of tensor `t` symbolic from the first compile that sees it
+    (optionally within [min, max], guarded); the same mark as torch._dynamo.mark_dynamic,
+    which cdynamo honours too."""
+    import torch._dynamo
+
+    torch._dynamo.mark_dynamic(t, index, min=min, max=max)
+
+
+def maybe_mark_dynamic(t, index):
+    """As mark_dynamic, but the trace may still specialize the dim (torch._dynamo's)."""
+    import torch._dynamo
+
+    torch._dynamo.maybe_mark_dynamic(t, index)
+
+
+def mark_static(t, index=None):
+    """Keeps dim(s) `index` of `t` static even under dynamic=True or automatic dynamic."""
+    import torch._dynamo
+
+    torch._dynamo.mark_static(t, index)

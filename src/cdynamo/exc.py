@@ -18,3 +18,9 @@ class BackendCompilerFailed(CdynamoError):
 
     The backend's own exception is chained as ``__cause__``.
     """
+
+
+class FailOnRecompileLimitHit(CdynamoError):
+    """A call would recompile a function past ``config.recompile_limit`` (or
+    ``accumulated_recompile_limit``) while ``config.fail_on_recompile_limit_hit`` is set.
+    The message names the function, the limit and the guard that failed."""

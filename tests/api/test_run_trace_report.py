@@ -45,7 +45,7 @@ def test_summary_and_exit_code(example_run):
     assert "graphs compiled: 4" in err
     assert "graph breaks: 2" in err and "call to torch._dynamo.graph_break()" in err
     assert re.search(r"frames run natively: 1\n  \[2/0\] checked .*ValueError", err)
-    assert "recompiles: 2" in err and "tensor L['x'] size is [5], expected [3]" in err
+    assert "recompiles: 2" in err and "size of dim 0 of L['x']: expected 3, got 5" in err
     assert re.search(r"time: frontend \d+\.\d+ s, backends \d+\.\d+ s", err)
 
 
@@ -119,7 +119,7 @@ def test_tlparse_lists_every_frame_graph_break_and_recompile(example_run, tmp_pa
     assert status == {"[0/0]": "break", "[0/1]": "break", "[1/0]": "ok", "[1/1]": "ok", "[2/0]": "error"}
     assert "torch_compile_program.py" in index
     reasons = next(out.glob("-_0_1_0/recompile_reasons_*.json")).read_text()
-    assert "size is [5], expected [3]" in reasons
+    assert "size of dim 0 of L['x']: expected 3, got 5" in reasons
     brk = next(out.glob("-_0_0_0/dynamo_graph_break_reason_*.txt")).read_text()
     assert "call to torch._dynamo.graph_break()" in brk and "torch_compile_program.py" in brk
 
@@ -162,7 +162,7 @@ def test_report_in_headless_browser(example_run):
     assert 'class="break"' in brk and "call to torch._dynamo.graph_break()" in brk
     assert "graph 1/0 1/1" in row(line_of("return y.relu() + 1"))
     header = row(line_of("def scale(x, k):"))
-    assert "guards [0/0]" in header and "recompile [0/1]" in header and "size is [5], expected [3]" in header
+    assert "guards [0/0]" in header and "recompile [0/1]" in header and "size of dim 0 of L['x']: expected 3, got 5" in header
     native = row(line_of("def checked(x):"))
     assert 'class="native"' in native and "ValueError" in native
     os.makedirs(ARTIFACTS, exist_ok=True)

@@ -185,8 +185,7 @@ def test_attribute_of_a_torch_named_tuple_then_a_method():
     isolated(MODULE, "case_attribute_of_a_torch_named_tuple_then_a_method")
 
 
-@crash("torch.return_types named tuples are plain tuples in the trace: .values/.indices raise "
-       "AttributeError ('tuple' object has no attribute) and type() is tuple")
+# Fixed (w-torch: structseq results keep their type; fields by __match_args__).
 def test_torch_named_tuple_fields_and_type():
     isolated(MODULE, "case_torch_named_tuple_fields_and_type")
 

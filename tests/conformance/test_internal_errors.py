@@ -11,8 +11,7 @@ def internal(reason):
     return pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason)
 
 
-@internal("`n = 1; n += x` records operator.iadd(1, x) and FX prints it as `1 += x`: a SyntaxError while "
-          "building the graph (the in-place operator of an immutable left operand is its plain operator)")
+# Fixed: the in-place operator of a number is its plain operator (operators.cpp recordedOperator).
 def test_augmented_assignment_to_a_number():
     def fn(x):
         n = 1

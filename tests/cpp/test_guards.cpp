@@ -50,7 +50,7 @@ void testLocalsConstantsAndContainers() {
   Obj eight(PyLong_FromLong(8));
   fast[0] = eight.o;
   EXPECT(!p.run(view, regs.data()));
-  EXPECT(p.explainFailure(view) == "L['n'] is 8, expected 7");
+  EXPECT(p.explainFailure(view) == "L['n'] == 7, got 8");
   Obj seven_float(PyFloat_FromDouble(7.0));
   fast[0] = seven_float.o;  // 7.0 == 7 but is another type: must not match
   EXPECT(!p.run(view, regs.data()));

@@ -49,7 +49,7 @@ def test_tensor_dispatch_keys_recompile(caplog):
         cdynamo._logging.log.propagate = False
         cdynamo.set_logs("")
     assert cnt.frame_count == 2
-    assert "dispatch keys are" in "\n".join(r.getMessage() for r in caplog.records)
+    assert "dispatch keys of L['x']: expected" in "\n".join(r.getMessage() for r in caplog.records)
     cf(x), cf(xi)
     assert cnt.frame_count == 2
 

@@ -505,10 +505,9 @@ CONV = torch.nn.Conv2d(3, 3, 3, padding=1)
 
 
 @case("recompile_per_shape", models=("mobilenetv3_small_100", "efficientnet_b0"),
-      why="static shapes only: each new input shape is a new cache entry; past config.cache_size_limit (8) the "
-          "frame runs natively. In the models, a break inside a block makes each small module (Conv2d.forward, "
-          "BatchNormAct2d) a frame of its own, called with every feature-map size of the network. torch._dynamo "
-          "marks a dimension dynamic after the first recompile on it (automatic dynamic shapes)")
+      why="fixed by automatic dynamic shapes: each small module (Conv2d.forward, BatchNormAct2d), a frame of "
+          "its own after a break inside a block, is called with every feature-map size of the network; the "
+          "recompile makes the dims that changed symbolic, as torch._dynamo does")
 def _():
     def f(x):
         return CONV(x).relu()

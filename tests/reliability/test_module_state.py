@@ -73,11 +73,6 @@ def test_method_monkeypatched_on_the_instance():
     check(change)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "class attributes (methods) of modules are not guarded, only the class identity: a method "
-    "replaced on the class after compiling is not seen (docs/architecture.md known gaps); the "
-    "trace must guard the class attribute it resolved (a type-dict version or identity check, "
-    "csrc/trace/calls.cpp where methods are looked up)"))
 def test_method_monkeypatched_on_the_class():
     def change(m):
         old = Net.scale

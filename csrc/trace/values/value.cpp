@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "support/lookup.h"
+
 namespace cdynamo::trace {
 
 ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
@@ -136,7 +138,24 @@ bool isConstantObject(PyObject* o) {
     return true;
   }
   if (PySlice_Check(o)) return true;
-  return false;
+  return isEnumMember(o);
+}
+
+bool isEnumMember(PyObject* o) {
+  // A member of an enum.Enum class (the class's metaclass derives from EnumMeta): a
+  // singleton made when its class was, immutable (EnumMeta refuses reassigning members),
+  // compared by identity unless its class says otherwise; a constant like an int.
+  PyTypeObject* meta = Py_TYPE(Py_TYPE(o));
+  if (meta == &PyType_Type || !PyType_HasFeature(Py_TYPE(o), Py_TPFLAGS_HEAPTYPE)) return false;
+  PyObject* enum_meta = lookup(Obj::enum_EnumMeta);
+  if (!enum_meta) {
+    PyErr_Clear();
+    return false;
+  }
+  if (!PyType_IsSubtype(meta, reinterpret_cast<PyTypeObject*>(enum_meta))) return false;
+  // The class itself is an instance of EnumMeta too; a member is an instance of the class
+  // found in the class's own member map.
+  return !PyType_Check(o);
 }
 
 }  // namespace cdynamo::trace

@@ -123,11 +123,13 @@ struct Function {
 struct Object {
   Ref obj;
   bool owned = false;  // made by the trace itself: nothing outside sees it yet, so it may be changed for real
+  ValuePtr base;       // a dict subclass instance's own items (a Dict read from it), or null
 };
 // An object of a user class made in the trace.
 struct NewObject {
   Ref cls;
   ValuePtr attrs;  // a Dict: its __dict__
+  ValuePtr base;   // an instance of a dict/OrderedDict subclass: its items (a Dict), or null
 };
 // super(): attribute lookup on `self` starting after `after` in its MRO.
 struct Super {
@@ -272,6 +274,8 @@ void forEachChild(const Value& v, F&& f);
 const char* kindName(Kind k);
 // True when `o` is a Python value the tracer models as a Constant.
 bool isConstantObject(PyObject* o);
+// A member of an enum.Enum class (a constant, compared by identity).
+bool isEnumMember(PyObject* o);
 
 // ---- inline definitions ----------------------------------------------------------------
 

@@ -1,0 +1,91 @@
+// Symbolic input sizes (GraphBuilder::setDynamic): the input fakes made with symbolic
+// contexts by cdynamo/_shapes.py (torch's ShapeEnv and FakeTensorMode.from_tensor), and the
+// placeholders of their symbols, as torch._dynamo's graphs carry them.
+#include "graph/graph_builder.h"
+
+#include "graph/torch_refs.h"
+#include "support/lookup.h"
+
+namespace cdynamo::graph {
+namespace {
+
+PyObject* shapesModule() {
+  static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  return mod.get();
+}
+
+// sym.node.expr (new reference, or null with an error set).
+Ref exprOf(PyObject* symint) {
+  Ref node = Ref::steal(PyObject_GetAttrString(symint, "node"));
+  return node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
+}
+
+}  // namespace
+
+int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, const std::string& source) {
+  PyObject* mod = shapesModule();
+  if (!mod) return -1;
+  int automatic = configFlag("automatic_dynamic_shapes");
+  if (automatic < 0) return -1;
+  PyObject* dynamic = dyn_.mode == 1 ? Py_True : dyn_.mode == 0 ? Py_False : Py_None;
+  Ref r = Ref::steal(PyObject_CallMethod(mod, "input_fake", "OOsOOO", mode_.get(), real, source.c_str(), dynamic,
+                                         dyn_.memory ? dyn_.memory : Py_None, automatic ? Py_True : Py_False));
+  if (!r) return -1;
+  if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2 || !PyList_Check(PyTuple_GET_ITEM(r.get(), 1))) {
+    PyErr_SetString(PyExc_TypeError, "cdynamo._shapes.input_fake: unexpected result");
+    return -1;
+  }
+  PyObject* syms = PyTuple_GET_ITEM(r.get(), 1);
+  if (!symbol_nodes_) {
+    symbol_nodes_ = Ref::steal(PyDict_New());
+    if (!symbol_nodes_) return -1;
+  }
+  // The new symbols' placeholders first (torch._dynamo puts them before the tensor's),
+  // each standing for a size of the tensor placeholder that follows them.
+  Node n{NodeOp::Placeholder};
+  n.name = name;
+  n.fake = Ref::borrow(PyTuple_GET_ITEM(r.get(), 0));
+  std::vector<int> fresh;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(syms); ++i) {
+    PyObject* item = PyList_GET_ITEM(syms, i);
+    long dim = PyLong_AsLong(PyTuple_GET_ITEM(item, 0));
+    PyObject* sym = PyTuple_GET_ITEM(item, 1);
+    if (dim < 0 || dim >= 64) continue;  // never: input_fake gives dims in range
+    n.dyn_mask |= uint64_t{1} << dim;
+    Ref e = exprOf(sym);
+    if (!e) return -1;
+    PyObject* known = PyDict_GetItemWithError(symbol_nodes_.get(), e.get());
+    if (known) {
+      n.uses_syms.push_back(static_cast<int>(PyLong_AsLong(known)));
+      continue;
+    }
+    if (PyErr_Occurred()) return -1;
+    Node s{NodeOp::Placeholder};
+    Ref text = Ref::steal(PyObject_Str(e.get()));
+    const char* t = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+    if (!t) return -1;
+    s.name = t;
+    s.fake = Ref::borrow(sym);
+    s.sym_dim = static_cast<int>(dim);
+    Ref id = Ref::steal(PyLong_FromLong(numNodes()));
+    if (!id || PyDict_SetItem(symbol_nodes_.get(), e.get(), id.get()) < 0) return -1;
+    n.uses_syms.push_back(numNodes());
+    fresh.push_back(numNodes());
+    nodes_.push_back(std::move(s));
+  }
+  for (int f : fresh) nodes_[f].sym_of = numNodes();  // the tensor's node, pushed next
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
+int GraphBuilder::symbolNode(PyObject* symint) {
+  if (!symbol_nodes_) return -1;
+  Ref e = exprOf(symint);
+  if (!e) return PyErr_Clear(), -1;
+  PyObject* known = PyDict_GetItemWithError(symbol_nodes_.get(), e.get());
+  if (!known) return PyErr_Clear(), -1;
+  return static_cast<int>(PyLong_AsLong(known));
+}
+
+}  // namespace cdynamo::graph

@@ -1,0 +1,228 @@
+"""Symbolic shapes on torch's machinery (cold path; called by the C++ graph builder).
+
+* ``input_fake``: the FakeTensor of a graph input, with the dimensions that are symbolic
+  (compile(dynamic=True), marks of torch._dynamo.mark_dynamic / maybe_mark_dynamic /
+  mark_static, automatic dynamic from the code object's size memory) made DUCK-sized
+  symbols of the trace's ShapeEnv, exactly as torch._dynamo asks FakeTensorMode.from_tensor.
+* ``compile_guards``: the ShapeEnv's guards (the relations duck sizing and the ops derived,
+  0/1 specialization, branches on sizes, mark_dynamic ranges) as flat integer programs the
+  C++ guard program evaluates on every call: no Python on the hit path.
+"""
+import sympy
+import torch
+from torch._dynamo.source import ConstantSource
+from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+from torch.utils._sympy import functions as _fn
+
+from . import _logging
+
+# Opcodes of a shape program (csrc/guards/guard_program.h ShapeOp); each op is
+# (opcode, reg, arg). CONST pushes arg; SIZE pushes size `arg` of the tensor in register reg;
+# the others pop their operands and push the result (booleans are 0/1).
+CONST, SIZE, ADD, MUL, FLOORDIV, MOD, POW, EQ, NE, LT, LE, GT, GE, AND, OR, NOT, MAX, MIN = range(18)
+
+
+def _contiguous_strides(sizes):
+    out, running = [], 1
+    for s in reversed(sizes):
+        out.append(running)
+        running *= max(s, 1)
+    return tuple(reversed(out))
+
+
+def _can_be_dynamic(real, source_name):
+    # As torch._dynamo (force_parameter_static_shapes, force_nn_module_property_static_shapes):
+    # parameters and module buffers keep static shapes. Symbolic dims need strides the
+    # guard can check from the sizes alone (contiguous) and no storage offset.
+    if isinstance(real, torch.nn.Parameter) or "._buffers[" in source_name:
+        return False
+    if real.layout != torch.strided or real.storage_offset() != 0:
+        return False
+    return tuple(real.stride()) == _contiguous_strides(tuple(real.shape))
+
+
+def marked(real):
+    """Whether a tensor carries torch._dynamo.mark_dynamic / maybe_mark_dynamic marks."""
+    d = getattr(real, "__dict__", None)
+    return bool(d) and bool(d.get("_dynamo_dynamic_indices") or d.get("_dynamo_weak_dynamic_indices"))
+
+
+def input_fake(mode, real, source_name, dynamic, memory, automatic):
+    """(fake, [(dim, SymInt)]) for graph input `real` read from `source_name`.
+
+    `dynamic` is the compile's setting (True, False or None); `memory` the code object's
+    {source name: sizes seen, None where they differed} (automatic dynamic), updated here."""
+    sizes = tuple(real.shape)
+    n = len(sizes)
+    dyn = [False] * n
+    why = [""] * n
+    if memory is not None and dynamic is None:
+        prev = memory.get(source_name)
+        if prev is not None and len(prev) == n:
+            now = [None if p is None or p != s else s for p, s in zip(prev, sizes)]
+            if automatic:
+                dyn = [v is None for v in now]
+                why = [f"automatic dynamic (was {p})" if v is None else "" for p, v in zip(prev, now)]
+        else:
+            now = list(sizes)
+        memory[source_name] = now
+    if dynamic is True:
+        dyn = [True] * n
+        why = ["dynamic=True"] * n
+    d = getattr(real, "__dict__", None) or {}
+    for i in set(d.get("_dynamo_dynamic_indices", ())) | set(d.get("_dynamo_weak_dynamic_indices", ())):
+        if 0 <= i < n:
+            dyn[i], why[i] = True, "mark_dynamic"
+    for i in d.get("_dynamo_static_indices", ()):
+        if 0 <= i < n:
+            dyn[i] = False
+    log = _logging.enabled("dynamic")
+    if any(dyn) and not _can_be_dynamic(real, source_name):
+        if log:
+            _logging.emit("dynamic", f"{source_name} keeps static sizes {list(sizes)}: a parameter, a buffer, or not "
+                                     "contiguous from offset 0 (symbolic sizes need strides the guard derives)")
+        dyn = [False] * n
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DUCK if x else DimDynamic.STATIC for x in dyn],
+                                   constraint_sizes=[None] * n)
+    fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
+    syms = [(i, s) for i, s in enumerate(fake.shape) if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol]
+    if log:
+        made = dict(syms)
+        for i in range(n):
+            if not dyn[i]:
+                continue
+            if i in made:
+                _logging.emit("dynamic", f"{source_name}.size()[{i}] = {sizes[i]} is symbol {made[i]} ({why[i]})")
+            else:
+                _logging.emit("dynamic", f"{source_name}.size()[{i}] = {sizes[i]} stays static ({why[i]}, but sizes 0 "
+                                         "and 1 are specialized)")
+    return fake, syms
+
+
+def truth(value):
+    """bool() of a backed SymBool/SymInt/SymFloat (records the guard in its ShapeEnv), or
+    None when it has no hint (an unbacked value read from a tensor)."""
+    if not value.node.has_hint():
+        return None
+    return bool(value)
+
+
+class _Compiler:
+    def __init__(self, where):
+        self.where = where  # symbol -> (reg, dim, source text)
+
+    def __call__(self, e):
+        ops = []
+        self.emit(e, ops)
+        return ops
+
+    def emit(self, e, ops):
+        if e is sympy.true or e is True:
+            ops.append((CONST, 0, 1))
+        elif e is sympy.false or e is False:
+            ops.append((CONST, 0, 0))
+        elif e.is_Integer:
+            ops.append((CONST, 0, int(e)))
+        elif e.is_Symbol:
+            if e not in self.where:
+                raise NotImplementedError(f"a shape guard on {e}, which no graph input's size gives")
+            reg, dim, _ = self.where[e]
+            ops.append((SIZE, reg, dim))
+        elif e.is_Add or e.is_Mul or isinstance(e, (sympy.Max, sympy.Min, sympy.And, sympy.Or)):
+            op = ADD if e.is_Add else MUL if e.is_Mul else MAX if isinstance(e, sympy.Max) else \
+                MIN if isinstance(e, sympy.Min) else AND if isinstance(e, sympy.And) else OR
+            args = e.args
+            self.emit(args[0], ops)
+            for a in args[1:]:
+                self.emit(a, ops)
+                ops.append((op, 0, 0))
+        elif e.is_Pow:
+            base, exp = e.args
+            if not (exp.is_Integer and int(exp) >= 0):
+                raise NotImplementedError(f"shape guard term {e} (not an integer power)")
+            self.emit(base, ops)
+            self.emit(exp, ops)
+            ops.append((POW, 0, 0))
+        elif isinstance(e, _fn.FloorDiv):
+            self.emit(e.args[0], ops)
+            self.emit(e.args[1], ops)
+            ops.append((FLOORDIV, 0, 0))
+        elif isinstance(e, (sympy.Mod, _fn.Mod, _fn.PythonMod)):
+            self.emit(e.args[0], ops)
+            self.emit(e.args[1], ops)
+            ops.append((MOD, 0, 0))
+        elif isinstance(e, sympy.Not):
+            self.emit(e.args[0], ops)
+            ops.append((NOT, 0, 0))
+        elif isinstance(e, sympy.core.relational.Relational):
+            rel = {sympy.Eq: EQ, sympy.Ne: NE, sympy.StrictLessThan: LT, sympy.LessThan: LE,
+                   sympy.StrictGreaterThan: GT, sympy.GreaterThan: GE}.get(type(e))
+            if rel is None:
+                raise NotImplementedError(f"shape guard relation {type(e).__name__}")
+            self.emit(e.lhs, ops)
+            self.emit(e.rhs, ops)
+            ops.append((rel, 0, 0))
+        else:
+            raise NotImplementedError(f"shape guard term {type(e).__name__} ({e})")
+
+
+def _depth(ops):
+    depth = best = 0
+    for op, _, _ in ops:
+        depth += 1 if op in (CONST, SIZE) else 0 if op == NOT else -1
+        best = max(best, depth)
+    return best
+
+
+def compile_guards(shape_env, bindings):
+    """[(text, ops)] for the guards an entry needs about its symbolic sizes.
+
+    `bindings`: (SymInt, reg, dim, source name, real tensor) for every symbolic size of a
+    graph input, in input order. Raises NotImplementedError for a guard the program cannot
+    express (the frame then is not captured, with that reason)."""
+    where = {}
+    out = []
+
+    def size(reg, dim):
+        return (SIZE, reg, dim)
+
+    for s, reg, dim, name, real in bindings:
+        # The symbol the size was made as (the trace may have replaced it since: s0 == 3
+        # specializes it, s1 == s0 unifies; the guards say so in terms of the symbols).
+        e = getattr(s.node, "_expr", None)
+        if e is None or not e.is_Symbol:
+            e = s.node.expr
+        src = f"{name}.size()[{dim}]"
+        if e in where:  # duck sizing: one symbol for equal sizes; the entry needs them equal
+            r2, d2, src2 = where[e]
+            out.append((f"{src} == {src2}", [size(reg, dim), size(r2, d2), (EQ, 0, 0)]))
+        else:
+            where[e] = (reg, dim, src)
+        for r in getattr(real, "_dynamo_dynamic_range", ()) or ():
+            if r.dim != dim:
+                continue
+            if r.min is not None:
+                out.append((f"{src} >= {r.min}", [size(reg, dim), (CONST, 0, int(r.min)), (GE, 0, 0)]))
+            if r.max is not None:
+                out.append((f"{src} <= {r.max}", [size(reg, dim), (CONST, 0, int(r.max)), (LE, 0, 0)]))
+    for e, (reg, dim, src) in where.items():
+        vr = shape_env.var_to_range.get(e)
+        if vr is None:
+            continue
+        lower, upper = vr.lower, vr.upper
+        if getattr(lower, "is_Integer", False) and int(lower) > 0:
+            out.append((f"{src} >= {int(lower)}", [size(reg, dim), (CONST, 0, int(lower)), (GE, 0, 0)]))
+        if getattr(upper, "is_Integer", False):
+            out.append((f"{src} <= {int(upper)}", [size(reg, dim), (CONST, 0, int(upper)), (LE, 0, 0)]))
+    compile_expr = _Compiler(where)
+    names = {e: sympy.Symbol(src) for e, (_, _, src) in where.items()}
+    for g in shape_env.guards:
+        ops = compile_expr(g.expr)
+        out.append((str(g.expr.xreplace(names)), ops))
+    if _logging.enabled("dynamic"):
+        for text, _ in out:
+            _logging.emit("dynamic", f"shape guard: {text}")
+    for text, ops in out:
+        if _depth(ops) > 32:
+            raise NotImplementedError(f"shape guard {text} is too deep for the guard program")
+    return out

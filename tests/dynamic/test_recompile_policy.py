@@ -1,0 +1,177 @@
+"""The recompile policy (config.recompile_limit, accumulated_recompile_limit,
+fail_on_recompile_limit_hit) and recompile reasons in the user's terms, each checked
+against torch._dynamo in the same test."""
+import warnings
+
+import pytest
+import torch
+import torch._dynamo.testing
+
+import cdynamo
+from cdynamo.testing import CompileCounter
+
+
+@pytest.fixture
+def policy():
+    saved = (cdynamo.config.recompile_limit, cdynamo.config.accumulated_recompile_limit,
+             cdynamo.config.fail_on_recompile_limit_hit)
+    yield cdynamo.config
+    (cdynamo.config.recompile_limit, cdynamo.config.accumulated_recompile_limit,
+     cdynamo.config.fail_on_recompile_limit_hit) = saved
+
+
+def add_one(x):
+    return x + 1
+
+
+def dynamo_frames(fn, inputs, **kw):
+    cnt = torch._dynamo.testing.CompileCounter()
+    cf = torch.compile(fn, backend=cnt, **kw)
+    for args in inputs:
+        cf(*args)
+    return cnt.frame_count
+
+
+def test_static_lengths_past_the_limit_hit_and_run_natively_with_one_warning(policy):
+    cnt = CompileCounter()
+    cf = cdynamo.compile(add_one, backend=cnt, dynamic=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning while under the limit
+        for n in range(1, 9):
+            torch.testing.assert_close(cf(torch.ones(n)), torch.ones(n) + 1)
+    assert cnt.frame_count == 8
+    with pytest.warns(UserWarning) as caught:
+        torch.testing.assert_close(cf(torch.ones(9)), torch.ones(9) + 1)  # natively, correct
+    assert len(caught) == 1
+    msg = str(caught[0].message)
+    assert "add_one" in msg and "config.recompile_limit (8)" in msg
+    assert "size of dim 0 of L['x']: expected 8, got 9" in msg
+    assert cnt.frame_count == 8
+    # Lengths 1..8 still hit their entries; another miss runs natively without a new warning.
+    hits = cdynamo.stats()["cache_hits"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in range(1, 9):
+            torch.testing.assert_close(cf(torch.ones(n)), torch.ones(n) + 1)
+        torch.testing.assert_close(cf(torch.ones(10)), torch.ones(10) + 1)
+    assert cdynamo.stats()["cache_hits"] == hits + 8
+    assert cnt.frame_count == 8
+    assert cdynamo.stats()["native_frames"] == []  # the code is not marked native for good
+    assert cnt.frame_count == dynamo_frames(add_one, [(torch.ones(n),) for n in range(1, 11)], dynamic=False)
+
+
+def test_recompile_limit_setting_applies_at_once(policy):
+    policy.recompile_limit = 2
+    assert policy.cache_size_limit == 2  # the old name is the same setting
+    cnt = CompileCounter()
+    cf = cdynamo.compile(add_one, backend=cnt, dynamic=False)
+    with pytest.warns(UserWarning, match=r"recompile_limit \(2\)"):
+        for n in (2, 3, 4, 5):
+            torch.testing.assert_close(cf(torch.ones(n)), torch.ones(n) + 1)
+    assert cnt.frame_count == 2
+    with torch._dynamo.config.patch(recompile_limit=2):
+        assert dynamo_frames(add_one, [(torch.ones(n),) for n in (2, 3, 4, 5)], dynamic=False) == 2
+
+
+def test_fail_on_recompile_limit_hit_raises(policy):
+    policy.recompile_limit = 1
+    policy.fail_on_recompile_limit_hit = True
+    cnt = CompileCounter()
+    cf = cdynamo.compile(add_one, backend=cnt, dynamic=False)
+    cf(torch.ones(2))
+    with pytest.raises(cdynamo.FailOnRecompileLimitHit, match=r"add_one.*recompile_limit \(1\).*expected 2, got 3"):
+        cf(torch.ones(3))
+    torch.testing.assert_close(cf(torch.ones(2)), torch.ones(2) + 1)  # the entry still hits
+    assert cnt.frame_count == 1
+    dcnt = torch._dynamo.testing.CompileCounter()
+    with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
+        df = torch.compile(add_one, backend=dcnt, dynamic=False)
+        df(torch.ones(2))
+        with pytest.raises(torch._dynamo.exc.FailOnRecompileLimitHit):
+            df(torch.ones(3))
+    assert dcnt.frame_count == 1
+
+
+def test_accumulated_limit_counts_every_configuration(policy):
+    policy.accumulated_recompile_limit = 3
+    c1, c2 = CompileCounter(), CompileCounter()
+    f1 = cdynamo.compile(add_one, backend=c1, dynamic=False)
+    f2 = cdynamo.compile(add_one, backend=c2, dynamic=False)
+    f1(torch.ones(1))
+    f1(torch.ones(2))
+    f2(torch.ones(1))  # a first compile for this configuration: not a recompile
+    with pytest.warns(UserWarning, match=r"accumulated_recompile_limit \(3\)"):
+        torch.testing.assert_close(f2(torch.ones(2)), torch.ones(2) + 1)
+    assert (c1.frame_count, c2.frame_count) == (2, 1)
+    torch.testing.assert_close(f1(torch.ones(2)), torch.ones(2) + 1)  # still hits
+    assert c1.frame_count == 2
+
+
+def test_recompile_reasons_in_user_terms_recorded_on_misses_only(policy):
+    cnt = CompileCounter()
+    cf = cdynamo.compile(add_one, backend=cnt, dynamic=False)
+    cf(torch.ones(8))
+    cf(torch.ones(9))
+    reasons = cdynamo.stats()["recompile_reasons"]
+    assert [r["reason"] for r in reasons] == ["size of dim 0 of L['x']: expected 8, got 9"]
+    assert "add_one" in reasons[0]["function"] and reasons[0]["compiled"]
+    cf(torch.ones(8, dtype=torch.float64))
+    reasons = cdynamo.stats()["recompile_reasons"]
+    # Every entry of the configuration says why it rejected the call, most recent first.
+    assert reasons[-1]["reason"] == ("dtype of L['x']: expected torch.float32, got torch.float64\n    - "
+                                     "dtype of L['x']: expected torch.float32, got torch.float64")
+    for _ in range(3):  # hits record nothing
+        cf(torch.ones(9))
+        cf(torch.ones(8))
+    assert len(cdynamo.stats()["recompile_reasons"]) == 2
+    assert cnt.frame_count == 3 == dynamo_frames(
+        add_one, [(torch.ones(8),), (torch.ones(9),), (torch.ones(8, dtype=torch.float64),)], dynamic=False)
+
+
+LR = 0.01
+
+
+def scaled(x):
+    return x * LR
+
+
+def test_global_hyperparameter_change_recompiles_with_reason_and_uses_new_value():
+    global LR
+    cnt = CompileCounter()
+    cf = cdynamo.compile(scaled, backend=cnt)
+    x = torch.ones(3)
+    try:
+        torch.testing.assert_close(cf(x), x * 0.01)
+        LR = 0.02
+        torch.testing.assert_close(cf(x), x * 0.02)
+        torch.testing.assert_close(cf(x), x * 0.02)
+    finally:
+        LR = 0.01
+    assert cnt.frame_count == 2
+    assert cdynamo.stats()["recompile_reasons"][-1]["reason"] == "G['LR'] == 0.01, got 0.02"
+    try:
+        dcnt = torch._dynamo.testing.CompileCounter()
+        df = torch.compile(scaled, backend=dcnt)
+        df(x)
+        LR = 0.02
+        df(x)
+    finally:
+        LR = 0.01
+    assert dcnt.frame_count == 2
+
+
+def test_recompile_log_names_the_guard(caplog):
+    import logging
+
+    cdynamo.set_logs("recompiles")
+    try:
+        cf = cdynamo.compile(add_one, backend="eager", dynamic=False)
+        cf(torch.randn(2, 3))
+        with caplog.at_level(logging.INFO, logger="cdynamo"):
+            cdynamo._logging.log.propagate = True
+            cf(torch.randn(2, 4))
+    finally:
+        cdynamo._logging.log.propagate = False
+        cdynamo.set_logs("")
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    assert "Recompiling function add_one" in text and "size of dim 1 of L['x']: expected 3, got 4" in text
