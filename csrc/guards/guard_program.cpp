@@ -47,6 +47,16 @@ bool sameName(PyObject* a, PyObject* b) {
 }  // namespace
 
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
+  // Names are attribute names (str) or dict keys (any constant: int keys too); comparing
+  // them never leaves an error set.
+  auto sameName = [](PyObject* a, PyObject* b) {
+    if (a == b) return true;
+    if (PyUnicode_Check(a) && PyUnicode_Check(b)) return PyUnicode_Compare(a, b) == 0;
+    if (Py_TYPE(a) != Py_TYPE(b)) return false;
+    int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (eq < 0) PyErr_Clear();
+    return eq == 1;
+  };
   for (size_t i = 0; i < loads_.size(); ++i) {
     const Load& l = loads_[i];
     if (!l.dropped && l.kind == kind && l.base == base && l.index == index) {
@@ -190,6 +200,8 @@ size_t GuardProgram::numChecks() const {
 }
 
 void GuardProgram::checkLength(int reg, Py_ssize_t n) {
+  for (const Check& done : checks_)  // once per register
+    if (!done.dropped && done.kind == CheckKind::Length && done.reg == reg && done.index == n) return;
   Check c{CheckKind::Length, reg, static_cast<int>(n)};
   c.what = names_[reg];
   addCheck(std::move(c));
@@ -213,6 +225,9 @@ void GuardProgram::checkNoInstanceAttr(int reg, PyObject* name) {
 }
 
 void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
+  // Once per register: the real dict does not change while a frame is traced.
+  for (const Check& done : checks_)
+    if (!done.dropped && done.kind == CheckKind::DictKeys && done.reg == reg) return;
   Check c{CheckKind::DictKeys, reg};
   c.obj = Ref::steal(PyDict_Keys(dict));
   if (c.obj) {
@@ -379,9 +394,34 @@ bool evalShape(const std::vector<ShapeOp>& ops, PyObject** regs, int64_t* out) {
 
 }  // namespace
 
+bool isReadableIterator(PyObject* it) {
+  // The iterators of CPython's tuples, lists, ranges, dicts (keys, values, items) and sets:
+  // their __reduce__ gives (iter, (items,)[, index]) and consumes nothing.
+  static PyTypeObject* types[7] = {};
+  static bool made = false;
+  if (!made) {
+    made = true;
+    Ref empties[7] = {Ref::steal(PyTuple_New(0)), Ref::steal(PyList_New(0)), Ref::steal(PyObject_CallFunction(
+                          reinterpret_cast<PyObject*>(&PyRange_Type), "i", 0)),
+                      Ref::steal(PyDict_New()), Ref(), Ref(), Ref::steal(PySet_New(nullptr))};
+    if (empties[3]) {
+      empties[4] = Ref::steal(PyObject_CallMethod(empties[3].get(), "values", nullptr));
+      empties[5] = Ref::steal(PyObject_CallMethod(empties[3].get(), "items", nullptr));
+    }
+    for (int i = 0; i < 7; ++i) {
+      Ref iter = empties[i] ? Ref::steal(PyObject_GetIter(empties[i].get())) : Ref();
+      if (iter) types[i] = Py_TYPE(iter.get());
+    }
+    PyErr_Clear();
+  }
+  for (PyTypeObject* t : types)
+    if (t && Py_IS_TYPE(it, t)) return true;
+  return false;
+}
+
 Ref iterRemaining(PyObject* it) {
-  if (!Py_IS_TYPE(it, &PyTupleIter_Type)) {
-    PyErr_SetString(PyExc_TypeError, "not a tuple_iterator");
+  if (!isReadableIterator(it)) {
+    PyErr_SetString(PyExc_TypeError, "not an iterator whose remaining items can be read");
     return Ref();
   }
   Ref state = Ref::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
@@ -391,17 +431,14 @@ Ref iterRemaining(PyObject* it) {
     PyErr_SetString(PyExc_TypeError, "unexpected tuple_iterator.__reduce__() result");
     return Ref();
   }
-  PyObject* seq = PyTuple_GET_ITEM(PyTuple_GET_ITEM(state.get(), 1), 0);
-  if (!PyTuple_Check(seq)) {
-    PyErr_SetString(PyExc_TypeError, "unexpected tuple_iterator.__reduce__() result");
-    return Ref();
-  }
+  Ref seq = Ref::steal(PySequence_Tuple(PyTuple_GET_ITEM(PyTuple_GET_ITEM(state.get(), 1), 0)));
+  if (!seq) return Ref();
   Py_ssize_t index = 0;
   if (PyTuple_GET_SIZE(state.get()) >= 3) {
     index = PyLong_AsSsize_t(PyTuple_GET_ITEM(state.get(), 2));
     if (index < 0 && PyErr_Occurred()) return Ref();
   }
-  return Ref::steal(PyTuple_GetSlice(seq, index, PY_SSIZE_T_MAX));
+  return Ref::steal(PyTuple_GetSlice(seq.get(), index, PY_SSIZE_T_MAX));
 }
 
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {

@@ -109,6 +109,8 @@ struct Check {
 // its __reduce__: (iter, (seq,), index), or (iter, ((),)) once exhausted). Null with a
 // Python error set when `it` is not a tuple_iterator or the read fails.
 Ref iterRemaining(PyObject* it);
+// Whether iterRemaining can read `it` (an iterator of a tuple, list, range, dict or set).
+bool isReadableIterator(PyObject* it);
 
 class GuardProgram {
  public:

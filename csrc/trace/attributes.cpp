@@ -36,6 +36,12 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     }
     case Kind::PyModule: {
       PyObject* module = obj->as<PyModule>().obj.get();
+      // A global of that module stored earlier in the trace (STORE_GLOBAL in one of its
+      // functions, recorded against its globals dict, which is the module's __dict__).
+      if (t.effects().anyAttrOverlay()) {
+        int dreg = t.load(LoadKind::Constant, -1, 0, PyModule_GetDict(module), "globals");
+        if (ValuePtr v = t.effects().overlayAttr(dreg, name)) return v;
+      }
       Ref v = Ref::steal(PyObject_GetAttr(module, name));
       if (!v) return t.failFromPython(std::string("module attribute '") + n + "'");
       // torch's own namespaces are assumed stable (as TorchDynamo does); a user module's
@@ -117,6 +123,8 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return Value::namedMethod(obj, name);
     case Kind::Namespace:
       return namespaceGetAttr(t, obj, name);
+    case Kind::DictView:
+      return Value::namedMethod(obj, name);  // isdisjoint, ...: called later (unsupported there)
     case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:

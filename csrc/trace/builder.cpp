@@ -43,7 +43,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   // method's __self__) is one Value, so a mutation through one is seen through the other;
   // the guard checks that the two sources still are one object.
   const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
-                              Py_IS_TYPE(obj, &PyTupleIter_Type) ||
+                              guards::isReadableIterator(obj) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
                                !isTensor(obj) && !isModule(obj));
   if (mutable_object && reg >= 0) {
@@ -186,9 +186,10 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       guards().checkEquals(reg, frozen.get());
     }
     v = Value::set(std::move(values), reg);
-  } else if (Py_IS_TYPE(obj, &PyTupleIter_Type) && reg >= 0) {
-    // A tuple iterator passed in: what a resume function receives for a for loop a break
-    // interrupted (the break's output plan rebuilds the loop's iterator as iter(tuple)).
+  } else if (guards::isReadableIterator(obj) && reg >= 0) {
+    // An iterator of a tuple, list, range, dict or set passed in: a tuple_iterator is what a
+    // resume function receives for a for loop a break interrupted (the break's output plan
+    // rebuilds the loop's iterator as iter(tuple)); the others, what a compiled frame returns.
     // Modeled as an Iterator over the items it has left, guarded by its type, their number
     // and each item as it is used; what the trace consumes is replayed on the real
     // iterator (an Advance effect, Iterators::appendAdvances), which the outputs hand back
@@ -210,7 +211,7 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       items.push_back(item.take());
       item_regs.push_back(item_reg);
     }
-    v = Value::iterator(std::move(items), reg);
+    v = Value::iterator(std::move(items), reinterpret_cast<PyObject*>(Py_TYPE(obj)), reg);
     iterators_.addInput(v, rest_reg, std::move(item_regs));
   } else {
     return notHandled();
@@ -311,7 +312,7 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
     guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
     v = Value::callable(obj, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
-                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0)) {
+                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj))) {
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::callable(obj, reg);
   } else {

@@ -25,7 +25,23 @@ Result<ValuePtr> runPure(Tracer& t, PyObject* f, const char* which, Args& args, 
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   if (!pargs) return t.failFromPython(std::string(which) + "()");
   bool materialized = true;
+  // An iterator argument is a real iterator of its type over the items it has left; its
+  // counter says afterwards how many the call took.
+  std::vector<Ref> counters(args.size());
   for (size_t i = 0; i < args.size() && materialized; ++i) {
+    if (const Iterator* it = args[i]->get<Iterator>()) {
+      Ref items = it->stepper ? Ref() : toPython(t, Value::tuple(std::vector<ValuePtr>(
+                                                         it->items.begin() + static_cast<std::ptrdiff_t>(std::min(it->pos, it->items.size())),
+                                                         it->items.end())));
+      Ref pair = items && !t.iterators().stale(args[i].get()) ? realIterator(it->type.get(), items.get()) : Ref();
+      if (!pair) {
+        materialized = false;
+        break;
+      }
+      counters[i] = Ref::borrow(PyTuple_GET_ITEM(pair.get(), 1));
+      PyTuple_SET_ITEM(pargs.get(), i, Ref::borrow(PyTuple_GET_ITEM(pair.get(), 0)).release());
+      continue;
+    }
     Ref a = toPython(t, args[i]);
     if (!a || (args[i]->is(Kind::Callable) && !PyCFunction_Check(a.get()) && !PyType_Check(a.get()))) {
       materialized = false;
@@ -47,11 +63,28 @@ Result<ValuePtr> runPure(Tracer& t, PyObject* f, const char* which, Args& args, 
     }
   }
   if (!materialized) return notHandled();
+  // What the call takes of an iterator argument, read from its counter.
+  auto itemsLeft = [](PyObject* counter) -> Py_ssize_t {
+    Py_ssize_t n = PyObject_LengthHint(counter, -1);
+    if (n < 0) PyErr_Clear();
+    return n;
+  };
+  std::vector<Py_ssize_t> left_before(args.size(), -1);
+  for (size_t i = 0; i < args.size(); ++i)
+    if (counters[i]) left_before[i] = itemsLeft(counters[i].get());
   Ref r = Ref::steal(PyObject_Call(f, pargs.get(), kw.get()));
   if (!r) return t.raisePython();
-  for (const ValuePtr& a : args)  // consumed, as the real call did
-    if (const Iterator* it = a->get<Iterator>())
-      if (Done d = t.iterators().advance(a, it->items.size(), true); !d) return d.stop();
+  for (size_t i = 0; i < args.size(); ++i) {  // consumed as the real call did
+    const Iterator* it = args[i]->get<Iterator>();
+    if (!it || !counters[i]) continue;
+    Py_ssize_t before = left_before[i], after = itemsLeft(counters[i].get());
+    if (before < 0 || after < 0 || after > before)
+      return t.fail(std::string(which) + "() of an iterator: what it took is not known");
+    const size_t taken = static_cast<size_t>(before - after);
+    // Taking every item means the call also saw its end (sum, list, sorted, ...).
+    if (taken == 0 && after != 0) continue;
+    if (Done d = t.iterators().advance(args[i], it->pos + taken, after == 0); !d) return d.stop();
+  }
   return fromPython(t, r.get());
 }
 
@@ -94,6 +127,7 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set))
     return constInt(static_cast<long>(v->elements()->size()));
   if (const Dict* d = v->get<Dict>()) return constInt(static_cast<long>(d->values.size()));
+  if (const DictView* view = v->get<DictView>()) return constInt(static_cast<long>(view->dict->as<Dict>().values.size()));
   if (v->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, f, args, {});
   if (isModuleContainer(v)) {
     std::vector<std::pair<Ref, ValuePtr>> children;
@@ -217,6 +251,14 @@ Result<ValuePtr> builtinNext(Tracer& t, PyObject* f, const char* which, Args& ar
   const ValuePtr& it = args[0];
   const Iterator* iter = it->get<Iterator>();
   if (!iter) return t.fail("next() of a non-iterator");
+  if (iter->stepper) {  // a user iterator object: its __next__, inlined
+    ValuePtr item;
+    if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();
+    if (item) return item;
+    if (args.size() == 2) return args[1];
+    PyErr_SetNone(PyExc_StopIteration);
+    return t.raisePython();
+  }
   if (iter->pos < iter->items.size()) {
     ValuePtr item = iter->items[iter->pos];
     if (Done d = t.iterators().advance(it, iter->pos + 1, false); !d) return d.stop();
@@ -246,7 +288,7 @@ Result<ValuePtr> builtinEnumerate(Tracer& t, PyObject* f, const char* which, Arg
   }
   std::vector<ValuePtr> pairs;
   for (size_t i = 0; i < items.size(); ++i) pairs.push_back(Value::tuple({constInt(start + static_cast<long>(i)), items[i]}));
-  ValuePtr it = Value::iterator(std::move(pairs));
+  ValuePtr it = Value::iterator(std::move(pairs), PyType_Check(f) ? f : nullptr);
   if (args[0]->is(Kind::Iterator)) {
     std::vector<size_t> consumed(items.size());
     for (size_t k = 0; k < items.size(); ++k) consumed[k] = k + 1;
@@ -279,7 +321,7 @@ Result<ValuePtr> builtinZip(Tracer& t, PyObject* f, const char* which, Args& arg
     for (auto& s : seqs) row.push_back(s[k]);
     rows.push_back(Value::tuple(std::move(row)));
   }
-  ValuePtr it = Value::iterator(std::move(rows));
+  ValuePtr it = Value::iterator(std::move(rows), PyType_Check(f) ? f : nullptr);
   t.iterators().linkLockstep(it, args, 0, seqs, n, strict);
   return it;
   
@@ -292,7 +334,7 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
   std::vector<ValuePtr> items;
   if (args[0]->is(Kind::Iterator)) return t.fail("reversed() of an iterator (TypeError)");
   if (Done d = iterate(t, args[0], &items); !d) return d.stop();
-  return Value::iterator(std::vector<ValuePtr>(items.rbegin(), items.rend()));
+  return Value::iterator(std::vector<ValuePtr>(items.rbegin(), items.rend()), iteratorTypeFor(t, f, args[0]));
   
 }
 
@@ -300,6 +342,9 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
 Result<ValuePtr> builtinMapFilter(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (!((is("map") || is("filter")) && args.size() >= 2)) return notHandled();
+  // map() takes keywords (strict=) from Python 3.14 only; filter() never does.
+  if (!kwargs.empty() && PY_VERSION_HEX < 0x030E0000)
+    return t.raiseNew(PyExc_TypeError, std::string(which) + "() takes no keyword arguments");
   if (is("filter") && args.size() != 2) return t.fail("filter() takes two arguments (TypeError)");
   std::vector<std::vector<ValuePtr>> seqs(args.size() - 1);
   size_t n = SIZE_MAX;
@@ -336,7 +381,7 @@ Result<ValuePtr> builtinMapFilter(Tracer& t, PyObject* f, const char* which, Arg
       }
     }
   }
-  ValuePtr it = Value::iterator(std::move(results));
+  ValuePtr it = Value::iterator(std::move(results), PyType_Check(f) ? f : nullptr);
   if (t.effects().mutations() != mutations_before || t.graph().anyImpureFrom(nodes_before))
     return t.fail(std::string(is("map") ? "map()" : "filter()") +
                 " with a function that changes state: it runs lazily, item by item, in Python "
@@ -473,6 +518,11 @@ Result<ValuePtr> builtinIter(Tracer& t, PyObject*, const char*, Args& args, Kwar
 // read from it (scalars.h), a graph op, or a data-dependent read that stops the trace.
 Result<ValuePtr> builtinOfTensor(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
+  if (is("bool") && args.size() == 1 && kwargs.empty() && !args[0]->is(Kind::Tensor)) {
+    Result<bool> truth = truthValue(t, args[0]);  // __bool__, __len__, a container's size, ...
+    if (!truth) return truth.stop();
+    return Value::constant(*truth ? Py_True : Py_False);
+  }
   if (args.empty() || !args[0]->is(Kind::Tensor)) return notHandled();
   if (is("str")) {
     if (args.size() == 1) return t.fail("str() of a tensor reads its value");
@@ -557,7 +607,25 @@ const std::vector<BuiltinRow> kBuiltinRows = {
 
 const std::vector<BuiltinRow>& builtinRows() { return kBuiltinRows; }
 
+// Whether the builtin `f` takes no keyword arguments at all: a C function without
+// METH_KEYWORDS, or a type whose text signature has positional-only parameters only
+// (`(function, iterable, /)`). False when it takes some or it cannot be told.
+bool takesNoKeywords(PyObject* f) {
+  if (PyCFunction_Check(f)) return (PyCFunction_GET_FLAGS(f) & METH_KEYWORDS) == 0;
+  if (!PyType_Check(f)) return false;
+  Ref sig = Ref::steal(PyObject_GetAttrString(f, "__text_signature__"));
+  if (!sig || !PyUnicode_Check(sig.get())) {
+    PyErr_Clear();
+    return false;
+  }
+  Py_ssize_t n = PyUnicode_GET_LENGTH(sig.get());
+  return n >= 2 && PyUnicode_Tailmatch(sig.get(), Ref::steal(PyUnicode_FromString("/)")).get(), 0, n, 1) == 1;
+}
+
 Result<ValuePtr> callBuiltin(Tracer& t, PyObject* f, const CallableRow& row, Args& args, Kwargs& kwargs) {
+  // A keyword CPython rejects is the program's TypeError, whatever the handler would accept.
+  if (!kwargs.empty() && takesNoKeywords(f))
+    return t.raiseNew(PyExc_TypeError, std::string(row.name) + "() takes no keyword arguments");
   if (row.pure) {
     Result<ValuePtr> r = runPure(t, f, row.name, args, kwargs);
     if (!r.notHandled()) return r;

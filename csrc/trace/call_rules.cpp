@@ -503,7 +503,87 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
   return t.fail("call of " + torchName(f) + "(), a torch binding that may change state");
 }
 
+// A functools.lru_cache/cache wrapper called: the function it wraps is inlined, skipping
+// the cache (as TorchDynamo does, with the same warning): the traced call computes what a
+// cache miss would. The wrapped function is read through the wrapper (guarded).
+Result<ValuePtr> callCacheWrapper(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
+  PyObject* f = fn->real();
+  static PyObject* wrapped_name = PyUnicode_InternFromString("__wrapped__");
+  if (!wrapped_name) return t.failFromPython("__wrapped__");
+  Ref wrapped = Ref::steal(PyObject_GetAttr(f, wrapped_name));
+  if (!wrapped) return t.failFromPython("the function an lru_cache wraps");
+  if (PyErr_WarnEx(PyExc_UserWarning,
+                   "Dynamo detected a call to a `functools.lru_cache`-wrapped function. Dynamo ignores the cache "
+                   "wrapper and directly traces the wrapped function. Silent incorrectness is only a *potential* "
+                   "risk, not something we have observed.",
+                   1) < 0)
+    return t.failFromPython("the lru_cache warning");
+  int reg = fn->reg >= 0 ? t.load(guards::LoadKind::Attr, fn->reg, 0, wrapped_name, t.guards().sourceName(fn->reg) + ".__wrapped__")
+                         : -1;
+  Result<ValuePtr> target = t.wrap(wrapped.get(), reg);
+  if (!target) return target;
+  return call(t, *target, std::move(args), std::move(kwargs));
+}
+
+// `fromkeys` of one of CPython's dict types (dict.fromkeys, OrderedDict.fromkeys,
+// defaultdict.fromkeys: a classmethod bound to the type): a new dict of that type, every
+// key mapped to the one value (None when not given).
+Result<ValuePtr> callDictFromkeys(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (!PyCFunction_Check(f)) return notHandled();
+  PyObject* type = PyCFunction_GET_SELF(f);
+  const char* name = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
+  if (!type || !PyType_Check(type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), &PyDict_Type) ||
+      PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_HEAPTYPE) || strcmp(name, "fromkeys") != 0)
+    return notHandled();
+  ValuePtr value = args.size() > 1 ? args[1] : Value::constant(Py_None);
+  for (auto& [k, v] : kwargs) {
+    if (PyUnicode_CompareWithASCIIString(k.get(), "value") != 0 || args.size() > 1)
+      return t.fail("fromkeys() with these keyword arguments");
+    value = v;
+  }
+  if (args.empty() || args.size() > 2) return t.fail("fromkeys() with these arguments");
+  std::vector<ValuePtr> keys;
+  if (Done d = iterate(t, args[0], &keys); !d) return d.stop();
+  ValuePtr d = Value::dict(type, {}, {});
+  for (const ValuePtr& k : keys)
+    if (Done done = storeSubscript(t, d, k, value); !done) return done.stop();
+  return d;
+}
+
+// A C function of the standard library with a Python version in cdynamo._polyfills
+// (itertools.chain, functools.reduce, ...): that version inlined in its place. A generator's
+// result is given the type of the original's iterator (the class, or the class a
+// classmethod like chain.from_iterable belongs to).
+Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  PyObject* table = lookup(Obj::cdynamo_polyfills);
+  if (!table || !PyDict_Check(table)) return t.failFromPython("cdynamo._polyfills");
+  if (!PyCFunction_Check(f) && !PyType_Check(f)) return notHandled();  // C callables only: hashed by identity
+  PyObject* poly = PyDict_GetItemWithError(table, f);
+  if (!poly) {
+    PyErr_Clear();
+    return notHandled();
+  }
+  if (!PyFunction_Check(poly)) return t.fail("a polyfill that is not a Python function");
+  Result<ValuePtr> r = t.inlineFunction(poly, -1, std::move(args), std::move(kwargs));
+  if (!r) return r;
+  if (Iterator* it = (*r)->get<Iterator>(); it && it->type.get() == reinterpret_cast<PyObject*>(&PyGen_Type)) {
+    PyObject* owner = PyCFunction_Check(f) ? PyCFunction_GET_SELF(f) : nullptr;
+    PyObject* type = PyType_Check(f) ? f : (owner && PyType_Check(owner)) ? owner : nullptr;
+    if (type) it->type = Ref::borrow(type);
+  }
+  return r;
+}
+
 }  // namespace
+
+bool isCacheWrapper(PyObject* f) {
+  PyObject* type = lookup(Obj::functools_lru_cache_wrapper);
+  if (!type) {
+    PyErr_Clear();
+    return false;
+  }
+  return reinterpret_cast<PyObject*>(Py_TYPE(f)) == type;
+}
 
 const std::vector<SpecialRow>& specialRows() { return kSpecialRows; }
 
@@ -512,6 +592,8 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
   if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
   if (Result<ValuePtr> b = callBaseMethod(t, f, args, kwargs); !b.notHandled()) return b;  // dict.get(sub, k)
+  if (Result<ValuePtr> poly = callPolyfill(t, f, args, kwargs); !poly.notHandled()) return poly;
+  if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
@@ -524,6 +606,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   }
   if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) && !isTorchFunction(f))
     return newObject(t, f, std::move(args), std::move(kwargs));
+  if (isCacheWrapper(f)) return callCacheWrapper(t, fn, args, kwargs);
   if (isTorchFunction(f)) return callTorchFunction(t, fn, args, kwargs);
   if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
   Ref repr = Ref::steal(PyObject_Repr(f));

@@ -146,6 +146,7 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     case Kind::Cell:
     case Kind::Super:
     case Kind::Namespace:
+    case Kind::DictView:
       break;
   }
   return t.fail(std::string("calling a ") + kindName(fn->kind()) + " is not supported");
@@ -175,37 +176,13 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
 
 namespace {
 
-// nn.Module.__call__: its forward inlined, once no hook would run.
-Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs) {
+// The module's forward called: one stored on the instance earlier in the trace
+// (`mod.forward = f`), one of the instance, or the class's (guarded as a class attribute,
+// with the instance guarded not to have one: a forward assigned later is not missed).
+Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs) {
   PyObject* m = module->as<Module>().obj.get();
-  // Inlining forward skips Module.__call__, which is only right while no hook would run:
-  // check now, and guard that the module's own hook dicts stay empty.
-  static const char* const kHookDicts[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
-                                           "_backward_pre_hooks"};
-  for (const char* h : kHookDicts) {
-    PyObject* d = instanceDictItem(m, h);
-    if (d && (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 0))
-      return t.fail(std::string("module has ") + h + " (hooks are not supported yet)");
-  }
-  t.guards().checkNoModuleHooks(module->reg);
-  static const char* const kGlobalHooks[] = {"_global_forward_hooks", "_global_forward_pre_hooks",
-                                             "_global_backward_hooks", "_global_backward_pre_hooks"};
-  PyObject* mm = lookup(Obj::torch_nn_modules_module);
-  if (!mm) return t.failFromPython("torch.nn.modules.module");
-  for (const char* h : kGlobalHooks) {
-    Ref d = Ref::steal(PyObject_GetAttrString(mm, h));
-    if (!d) {
-      PyErr_Clear();
-      continue;
-    }
-    Py_ssize_t n = PyObject_Length(d.get());
-    if (n < 0) return t.failFromPython(std::string("global module hooks (") + h + ")");
-    if (n != 0) return t.fail(std::string("global module hooks are registered (") + h + ")");
-    // A hook registered later must be seen: the dict (an OrderedDict torch keeps for the
-    // process, held by its module) is guarded empty.
-    if (PyDict_Check(d.get()))
-      t.guards().checkDictEmpty(t.load(LoadKind::Constant, -1, 0, d.get(), std::string("torch.nn.modules.module.") + h));
-  }
+  if (ValuePtr stored = t.effects().overlayAttr(module->reg, interned(Str::forward)))
+    return call(t, stored, std::move(args), std::move(kwargs));
   if (PyObject* own_forward = instanceDictItem(m, "forward")) {
     int reg = t.load(LoadKind::InstanceDict, module->reg, 0, interned(Str::forward),
                    t.guards().sourceName(module->reg) + ".forward");
@@ -218,6 +195,171 @@ Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs
   guardClassAttributeOf(t, module, interned(Str::forward));
   args.insert(args.begin(), module);
   return t.inlineFunction(forward, -1, std::move(args), std::move(kwargs));
+}
+
+// A hook dict of nn.Module (an OrderedDict id -> hook, or id -> True for the
+// *_with_kwargs sets): the module's own (`owner` its register) or a global one of
+// torch.nn.modules.module (owner -1). Its keys are guarded; with `hooks`, its hooks are
+// read through their keys.
+struct HookDict {
+  PyObject* dict = nullptr;  // borrowed; null when the module has none
+  int reg = -1;
+  bool empty() const { return !dict || PyDict_GET_SIZE(dict) == 0; }
+  bool has(PyObject* key) const { return dict && PyDict_Contains(dict, key) == 1; }
+};
+
+Result<HookDict> hookDict(Tracer& t, const ValuePtr& module, const char* name) {
+  HookDict h;
+  Ref key = Ref::steal(PyUnicode_InternFromString(name));
+  if (!key) return t.failFromPython("a hook dict's name");
+  if (module) {
+    h.dict = instanceDictItem(module->as<Module>().obj.get(), name);
+    if (!h.dict) return h;
+    h.reg = t.load(LoadKind::InstanceDict, module->reg, 0, key.get(), t.guards().sourceName(module->reg) + "." + name);
+  } else {
+    PyObject* mm = lookup(Obj::torch_nn_modules_module);
+    if (!mm) return t.failFromPython("torch.nn.modules.module");
+    h.dict = PyDict_GetItemWithError(PyModule_GetDict(mm), key.get());
+    if (!h.dict) {
+      if (PyErr_Occurred()) return t.failFromPython(std::string("torch.nn.modules.module.") + name);
+      return h;
+    }
+    h.reg = t.load(LoadKind::Constant, -1, 0, h.dict, std::string("torch.nn.modules.module.") + name);
+  }
+  if (!PyDict_Check(h.dict)) return t.fail(std::string("module hook dict ") + name + " is not a dict");
+  // Empty (the usual case): guarded empty, so a hook registered later is seen.
+  if (PyDict_GET_SIZE(h.dict) == 0) t.guards().checkDictEmpty(h.reg);
+  else t.guards().checkDictKeys(h.reg, h.dict);
+  return h;
+}
+
+// The hooks of `dicts`, in order: (id, hook).
+Done hookItems(Tracer& t, const std::vector<HookDict>& dicts, std::vector<std::pair<PyObject*, ValuePtr>>* out) {
+  for (const HookDict& h : dicts) {
+    if (h.empty()) continue;
+    // In the dict's own order (an OrderedDict's: prepend=True moves a hook to its front).
+    Ref items = Ref::steal(PyMapping_Items(h.dict));
+    if (!items) return t.failFromPython("a module hook dict");
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
+      PyObject* kv = PyList_GET_ITEM(items.get(), i);
+      PyObject* key = PyTuple_GET_ITEM(kv, 0);
+      int reg = t.load(LoadKind::DictItem, h.reg, 0, key, t.guards().sourceName(h.reg) + "[<hook>]");
+      Result<ValuePtr> v = t.wrap(PyTuple_GET_ITEM(kv, 1), reg);
+      if (!v) return v.stop();
+      out->emplace_back(key, v.take());
+    }
+  }
+  return {};
+}
+
+ValuePtr kwargsDict(const Kwargs& kwargs) {
+  std::vector<Ref> keys;
+  std::vector<ValuePtr> values;
+  for (const auto& [k, v] : kwargs) {
+    keys.push_back(k.copy());
+    values.push_back(v);
+  }
+  return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
+}
+
+// nn.Module.__call__ (Module._call_impl): the forward pre-hooks, the forward, the forward
+// hooks, global ones first, as _call_impl runs them; each hook inlined. The hook dicts'
+// keys are guarded (a hook added or removed later recompiles); backward hooks are not
+// modelled.
+Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs) {
+  PyObject* m = module->as<Module>().obj.get();
+  // A class that overrides __call__ (or _call_impl, which nn.Module.__call__ runs): what
+  // the program calls is that, inlined with the module as self (the class is guarded by type).
+  PyObject* base = lookup(Obj::torch_nn_Module);
+  if (!base) return t.failFromPython("torch.nn.Module");
+  for (const char* hook : {"__call__", "_call_impl"}) {
+    Ref hook_name = Ref::steal(PyUnicode_InternFromString(hook));
+    if (!hook_name) return t.failFromPython("a special method's name");
+    PyObject* own = _PyType_Lookup(Py_TYPE(m), hook_name.get());
+    PyObject* standard = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(base), hook_name.get());
+    if (own == standard) continue;
+    PyObject* call_fn = _PyType_Lookup(Py_TYPE(m), interned(Str::dunder_call));
+    if (!call_fn || !PyFunction_Check(call_fn)) return t.fail("the module class's __call__ is not a Python function");
+    args.insert(args.begin(), module);
+    return t.inlineFunction(call_fn, -1, std::move(args), std::move(kwargs));
+  }
+  // Quick path: no hook of the module's own (one guard for its four dicts).
+  static const char* const kOwn[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"};
+  bool own_hooks = false;
+  for (const char* h : kOwn) {
+    PyObject* d = instanceDictItem(m, h);
+    if (d && (!PyDict_Check(d) || PyDict_GET_SIZE(d) != 0)) own_hooks = true;
+  }
+  auto get = [&](const ValuePtr& owner, const char* name, HookDict* out) -> Done {
+    Result<HookDict> h = hookDict(t, owner, name);
+    if (!h) return h.stop();
+    *out = *h;
+    return {};
+  };
+  HookDict g_fwd, g_pre, g_bwd, g_bwd_pre, g_fwd_kw;
+  if (Done d = get(nullptr, "_global_forward_hooks", &g_fwd); !d) return d.stop();
+  if (Done d = get(nullptr, "_global_forward_pre_hooks", &g_pre); !d) return d.stop();
+  if (Done d = get(nullptr, "_global_backward_hooks", &g_bwd); !d) return d.stop();
+  if (Done d = get(nullptr, "_global_backward_pre_hooks", &g_bwd_pre); !d) return d.stop();
+  if (!g_bwd.empty() || !g_bwd_pre.empty()) return t.fail("global module backward hooks are registered (not supported yet)");
+  if (!own_hooks) {
+    t.guards().checkNoModuleHooks(module->reg);
+    if (g_fwd.empty() && g_pre.empty()) return callForward(t, module, std::move(args), std::move(kwargs));
+  }
+  HookDict fwd, pre, bwd, bwd_pre, pre_kw, fwd_kw;
+  if (own_hooks) {
+    if (Done d = get(module, "_forward_hooks", &fwd); !d) return d.stop();
+    if (Done d = get(module, "_forward_pre_hooks", &pre); !d) return d.stop();
+    if (Done d = get(module, "_backward_hooks", &bwd); !d) return d.stop();
+    if (Done d = get(module, "_backward_pre_hooks", &bwd_pre); !d) return d.stop();
+    if (!bwd.empty() || !bwd_pre.empty()) return t.fail("module has backward hooks (not supported yet)");
+    if (Done d = get(module, "_forward_pre_hooks_with_kwargs", &pre_kw); !d) return d.stop();
+    if (Done d = get(module, "_forward_hooks_with_kwargs", &fwd_kw); !d) return d.stop();
+  }
+  if (Done d = get(nullptr, "_global_forward_hooks_with_kwargs", &g_fwd_kw); !d) return d.stop();
+
+  std::vector<std::pair<PyObject*, ValuePtr>> pre_hooks, fwd_hooks;
+  if (Done d = hookItems(t, {g_pre, pre}, &pre_hooks); !d) return d.stop();
+  if (Done d = hookItems(t, {g_fwd, fwd}, &fwd_hooks); !d) return d.stop();
+  ValuePtr kw = kwargsDict(kwargs);
+  for (auto& [id, hook] : pre_hooks) {
+    if (pre_kw.has(id)) {
+      Result<ValuePtr> r = call(t, hook, {module, Value::tuple(args), kw}, {});
+      if (!r) return r;
+      if ((*r)->isNone()) continue;
+      const Tuple* pair = (*r)->get<Tuple>();
+      if (!pair || pair->items.size() != 2)
+        return t.raiseNew(PyExc_RuntimeError, "forward pre-hook must return None or a tuple of (new_args, new_kwargs)");
+      std::vector<ValuePtr> new_args;
+      if (Done d = iterate(t, pair->items[0], &new_args); !d) return d.stop();
+      if (!pair->items[1]->is(Kind::Dict)) return t.fail("a forward pre-hook's new kwargs are not a dict");
+      args = std::move(new_args);
+      kw = pair->items[1];
+    } else {
+      Result<ValuePtr> r = call(t, hook, {module, Value::tuple(args)}, {});
+      if (!r) return r;
+      if ((*r)->isNone()) continue;
+      if (const Tuple* items = (*r)->get<Tuple>()) args = items->items;
+      else args = {r.take()};
+    }
+  }
+  Kwargs fkw;
+  const Dict& kd = kw->as<Dict>();
+  for (size_t i = 0; i < kd.keys.size(); ++i) {
+    if (!PyUnicode_Check(kd.keys[i].get())) return t.fail("keyword arguments that are not strings");
+    fkw.emplace_back(kd.keys[i].copy(), kd.values[i]);
+  }
+  Result<ValuePtr> result = callForward(t, module, args, std::move(fkw));
+  if (!result) return result;
+  ValuePtr out = result.take();
+  for (auto& [id, hook] : fwd_hooks) {
+    const bool with_kwargs = fwd_kw.has(id) || g_fwd_kw.has(id);
+    Result<ValuePtr> r = with_kwargs ? call(t, hook, {module, Value::tuple(args), kw, out}, {})
+                                     : call(t, hook, {module, Value::tuple(args), out}, {});
+    if (!r) return r;
+    if (!(*r)->isNone()) out = r.take();
+  }
+  return out;
 }
 
 }  // namespace

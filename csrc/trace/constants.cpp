@@ -10,6 +10,18 @@
 
 namespace cdynamo::trace {
 
+Ref realIterator(PyObject* type, PyObject* items) {
+  Ref rest = Ref::steal(PySequence_Tuple(items));
+  PyObject* make = lookup(Obj::cdynamo_resume_real_iterator);
+  Ref pair = rest && make ? Ref::steal(PyObject_CallFunctionObjArgs(make, type ? type : Py_None, rest.get(), nullptr))
+                          : Ref();
+  if (!pair || !PyTuple_Check(pair.get()) || PyTuple_GET_SIZE(pair.get()) != 2) {
+    PyErr_Clear();
+    return Ref();
+  }
+  return pair;
+}
+
 Ref toPython(Tracer& t, const ValuePtr& v) {
   if (PyObject* r = v->real()) {
     // Objects made in the trace for real (exceptions) have no source and nothing to guard.
@@ -18,6 +30,7 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
   }
   if (const std::vector<ValuePtr>* items = v->elements()) {
     if (t.iterators().stale(v.get())) return Ref();  // its items are no longer known
+    if (const Iterator* it = v->get<Iterator>(); it && it->stepper) return Ref();  // not known ahead
     Ref list = Ref::steal(PyList_New(0));
     if (!list) return PyErr_Clear(), Ref();
     const Iterator* it = v->get<Iterator>();
@@ -25,6 +38,13 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
       const ValuePtr& item = (*items)[i];
       Ref p = toPython(t, item);
       if (!p || PyList_Append(list.get(), p.get()) < 0) return PyErr_Clear(), Ref();
+    }
+    if (it) {
+      // An iterator of the same type over the items it has left (what type(), isinstance()
+      // and the consumers see), and its counter (realIterator).
+      Ref pair = realIterator(it->type.get(), list.get());
+      Ref real = pair ? Ref::borrow(PyTuple_GET_ITEM(pair.get(), 0)) : Ref();
+      return real;
     }
     Ref out = v->is(Kind::Tuple) ? Ref::steal(PyList_AsTuple(list.get()))
               : v->is(Kind::Set)   ? Ref::steal(PySet_New(list.get()))
@@ -41,6 +61,25 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
       if (!p || PyDict_SetItem(d.get(), dict->keys[i].get(), p.get()) < 0) return PyErr_Clear(), Ref();
     }
     return d;
+  }
+  if (const DictView* view = v->get<DictView>()) {
+    // A real view of a dict of the same keys (and, for values/items, the same constant
+    // values): what a pure builtin (len, sorted, set, comparisons) reads of it.
+    const Dict& d = view->dict->as<Dict>();
+    // A dict of CPython's own type of it (OrderedDict views are odict_keys, ...).
+    PyObject* type = d.type.get();
+    if (!type || !PyType_Check(type) || PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_HEAPTYPE))
+      type = reinterpret_cast<PyObject*>(&PyDict_Type);
+    Ref real = Ref::steal(PyObject_CallNoArgs(type));
+    if (!real) return PyErr_Clear(), Ref();
+    for (size_t i = 0; i < d.keys.size(); ++i) {
+      Ref p = view->which == DictView::Keys ? Ref::borrow(Py_None) : toPython(t, d.values[i]);
+      if (!p || PyObject_SetItem(real.get(), d.keys[i].get(), p.get()) < 0) return PyErr_Clear(), Ref();
+    }
+    static const char* const kNames[] = {"keys", "values", "items"};
+    Ref r = Ref::steal(PyObject_CallMethod(real.get(), kNames[view->which], nullptr));
+    if (!r) PyErr_Clear();
+    return r;
   }
   return Ref();
 }
@@ -78,6 +117,20 @@ Result<ValuePtr> fromPython(Tracer& t, PyObject* o) {
     return Value::set(std::move(items));
   }
   if (PyType_Check(o) || PyCFunction_Check(o)) return Value::callable(o);
+  if (PyIter_Check(o) && !PyType_HasFeature(Py_TYPE(o), Py_TPFLAGS_HEAPTYPE)) {
+    // An iterator of CPython's own made from constants (range(5).__iter__()): its items,
+    // taken now (nothing else holds it), as an iterator of its type.
+    constexpr Py_ssize_t kMaxItems = 100000;
+    std::vector<ValuePtr> items;
+    while (Ref x = Ref::steal(PyIter_Next(o))) {
+      if (static_cast<Py_ssize_t>(items.size()) >= kMaxItems) return t.fail("an iterator of more than 100000 items");
+      Result<ValuePtr> item = fromPython(t, x.get());
+      if (!item) return item;
+      items.push_back(item.take());
+    }
+    if (PyErr_Occurred()) return t.failFromPython("iterating an iterator made from constants");
+    return Value::iterator(std::move(items), reinterpret_cast<PyObject*>(Py_TYPE(o)));
+  }
   return t.fail(std::string("a value of type ") + Py_TYPE(o)->tp_name + " computed from constants");
 }
 
@@ -172,8 +225,9 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
       if (!type) PyErr_Clear();
       return type;
     }
+    case Kind::Iterator: return v->as<Iterator>().type.get();  // null when not known
+    case Kind::DictView: return dictViewType(v);
     case Kind::Null:
-    case Kind::Iterator:
     case Kind::Cell:
     case Kind::Context:
     case Kind::Super:

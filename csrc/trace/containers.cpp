@@ -17,6 +17,43 @@ namespace cdynamo::trace {
 
 using bytecode::Op;
 
+bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
+  const Tensor* ta = a->get<Tensor>();
+  const Tensor* tb = b->get<Tensor>();
+  if (a == b || (ta && tb && ta->node == tb->node)) return *eq = 1, true;
+  if (a->constant() && b->constant()) {
+    *eq = PyObject_RichCompareBool(a->constant(), b->constant(), Py_EQ);
+    return *eq >= 0;
+  }
+  // A tuple made in the trace against a constant tuple: item by item.
+  const Tuple* tup = a->get<Tuple>() ? a->get<Tuple>() : b->get<Tuple>();
+  PyObject* ctup = a->get<Tuple>() ? b->constant() : a->constant();
+  if (tup && !tup->namedtuple && ctup && PyTuple_CheckExact(ctup)) {
+    if (static_cast<size_t>(PyTuple_GET_SIZE(ctup)) != tup->items.size()) return *eq = 0, true;
+    for (size_t i = 0; i < tup->items.size(); ++i) {
+      int item_eq;
+      if (!sameValue(tup->items[i], Value::constant(PyTuple_GET_ITEM(ctup, static_cast<Py_ssize_t>(i))), &item_eq))
+        return false;
+      if (!item_eq) return *eq = 0, true;
+    }
+    return *eq = 1, true;
+  }
+  // A constant never equals a module or a function made in the trace (their == is
+  // identity); against a container or an object, it is not known here.
+  auto identityOnly = [](const ValuePtr& v) { return v->is(Kind::Module) || v->is(Kind::Function) || v->is(Kind::Cell); };
+  if ((a->constant() && identityOnly(b)) || (b->constant() && identityOnly(a))) return *eq = 0, true;
+  // Two objects read from the program whose classes keep object's __eq__: equal when they
+  // are one object, which their guards fix (each is guarded by type, two of one type by
+  // aliasing: Tracer::wrap).
+  const Object* oa = a->get<Object>();
+  const Object* ob = b->get<Object>();
+  if (oa && ob && a->reg >= 0 && b->reg >= 0 &&
+      Py_TYPE(oa->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare &&
+      Py_TYPE(ob->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare)
+    return *eq = oa->obj.get() == ob->obj.get(), true;
+  return false;
+}
+
 namespace {
 
 bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
@@ -39,28 +76,6 @@ bool constIntArg(const std::vector<ValuePtr>& args, size_t i, Py_ssize_t* out) {
   if (!c || !PyLong_Check(c)) return false;
   *out = PyLong_AsSsize_t(c);
   return true;
-}
-
-// Equality of two values as Python would decide it, when it can be known at trace time.
-bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
-  const Tensor* ta = a->get<Tensor>();
-  const Tensor* tb = b->get<Tensor>();
-  if (a == b || (ta && tb && ta->node == tb->node)) return *eq = 1, true;
-  if (a->constant() && b->constant()) {
-    *eq = PyObject_RichCompareBool(a->constant(), b->constant(), Py_EQ);
-    return *eq >= 0;
-  }
-  if ((a->constant() && !tb) || (b->constant() && !ta)) return *eq = 0, true;
-  // Two objects read from the program whose classes keep object's __eq__: equal when they
-  // are one object, which their guards fix (each is guarded by type, two of one type by
-  // aliasing: Tracer::wrap).
-  const Object* oa = a->get<Object>();
-  const Object* ob = b->get<Object>();
-  if (oa && ob && a->reg >= 0 && b->reg >= 0 &&
-      Py_TYPE(oa->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare &&
-      Py_TYPE(ob->obj.get())->tp_richcompare == PyBaseObject_Type.tp_richcompare)
-    return *eq = oa->obj.get() == ob->obj.get(), true;
-  return false;
 }
 
 Result<ValuePtr> sortConstants(Tracer& t, std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
@@ -145,6 +160,15 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   const bool list = self->is(Kind::List);
   std::vector<ValuePtr>& items = *self->elements();
+  if (is("__contains__") && args.size() == 1) {
+    // Python's order: identity, then ==, item by item, up to the first match.
+    for (const ValuePtr& item : items) {
+      int eq;
+      if (!sameValue(item, args[0], &eq)) return t.fail("`in` needs comparisons known at trace time");
+      if (eq) return Value::constant(Py_True);
+    }
+    return Value::constant(Py_False);
+  }
   if (is("index") || is("count")) {
     if (args.empty()) return t.fail("missing argument");
     Py_ssize_t count = 0;
@@ -252,15 +276,8 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
     }
     return args[i]->constant();
   };
-  if (is("keys") || is("values") || is("items")) {
-    std::vector<ValuePtr> out;
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (is("keys")) out.push_back(Value::constant(keys[i].get()));
-      else if (is("values")) out.push_back(values[i]);
-      else out.push_back(Value::tuple({Value::constant(keys[i].get()), values[i]}));
-    }
-    return Value::list(std::move(out));
-  }
+  if ((is("keys") || is("values") || is("items")) && args.empty() && kwargs.empty())
+    return Value::of(DictView{self, is("keys") ? DictView::Keys : is("values") ? DictView::Values : DictView::Items});
   if (is("get") || is("__getitem__") || is("__contains__")) {
     PyObject* key = keyOf(0);
     if (!key) return t.fail("dict lookups need constant keys");
@@ -532,6 +549,7 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::DictView:
       break;
   }
   if (!r.notHandled()) return r;

@@ -71,6 +71,11 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
 
 Done Tracer::breakArguments(SymbolicFrame& f, PyCodeObject* orig, bool in_resume_code, bytecode::FrameLayout* at,
                             std::vector<runtime::OutputPlan>* items, int* ncells) {
+  struct ForResume {
+    OutputPlanner& p;
+    explicit ForResume(OutputPlanner& planner) : p(planner) { p.setForResume(true); }
+    ~ForResume() { p.setForResume(false); }
+  } for_resume(outputs_);
   // Locals: every co_varnames entry of the original, bound or not.
   const int nvar = orig->co_nlocals;
   at->unbound.assign(static_cast<size_t>(nvar), false);

@@ -118,6 +118,7 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
     case Kind::Function:
     case Kind::Object:
     case Kind::Context:
+    case Kind::DictView:
     case Kind::NewObject:
     case Kind::Super:
     case Kind::Partial:

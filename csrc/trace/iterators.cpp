@@ -2,11 +2,144 @@
 #include "trace/iterators.h"
 
 #include <algorithm>
+#include <array>
 #include <unordered_set>
 
+#include "support/lookup.h"
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
+
+namespace {
+
+// The dict type whose views a DictView stands for: its dict's type when that is one of
+// CPython's own (static) types, else dict (a subclass's views are dict's own).
+PyObject* viewedDictType(const DictView& view) {
+  PyObject* type = view.dict->as<Dict>().type.get();
+  if (!type || !PyType_Check(type) || PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_HEAPTYPE))
+    return reinterpret_cast<PyObject*>(&PyDict_Type);
+  return type;
+}
+
+// A real empty view of `view`'s kind (an empty dict of its type, viewed), or null (error cleared).
+Ref emptyView(const DictView& view) {
+  static const char* const kNames[] = {"keys", "values", "items"};
+  Ref d = Ref::steal(PyObject_CallNoArgs(viewedDictType(view)));
+  Ref r = d ? Ref::steal(PyObject_CallMethod(d.get(), kNames[view.which], nullptr)) : Ref();
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+}  // namespace
+
+PyObject* dictViewType(const ValuePtr& v) {
+  const DictView& view = v->as<DictView>();
+  static std::unordered_map<PyObject*, std::array<PyObject*, 3>> cache;  // static types, never freed
+  PyObject* dict_type = viewedDictType(view);
+  auto found = cache.find(dict_type);
+  if (found == cache.end()) found = cache.emplace(dict_type, std::array<PyObject*, 3>{}).first;
+  PyObject*& slot = found->second[view.which];
+  if (!slot) {
+    Ref r = emptyView(view);
+    if (r) slot = reinterpret_cast<PyObject*>(Py_TYPE(r.get()));
+  }
+  return slot;
+}
+
+PyObject* iteratorTypeFor(Tracer& t, PyObject* fn, const ValuePtr& v) {
+  if (!fn) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Ref example;
+  if (PyObject* c = v->constant()) {
+    example = Ref::borrow(c);
+  } else if (const DictView* view = v->get<DictView>()) {
+    static std::unordered_map<PyObject*, PyObject*> cache[2];  // view type -> [iter, reversed]
+    PyObject* view_type = dictViewType(v);
+    if (!view_type) return nullptr;
+    auto& memo = cache[fn == reinterpret_cast<PyObject*>(&PyReversed_Type) ? 1 : 0];
+    if (auto found = memo.find(view_type); found != memo.end()) return found->second;
+    example = emptyView(*view);
+    PyObject* it_type = nullptr;
+    if (example) {
+      Ref it = Ref::steal(PyObject_CallOneArg(fn, example.get()));
+      if (it) it_type = reinterpret_cast<PyObject*>(Py_TYPE(it.get()));
+    }
+    PyErr_Clear();
+    memo.emplace(view_type, it_type);
+    return it_type;
+  } else {
+    PyObject* type = nullptr;
+    if (const List* l = v->get<List>()) type = l->deque ? l->deque.get() : reinterpret_cast<PyObject*>(&PyList_Type);
+    else if (v->is(Kind::Tuple)) type = reinterpret_cast<PyObject*>(&PyTuple_Type);
+    else if (v->is(Kind::Set)) type = reinterpret_cast<PyObject*>(&PySet_Type);
+    else if (const Dict* d = v->get<Dict>()) type = d->type.get();
+    // Only CPython's own (static) types: making an empty one runs no user code.
+    if (!type || !PyType_Check(type) ||
+        PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_HEAPTYPE))
+      return nullptr;
+    static std::unordered_map<PyObject*, PyObject*> cache[2];  // [iter, reversed]: static types, never freed
+    auto& memo = cache[fn == reinterpret_cast<PyObject*>(&PyReversed_Type) ? 1 : 0];
+    if (auto found = memo.find(type); found != memo.end()) return found->second;
+    example = Ref::steal(PyObject_CallNoArgs(type));
+    PyObject* it_type = nullptr;
+    if (example) {
+      Ref it = Ref::steal(PyObject_CallOneArg(fn, example.get()));
+      if (it) it_type = reinterpret_cast<PyObject*>(Py_TYPE(it.get()));
+    }
+    PyErr_Clear();
+    memo.emplace(type, it_type);
+    return it_type;
+  }
+  Ref it = Ref::steal(PyObject_CallOneArg(fn, example.get()));
+  if (!it) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  (void)t;
+  return reinterpret_cast<PyObject*>(Py_TYPE(it.get()));
+}
+
+Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
+  Iterator& iter = it->as<Iterator>();
+  item->reset();
+  if (iter.ended) return {};
+  Result<ValuePtr> r = callDunder(t, iter.stepper, interned(Str::dunder_next), {});
+  if (r.notHandled()) return t.fail("an iterator object without __next__ (TypeError)");
+  if (r) {
+    *item = r.take();
+    return {};
+  }
+  if (r.outcome() != Outcome::Raised) return r.stop();
+  PyObject* type = typeOf(t, t.pendingException());
+  if (!type || !PyType_Check(type) ||
+      !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), reinterpret_cast<PyTypeObject*>(PyExc_StopIteration)))
+    return r.stop();
+  (void)t.takePendingException();  // its end
+  iter.ended = true;
+  return {};
+}
+
+Done drainUserIterator(Tracer& t, const ValuePtr& it) {
+  Iterator& iter = it->as<Iterator>();
+  if (!iter.stepper) return {};
+  constexpr size_t kMaxItems = 100000;  // an endless iterator is not unrolled
+  std::vector<ValuePtr> items;
+  while (true) {
+    ValuePtr item;
+    if (Done d = stepUserIterator(t, it, &item); !d) return d;
+    if (!item) break;
+    items.push_back(std::move(item));
+    if (items.size() > kMaxItems) return t.fail("an iterator object that gives more than 100000 items");
+  }
+  iter.items = std::move(items);
+  iter.pos = 0;
+  iter.ended = false;  // its items are now known: it ends once they are taken
+  iter.stepper = nullptr;
+  return {};
+}
 
 bool Iterators::stale(const Value* it) const {
   auto found = links_.find(it);

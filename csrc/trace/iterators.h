@@ -23,6 +23,19 @@ namespace cdynamo::trace {
 
 class Tracer;
 
+// The type of what `fn` (builtins iter or reversed) gives for a container value `v`
+// (borrowed), read from the real iterator over an empty container of v's builtin type (a
+// constant: over the constant itself); null when v's type is not a builtin container type.
+PyObject* iteratorTypeFor(Tracer& t, PyObject* fn, const ValuePtr& v);
+// The Python type of a DictView value (dict_keys, odict_values, ...; borrowed), or null.
+PyObject* dictViewType(const ValuePtr& v);
+// The next item of an Iterator whose items come from a user object's __next__ (inlined):
+// *item is the item, or null at its end (the StopIteration it raised is taken).
+Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item);
+// Turns an Iterator over a user object's __next__ into one over the items it gives to
+// its end (for the consumers that take every item at once: list(), zip(), sum(), ...).
+Done drainUserIterator(Tracer& t, const ValuePtr& it);
+
 class Iterators {
  public:
   explicit Iterators(Tracer& t) : t_(t) {}

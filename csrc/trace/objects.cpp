@@ -237,6 +237,11 @@ Result<ValuePtr> bindClassAttr(Tracer& t, const ValuePtr& self, const ValuePtr& 
     if (!self) return Value::callable(descr);
     return Value::boundMethod(self, descr);
   }
+  if (isCacheWrapper(descr)) {  // functools.lru_cache on a method: it binds like the function it wraps
+    guardClassAttr(t, cls, name, after, descr);
+    if (!self) return Value::callable(descr);
+    return Value::boundMethod(self, descr);
+  }
   if (Py_IS_TYPE(descr, &PyStaticMethod_Type)) {
     guardClassAttr(t, cls, name, after, descr);
     Ref fn = Ref::steal(PyObject_GetAttrString(descr, "__func__"));

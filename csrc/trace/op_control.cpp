@@ -22,6 +22,16 @@ Result<Next> opForIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, 
   const ValuePtr it = io[0];
   Iterator* iter = it->get<Iterator>();
   if (!iter) return t.fail("FOR_ITER on a non-iterator");
+  if (iter->stepper) {  // a user iterator object: its __next__, inlined, or its end
+    ValuePtr item;
+    if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();
+    if (!item) {
+      io.clear();
+      return Next::Jump;
+    }
+    io.push_back(std::move(item));
+    return Next::Fall;
+  }
   if (iter->pos < iter->items.size()) {
     ValuePtr item = iter->items[iter->pos];
     if (Done d = t.iterators().advance(it, iter->pos + 1, false); !d) return d.stop();
@@ -60,7 +70,7 @@ Result<Next> opJumpIfOrPop(Tracer& t, SymbolicFrame&, const bytecode::Instructio
 
 Result<Next> opReturnValue(Tracer&, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
   // A generator run in place returns the iterator over what it yielded.
-  if (f.generator) io.assign(1, Value::iterator(std::move(f.yielded)));
+  if (f.generator) io.assign(1, Value::iterator(std::move(f.yielded), reinterpret_cast<PyObject*>(&PyGen_Type)));
   return Next::Return;
 }
 
@@ -85,6 +95,7 @@ Result<Next> opSend(Tracer& t, SymbolicFrame& f, const bytecode::Instruction&, V
   const ValuePtr receiver = io[0];
   Iterator* iter = receiver->get<Iterator>();
   if (!f.generator || !iter) return t.fail("SEND outside a generator run in place");
+  if (Done d = drainUserIterator(t, receiver); !d) return d.stop();
   for (size_t k = iter->pos; k < iter->items.size(); ++k) f.yielded.push_back(iter->items[k]);
   if (Done d = t.iterators().advance(receiver, iter->items.size(), true); !d) return d.stop();
   io.assign(1, Value::constant(Py_None));

@@ -113,10 +113,11 @@ Result<Next> opListToTuple(Tracer& t, SymbolicFrame&, const bytecode::Instructio
 
 Result<Next> opListExtend(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
   // LIST_EXTEND i: the list is i below the sequence.
+  // What an iterator has left, consuming it.
+  std::vector<ValuePtr> items;
+  if (Done d = iterate(t, io.back(), &items); !d) return d.stop();
   List& list = io.front()->as<List>();
-  Result<ValuePtr> it = getIter(t, io.back());
-  if (!it) return it.stop();
-  for (const ValuePtr& v : (*it)->as<Iterator>().items) list.items.push_back(v);
+  for (ValuePtr& v : items) list.items.push_back(std::move(v));
   io.pop_back();
   return Next::Fall;
 }
@@ -130,9 +131,8 @@ Result<Next> opBuildSlice(Tracer&, SymbolicFrame&, const bytecode::Instruction&,
 
 Result<Next> opUnpackSequence(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
   const int arg = ins.arg;
-  Result<ValuePtr> got = getIter(t, io[0]);
-  if (!got) return got.stop();
-  const std::vector<ValuePtr>& items = (*got)->as<Iterator>().items;
+  std::vector<ValuePtr> items;  // what an iterator has left, consuming it
+  if (Done d = iterate(t, io[0], &items); !d) return d.stop();
   if (items.size() > static_cast<size_t>(arg))
     return t.raiseNew(PyExc_ValueError, "too many values to unpack (expected " + std::to_string(arg) + ")");
   if (items.size() < static_cast<size_t>(arg))

@@ -74,6 +74,7 @@ bool madeMutable(const ValuePtr& v) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::DictView:
       return false;
   }
   return false;
@@ -158,6 +159,19 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
     return Value::sequence(a->kind(), std::move(out));
   }
+  if (op == BinaryOp::Multiply && sequenceItems(b, &right) && a->is(Kind::Constant) && PyLong_CheckExact(a->constant()) &&
+      !b->is(Kind::Constant)) {  // n * [x]: the same as [x] * n
+    long n = PyLong_AsLong(a->constant());
+    std::vector<ValuePtr> out;
+    for (long i = 0; i < n; ++i) out.insert(out.end(), right.begin(), right.end());
+    return Value::sequence(b->kind(), std::move(out));
+  }
+  if (op == BinaryOp::Or && a->is(Kind::Callable) && b->is(Kind::Callable) &&
+      Py_IS_TYPE(a->real(), &PyType_Type) && Py_IS_TYPE(b->real(), &PyType_Type)) {  // list | tuple: a types.UnionType, made for real (it runs no user code)
+    Ref r = Ref::steal(PyNumber_Or(a->real(), b->real()));
+    if (!r) return t.raisePython();
+    return Value::of(Object{std::move(r), true});
+  }
   return t.fail(std::string("operator ") + fn_name + " on " + kindName(a->kind()) + " and " +
               kindName(b->kind()) + " is not supported yet");
 }
@@ -223,15 +237,16 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
       }
     }
     if (op == Py_EQ || op == Py_NE) {  // identity comparison, as object.__eq__ does
-      // ... only when object's is the __eq__ that answers (a C __eq__ of a builtin base,
-      // tuple's or dict's, compares contents).
+      // ... only when that is what the classes inherit: a C __eq__ (a dict view, a tuple
+      // subclass) compares by value, which is not modelled here.
+      static PyObject* eq_name = PyUnicode_InternFromString("__eq__");
+      PyObject* object_eq = eq_name ? _PyType_Lookup(&PyBaseObject_Type, eq_name) : nullptr;
       for (const ValuePtr& v : {a, b}) {
-        PyObject* type = typeOf(t, v);
-        PyObject* eq = isUserObject(v) && type && PyType_Check(type)
-                           ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), interned(Str::dunder_eq)) : nullptr;
-        if (eq && !PyFunction_Check(eq) && eq != PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__eq__"))
-          return t.fail(std::string("comparing an instance of ") + reinterpret_cast<PyTypeObject*>(type)->tp_name +
-                        " (a builtin base's __eq__) is not supported yet");
+        PyObject* cls = isUserObject(v) ? typeOf(t, v) : nullptr;
+        PyObject* eq = cls && PyType_Check(cls) ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), eq_name) : nullptr;
+        if (eq && eq != object_eq && !PyFunction_Check(eq))
+          return t.fail(std::string("== on a ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                        " object, whose class compares in C (not modelled)");
       }
       bool same = a == b || (a->real() && a->real() == b->real());
       return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
@@ -239,12 +254,41 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     return t.fail("comparison of objects without the special method (TypeError)");
   }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  auto valuesView = [](const ValuePtr& v) {  // and iterators: both compare by identity
+    const DictView* view = v->get<DictView>();
+    return (view && view->which == DictView::Values) || v->is(Kind::Iterator);
+  };
+  if ((op == Py_EQ || op == Py_NE) && (valuesView(a) || valuesView(b))) {
+    // dict.values() views compare by identity (they define no comparison).
+    bool same = a == b;
+    return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
+  }
   Ref pa = toPython(t, a), pb = pa ? toPython(t, b) : Ref();
   if (pa && pb) {
     Ref r = Ref::steal(PyObject_RichCompare(pa.get(), pb.get(), op));
     if (!r) return t.raisePython();
     if (!isConstantObject(r.get())) return t.fail("comparison returned a non-constant");
     return Value::constant(r.get());
+  }
+  // Tuples and lists compared item by item as Python does (identity first, then ==, up to
+  // the first difference), when every comparison it needs is known.
+  if ((op == Py_EQ || op == Py_NE) && a->kind() == b->kind() && (a->is(Kind::Tuple) || a->is(Kind::List))) {
+    auto plainEq = [](const ValuePtr& v) {
+      const Tuple* tup = v->get<Tuple>();
+      if (!tup || !tup->namedtuple) return true;
+      static PyObject* eq_name = PyUnicode_InternFromString("__eq__");
+      return eq_name && _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), eq_name) ==
+                            _PyType_Lookup(&PyTuple_Type, eq_name);
+    };
+    const std::vector<ValuePtr>& x = *a->elements();
+    const std::vector<ValuePtr>& y = *b->elements();
+    bool known = plainEq(a) && plainEq(b), equal = x.size() == y.size();
+    for (size_t i = 0; known && equal && i < x.size(); ++i) {
+      int eq;
+      known = sameValue(x[i], y[i], &eq);
+      equal = known && eq == 1;
+    }
+    if (known) return Value::constant((equal == (op == Py_EQ)) ? Py_True : Py_False);
   }
   return t.fail(std::string("comparison of ") + kindName(a->kind()) + " and " + kindName(b->kind()) +
               " is not supported yet");
@@ -401,16 +445,24 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_iter), {});
       if (r.notHandled()) return t.fail("object is not iterable (TypeError)");
       if (!r) return r;
-      return getIter(t, *r);
+      // What __iter__ returned is the iterator, never asked for its own __iter__: a user
+      // object gives its items through its __next__, one at a time.
+      if ((*r)->is(Kind::Iterator)) return r;
+      if (isUserObject(*r)) {
+        ValuePtr it = Value::iterator({}, typeOf(t, *r));
+        it->as<Iterator>().stepper = r.take();
+        return it;
+      }
+      return t.fail(std::string("__iter__ returned a ") + kindName((*r)->kind()) + " (TypeError: iter() returned non-iterator)");
     }
     case Kind::Tuple:
     case Kind::List:
     case Kind::Set:
-      return Value::iterator(*obj->elements());
+      return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
       for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
-      return Value::iterator(std::move(keys));
+      return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
     case Kind::Constant: {
       Ref iter = Ref::steal(PyObject_GetIter(obj->constant()));
@@ -421,10 +473,22 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
         items.push_back(Value::constant(item.get()));
       }
       if (PyErr_Occurred()) return t.failFromPython("iterating a constant");
-      return Value::iterator(std::move(items));
+      return Value::iterator(std::move(items), reinterpret_cast<PyObject*>(Py_TYPE(iter.get())));
     }
     case Kind::Module:
       return moduleIter(t, obj);
+    case Kind::DictView: {
+      // What the dict holds now.
+      const DictView& view = obj->as<DictView>();
+      const Dict& d = view.dict->as<Dict>();
+      std::vector<ValuePtr> items;
+      for (size_t i = 0; i < d.keys.size(); ++i) {
+        if (view.which == DictView::Keys) items.push_back(Value::constant(d.keys[i].get()));
+        else if (view.which == DictView::Values) items.push_back(d.values[i]);
+        else items.push_back(Value::tuple({Value::constant(d.keys[i].get()), d.values[i]}));
+      }
+      return Value::iterator(std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
+    }
     case Kind::Null:
     case Kind::Tensor:
     case Kind::Slice:
@@ -456,6 +520,8 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
       return !v->elements()->empty();
     case Kind::Dict:
       return !v->as<Dict>().values.empty();
+    case Kind::DictView:
+      return !v->as<DictView>().dict->as<Dict>().values.empty();
     case Kind::Function:
     case Kind::Cell:
     case Kind::Context:
@@ -541,12 +607,18 @@ Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item
     if (r < 0) return t.failFromPython("`in` on constants");
     return r != 0;
   }
+  if (const DictView* view = container->get<DictView>()) {
+    if (view->which == DictView::Keys) return contains(t, view->dict, item);
+    std::vector<ValuePtr> items;  // values and items: Python compares them in order
+    if (Done d = peekItems(t, container, &items); !d) return d.stop();
+    return contains(t, Value::list(std::move(items)), item);
+  }
   Args a{item};
   Kwargs kw;
   bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
   if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
     return t.fail(std::string("`in` on a ") + kindName(container->kind()) + " is not supported yet");
-  Result<ValuePtr> c = callContainerMethod(t, container, interned(mapping ? Str::dunder_contains : Str::count), a, kw);
+  Result<ValuePtr> c = callContainerMethod(t, container, interned(Str::dunder_contains), a, kw);
   if (!c) return c.stop();
   return PyObject_IsTrue((*c)->constant()) != 0;
 }
@@ -562,6 +634,7 @@ Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out) {
   if (Done d = t.iterators().usable(v.get()); !d) return d;
   Result<ValuePtr> got = getIter(t, v);
   if (!got) return got.stop();
+  if (Done d = drainUserIterator(t, *got); !d) return d;
   const Iterator& it = (*got)->as<Iterator>();
   out->assign(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())), it.items.end());
   return {};

@@ -34,6 +34,8 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
 // call_rules.cpp: the rules for callables no table row names (torch functions, user
 // classes, exception classes, Python functions, ...), tried in order; Unsupported when none applies.
 Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs);
+// A functools.lru_cache / functools.cache wrapper (call_rules.cpp); never sets an error.
+bool isCacheWrapper(PyObject* f);
 // Borrowed value of `name` in the instance dict of `obj`, or null (objects.cpp).
 PyObject* instanceDictItem(PyObject* obj, const char* name);
 // Whether `code` is marked by cdynamo.disable, and the reason naming the function.
@@ -98,6 +100,10 @@ Result<ValuePtr> callBuiltin(Tracer& t, PyObject* fn, const CallableRow& row, Ar
 // The real Python object for a value made only of constants (constants, and tuples, lists,
 // dicts and sets of them), or null (no error set) when it holds anything else.
 Ref toPython(Tracer& t, const ValuePtr& v);
+// (a real iterator of Python type `type` (may be null) over `items` (a sequence), an
+// iterator whose length hint counts the items left as the first is used), or null (no
+// error set).
+Ref realIterator(PyObject* type, PyObject* items);
 // The value for a real Python object made only of constants.
 Result<ValuePtr> fromPython(Tracer& t, PyObject* o);
 // Calls a pure C function (math, operator, a method of an immutable constant, an immutable
@@ -134,6 +140,9 @@ bool isModuleContainer(const ValuePtr& m);
 Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
 
 // ---- containers.cpp: lists, tuples, dicts, sets made in the trace -------------------------
+// Equality of two values as Python would decide it (identity first), when it can be known
+// at trace time: true with *eq set (0 or 1), false when it cannot be known.
+bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
 // The real slice of a Slice of constants (Unsupported otherwise; null with an error set if

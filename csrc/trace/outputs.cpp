@@ -49,6 +49,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Super:
     case Kind::Partial:
     case Kind::Context:
+    case Kind::DictView:
       break;
   }
   if (container && v->reg >= 0) {
@@ -58,6 +59,12 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
   if (made_once && v->reg < 0) {
     auto it = memo_slot_.find(v.get());
     if (it != memo_slot_.end()) {
+      // Lists, dicts, sets and objects are made first and filled after: they may contain
+      // themselves; what is built by a call from its parts may not.
+      const bool filled_after = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::NewObject);
+      if (in_progress_.count(v.get()) && !filled_after)
+        return t_.fail(std::string("a ") + kindName(v->kind()) +
+                       " made in the trace that contains itself cannot be rebuilt yet");
       *out = P::Memo{it->second.first};
       return {};
     }
@@ -65,6 +72,10 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
       out->memo = memo_slots_++;
       memo_slot_.emplace(v.get(), std::make_pair(out->memo, v));
     }
+    in_progress_.insert(v.get());
+    Done d = planOne(v, out);
+    in_progress_.erase(v.get());
+    return d;
   }
   return planOne(v, out);
 }
@@ -171,16 +182,21 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       return {};
     }
     case Kind::Iterator: {
-      // iter() over the items it has left.
+      // The same type of iterator over the items it has left (already computed):
+      // cdynamo._resume.rebuild_iterator(type, items), or iter(items) when its type is not known.
       if (Done d = t_.iterators().usable(v.get()); !d) return d;
       const Iterator& it = v->as<Iterator>();
-      PyObject* iter = lookup(Obj::builtins_iter);
-      if (!iter) return t_.failFromPython("builtins.iter");
+      if (it.stepper) return plan(it.stepper, out);  // the user's iterator object is the iterator
+      const bool typed = it.type && !for_resume_;
+      PyObject* rebuild = typed ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
+      if (!rebuild) return t_.failFromPython("cdynamo._resume.rebuild_iterator");
       std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
                                  it.items.end());
-      std::vector<runtime::OutputPlan> args(1);
-      if (Done d = plan(Value::tuple(std::move(rest)), &args[0]); !d) return d;
-      out->step = P::Call{Ref::borrow(iter), std::move(args)};
+      std::vector<runtime::OutputPlan> args;
+      if (typed) args.push_back(runtime::OutputPlan::constant(it.type.get()));
+      args.emplace_back();
+      if (Done d = plan(Value::tuple(std::move(rest)), &args.back()); !d) return d;
+      out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
       return {};
     }
     case Kind::BoundMethod: {  // types.MethodType(function, receiver)
@@ -208,7 +224,7 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       const Cell& c = v->as<Cell>();
       if (c.outer) break;  // a cell of an enclosing function: not rebuilt (yet)
       std::vector<runtime::OutputPlan> args;
-      if (c.contents) {
+      if (c.contents && !empty_cells_.count(v.get())) {
         args.resize(1);
         if (Done d = plan(c.contents, &args[0]); !d) return d;
       }
@@ -216,7 +232,17 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       return {};
     }
     case Kind::Function:
-      return planFunction(v->as<Function>(), out);
+      return planFunction(v, out);
+    case Kind::DictView: {  // type(d).keys(d): a view of the very dict rebuilt
+      const DictView& view = v->as<DictView>();
+      static const char* const kNames[] = {"keys", "values", "items"};
+      Ref method = Ref::steal(PyObject_GetAttrString(view.dict->as<Dict>().type.get(), kNames[view.which]));
+      if (!method) return t_.failFromPython("a dict view's method");
+      std::vector<runtime::OutputPlan> args(1);
+      if (Done d = plan(view.dict, &args[0]); !d) return d;
+      out->step = P::Call{std::move(method), std::move(args)};
+      return {};
+    }
     case Kind::Null:
     case Kind::Context:
     case Kind::Super:
@@ -226,13 +252,26 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
   return t_.fail(std::string("returning a ") + kindName(v->kind()) + " is not supported yet");
 }
 
-Done OutputPlanner::planFunction(const Function& fp, runtime::OutputPlan* out) {
+Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
+  const Function& fp = fv->as<Function>();
   // A function made in the trace: cdynamo._resume.make_function(code, globals,
-  // qualname, defaults, kwdefaults, closure, attrs), its cells shared through the memo.
+  // qualname, defaults, kwdefaults, closure, attrs, self_cells), its cells shared through
+  // the memo. A cell not built yet that holds the function itself (`def g(): return g`)
+  // is made empty and filled by make_function once the function exists (self_cells).
   PyObject* helper = lookup(Obj::cdynamo_resume_make_function);
   if (!helper) return t_.failFromPython("cdynamo._resume.make_function");
-  std::vector<runtime::OutputPlan> args(7);
+  Ref self_cells = Ref::steal(PyList_New(0));
+  if (!self_cells) return t_.failFromPython("a function's closure");
+  for (size_t i = 0; i < fp.closure.size(); ++i) {
+    const ValuePtr& c = fp.closure[i];
+    const Cell* cell = c ? c->get<Cell>() : nullptr;
+    if (!cell || cell->outer || cell->contents != fv || memo_slot_.count(c.get())) continue;
+    empty_cells_.insert(c.get());
+    Ref index = Ref::steal(PyLong_FromSize_t(i));
+    if (!index || PyList_Append(self_cells.get(), index.get()) < 0) return t_.failFromPython("a function's closure");
+  }
+  std::vector<runtime::OutputPlan> args(8);
   auto optional = [&](size_t i, const ValuePtr& part) -> Done {
     if (part) return plan(part, &args[i]);
     args[i] = runtime::OutputPlan::constant(Py_None);
@@ -247,6 +286,9 @@ Done OutputPlanner::planFunction(const Function& fp, runtime::OutputPlan* out) {
   if (Done d = planAll(fp.closure, &cells); !d) return d;
   args[5] = P::Tuple{std::move(cells)};
   if (Done d = optional(6, fp.attrs); !d) return d;
+  Ref cells_tuple = Ref::steal(PyList_AsTuple(self_cells.get()));
+  if (!cells_tuple) return t_.failFromPython("a function's closure");
+  args[7] = runtime::OutputPlan::constant(cells_tuple.get());
   out->step = P::Call{Ref::borrow(helper), std::move(args)};
   return {};
 }

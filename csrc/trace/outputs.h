@@ -6,6 +6,7 @@
 #include <Python.h>
 
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -29,10 +30,14 @@ class OutputPlanner {
   // The graph nodes the plans read, in graph-output order.
   const std::vector<int>& graphOutputs() const { return graph_outputs_; }
   int memoSlots() const { return memo_slots_; }
+  // While set, iterators are planned as tuple_iterators (the one iterator a resume function
+  // reads back, builder.cpp) instead of iterators of their own type: for a graph break's
+  // locals and stack.
+  void setForResume(bool on) { for_resume_ = on; }
 
  private:
   Done planOne(const ValuePtr& v, runtime::OutputPlan* out);
-  Done planFunction(const Function& fn, runtime::OutputPlan* out);
+  Done planFunction(const ValuePtr& fn, runtime::OutputPlan* out);
 
   Tracer& t_;
   std::vector<int> graph_outputs_;
@@ -40,6 +45,12 @@ class OutputPlanner {
   // must not be reused while it is a key).
   std::unordered_map<const Value*, std::pair<int, ValuePtr>> memo_slot_;
   int memo_slots_ = 0;
+  // The values being planned (a value reached again from inside itself cannot be built
+  // from its parts), and the cells of a function's closure made empty and filled by the
+  // function itself once it exists (a function that refers to itself).
+  std::unordered_set<const Value*> in_progress_;
+  std::unordered_set<const Value*> empty_cells_;
+  bool for_resume_ = false;
 };
 
 }  // namespace cdynamo::trace

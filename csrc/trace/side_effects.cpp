@@ -86,6 +86,7 @@ ValuePtr contentsOf(const Value& c) {
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::DictView:
       break;
   }
   CDYNAMO_CHECK(false, "a replaced container that is not a list, set or dict");

@@ -1,4 +1,5 @@
 """Helpers the runtime calls when it rebuilds a frame's state at a graph break."""
+import itertools
 import types
 
 
@@ -11,16 +12,129 @@ def grad_mode_exit(cls, prev):
     return ctx.__exit__
 
 
-def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs):
+def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs, self_cells=()):
     """A function made by the traced program (MAKE_FUNCTION), rebuilt at a graph break with
-    the same code, defaults and closure cells (shared with the frame and other closures)."""
+    the same code, defaults and closure cells (shared with the frame and other closures).
+    The cells at the indices `self_cells` were made empty: they hold the function itself
+    (a function that refers to itself), filled here once it exists."""
     fn = types.FunctionType(code, globals, code.co_name, defaults, closure or None)
     fn.__qualname__ = qualname
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
     if attrs:
         fn.__dict__.update(attrs)
+    for i in self_cells:
+        closure[i].cell_contents = fn
     return fn
 
 
-__all__ = ["grad_mode_exit", "make_function"]
+def _identity(x):
+    return x
+
+
+def _keep(x):
+    return True
+
+
+def _never(x):
+    return False
+
+
+def _second(a, b):
+    return b
+
+
+def _columns(items):
+    """The columns of rows (a tuple of tuples), each as an iterator; the first one counts the
+    rows left (zip and zip_longest take from it first)."""
+    if not items:
+        return []
+    return [iter([row[i] for row in items]) for i in range(len(items[0]))]
+
+
+def _zip(items):
+    cols = _columns(items)
+    return zip(*cols), (cols[0] if cols else iter(()))
+
+
+def _zip_longest(items):
+    cols = _columns(items)
+    return itertools.zip_longest(*cols), (cols[0] if cols else iter(()))
+
+
+def _enumerate(items):
+    src = iter([v for _, v in items])
+    return enumerate(src, items[0][0] if items else 0), src
+
+
+def _range_iterator(items):
+    if not items:
+        it = iter(range(0))
+    else:
+        step = items[1] - items[0] if len(items) > 1 else 1
+        it = iter(range(items[0], items[-1] + step, step))
+    return it, it
+
+
+def _over(make):
+    """A rebuilder that wraps an iterator over the items: the source counts what is left."""
+    def rebuild(items):
+        src = iter(items)
+        return make(src), src
+    return rebuild
+
+
+def _own(make):
+    """A rebuilder whose iterator counts what it has left itself (a length hint)."""
+    def rebuild(items):
+        it = make(items)
+        return it, it
+    return rebuild
+
+
+_REBUILDERS = {
+    map: _over(lambda src: map(_identity, src)),
+    filter: _over(lambda src: filter(_keep, src)),
+    zip: _zip,
+    enumerate: _enumerate,
+    reversed: _own(lambda items: reversed(items[::-1])),
+    type(iter(range(0))): _range_iterator,
+    type(iter([])): _own(lambda items: iter(list(items))),
+    type(reversed([])): _own(lambda items: reversed(list(items[::-1]))),
+    type(iter(set())): _own(lambda items: iter(set(items))),
+    type(iter("")): _own(lambda items: iter("".join(items))),
+    type(iter({})): _own(lambda items: iter(dict.fromkeys(items))),
+    type(iter({}.values())): _own(lambda items: iter(dict(enumerate(items)).values())),
+    type(iter({}.items())): _own(lambda items: iter(dict(items).items())),
+    type(reversed({})): _own(lambda items: reversed(dict.fromkeys(items[::-1]))),
+    types.GeneratorType: _over(lambda src: (x for x in src)),
+    itertools.chain: _over(lambda src: itertools.chain(src)),
+    itertools.islice: _over(lambda src: itertools.islice(src, None)),
+    itertools.compress: _over(lambda src: itertools.compress(src, itertools.repeat(True))),
+    itertools.filterfalse: _over(lambda src: itertools.filterfalse(_never, src)),
+    itertools.takewhile: _over(lambda src: itertools.takewhile(_keep, src)),
+    itertools.dropwhile: _over(lambda src: itertools.dropwhile(_never, src)),
+    itertools.accumulate: _over(lambda src: itertools.accumulate(src, _second)),
+    itertools.starmap: _over(lambda src: itertools.starmap(_identity, ((x,) for x in src))),
+    itertools.zip_longest: _zip_longest,
+}
+
+
+def real_iterator(kind, items):
+    """An iterator of type `kind` (map, zip, list_iterator, range_iterator, a generator, ...)
+    over `items` (a tuple), and an iterator whose length hint says how many of them are left
+    once it is used (the items, already computed, of an iterator made in the trace)."""
+    rebuild = _REBUILDERS.get(kind)
+    if rebuild is None:
+        it = iter(items)
+        return it, it
+    return rebuild(items)
+
+
+def rebuild_iterator(kind, items):
+    """An iterator made in the trace, rebuilt at the end of the frame as the same type of
+    iterator over the items it had left."""
+    return real_iterator(kind, items)[0]
+
+
+__all__ = ["grad_mode_exit", "make_function", "real_iterator", "rebuild_iterator"]

@@ -157,13 +157,10 @@ def case_compile_inside_dispatch_mode_during_a_compile():
 
 # ---------------------------------------------------------------- the tests
 
-@crash("Tracer::getIter calls __iter__ again on what __iter__ returned; an iterator whose __iter__ "
-       "returns self recurses until the C stack overflows (segfault)")
 def test_for_over_iterator_returning_self():
     isolated(MODULE, "case_for_over_iterator_returning_self")
 
 
-@crash("same recursion as above, reached through enumerate()")
 def test_enumerate_over_iterator_returning_self():
     isolated(MODULE, "case_enumerate_over_iterator_returning_self")
 

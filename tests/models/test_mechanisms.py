@@ -34,6 +34,8 @@ FIXED = {"iter_dunder_raises", "contains_dunder_raises", "recompile_per_shape",
          # Torch functions without tensor arguments are decided by what they are (call_rules.cpp
          # torchKindOf): dispatch queries answered from the values, state readers folded and guarded.
          "torch_assert_on_bool", "jit_is_tracing", "augmented_assignment_to_int"}
+# (w-conf fixed enum_membership_of_inputs, by `in` over a tuple comparing item by item up to
+# the first match, and dict_item_int_keys, on its own path as well.)
 OPEN = set(mechanisms.CASES) - FIXED
 
 

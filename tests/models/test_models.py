@@ -21,7 +21,7 @@ import runner  # noqa: E402
 
 GPT2_SELF_CONTAINING = ("a value that contains itself escapes the trace (the output plan raises 'cannot rebuild a "
                         "container that contains itself' to the user instead of breaking): the recursive-output "
-                        "mechanism, fixed on branch w-conf")
+                        "mechanism (w-conf rebuilds recursive closures; a container that contains itself still raises)")
 
 
 def xfail(reason):

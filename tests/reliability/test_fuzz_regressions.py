@@ -1,7 +1,6 @@
 """Regression tests written from the fuzzer's minimal programs (tools/fuzz; the list with
 diagnoses is kept in the fuzz bug list, F1, F2, ...). Fixed ones pass; the others are strict
 xfails naming the mechanism to fix."""
-import pytest
 import torch
 
 import cdynamo
@@ -34,13 +33,6 @@ def test_no_grad_block_with_a_break_under_aot_eager_keeps_grad_mode():
     assert not cdynamo.stats()["native_frames"]
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "F2: a recursive closure made in the trace (g's cell holds g) escapes (returned, or live at a "
-    "graph break): runtime::build raises 'cannot rebuild a container that contains itself' where "
-    "eager returns. The output plan rebuilds the cell from its contents (a Call plan), and the "
-    "contents (the function) need the cell first; a cell must be created empty, memoized, and "
-    "filled after its contents are built (csrc/runtime/compiled_entry.cpp build(), and the cell "
-    "plan in csrc/trace/tracer.cpp buildOutput), or the trace must refuse such a value."))
 def test_recursive_closure_escaping_the_trace():
     def f(x):
         def g(a):

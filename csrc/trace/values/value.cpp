@@ -30,6 +30,7 @@ ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::DictView:
       break;
   }
   CDYNAMO_CHECK(false, "Value::sequence of a kind that is not a sequence");
@@ -60,6 +61,7 @@ PyObject* Value::real() const {
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::DictView:
       return nullptr;
   }
   return nullptr;
@@ -89,6 +91,7 @@ const std::vector<ValuePtr>* Value::elements() const {
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::DictView:
       return nullptr;
   }
   return nullptr;

@@ -59,6 +59,13 @@ struct Iterator {
   std::vector<ValuePtr> items;  // everything it yields
   size_t pos = 0;               // the next item
   bool ended = false;           // its end was observed (a FOR_ITER or next() past the last item)
+  // The Python type of the iterator it stands for (list_iterator, range_iterator, map, zip,
+  // generator, ...): what type()/isinstance answer and what the output plan rebuilds; null
+  // when not known.
+  Ref type;
+  // A user object whose __next__ gives the items one at a time (its class's __iter__
+  // returned it), or null: the items are then `items`, known ahead.
+  ValuePtr stepper;
 };
 // A Python or C function, a type, or a torch function, called by identity.
 struct Callable {
@@ -148,6 +155,14 @@ struct Namespace {
   ValuePtr attrs;
 };
 
+// d.keys(), d.values() or d.items(): a live view of the Dict value `dict` (every use
+// reads the dict as it is then).
+struct DictView {
+  enum Which : uint8_t { Keys, Values, Items };
+  ValuePtr dict;
+  Which which = Keys;
+};
+
 // ---- the value -------------------------------------------------------------------------
 
 enum class Kind : uint8_t {
@@ -160,7 +175,7 @@ struct Value {
   // In the order of kinds.def (checked below).
   using Payload = std::variant<Null, Tensor, Constant, Tuple, List, Slice, Iterator, Callable, BoundMethod,
                                NamedMethod, Module, PyModule, Dict, Set, Cell, Function, Object, NewObject, Super,
-                               Partial, Context, Namespace>;
+                               Partial, Context, Namespace, DictView>;
 
   Payload payload;
   int reg = -1;
@@ -217,7 +232,11 @@ struct Value {
   static ValuePtr list(std::vector<ValuePtr> items, int reg = -1) { return of(List{std::move(items), Ref(), Ref()}, reg); }
   static ValuePtr set(std::vector<ValuePtr> items, int reg = -1) { return of(Set{std::move(items)}, reg); }
   static ValuePtr iterator(std::vector<ValuePtr> items, int reg = -1) {
-    return of(Iterator{std::move(items), 0, false}, reg);
+    return of(Iterator{std::move(items), 0, false, Ref(), nullptr}, reg);
+  }
+  // An iterator of Python type `type` (borrowed; may be null) over `items`.
+  static ValuePtr iterator(std::vector<ValuePtr> items, PyObject* type, int reg = -1) {
+    return of(Iterator{std::move(items), 0, false, Ref::borrow(type), nullptr}, reg);
   }
   static ValuePtr callable(PyObject* o, int reg = -1) { return of(Callable{Ref::borrow(o), false}, reg); }
   static ValuePtr object(PyObject* o, int reg = -1) { return of(Object{Ref::borrow(o), false}, reg); }
@@ -272,7 +291,9 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::Tuple: return all(v.as<Tuple>().items);
     case Kind::List: return all(v.as<List>().items);
     case Kind::Set: return all(v.as<Set>().items);
-    case Kind::Iterator: return all(v.as<Iterator>().items);
+    case Kind::Iterator:
+      all(v.as<Iterator>().items);
+      return each(v.as<Iterator>().stepper);
     case Kind::Dict: return all(v.as<Dict>().values);
     case Kind::Context: return all(v.as<Context>().args);
     case Kind::Slice:
@@ -284,6 +305,7 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::NewObject: return each(v.as<NewObject>().attrs);
     case Kind::Namespace: return each(v.as<Namespace>().attrs);
     case Kind::Super: return each(v.as<Super>().self);
+    case Kind::DictView: return each(v.as<DictView>().dict);
     case Kind::Partial: {
       const Partial& p = v.as<Partial>();
       each(p.fn);

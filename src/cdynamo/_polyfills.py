@@ -1,0 +1,217 @@
+"""Python versions of C functions of the standard library, traced in their place.
+
+When the traced program calls one of the callables in ``POLYFILLS`` (``itertools.chain``,
+``functools.reduce``, ...), the tracer inlines the Python function given here instead: the
+C function cannot be traced, its Python equivalent can, and gives the same items in the same
+order, calling the program's functions the same number of times. A polyfill that is a
+generator gives an iterator of the type of the original (itertools.chain, ...): the tracer
+gives its result that type. What these do not model (infinite iterators: count, repeat,
+cycle) is not listed, so the call is reported as not supported.
+"""
+import functools
+import itertools
+
+
+def chain(*iterables):
+    for it in iterables:
+        yield from it
+
+
+def chain_from_iterable(iterables):
+    for it in iterables:
+        yield from it
+
+
+def islice(iterable, *args):
+    s = slice(*args)
+    start = 0 if s.start is None else s.start
+    stop = s.stop
+    step = 1 if s.step is None else s.step
+    if start < 0 or (stop is not None and stop < 0) or step <= 0:
+        raise ValueError("Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.")
+    it = iter(iterable)
+    nexti = start
+    i = 0
+    while stop is None or i < stop:
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        if i == nexti:
+            yield item
+            nexti += step
+        i += 1
+
+
+def compress(data, selectors):
+    for d, s in zip(data, selectors):
+        if s:
+            yield d
+
+
+def filterfalse(predicate, iterable):
+    if predicate is None:
+        for x in iterable:
+            if not x:
+                yield x
+    else:
+        for x in iterable:
+            if not predicate(x):
+                yield x
+
+
+def takewhile(predicate, iterable):
+    for x in iterable:
+        if not predicate(x):
+            return
+        yield x
+
+
+def dropwhile(predicate, iterable):
+    it = iter(iterable)
+    for x in it:
+        if not predicate(x):
+            yield x
+            break
+    for x in it:
+        yield x
+
+
+def starmap(function, iterable):
+    for args in iterable:
+        yield function(*args)
+
+
+def accumulate(iterable, func=None, *, initial=None):
+    it = iter(iterable)
+    total = initial
+    if initial is None:
+        try:
+            total = next(it)
+        except StopIteration:
+            return
+    yield total
+    for x in it:
+        total = total + x if func is None else func(total, x)
+        yield total
+
+
+def pairwise(iterable):
+    it = iter(iterable)
+    try:
+        a = next(it)
+    except StopIteration:
+        return
+    for b in it:
+        yield a, b
+        a = b
+
+
+def zip_longest(*iterables, fillvalue=None):
+    iterators = [iter(it) for it in iterables]
+    done = [False] * len(iterators)
+    active = len(iterators)
+    if not active:
+        return
+    while True:
+        values = []
+        for i in range(len(iterators)):
+            if done[i]:
+                values.append(fillvalue)
+                continue
+            try:
+                values.append(next(iterators[i]))
+            except StopIteration:
+                done[i] = True
+                active -= 1
+                if not active:
+                    return
+                values.append(fillvalue)
+        yield tuple(values)
+
+
+def product(*iterables, repeat=1):
+    pools = [tuple(pool) for pool in iterables] * repeat
+    result = [[]]
+    for pool in pools:
+        result = [x + [y] for x in result for y in pool]
+    for prod in result:
+        yield tuple(prod)
+
+
+def permutations(iterable, r=None):
+    pool = tuple(iterable)
+    n = len(pool)
+    r = n if r is None else r
+    if r > n:
+        return
+    indices = list(range(n))
+    cycles = list(range(n, n - r, -1))
+    yield tuple(pool[i] for i in indices[:r])
+    while n:
+        for i in reversed(range(r)):
+            cycles[i] -= 1
+            if cycles[i] == 0:
+                indices[i:] = indices[i + 1:] + indices[i:i + 1]
+                cycles[i] = n - i
+            else:
+                j = cycles[i]
+                indices[i], indices[-j] = indices[-j], indices[i]
+                yield tuple(pool[i] for i in indices[:r])
+                break
+        else:
+            return
+
+
+def combinations(iterable, r):
+    pool = tuple(iterable)
+    n = len(pool)
+    if r > n:
+        return
+    indices = list(range(r))
+    yield tuple(pool[i] for i in indices)
+    while True:
+        for i in reversed(range(r)):
+            if indices[i] != i + n - r:
+                break
+        else:
+            return
+        indices[i] += 1
+        for j in range(i + 1, r):
+            indices[j] = indices[j - 1] + 1
+        yield tuple(pool[i] for i in indices)
+
+
+def reduce(function, iterable, *initial):
+    if len(initial) > 1:
+        raise TypeError(f"reduce expected at most 3 arguments, got {2 + len(initial)}")
+    it = iter(iterable)
+    if initial:
+        value = initial[0]
+    else:
+        try:
+            value = next(it)
+        except StopIteration:
+            raise TypeError("reduce() of empty iterable with no initial value") from None
+    for element in it:
+        value = function(value, element)
+    return value
+
+
+POLYFILLS = {
+    itertools.chain: chain,
+    itertools.chain.from_iterable: chain_from_iterable,
+    itertools.islice: islice,
+    itertools.compress: compress,
+    itertools.filterfalse: filterfalse,
+    itertools.takewhile: takewhile,
+    itertools.dropwhile: dropwhile,
+    itertools.starmap: starmap,
+    itertools.accumulate: accumulate,
+    itertools.pairwise: pairwise,
+    itertools.zip_longest: zip_longest,
+    itertools.product: product,
+    itertools.permutations: permutations,
+    itertools.combinations: combinations,
+    functools.reduce: reduce,
+}
