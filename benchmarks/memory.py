@@ -67,7 +67,7 @@ def entries_builder(frontend, n_entries, inputs, capture):
     def build():
         reset_all()
         cb = CountingBackend()
-        f = cdynamo.compile(fn, backend=cb) if frontend == "cdynamo" else torch.compile(fn, backend=cb, dynamic=False)
+        f = cdynamo.compile(fn, backend=cb, dynamic=False) if frontend == "cdynamo" else torch.compile(fn, backend=cb, dynamic=False)
         cc = CaptureCheck() if frontend == "cdynamo" else None
         for x in inputs[:n_entries]:
             assert_same(f(x), fn(x), f"memory entries [{frontend}]")
