@@ -131,6 +131,47 @@ struct Builder {
   }
 };
 
+// Walks plans in the order Builder builds them and records when each memo slot is
+// filled (remember): before its parts for what is made first and filled after (list,
+// dict, set, object), after them for what a call makes from its parts. Keep in step
+// with Builder.
+struct MemoOrder {
+  std::vector<bool> built;
+  int first_unbuilt = -1;
+
+  void fill(const OutputPlan& p) {
+    if (p.memo < 0) return;
+    if (static_cast<size_t>(p.memo) >= built.size()) built.resize(static_cast<size_t>(p.memo) + 1, false);
+    built[static_cast<size_t>(p.memo)] = true;
+  }
+  void all(const std::vector<OutputPlan>& items) {
+    for (const OutputPlan& i : items) visit(i);
+  }
+  void visit(const OutputPlan& p) {
+    if (first_unbuilt >= 0) return;
+    std::visit([&](const auto& step) { walk(p, step); }, p.step);
+  }
+  void walk(const OutputPlan&, const plan::Memo& m) {
+    if (m.slot < 0 || static_cast<size_t>(m.slot) >= built.size() || !built[static_cast<size_t>(m.slot)])
+      first_unbuilt = m.slot;
+  }
+  void walk(const OutputPlan&, const plan::GraphOutput&) {}
+  void walk(const OutputPlan&, const plan::Constant&) {}
+  void walk(const OutputPlan&, const plan::Register&) {}
+  void walk(const OutputPlan& p, const plan::Tuple& t) { all(t.items); fill(p); }
+  void walk(const OutputPlan& p, const plan::NamedTuple& t) { all(t.items); fill(p); }
+  void walk(const OutputPlan& p, const plan::List& l) { fill(p); all(l.items); }
+  void walk(const OutputPlan& p, const plan::Deque& d) { all(d.items); fill(p); }
+  void walk(const OutputPlan& p, const plan::Dict& d) { fill(p); all(d.values); }
+  void walk(const OutputPlan& p, const plan::Set& s) { fill(p); all(s.items); }
+  void walk(const OutputPlan& p, const plan::NewObject& n) {
+    fill(p);
+    if (n.items) visit(*n.items);
+    if (n.attrs) visit(*n.attrs);
+  }
+  void walk(const OutputPlan& p, const plan::Call& c) { all(c.args); fill(p); }
+};
+
 // Applies `e` to `target` with its built value `value` (null for Advance).
 bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
   struct {
@@ -167,6 +208,14 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
 }
 
 }  // namespace
+
+int memoReadBeforeBuilt(const OutputPlan& output, const std::vector<SideEffect>& effects) {
+  MemoOrder order;
+  order.visit(output);
+  for (const SideEffect& e : effects)
+    if (const OutputPlan* stored = storedValue(e)) order.visit(*stored);
+  return order.first_unbuilt;
+}
 
 const OutputPlan* storedValue(const SideEffect& e) {
   struct {

@@ -128,6 +128,10 @@ struct SideEffect {
 
 // The plan of the value an effect stores, or null (Advance stores none).
 const OutputPlan* storedValue(const SideEffect& e);
+// The first memo slot that the result or an effect's value reads before the plan that
+// fills it has been built (in the order CompiledEntry::run builds them), or -1. The
+// tracer refuses such plans: at run time they could only raise.
+int memoReadBeforeBuilt(const OutputPlan& output, const std::vector<SideEffect>& effects);
 
 // What a frame with a graph break does after its graph: the output plan built the break
 // code's arguments (locals, then the stack); the runtime sets the grad mode the traced

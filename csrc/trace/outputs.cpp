@@ -61,7 +61,9 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     if (it != memo_slot_.end()) {
       // Lists, dicts, sets and objects are made first and filled after: they may contain
       // themselves; what is built by a call from its parts may not.
-      const bool filled_after = v->is(Kind::List) || v->is(Kind::Dict) || v->is(Kind::Set) || v->is(Kind::NewObject);
+      // (A deque is made by a call from its items.)
+      const bool filled_after = (v->is(Kind::List) && !v->as<List>().deque) || v->is(Kind::Dict) ||
+                                v->is(Kind::Set) || v->is(Kind::NewObject);
       if (in_progress_.count(v.get()) && !filled_after)
         return t_.fail(std::string("a ") + kindName(v->kind()) +
                        " made in the trace that contains itself cannot be rebuilt yet");
@@ -151,9 +153,10 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       }
       break;
     case Kind::NewObject: {
+      // Planned in the order the runtime builds them (items, then attributes): a value
+      // reachable from both (a ModelOutput's field is an item and an attribute) is built
+      // in full where it is reached first and read from the memo after.
       const NewObject& o = v->as<NewObject>();
-      auto attrs = std::make_unique<runtime::OutputPlan>();
-      if (Done d = plan(o.attrs, attrs.get()); !d) return d;
       std::unique_ptr<runtime::OutputPlan> items;
       if (o.base) {  // a dict subclass instance: its items, rebuilt as a plain dict first
         const Dict& part = o.base->as<Dict>();
@@ -162,6 +165,8 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         if (Done d = planAll(part.values, &dict.values); !d) return d;
         items = std::make_unique<runtime::OutputPlan>(std::move(dict));
       }
+      auto attrs = std::make_unique<runtime::OutputPlan>();
+      if (Done d = plan(o.attrs, attrs.get()); !d) return d;
       out->step = P::NewObject{o.cls.copy(), std::move(attrs), o.base ? o.base->as<Dict>().type.copy() : Ref(), std::move(items)};
       return {};
     }

@@ -212,6 +212,10 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     (void)fail("internal: the trace ended without a result");
   }
   if (failed_) return;
+  if (runtime::memoReadBeforeBuilt(plan, entry_->effects) >= 0) {
+    (void)fail("internal: a value made in the trace would be read back before it is rebuilt");
+    return;
+  }
   entry_->output = std::move(plan);
   entry_->memo_slots = outputs_.memoSlots();
   if (!compileGraph()) return;

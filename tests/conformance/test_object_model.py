@@ -506,6 +506,38 @@ def test_ordered_dict_subclass_dataclass_made_and_returned():
     assert cnt.frame_count == 1
 
 
+class KVCache:
+    def __init__(self):
+        self.layers = []
+
+
+def test_dict_subclass_item_that_is_also_an_attribute_is_one_object():
+    # A ModelOutput's field is both an item and an attribute: a list or an object made in
+    # the trace is rebuilt once and reachable from both (GPT-2's past_key_values, a cache
+    # object, raised "cannot rebuild a container that contains itself" at run time).
+    def fn(x):
+        cache = KVCache()
+        cache.layers.append(x * 3)
+        out = EncoderOutput(last_hidden_state=x * 2, hidden_states=[x + 1, x + 2], attentions=cache)
+        return out, cache
+
+    cfn, cnt = compiled(fn)
+    x = torch.randn(3)
+    expected, expected_cache = fn(x)
+    for _ in range(2):
+        got, got_cache = cfn(x)
+        assert type(got) is EncoderOutput and list(got.keys()) == list(expected.keys())
+        torch.testing.assert_close(got["last_hidden_state"], expected["last_hidden_state"])
+        torch.testing.assert_close(got["hidden_states"], expected["hidden_states"])
+        assert vars(got).keys() == vars(expected).keys()
+        assert got.hidden_states is got["hidden_states"]
+        assert got.attentions is got["attentions"] is got_cache
+        torch.testing.assert_close(got_cache.layers[0], expected_cache.layers[0])
+    st = cdynamo.stats()
+    assert st["frames_native"] == 0 and st["graph_breaks"] == 0, st["graph_break_reasons"]
+    assert cnt.frame_count == 1
+
+
 class Counter(dict):
     pass
 
