@@ -388,3 +388,16 @@ def test_shape_guards_with_input_iterators_whose_items_are_dropped():
             torch.testing.assert_close(a, b)
     assert cdynamo.stats()["native_frames"] == []
 
+
+def test_transformer_encoder_over_sequence_lengths_with_inductor():
+    # End to end through inductor (AOT autograd + a dynamic kernel for the second compile):
+    # lengths 8..64, at most 2 compiles (the first static, then symbolic), outputs equal eager.
+    enc = make_encoder().eval()
+    cenc = cdynamo.compile(enc, backend="inductor")
+    with torch.no_grad():
+        for n in range(8, 65, 8):
+            x = torch.randn(2, n, 16)
+            torch.testing.assert_close(cenc(x), enc(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(cenc(x), enc(x), rtol=1e-4, atol=1e-4)  # a cache hit
+    assert 1 <= cdynamo.stats()["frames_captured"] <= 2
+    assert cdynamo.stats()["native_frames"] == []
