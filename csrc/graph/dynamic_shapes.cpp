@@ -79,6 +79,42 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   return numNodes() - 1;
 }
 
+int GraphBuilder::addIntInput(PyObject* value, const std::string& name, const std::string& source) {
+  if (dyn_.mode != -1 || !dyn_.memory || !PyDict_Check(dyn_.memory) || source.empty()) return kNoTensorResult;
+  int automatic = configFlag("automatic_dynamic_shapes");
+  if (automatic < 0) return -1;
+  if (!automatic) return kNoTensorResult;
+  PyObject* mod = shapesModule();
+  if (!mod) return -1;
+  PyObject* env = symbolic_ && shape_env_ ? shape_env_.get() : Py_None;
+  Ref sym = Ref::steal(PyObject_CallMethod(mod, "int_input", "OOsO", env, value, source.c_str(), dyn_.memory));
+  if (!sym) return -1;
+  if (sym.get() == Py_None) return kNoTensorResult;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(sym.get())) != lookup(Obj::torch_SymInt)) {
+    PyErr_SetString(PyExc_TypeError, "cdynamo._shapes.int_input: not a SymInt");
+    return -1;
+  }
+  Ref e = exprOf(sym.get());
+  if (!e) return -1;
+  if (!symbol_nodes_) {
+    symbol_nodes_ = Ref::steal(PyDict_New());
+    if (!symbol_nodes_) return -1;
+  }
+  Node n{NodeOp::Placeholder};
+  n.name = name;
+  n.fake = std::move(sym);
+  n.int_input = true;
+  // A fresh symbol stands for this input from now on (a duck-sized one already has a node).
+  if (!PyDict_GetItemWithError(symbol_nodes_.get(), e.get())) {
+    if (PyErr_Occurred()) return -1;
+    Ref id = Ref::steal(PyLong_FromLong(numNodes()));
+    if (!id || PyDict_SetItem(symbol_nodes_.get(), e.get(), id.get()) < 0) return -1;
+  }
+  int_sources_.push_back(source);
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
 int GraphBuilder::symbolNode(PyObject* symint) {
   if (!symbol_nodes_) return -1;
   Ref e = exprOf(symint);

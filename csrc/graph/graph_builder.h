@@ -71,6 +71,7 @@ struct Node {
   int sym_dim = -1;
   uint64_t dyn_mask = 0;
   std::vector<int> uses_syms;
+  bool int_input = false;  // the placeholder of an int argument made symbolic (its fake a SymInt)
 };
 
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
@@ -117,6 +118,14 @@ class GraphBuilder {
     *dim = nodes_[id].sym_dim;
     return true;
   }
+  // Automatic dynamic for an int argument `value` read from `source` (cdynamo/_shapes.py
+  // int_input): its placeholder node, whose fake is a SymInt, when it becomes symbolic;
+  // kNoTensorResult when it stays a constant (its value is recorded for the next compile
+  // to compare); -1 with an error set.
+  int addIntInput(PyObject* value, const std::string& name, const std::string& source);
+  // The sources of the int arguments made symbolic in this trace.
+  const std::vector<std::string>& symbolicIntSources() const { return int_sources_; }
+  bool isIntInput(int id) const { return nodes_[id].int_input; }
   // The placeholder of `symint` when it is exactly one input symbol, else -1 (no error).
   int symbolNode(PyObject* symint);
   // A call; runs it on fake values to get the result's metadata. Returns the node id,
@@ -236,6 +245,7 @@ class GraphBuilder {
   DynamicConfig dyn_;
   bool symbolic_ = false;              // input fakes are made with symbolic contexts (_shapes.input_fake)
   Ref symbol_nodes_;                   // dict: sympy symbol -> its placeholder node id
+  std::vector<std::string> int_sources_;  // see symbolicIntSources
   Py_ssize_t runtime_asserts_ = 0;     // the ShapeEnv's deferred asserts seen so far
   bool capture_scalars_ = false;
   Ref memo_;  // dict: memo key -> index in memo_entries_

@@ -77,7 +77,12 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
 std::string describeOrigin(const Origin& o) {
   std::string out;
   for (const OriginFrame& f : o) {
-    auto* co = reinterpret_cast<PyCodeObject*>(f.code.get());
+    PyObject* code = PyWeakref_Check(f.code.get()) ? PyWeakref_GetObject(f.code.get()) : f.code.get();
+    if (!code || !PyCode_Check(code)) {  // the code is gone
+      PyErr_Clear();
+      continue;
+    }
+    auto* co = reinterpret_cast<PyCodeObject*>(code);
     const char* file = PyUnicode_AsUTF8(co->co_filename);
     const char* name = PyUnicode_AsUTF8(co->co_qualname);
     if (!file || !name) {
@@ -91,8 +96,31 @@ std::string describeOrigin(const Origin& o) {
   return out;
 }
 
+void GuardProgram::weakenOrigin(Origin* o) {
+  Origin out;
+  for (OriginFrame& f : *o) {
+    PyObject* code = f.code.get();
+    if (!code || PyWeakref_Check(code)) continue;
+    Ref* weak = nullptr;
+    for (auto& [c, w] : weak_codes_)
+      if (c == code) weak = &w;
+    if (!weak) {
+      Ref w = Ref::steal(PyWeakref_NewRef(code, nullptr));
+      if (!w) {
+        PyErr_Clear();
+        continue;
+      }
+      weak_codes_.emplace_back(code, std::move(w));
+      weak = &weak_codes_.back().second;
+    }
+    out.push_back(OriginFrame{weak->copy(), f.offset});
+  }
+  *o = std::move(out);
+}
+
 void GuardProgram::addCheck(Check c) {
   if (origin_fn_ && c.origin.empty()) origin_fn_(origin_ctx_, &c.origin);
+  if (!c.origin.empty()) weakenOrigin(&c.origin);
   checks_.push_back(std::move(c));
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
@@ -119,6 +147,10 @@ bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text, Origin
         break;
       case ShapeOpKind::Size:
         if (op.reg < 0 || op.reg >= numRegisters() || op.arg < 0 || loads_[op.reg].dropped) return false;
+        ++depth;
+        break;
+      case ShapeOpKind::Int:
+        if (op.reg < 0 || op.reg >= numRegisters() || loads_[op.reg].dropped) return false;
         ++depth;
         break;
       case ShapeOpKind::Not:
@@ -368,6 +400,18 @@ bool evalShape(const std::vector<ShapeOp>& ops, PyObject** regs, int64_t* out) {
       st[sp++] = v;
       continue;
     }
+    if (op.op == ShapeOpKind::Int) {
+      PyObject* v = regs[op.reg];
+      if (!v || !PyLong_CheckExact(v)) return false;
+      int overflow = 0;
+      long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+      if (overflow || (x == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return false;
+      }
+      st[sp++] = x;
+      continue;
+    }
     if (op.op == ShapeOpKind::Not) {
       st[sp - 1] = st[sp - 1] == 0;
       continue;
@@ -403,6 +447,7 @@ bool evalShape(const std::vector<ShapeOp>& ops, PyObject** regs, int64_t* out) {
       case ShapeOpKind::Min: a = a < b ? a : b; break;
       case ShapeOpKind::Const:
       case ShapeOpKind::Size:
+      case ShapeOpKind::Int:
       case ShapeOpKind::Not:
         break;
     }
@@ -709,11 +754,13 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
         reason = "shape guard " + c.what + " failed (";
         bool first = true;
         for (const ShapeOp& op : c.shape_ops) {
-          if (op.op != ShapeOpKind::Size) continue;
-          std::string term = names_[op.reg] + ".size()[" + std::to_string(op.arg) + "]";
+          if (op.op != ShapeOpKind::Size && op.op != ShapeOpKind::Int) continue;
+          std::string term = op.op == ShapeOpKind::Int ? names_[op.reg]
+                                                       : names_[op.reg] + ".size()[" + std::to_string(op.arg) + "]";
           if (reason.find(term + " = ") != std::string::npos) continue;
           reason += (first ? "" : ", ") + term + " = " +
-                    std::to_string(tensorSize(regs[op.reg], static_cast<int>(op.arg)));
+                    (op.op == ShapeOpKind::Int ? reprOf(regs[op.reg])
+                                               : std::to_string(tensorSize(regs[op.reg], static_cast<int>(op.arg))));
           first = false;
         }
         reason += ")";

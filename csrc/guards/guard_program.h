@@ -59,7 +59,9 @@ enum class CheckKind : uint8_t {
 // over int64. Const pushes `arg`; Size pushes size `arg` of the tensor in register `reg`
 // (its tensor check ran before, so the register holds a tensor of that rank); the others
 // pop their operands and push the result, booleans as 0/1.
-enum class ShapeOpKind : uint8_t { Const, Size, Add, Mul, FloorDiv, Mod, Pow, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, Max, Min };
+// Int pushes the value of the Python int in register `reg` (a symbolic int argument; its
+// exact-int type check ran before).
+enum class ShapeOpKind : uint8_t { Const, Size, Add, Mul, FloorDiv, Mod, Pow, Eq, Ne, Lt, Le, Gt, Ge, And, Or, Not, Max, Min, Int };
 struct ShapeOp {
   ShapeOpKind op;
   int reg = -1;
@@ -93,6 +95,8 @@ struct Load {
 // inlined from (code object, code-unit offset of the instruction). Empty when the check
 // was made outside the program's instructions (the output plan, duck sizing).
 struct OriginFrame {
+  // The code object; once stored in a program, a weak reference to it (the entry lives in
+  // the code's co_extra: a strong one would keep the code, and so the entry, alive forever).
   Ref code;
   int offset = 0;
 };
@@ -203,6 +207,8 @@ class GuardProgram {
   bool any_owned_ = false;
   OriginFn origin_fn_ = nullptr;
   void* origin_ctx_ = nullptr;
+  std::vector<std::pair<PyObject*, Ref>> weak_codes_;  // code -> its weakref, one per distinct code
+  void weakenOrigin(Origin* o);
 };
 
 }  // namespace cdynamo::guards

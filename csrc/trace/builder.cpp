@@ -330,6 +330,22 @@ Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
   if (!obj) return notHandled();
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
   int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
+  if (PyLong_CheckExact(obj) && reg >= 0 && !wrapped_.count(reg)) {
+    // An int argument whose value changed since the first compile (automatic dynamic): a
+    // SymInt graph input, guarded by its type and the shape guards on its symbol.
+    const std::string& src = guards().sourceName(reg);
+    int node = graph_.addIntInput(obj, placeholderName(src, graph_.numNodes()), src);
+    if (node == -1) return failFromPython("making a symbolic int for an input");
+    if (node >= 0) {
+      guards().checkType(reg, &PyLong_Type);
+      input_reg_of_node_[node] = reg;
+      example_of_node_[node] = Ref::borrow(graph_.fake(node));  // the backend's example: the SymInt
+      ValuePtr v = Value::tensor(node, reg);
+      wrapped_[reg] = v;
+      f.locals[index] = v;
+      return v;
+    }
+  }
   Result<ValuePtr> v = wrap(obj, reg);
   if (v) f.locals[index] = *v;
   return v;

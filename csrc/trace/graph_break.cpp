@@ -205,6 +205,23 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     first = tracer.run();
     if (first.entry || first.error) return first;
     target = tracer.failedAt();
+    const std::vector<std::string>& ints = tracer.graph().symbolicIntSources();
+    if (!ints.empty() && shape_memory) {
+      // The trace with int arguments symbolic did not complete (range(n), an index, a
+      // constant the program needs): they are specialized from now on, and it runs again.
+      static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+      Ref list = Ref::steal(PyList_New(0));
+      for (const std::string& s : ints) {
+        Ref str = Ref::steal(PyUnicode_FromString(s.c_str()));
+        if (!list || !str || PyList_Append(list.get(), str.get()) < 0) break;
+      }
+      Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_ints", "OO", shape_memory,
+                                                                list.get()))
+                             : Ref();
+      if (r) return translate(frame, config, shape_memory);
+      PyErr_Clear();
+    }
   }
   if (target.index < 0) return first;
   Tracer retrace(frame, config, target, shape_memory);

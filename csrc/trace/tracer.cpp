@@ -232,6 +232,14 @@ Done Tracer::addShapeGuards() {
   if (!bindings) return failFromPython("shape guards");
   for (int node = 0; node < graph_.numNodes(); ++node) {
     const graph::Node& n = graph_.node(node);
+    if (n.op == graph::NodeOp::Placeholder && n.int_input) {
+      // A symbolic int argument: its symbol is the int itself (dim -1).
+      int reg = inputRegOf(node);
+      if (reg < 0 || guards().isDropped(reg)) continue;
+      Ref b = Ref::steal(Py_BuildValue("(OiisO)", n.fake.get(), reg, -1, guards().sourceName(reg).c_str(), Py_None));
+      if (!b || PyList_Append(bindings.get(), b.get()) < 0) return failFromPython("shape guards");
+      continue;
+    }
     if (n.op != graph::NodeOp::Placeholder || !n.dyn_mask) continue;
     int reg = inputRegOf(node);
     PyObject* real = exampleOf(node);
@@ -274,7 +282,7 @@ Done Tracer::addShapeGuards() {
       long long arg = 0;
       if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(ops.get(), k), "llL", &op, &reg, &arg))
         return failFromPython("shape guards");
-      if (op < 0 || op > static_cast<long>(guards::ShapeOpKind::Min)) return fail("internal: bad shape guard opcode");
+      if (op < 0 || op > static_cast<long>(guards::ShapeOpKind::Int)) return fail("internal: bad shape guard opcode");
       program.push_back(guards::ShapeOp{static_cast<guards::ShapeOpKind>(op), static_cast<int>(reg), arg});
     }
     if (!guards().checkShape(std::move(program), t, std::move(origin))) return fail(std::string("shape guard ") + t + " is malformed");

@@ -19,7 +19,8 @@ from . import _logging
 # Opcodes of a shape program (csrc/guards/guard_program.h ShapeOp); each op is
 # (opcode, reg, arg). CONST pushes arg; SIZE pushes size `arg` of the tensor in register reg;
 # the others pop their operands and push the result (booleans are 0/1).
-CONST, SIZE, ADD, MUL, FLOORDIV, MOD, POW, EQ, NE, LT, LE, GT, GE, AND, OR, NOT, MAX, MIN = range(18)
+# INT pushes the value of the Python int in register reg (a symbolic int argument).
+CONST, SIZE, ADD, MUL, FLOORDIV, MOD, POW, EQ, NE, LT, LE, GT, GE, AND, OR, NOT, MAX, MIN, INT = range(19)
 
 
 def _contiguous_strides(sizes):
@@ -99,6 +100,38 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
     return fake, syms
 
 
+def int_input(shape_env, value, source_name, memory):
+    """Automatic dynamic for a Python int argument (dynamic=None): the SymInt it becomes, or
+    None while it stays a constant. `memory` (the code object's, see input_fake) keeps under
+    "int:" + source the value the first compile saw, None once it changed, "static" when
+    a trace with it symbolic failed (it is then specialized for good, as torch._dynamo
+    specializes an int the program needs as a constant). Without a ShapeEnv (a first,
+    static compile) only the value is recorded. 0 and 1 stay constants, as torch's."""
+    key = "int:" + source_name
+    prev = memory.get(key, value)
+    if prev == "static":
+        return None
+    if prev is not None and prev == value:
+        memory[key] = value
+        return None
+    memory[key] = None
+    if shape_env is None or value in (0, 1):
+        return None
+    from torch.fx.experimental.symbolic_shapes import DimDynamic
+    sym = shape_env.create_unspecified_symint_and_symbol(value, ConstantSource(source_name), DimDynamic.DYNAMIC)
+    if _logging.enabled("dynamic"):
+        _logging.emit("dynamic", f"{source_name} = {value} is symbol {sym} (automatic dynamic (was {prev}))")
+    return sym
+
+
+def specialize_ints(memory, sources):
+    """A trace with these int arguments symbolic failed: they stay constants from now on."""
+    for s in sources:
+        memory["int:" + s] = "static"
+        if _logging.enabled("dynamic"):
+            _logging.emit("dynamic", f"{s} is specialized: the trace with it symbolic did not complete")
+
+
 def truth(value):
     """bool() of a backed SymBool/SymInt/SymFloat (records the guard in its ShapeEnv), or
     None when it has no hint (an unbacked value read from a tensor)."""
@@ -127,7 +160,7 @@ class _Compiler:
             if e not in self.where:
                 raise NotImplementedError(f"a shape guard on {e}, which no graph input's size gives")
             reg, dim, _ = self.where[e]
-            ops.append((SIZE, reg, dim))
+            ops.append((SIZE, reg, dim) if dim >= 0 else (INT, reg, 0))
         elif e.is_Add or e.is_Mul or isinstance(e, (sympy.Max, sympy.Min, sympy.And, sympy.Or)):
             op = ADD if e.is_Add else MUL if e.is_Mul else MAX if isinstance(e, sympy.Max) else \
                 MIN if isinstance(e, sympy.Min) else AND if isinstance(e, sympy.And) else OR
@@ -185,7 +218,7 @@ def compile_guards(shape_env, bindings):
     out = []
 
     def size(reg, dim):
-        return (SIZE, reg, dim)
+        return (SIZE, reg, dim) if dim >= 0 else (INT, reg, 0)
 
     for s, reg, dim, name, real in bindings:
         # The symbol the size was made as (the trace may have replaced it since: s0 == 3
@@ -193,13 +226,13 @@ def compile_guards(shape_env, bindings):
         e = getattr(s.node, "_expr", None)
         if e is None or not e.is_Symbol:
             e = s.node.expr
-        src = f"{name}.size()[{dim}]"
+        src = f"{name}.size()[{dim}]" if dim >= 0 else name  # dim -1: an int argument itself
         if e in where:  # duck sizing: one symbol for equal sizes; the entry needs them equal
             r2, d2, src2 = where[e]
             out.append((f"{src} == {src2}", [size(reg, dim), size(r2, d2), (EQ, 0, 0)]))
         else:
             where[e] = (reg, dim, src)
-        for r in getattr(real, "_dynamo_dynamic_range", ()) or ():
+        for r in (getattr(real, "_dynamo_dynamic_range", ()) or ()) if dim >= 0 else ():
             if r.dim != dim:
                 continue
             if r.min is not None:

@@ -244,9 +244,6 @@ def scale(x, s):
     return x * s
 
 
-@pytest.mark.xfail(strict=True, reason="automatic dynamic for Python int arguments (a symbolic int placeholder "
-                                      "guarded by type, specialized where the program branches on it) is not "
-                                      "built yet: each value is a new entry")
 def test_int_argument_that_changes_two_compiles():
     cnt = CompileCounter()
     cf = cdynamo.compile(scale, backend=cnt)
@@ -254,6 +251,50 @@ def test_int_argument_that_changes_two_compiles():
     for s in (2, 3, 4):
         check(cf, scale, x, s)
     assert cnt.frame_count == 2 == dynamo_count(scale, [(x, s) for s in (2, 3, 4)])
+    # The second graph takes the int as a SymInt input, guarded by its type.
+    (sym,) = [n for n in cnt.graphs[1].graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("example_value"),
+                                                                                               torch.SymInt)]
+    assert "type(L['s']) is int" in cdynamo.cache_entries(scale)[0]["guards"]
+    check(cf, scale, x, 7)
+    check(cf, scale, torch.randn(4, dtype=torch.float64), 9)  # a new dtype: a recompile, s stays symbolic
+    assert cnt.frame_count == 3
+
+
+def loop_n(x, n):
+    for i in range(n):
+        x = x + i
+    return x
+
+
+def test_int_argument_the_program_needs_as_a_constant_is_specialized():
+    # range(n) needs n's value: the trace with n symbolic does not complete, so n is
+    # specialized (as torch._dynamo specializes it) and each value is its own graph.
+    cnt = CompileCounter()
+    cf = cdynamo.compile(loop_n, backend=cnt)
+    x = torch.randn(3)
+    for n in (3, 5, 7, 5):
+        check(cf, loop_n, x, n)
+    assert cnt.frame_count == 3 == dynamo_count(loop_n, [(x, n) for n in (3, 5, 7, 5)])
+    assert [len([n for n in g.graph.nodes if n.op == "call_function"]) for g in cnt.graphs] == [3, 5, 7]
+    assert cdynamo.stats()["native_frames"] == [] and cdynamo.stats()["graph_breaks"] == 0
+
+
+def int_branch(x, n):
+    if n > 3:
+        return x + n
+    return x - n
+
+
+def test_int_argument_branch_becomes_a_shape_guard():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(int_branch, backend=cnt)
+    x = torch.randn(3)
+    calls = (5, 6, 7, 2, 8, 3)
+    for n in calls:
+        check(cf, int_branch, x, n)
+    assert cnt.frame_count == 3 == dynamo_count(int_branch, [(x, n) for n in calls])
+    reason = cdynamo.stats()["recompile_reasons"][-1]["reason"]
+    assert "L['n'] > 3" in reason and "L['n'] = 2" in reason
 
 
 class Block(torch.nn.Module):
