@@ -126,6 +126,37 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (answered(r)) return r;
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
+  // list += iterable and list *= n change the list itself (list.__iadd__/__imul__, also
+  // a deque's): every alias of it sees the new items, and the result is the same list.
+  if (a->is(Kind::List) && (op == BinaryOp::InplaceAdd || op == BinaryOp::InplaceMultiply)) {
+    std::vector<ValuePtr> more;
+    Py_ssize_t times = 0;
+    if (op == BinaryOp::InplaceAdd) {
+      if (Done d = iterate(t, b, &more); !d) return d.stop();
+    } else {
+      PyObject* n = b->constant();
+      if (!n || !PyIndex_Check(n))
+        return t.fail("list *= needs an int known at trace time");
+      times = PyNumber_AsSsize_t(n, PyExc_OverflowError);
+      if (times == -1 && PyErr_Occurred()) return t.raisePython();
+    }
+    if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+    std::vector<ValuePtr>& items = *a->elements();
+    if (op == BinaryOp::InplaceAdd) {
+      items.insert(items.end(), more.begin(), more.end());
+    } else {
+      const std::vector<ValuePtr> once = items;
+      items.clear();
+      for (Py_ssize_t i = 0; i < times; ++i) items.insert(items.end(), once.begin(), once.end());
+    }
+    const List& l = a->as<List>();
+    if (l.deque && l.maxlen) {  // a bounded deque keeps the last maxlen items
+      const long maxlen = PyLong_AsLong(l.maxlen.get());
+      if (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
+        items.erase(items.begin(), items.end() - maxlen);
+    }
+    return a;
+  }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
     return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
@@ -147,7 +178,6 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
   std::vector<ValuePtr> left, right;
   if ((op == BinaryOp::Add || op == BinaryOp::InplaceAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
       (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
-    if (op == BinaryOp::InplaceAdd && a->is(Kind::List)) return t.fail("in-place list += is not supported yet");
     left.insert(left.end(), right.begin(), right.end());
     Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
     return Value::sequence(k, std::move(left));
