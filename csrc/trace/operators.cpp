@@ -157,6 +157,46 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     }
     return a;
   }
+  // dict |= other is dict.update (any mapping or pairs), on the dict itself; d1 | d2 of
+  // two plain dicts is a new dict.
+  if (a->is(Kind::Dict) && (op == BinaryOp::InplaceOr || (op == BinaryOp::Or && b->is(Kind::Dict)))) {
+    const Dict& da = a->as<Dict>();
+    ValuePtr target = a;
+    if (op == BinaryOp::Or) {
+      if (da.type.get() != reinterpret_cast<PyObject*>(&PyDict_Type))
+        return t.fail("| of a dict subclass is not supported yet");
+      std::vector<Ref> keys;
+      for (const Ref& k : da.keys) keys.push_back(k.copy());
+      target = Value::dict(da.type.get(), std::move(keys), da.values);
+    }
+    Args args{b};
+    Kwargs kwargs;
+    Ref update = internedName("update");
+    if (!update) return t.failFromPython("dict.update");
+    if (Result<ValuePtr> r = callContainerMethod(t, target, update.get(), args, kwargs); !r) return r;
+    return target;
+  }
+  // set |=, &=, -=, ^= change the set itself: the result computed as for the binary
+  // operator, then made the set's contents (aliases see it).
+  if (a->is(Kind::Set) && (op == BinaryOp::InplaceOr || op == BinaryOp::InplaceAnd ||
+                           op == BinaryOp::InplaceSubtract || op == BinaryOp::InplaceXor)) {
+    const Kind other = b->kind();
+    const bool set_like = other == Kind::Set || (b->constant() && PyAnySet_Check(b->constant()));
+    Ref pa = set_like ? toPython(t, a) : Ref();
+    Ref pb = pa ? toPython(t, b) : Ref();
+    if (pa && pb) {
+      PyObject* binary = lookup(kBinaryOpFns[static_cast<int>(op) - static_cast<int>(BinaryOp::InplaceAdd)]);
+      Ref r = binary ? Ref::steal(PyObject_CallFunctionObjArgs(binary, pa.get(), pb.get(), nullptr)) : Ref();
+      if (!r) return t.raisePython();
+      Result<ValuePtr> made = fromPython(t, r.get());
+      if (!made) return made;
+      if (!(*made)->is(Kind::Set)) return t.fail("internal: a set operator did not make a set");
+      if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+      a->as<Set>().items = (*made)->as<Set>().items;
+      return a;
+    }
+    PyErr_Clear();
+  }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
     return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
