@@ -103,7 +103,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     PyTypeObject* base = reg >= 0 ? containerBase(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
     PyObject *key, *value;
     for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
-      if (!isConstantObject(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
+      if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
     if (base) {
       // An instance of a dict subclass (a registry): its items, read like a dict's.
       Result<ValuePtr> items = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(base));
@@ -167,6 +167,23 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
     Result<ValuePtr> d = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     if (!d) return d;
     v = d.take();
+    PyObject* dd_type = lookup(Obj::collections_defaultdict);
+    if (!dd_type) return failFromPython("collections.defaultdict");
+    if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(dd_type))) {
+      // A defaultdict: a missing key calls its factory (the object the program holds there,
+      // guarded by identity).
+      static PyObject* attr = PyUnicode_InternFromString("default_factory");
+      Ref held = Ref::steal(PyObject_GetAttr(obj, attr));
+      if (!held) return failFromPython("a defaultdict's default_factory");
+      PyObject* factory = held.get();
+      if (factory != Py_None) {
+        if (reg >= 0) {
+          int freg = load(LoadKind::Attr, reg, 0, attr, guards().sourceName(reg) + ".default_factory");
+          guards().checkIdentity(freg, factory);
+        }
+        v->as<Dict>().default_factory = Ref::borrow(factory);
+      }
+    }
   } else if (PySet_CheckExact(obj)) {
     // A set read from the program: only sets of constants, guarded equal as a whole
     // (their order of iteration is then the same too).
@@ -226,7 +243,9 @@ Result<ValuePtr> Tracer::wrapDictItems(PyObject* obj, int reg, PyObject* type) {
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(obj, &pos, &key, &value)) {
-    if (!isConstantObject(key)) return fail("dict keys must be constants");
+    // Constants, or objects hashed by identity (tensors, classes, functions, modules, user
+    // objects), which the key guard then requires to be the same objects.
+    if (!isConstantObject(key) && !isIdentityKey(key)) return fail("dict keys must be constants or objects hashed by identity");
     int item_reg = -1;
     if (reg >= 0) {
       Ref r = Ref::steal(PyObject_Repr(key));

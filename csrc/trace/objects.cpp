@@ -520,6 +520,23 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   return genericGetAttr(t, obj, name, nullptr, true);
 }
 
+Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* cls, PyObject* name) {
+  PyObject* descr = lookupInMro(cls, name, nullptr);
+  if (!descr) return notHandled();
+  // Only what a class above tuple defines (tuple's own C methods stay the container's).
+  PyObject* in_tuple = PyDict_GetItemWithError(PyTuple_Type.tp_dict, name);
+  if (in_tuple == descr) return notHandled();
+  if (PyErr_Occurred()) return t.failFromPython("tuple attribute lookup");
+  if (PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a property of the class: its getter on the tuple
+    Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
+    if (!fget || fget.get() == Py_None)
+      return PyErr_Clear(), t.fail(std::string("property '") + PyUnicode_AsUTF8(name) + "' has no getter");
+    guardClassAttr(t, cls, name, nullptr, descr);
+    return call(t, Value::callable(fget.get()), {self}, {});
+  }
+  return bindClassAttr(t, self, nullptr, cls, name, nullptr, descr);
+}
+
 PyTypeObject* containerBase(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
   while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;

@@ -461,7 +461,11 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
-      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      for (const Ref& k : obj->as<Dict>().keys) {
+        Result<ValuePtr> kv = keyValueOf(t, k.get());
+        if (!kv) return kv;
+        keys.push_back(kv.take());
+      }
       return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
     case Kind::Constant: {
@@ -483,9 +487,14 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       const Dict& d = view.dict->as<Dict>();
       std::vector<ValuePtr> items;
       for (size_t i = 0; i < d.keys.size(); ++i) {
-        if (view.which == DictView::Keys) items.push_back(Value::constant(d.keys[i].get()));
-        else if (view.which == DictView::Values) items.push_back(d.values[i]);
-        else items.push_back(Value::tuple({Value::constant(d.keys[i].get()), d.values[i]}));
+        if (view.which == DictView::Values) {
+          items.push_back(d.values[i]);
+          continue;
+        }
+        Result<ValuePtr> kv = keyValueOf(t, d.keys[i].get());
+        if (!kv) return kv;
+        if (view.which == DictView::Keys) items.push_back(kv.take());
+        else items.push_back(Value::tuple({kv.take(), d.values[i]}));
       }
       return Value::iterator(std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
@@ -585,6 +594,9 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
     return sameTensorObject(t, a, b);
   }
   if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
+  // A tensor is never a module, class, function or user object read from the program.
+  if ((a->is(Kind::Tensor) && b->real() && !isTensor(b->real())) || (b->is(Kind::Tensor) && a->real() && !isTensor(a->real())))
+    return false;
   return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));
 }
 

@@ -48,6 +48,10 @@ inline bool isUserObject(const ValuePtr& v) { return v->is(Kind::Object) || v->i
 // A class made by collections.namedtuple (a tuple subclass with _fields).
 bool isNamedTupleClass(PyObject* cls);
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// An attribute of a namedtuple value (Tuple with a namedtuple class `cls`) that a class
+// above tuple defines: a method bound to the tuple, a staticmethod, a classmethod bound to
+// the class, a property's getter run on it, a constant. NotHandled when only tuple has it.
+Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* cls, PyObject* name);
 // Guards what reading `name` of `self` (a value from the program) through its class
 // assumed: not shadowed in its instance dict, the same object in the class that defines it,
 // and absent from the classes before that one (a method replaced on the instance or a class).
@@ -145,6 +149,18 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+// The object that stands for `v` as a dict key (borrowed): a hashable constant, or a real
+// object hashed by identity (a tensor or nn.Module from the program, a class, a function, a
+// user object whose class keeps object's __hash__/__eq__), whose source is then guarded to be
+// that object. Null, with no error set, when `v` cannot be a key the trace can hash.
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v);
+// Whether the real object `o` hashes and compares by identity, as a dict sees it: its type
+// keeps object's __hash__ and __eq__ (type's, for a class), or it is a tensor
+// (torch.Tensor.__hash__ is id(), and a dict compares identical keys before calling __eq__).
+bool isIdentityKey(PyObject* o);
+// The value of dict key `key` (the inverse of dictKeyOf; a key read from a program's dict is
+// wrapped as the object itself, which its dict's key guard fixes).
+Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key);
 // The real slice of a Slice of constants (Unsupported otherwise; null with an error set if
 // making it failed).
 Result<Ref> constantSlice(Tracer& t, const Slice& slice);
