@@ -515,7 +515,9 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       return eq == 1;
     }
     case CheckKind::Length: {
-      Py_ssize_t n = PyObject_Length(v);
+      // A tuple or list (subclass) by its C size: a subclass's own __len__ is not what the
+      // trace read.
+      Py_ssize_t n = PyTuple_Check(v) || PyList_Check(v) ? Py_SIZE(v) : PyObject_Length(v);
       if (n < 0) PyErr_Clear();
       return n == c.index;
     }

@@ -101,6 +101,24 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
     v = Value::object(obj, reg);
     PyTypeObject* base = reg >= 0 ? containerBase(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
+    if (base == &PyTuple_Type || base == &PyList_Type) {
+      // An instance of a tuple or list subclass: its items, read (and guarded) like a
+      // tuple's or list's through the C layout (the class's own __getitem__ or __iter__
+      // never runs for this); the class's methods see them through the base's C methods.
+      bool tuple = base == &PyTuple_Type;
+      Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+      guards().checkLength(reg, n);
+      std::vector<ValuePtr> items;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        int item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
+                            guards().sourceName(reg) + "[" + std::to_string(i) + "]");
+        Result<ValuePtr> item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
+        if (!item) return item;
+        items.push_back(item.take());
+      }
+      v->as<Object>().base = tuple ? Value::tuple(std::move(items), reg) : Value::list(std::move(items), reg);
+      base = nullptr;
+    }
     PyObject *key, *value;
     for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
       if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only

@@ -52,6 +52,14 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // above tuple defines: a method bound to the tuple, a staticmethod, a classmethod bound to
 // the class, a property's getter run on it, a constant. NotHandled when only tuple has it.
 Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* cls, PyObject* name);
+// A special method (`name`: __add__, __eq__, ...) that a namedtuple value's class defines as
+// a Python function above tuple, inlined with the tuple first; NotHandled when the class
+// leaves it to tuple's C slot.
+Result<ValuePtr> namedTupleDunder(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr> args);
+// The Python __new__ a class defines above its builtin base (unwrapped from its
+// staticmethod), or null when its instances come from the base's __new__ or from the
+// __new__ a namedtuple class is generated with.
+PyObject* ownPythonNew(PyObject* cls);
 // Guards what reading `name` of `self` (a value from the program) through its class
 // assumed: not shadowed in its instance dict, the same object in the class that defines it,
 // and absent from the classes before that one (a method replaced on the instance or a class).
@@ -67,11 +75,15 @@ bool probesByLookup(const ValuePtr& v);
 // __getattribute__ (and, as object's, without __getattr__).
 Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name, PyObject* after, bool with_getattr);
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, Args args, Kwargs kwargs);
-// dict or OrderedDict when instances of `cls` are dicts (the builtin base whose items they
-// carry), else null.
+// dict, OrderedDict, tuple or list when instances of `cls` are those (the builtin base whose
+// items they carry), else null.
 PyTypeObject* containerBase(PyObject* cls);
-// The items of a dict subclass instance (a Dict value), or null.
+// The items of a dict, tuple or list subclass instance (a Dict, Tuple or List value), or null.
 ValuePtr basePart(const ValuePtr& v);
+// An instance of `cls` (a subclass of dict, tuple or list; containerBase) made in the trace
+// with the items `part` (a value of its base's kind): a NewObject, or for a namedtuple class
+// the Tuple value itself, marked as that class.
+Result<ValuePtr> newContainerSubclassInstance(Tracer& t, PyObject* cls, ValuePtr part);
 // A C method of dict/OrderedDict (a method or slot descriptor) called with a dict subclass
 // instance first: the container operation on its items. NotHandled for anything else.
 Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs);
