@@ -96,10 +96,30 @@ PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a) {
   return fn;
 }
 
+namespace {
+bool isNamedTupleValue(const ValuePtr& v) {
+  const Tuple* tup = v->get<Tuple>();
+  return tup && tup->namedtuple && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), Py_TPFLAGS_HEAPTYPE);
+}
+}  // namespace
+
 Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
   const char* fn_name = bytecode::binaryOpFunction(op);
   PyObject* fn = lookup(kBinaryOpFns[static_cast<int>(op)]);
   if (!fn) return t.failFromPython("operator lookup");
+  if (isNamedTupleValue(a) || isNamedTupleValue(b)) {
+    // A namedtuple class's own Python operator (a NamedTuple subclass's __add__) before
+    // tuple's: a.__op__(b), then b.__rop__(a).
+    std::string name = fn_name;
+    if (name.back() == '_') name.pop_back();
+    std::string base = bytecode::isInplace(op) ? name.substr(1) : name;
+    for (int side = 0; side < 2; ++side) {
+      Ref dunder = internedName(side == 0 ? "__" + base + "__" : "__r" + base + "__");
+      if (!dunder) return t.failFromPython("a special method's name");
+      Result<ValuePtr> r = namedTupleDunder(t, side == 0 ? a : b, dunder.get(), {side == 0 ? b : a});
+      if (!r.notHandled() && (!r || (*r)->constant() != Py_NotImplemented)) return r;
+    }
+  }
   if (isUserObject(a) || isUserObject(b)) {
     // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
     std::string name = fn_name;
@@ -277,6 +297,17 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
   if (op < 0 || op > 5) return t.fail("unknown COMPARE_OP argument");
   PyObject* fn = lookup(kCompareOpFns[op]);
   if (!fn) return t.failFromPython("operator lookup");
+  if (isNamedTupleValue(a) || isNamedTupleValue(b)) {
+    // A namedtuple class's own Python comparison before tuple's (then the reflected one).
+    static const char* const kDunders[] = {"__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"};
+    static const int kSwapped[] = {Py_GT, Py_GE, Py_EQ, Py_NE, Py_LT, Py_LE};
+    for (int side = 0; side < 2; ++side) {
+      Ref dunder = internedName(kDunders[side == 0 ? op : kSwapped[op]]);
+      if (!dunder) return t.failFromPython("a special method's name");
+      Result<ValuePtr> r = namedTupleDunder(t, side == 0 ? a : b, dunder.get(), {side == 0 ? b : a});
+      if (!r.notHandled() && (!r || (*r)->constant() != Py_NotImplemented)) return r;
+    }
+  }
   if (isUserObject(a) || isUserObject(b)) {
     // Python's rich comparison: a.__op__(b), then b.__reflected__(a), skipping
     // NotImplemented; != falls back to inverting ==; == and != finally to identity.
@@ -440,9 +471,10 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     std::vector<std::pair<Ref, ValuePtr>> kwargs;
     return callContainerMethod(t, obj, interned(Str::dunder_getitem), args, kwargs);
   }
-  if (sequence && index->is(Kind::Slice)) {
+  const bool constant_slice = index->constant() && PySlice_Check(index->constant());  // slice(1, None) made for real
+  if (sequence && (index->is(Kind::Slice) || constant_slice)) {
     const std::vector<ValuePtr>& items = *obj->elements();
-    Result<Ref> slice = constantSlice(t, index->as<Slice>());
+    Result<Ref> slice = constant_slice ? Result<Ref>(Ref::borrow(index->constant())) : constantSlice(t, index->as<Slice>());
     if (!slice) return slice.stop();
     Py_ssize_t start, stop, step, len;
     if (!*slice ||
@@ -531,7 +563,11 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
-      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      for (const Ref& k : obj->as<Dict>().keys) {
+        Result<ValuePtr> kv = keyValueOf(t, k.get());
+        if (!kv) return kv;
+        keys.push_back(kv.take());
+      }
       return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
     case Kind::Constant: {
@@ -553,9 +589,14 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       const Dict& d = view.dict->as<Dict>();
       std::vector<ValuePtr> items;
       for (size_t i = 0; i < d.keys.size(); ++i) {
-        if (view.which == DictView::Keys) items.push_back(Value::constant(d.keys[i].get()));
-        else if (view.which == DictView::Values) items.push_back(d.values[i]);
-        else items.push_back(Value::tuple({Value::constant(d.keys[i].get()), d.values[i]}));
+        if (view.which == DictView::Values) {
+          items.push_back(d.values[i]);
+          continue;
+        }
+        Result<ValuePtr> kv = keyValueOf(t, d.keys[i].get());
+        if (!kv) return kv;
+        if (view.which == DictView::Keys) items.push_back(kv.take());
+        else items.push_back(Value::tuple({kv.take(), d.values[i]}));
       }
       return Value::iterator(std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
@@ -655,6 +696,9 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
     return sameTensorObject(t, a, b);
   }
   if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
+  // A tensor is never a module, class, function or user object read from the program.
+  if ((a->is(Kind::Tensor) && b->real() && !isTensor(b->real())) || (b->is(Kind::Tensor) && a->real() && !isTensor(a->real())))
+    return false;
   return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));
 }
 
