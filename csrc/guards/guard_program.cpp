@@ -127,6 +127,11 @@ void GuardProgram::checkType(int reg, PyTypeObject* type) {
   addCheck(std::move(c));
 }
 
+void GuardProgram::retype(int reg, PyTypeObject* type) {
+  for (Check& c : checks_)
+    if (!c.dropped && c.kind == CheckKind::Type && c.reg == reg) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+}
+
 void GuardProgram::checkIdentity(int reg, PyObject* obj) {
   for (const Check& e : checks_)  // the same fact, checked once (class attributes read again and again)
     if (!e.dropped && e.kind == CheckKind::Identity && e.reg == reg && deref(e) == obj) return;
