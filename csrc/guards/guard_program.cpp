@@ -16,6 +16,10 @@ PyObject* cellContents(PyObject* cell) {
 
 // Borrowed object behind a weakref (None when dead, which never equals a live object).
 PyObject* deref(const Check& c) { return c.weak ? PyWeakref_GET_OBJECT(c.obj.get()) : c.obj.get(); }
+// The name of an expected type, for messages (a class that has died since the compile).
+std::string typeName(PyObject* type) {
+  return PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type)->tp_name : std::string("<a class that no longer exists>");
+}
 
 std::string reprOf(PyObject* o) {
   Ref r = Ref::steal(PyObject_Repr(o));
@@ -120,16 +124,56 @@ bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
   return true;
 }
 
+// A weak reference to a heap type (null with no error for a static type, or when one
+// cannot be made: the caller then holds the type strongly).
+Ref weakTypeRef(PyTypeObject* type) {
+  if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) return Ref();
+  Ref w = Ref::steal(PyWeakref_NewRef(reinterpret_cast<PyObject*>(type), nullptr));
+  if (!w) PyErr_Clear();
+  return w;
+}
+
 void GuardProgram::checkType(int reg, PyTypeObject* type) {
   Check c{CheckKind::Type, reg};
-  c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  c.obj = weakTypeRef(type);
+  c.weak = static_cast<bool>(c.obj);
+  if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
   c.what = names_[reg];
   addCheck(std::move(c));
 }
 
 void GuardProgram::retype(int reg, PyTypeObject* type) {
-  for (Check& c : checks_)
-    if (!c.dropped && c.kind == CheckKind::Type && c.reg == reg) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  for (Check& c : checks_) {
+    if (c.dropped || c.kind != CheckKind::Type || c.reg != reg) continue;
+    c.obj = weakTypeRef(type);  // held as checkType holds it
+    c.weak = static_cast<bool>(c.obj);
+    if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  }
+}
+
+bool GuardProgram::expired() const {
+  for (const Load& l : loads_)
+    if (!l.dropped && l.kind == LoadKind::ClassDict && l.index && PyWeakref_GET_OBJECT(l.name.get()) == Py_None)
+      return true;
+  for (const Check& c : checks_)
+    if (!c.dropped && c.weak && PyWeakref_GET_OBJECT(c.obj.get()) == Py_None) return true;
+  return false;
+}
+
+int GuardProgram::loadClassDict(PyTypeObject* type, std::string what) {
+  for (size_t i = 0; i < loads_.size(); ++i) {
+    const Load& l = loads_[i];
+    if (l.dropped || l.kind != LoadKind::ClassDict) continue;
+    PyObject* held = l.index ? PyWeakref_GET_OBJECT(l.name.get()) : l.name.get();
+    if (held == reinterpret_cast<PyObject*>(type)) return static_cast<int>(i);
+  }
+  Ref held = weakTypeRef(type);
+  const int weak = held ? 1 : 0;
+  if (!held) held = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  loads_.push_back(Load{LoadKind::ClassDict, -1, weak, std::move(held)});
+  names_.push_back(std::move(what));
+  steps_.push_back(Step{true, static_cast<int>(loads_.size() - 1)});
+  return static_cast<int>(loads_.size() - 1);
 }
 
 void GuardProgram::checkIdentity(int reg, PyObject* obj) {
@@ -488,6 +532,11 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
     case LoadKind::Constant:
       out = ld.name.get();
       break;
+    case LoadKind::ClassDict: {
+      PyObject* type = ld.index ? PyWeakref_GET_OBJECT(ld.name.get()) : ld.name.get();
+      if (PyType_Check(type)) out = reinterpret_cast<PyTypeObject*>(type)->tp_dict;
+      break;
+    }
   }
   if (!out) {
     PyErr_Clear();
@@ -503,7 +552,7 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     case CheckKind::Tensor:
       return tensorMatches(c.tensor, v);
     case CheckKind::Type:
-      return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.obj.get();
+      return reinterpret_cast<PyObject*>(Py_TYPE(v)) == deref(c);
     case CheckKind::Identity:
       return v == deref(c);
     case CheckKind::Equals: {
@@ -622,7 +671,7 @@ std::string GuardProgram::describeCheck(const Check& c) const {
     case CheckKind::Tensor:
       return c.what + " matches " + describeTensorSpec(c.tensor);
     case CheckKind::Type:
-      return "type(" + c.what + ") is " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+      return "type(" + c.what + ") is " + typeName(deref(c));
     case CheckKind::Identity: {
       PyObject* o = deref(c);
       return c.what + " is " + (o == Py_None ? std::string("None") : "<" + std::string(Py_TYPE(o)->tp_name) + " object>");
@@ -683,8 +732,7 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
         reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
       case CheckKind::Type:
-        reason = "type of " + c.what + ": expected " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name +
-                 ", got " + Py_TYPE(v)->tp_name;
+        reason = "type of " + c.what + ": expected " + typeName(deref(c)) + ", got " + Py_TYPE(v)->tp_name;
         break;
       case CheckKind::Length:
         reason = "len(" + c.what + ") == " + std::to_string(c.index) + ", got " +

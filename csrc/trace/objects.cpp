@@ -185,11 +185,11 @@ int classAttrReg(Tracer& t, PyObject* type, PyObject* name, PyObject* after) {
       continue;
     }
     if (!c->tp_dict) continue;
-    int cd = t.load(LoadKind::Constant, -1, 0, c->tp_dict, std::string(c->tp_name) + ".__dict__");
+    int cd = t.guards().loadClassDict(c, std::string(c->tp_name) + ".__dict__");
     t.guards().checkNoInstanceAttr(cd, name);
   }
   PyTypeObject* ot = reinterpret_cast<PyTypeObject*>(owner);
-  int d = t.load(LoadKind::Constant, -1, 0, ot->tp_dict, std::string(ot->tp_name) + ".__dict__");
+  int d = t.guards().loadClassDict(ot, std::string(ot->tp_name) + ".__dict__");
   return t.load(LoadKind::DictItem, d, 0, name, t.guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
 }
 
