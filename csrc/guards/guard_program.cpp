@@ -166,6 +166,15 @@ void GuardProgram::checkType(int reg, PyTypeObject* type) {
   addCheck(std::move(c));
 }
 
+void GuardProgram::retype(int reg, PyTypeObject* type) {
+  for (Check& c : checks_) {
+    if (c.dropped || c.kind != CheckKind::Type || c.reg != reg) continue;
+    c.obj = weakTypeRef(type);  // held as checkType holds it
+    c.weak = static_cast<bool>(c.obj);
+    if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  }
+}
+
 bool GuardProgram::expired() const {
   for (const Load& l : loads_)
     if (!l.dropped && l.kind == LoadKind::ClassDict && l.index && PyWeakref_GET_OBJECT(l.name.get()) == Py_None)

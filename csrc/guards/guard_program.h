@@ -155,6 +155,9 @@ class GuardProgram {
     origin_ctx_ = ctx;
   }
   void checkType(int reg, PyTypeObject* type);
+  // The type checks of `reg` now expect `type`: for an object whose class the trace itself
+  // changed for real, before anything else read it (a lazy module become its cls_to_become).
+  void retype(int reg, PyTypeObject* type);
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
   void checkLength(int reg, Py_ssize_t n);

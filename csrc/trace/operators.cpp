@@ -355,6 +355,34 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     return t.fail("comparison of objects without the special method (TypeError)");
   }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  if ((op == Py_EQ || op == Py_NE) && (a->is(Kind::Module) || b->is(Kind::Module))) {
+    // A module class's own __ne__ / __eq__ (traced; a then b, skipping NotImplemented),
+    // else object's: identity.
+    if (op == Py_NE) {
+      Ref ne = internedName("__ne__");
+      if (!ne) return t.failFromPython("a special method's name");
+      for (const ValuePtr& v : {a, b}) {
+        Result<ValuePtr> r = callModuleDunder(t, v, ne.get(), {v == a ? b : a});
+        if (r.notHandled()) continue;
+        if (!r || (*r)->constant() != Py_NotImplemented) return r;
+      }
+    }
+    for (const ValuePtr& v : {a, b}) {
+      const ValuePtr& other = v == a ? b : a;
+      Result<ValuePtr> r = callModuleDunder(t, v, interned(Str::dunder_eq), {other});
+      if (r.notHandled()) continue;
+      if (!r || (*r)->constant() == Py_NotImplemented) {
+        if (!r) return r;
+        continue;
+      }
+      if (op == Py_EQ) return r;
+      Result<bool> truth = truthValue(t, *r);
+      if (!truth) return truth.stop();
+      return Value::constant(*truth ? Py_False : Py_True);
+    }
+    bool same = a == b || (a->real() && a->real() == b->real());
+    return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
+  }
   auto valuesView = [](const ValuePtr& v) {  // and iterators: both compare by identity
     const DictView* view = v->get<DictView>();
     return (view && view->which == DictView::Values) || v->is(Kind::Iterator);
@@ -441,6 +469,10 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     for (auto& kv : children) mods.push_back(kv.second);
     ValuePtr list = Value::list(std::move(mods));
     return subscript(t, list, index);
+  }
+  if (obj->is(Kind::Module)) {  // a module class's own __getitem__ (ParameterDict, a user's)
+    Result<ValuePtr> r = callModuleDunder(t, obj, interned(Str::dunder_getitem), {index});
+    if (!r.notHandled()) return r;
   }
   if (isUserObject(obj)) {
     Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_getitem), {index});
@@ -673,9 +705,20 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::NamedMethod:
       return true;
     case Kind::Module: {
-      int truth = PyObject_IsTrue(v->real());
-      if (truth < 0) return t.failFromPython("truth value of a module");
-      return truth != 0;
+      // As for objects: the class's __bool__, then its __len__ (both traced, their class
+      // attributes guarded), else true; a container's length from its guarded children.
+      if (isModuleContainer(v)) {
+        std::vector<std::pair<Ref, ValuePtr>> children;
+        if (Done d = moduleContainerItems(t, v, &children); !d) return d.stop();
+        return !children.empty();
+      }
+      for (Str dunder : {Str::dunder_bool, Str::dunder_len}) {
+        Result<ValuePtr> r = callModuleDunder(t, v, interned(dunder), {});
+        if (r.notHandled()) continue;
+        if (!r) return r.stop();
+        return truthValue(t, *r);
+      }
+      return true;
     }
     case Kind::Slice:
       return true;
