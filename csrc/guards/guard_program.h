@@ -34,11 +34,13 @@ enum class LoadKind : uint8_t {
   IterRemaining, // a tuple of the items the tuple_iterator reg[base] has left, read
                  // without consuming them (iterRemaining): owned
   Constant,      // the object `name` itself, held by the program (a module's globals dict)
+  ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
+                 // heap type (fails once the class is gone), the type itself otherwise
 };
 
 enum class CheckKind : uint8_t {
   Tensor,     // exact tensor type, dtype, device, sizes, strides, requires_grad
-  Type,       // type(reg) is obj
+  Type,       // type(reg) is obj (a heap type held weakly: a dead class fails the check)
   Identity,   // reg is obj (obj held weakly when it supports weak references)
   Equals,     // type(reg) is type(obj) and reg == obj (Python constants)
   Length,     // len(reg) == index (tuple/list/dict)
@@ -134,6 +136,10 @@ class GuardProgram {
   // Adds a load and returns its register; identical loads share one register.
   // `what` is a readable name of the source, e.g. "L['x']" or "G['torch']".
   int load(LoadKind kind, int base, int index, PyObject* name, std::string what);
+  // A ClassDict load of `type` (shared with an earlier one of the same class). Classes made
+  // at run time are held weakly: an entry whose guards read a class must not keep it
+  // alive (the class's methods' code objects own the entry: a cycle gc cannot see).
+  int loadClassDict(PyTypeObject* type, std::string what);
   const std::string& sourceName(int reg) const { return names_[reg]; }
 
   // Adds a check of register `reg` against `value` observed at trace time.
@@ -153,6 +159,9 @@ class GuardProgram {
     origin_ctx_ = ctx;
   }
   void checkType(int reg, PyTypeObject* type);
+  // The type checks of `reg` now expect `type`: for an object whose class the trace itself
+  // changed for real, before anything else read it (a lazy module become its cls_to_become).
+  void retype(int reg, PyTypeObject* type);
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
   void checkLength(int reg, Py_ssize_t n);
@@ -189,6 +198,9 @@ class GuardProgram {
   std::string explainFailure(const FrameView& frame) const;
   // Cold: one line per check.
   std::string describe() const;
+  // Whether an object the program holds weakly (an identity-checked object, a class) has
+  // died: the program can never pass again (a new object at the same address is not it).
+  bool expired() const;
 
  private:
   struct Step {

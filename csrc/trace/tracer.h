@@ -128,6 +128,9 @@ class Tracer {
     return it == wrapped_objects_.end() ? nullptr : it->second;
   }
 
+  // Objects the trace uses as dict keys by identity (containers.cpp dictKeyOf) -> their values.
+  std::unordered_map<PyObject*, std::pair<Ref, ValuePtr>>& keyObjects() { return key_objects_; }
+
   // ---- frames (interpreter.cpp, functions.cpp) ----
   // Runs a frame to its return; an exception raised in it (Raised) is delivered to the
   // frame's handlers through its exception table, or propagates (Raised) to the caller's
@@ -204,6 +207,7 @@ class Tracer {
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
   std::unordered_map<int, int> input_reg_of_node_;           // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;             // placeholder node -> real tensor
+  std::unordered_map<PyObject*, std::pair<Ref, ValuePtr>> key_objects_;  // dict keys by identity -> values
 
   // The frames and the loop.
   SymbolicFrame* current_ = nullptr;
