@@ -158,7 +158,8 @@ void emitEvent(const char* kind, PyCodeObject* code, const runtime::CompiledEntr
     std::string guards = entry->guards.describe();
     ok = set("name", PyUnicode_FromString(entry->name.c_str())) && set("guards", PyUnicode_FromString(guards.c_str())) &&
          set("num_guards", PyLong_FromSsize_t(static_cast<Py_ssize_t>(entry->guards.numChecks()))) &&
-         set("graph_module", Py_NewRef(entry->graph_module ? entry->graph_module.get() : Py_None));
+         set("graph_module", Py_NewRef(entry->graph_module ? entry->graph_module.get() : Py_None)) &&
+         set("guard_sites", entry->guards.describeSites());
     if (ok && entry->brk) {
       const runtime::GraphBreakInfo& b = entry->break_info;
       ok = set("graph_break", where(b.reason, b.filename, b.line, codeName(code), b.user_stack));

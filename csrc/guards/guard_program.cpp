@@ -83,15 +83,23 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
   return static_cast<int>(loads_.size() - 1);
 }
 
+namespace {
+// The code object of an origin frame (borrowed), or null once it is gone.
+PyCodeObject* codeOf(const OriginFrame& f) {
+  PyObject* code = PyWeakref_Check(f.code.get()) ? PyWeakref_GetObject(f.code.get()) : f.code.get();
+  if (!code || !PyCode_Check(code)) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return reinterpret_cast<PyCodeObject*>(code);
+}
+}  // namespace
+
 std::string describeOrigin(const Origin& o) {
   std::string out;
   for (const OriginFrame& f : o) {
-    PyObject* code = PyWeakref_Check(f.code.get()) ? PyWeakref_GetObject(f.code.get()) : f.code.get();
-    if (!code || !PyCode_Check(code)) {  // the code is gone
-      PyErr_Clear();
-      continue;
-    }
-    auto* co = reinterpret_cast<PyCodeObject*>(code);
+    PyCodeObject* co = codeOf(f);
+    if (!co) continue;  // the code is gone
     const char* file = PyUnicode_AsUTF8(co->co_filename);
     const char* name = PyUnicode_AsUTF8(co->co_qualname);
     if (!file || !name) {
@@ -776,6 +784,28 @@ std::string GuardProgram::describe() const {
   for (const Check& c : checks_)
     if (!c.dropped) s << (c.kind == CheckKind::Shape ? "shape guard: " : "") << describeCheck(c) << "\n";
   return s.str();
+}
+
+PyObject* GuardProgram::describeSites() const {
+  Ref out = Ref::steal(PyList_New(0));
+  if (!out) return nullptr;
+  for (const Check& c : checks_) {
+    if (c.dropped) continue;
+    Ref frames = Ref::steal(PyList_New(0));
+    if (!frames) return nullptr;
+    for (const OriginFrame& f : c.origin) {
+      PyCodeObject* co = codeOf(f);
+      if (!co) continue;
+      int line = PyCode_Addr2Line(co, f.offset * static_cast<int>(sizeof(_Py_CODEUNIT)));
+      Ref frame = Ref::steal(Py_BuildValue("(OiO)", co->co_filename, line, co->co_qualname));
+      if (!frame || PyList_Append(frames.get(), frame.get()) < 0) return nullptr;
+    }
+    std::string text = (c.kind == CheckKind::Shape ? "shape guard: " : "") + describeCheck(c);
+    Ref py_text = Ref::steal(PyUnicode_FromStringAndSize(text.data(), static_cast<Py_ssize_t>(text.size())));
+    Ref site = py_text ? Ref::steal(PyTuple_Pack(2, py_text.get(), frames.get())) : Ref();
+    if (!site || PyList_Append(out.get(), site.get()) < 0) return nullptr;
+  }
+  return out.release();
 }
 
 std::string GuardProgram::explainFailure(const FrameView& f) const {

@@ -198,6 +198,10 @@ class GuardProgram {
   std::string explainFailure(const FrameView& frame) const;
   // Cold: one line per check.
   std::string describe() const;
+  // Cold: [(check text, ((filename, line, function), ...)), ...], one per check, its
+  // origin innermost first (empty when the check has none; a frame whose code has died is
+  // left out). New reference, or null with an error set.
+  PyObject* describeSites() const;
   // Whether an object the program holds weakly (an identity-checked object, a class) has
   // died: the program can never pass again (a new object at the same address is not it).
   bool expired() const;

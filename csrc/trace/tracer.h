@@ -77,7 +77,7 @@ struct BreakTarget {
 class Tracer {
  public:
   Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr)
-      : root_view_(frame), config_(config), break_target_(std::move(target)), shape_memory_(shape_memory) {}
+      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)) {}
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
   TranslateResult run();

@@ -56,6 +56,9 @@ class CompileRecord:
     name: str = None
     guards: str = ""
     num_guards: int = 0
+    # [(check text, ((filename, line, function), ...)), ...]: each guard and the program
+    # line whose use installed it, innermost frame first (empty when made by the output plan)
+    guard_sites: list = None
     graph_module: object = None  # while the listeners run; then None (has_graph says whether there was one)
     has_graph: bool = False
     graph_break: dict = None   # reason, filename, line, function, user_stack
@@ -126,7 +129,7 @@ def _sink(ev):
     rec.translate_ns = ev["translate_ns"]
     rec.backend_ns, _backend_ns = _backend_ns, 0
     rec.num_entries = ev["num_entries"]
-    for key in ("name", "guards", "num_guards", "graph_module", "graph_break", "native"):
+    for key in ("name", "guards", "num_guards", "guard_sites", "graph_module", "graph_break", "native"):
         if key in ev:
             setattr(rec, key, ev[key])
     rec.has_graph = rec.graph_module is not None

@@ -7,15 +7,15 @@ Per line (from the translation records of cdynamo._events):
   ``[frame_id/compile_id]`` (the ids tlparse and the run summary use);
 * **break**: a graph break happened here, with its reason (and, when the break was inside
   a function the frame inlined, the chain of calls);
-* **guards**: on a frame's first line, the guards its entry installed; on a recompile, the
-  guard that failed;
+* **guards**: on a frame's first line, the guards its entry installed; on each line, the
+  guards that line's use of a value installed ("guarded here"); on a recompile, the guard
+  that failed, on the frame's first line and on the line that installed it;
 * **native**: the frame ran natively, with the reason, on its first line and on the line
   where the trace stopped.
 
-What the core does not expose yet (docs: /work/helpers/e15-tracer-notes.md): the source
-line of each graph node (so lines are attributed by frame range: from the frame's start, or
-the line a resume function resumes at, to the break), and the source line each guard came
-from (guards are shown on the frame's first line).
+What the core does not expose yet: the source line of each graph node (so lines are
+attributed by frame range: from the frame's start, or the line a resume function resumes
+at, to the break).
 """
 import html
 import json
@@ -26,6 +26,7 @@ import sysconfig
 from . import _events
 
 _RESUME = re.compile(r"^cdynamo_resume_in_.*_at_(\d+)$")
+_GUARD_FROM = re.compile(r"\(guard from (.+?):(\d+) in ")
 
 
 def _excluded_prefixes():
@@ -70,8 +71,8 @@ class _Marks:
         self.lines = {}  # (file, line) -> {"graph": set, "break": [], "guards": [], "native": [], "recompile": []}
 
     def at(self, path, line):
-        return self.lines.setdefault((path, line), {"graph": [], "break": [], "guards": [], "native": [],
-                                                    "recompile": [], "eager": []})
+        return self.lines.setdefault((path, line), {"graph": [], "break": [], "guards": [], "guard_line": [],
+                                                    "native": [], "recompile": [], "eager": []})
 
 
 def _collect(records, include_libraries):
@@ -93,6 +94,15 @@ def _collect(records, include_libraries):
         where = f"{r.function}" + (f" (resume function from line {start})" if m else "")
         if r.recompile_reason:
             marks.at(path, start)["recompile"].append({"id": cid, "reason": r.recompile_reason.strip(), "where": where})
+            # The line that installed each guard that failed (the reason names it innermost first).
+            for reason in r.recompile_reason.split("\n    - "):
+                m_from = _GUARD_FROM.search(reason)
+                if not m_from:
+                    continue
+                f, line = m_from.group(1), int(m_from.group(2))
+                if _is_user_file(f, include_libraries) and (f, line) != (path, start):
+                    files.add(f)
+                    marks.at(f, line)["recompile"].append({"id": cid, "reason": reason.strip(), "where": where})
         if r.kind == "captured":
             stop = None
             if r.graph_break:
@@ -114,6 +124,16 @@ def _collect(records, include_libraries):
                         marks.at(path, line)["graph"].append(cid)
             marks.at(path, start)["guards"].append({"id": cid, "count": r.num_guards, "text": r.guards.strip(),
                                                     "where": where, "graph": r.has_graph})
+            # Each guard also on the line whose use installed it (the innermost frame of
+            # its origin that is in a user file).
+            here = {}
+            for text, frames in r.guard_sites or ():
+                site = next(((f, line) for f, line, _ in frames if _is_user_file(f, include_libraries)), None)
+                if site is not None:
+                    here.setdefault(site, []).append(text)
+            for (f, line), texts in here.items():
+                files.add(f)
+                marks.at(f, line)["guard_line"].append({"id": cid, "texts": texts, "where": where})
         elif r.kind == "native":
             n = r.native
             marks.at(path, start)["native"].append({"id": cid, "reason": n["reason"], "where": where,
@@ -206,6 +226,9 @@ def _render_marks(m):
     for g in m["guards"]:
         parts.append(_details("t-guards", f"guards [{g['id']}]: {g['count']}",
                               f"[{g['id']}] {g['where']}: {g['count']} guards\n{g['text']}"))
+    for g in m["guard_line"]:
+        parts.append(_details("t-guards", f"guarded here [{g['id']}]: {len(g['texts'])}",
+                              f"[{g['id']}] {g['where']}: guards installed by this line\n" + "\n".join(g["texts"])))
     for r in m["recompile"]:
         parts.append(_details("t-recompile", f"recompile [{r['id']}]",
                               f"[{r['id']}] {r['where']} recompiled; the guard that failed:\n{r['reason']}"))

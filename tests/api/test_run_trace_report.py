@@ -163,6 +163,10 @@ def test_report_in_headless_browser(example_run):
     assert "graph 1/0 1/1" in row(line_of("return y.relu() + 1"))
     header = row(line_of("def scale(x, k):"))
     assert "guards [0/0]" in header and "recompile [0/1]" in header and "size of dim 0 of L['x']: expected 3, got 5" in header
+    # Each guard also on the line whose use installed it, and the failing one there on the recompile.
+    use = row(line_of("y = x * k"))
+    assert "guarded here [0/0]" in use and "L[&#x27;k&#x27;] == 2" in use.replace("'", "&#x27;")
+    assert "recompile [0/1]" in use and "guard from" in use
     native = row(line_of("def checked(x):"))
     assert 'class="native"' in native and "ValueError" in native
     os.makedirs(ARTIFACTS, exist_ok=True)
