@@ -83,7 +83,25 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
   return static_cast<int>(loads_.size() - 1);
 }
 
+std::string describeOrigin(const Origin& o) {
+  std::string out;
+  for (const OriginFrame& f : o) {
+    auto* co = reinterpret_cast<PyCodeObject*>(f.code.get());
+    const char* file = PyUnicode_AsUTF8(co->co_filename);
+    const char* name = PyUnicode_AsUTF8(co->co_qualname);
+    if (!file || !name) {
+      PyErr_Clear();
+      continue;
+    }
+    int line = PyCode_Addr2Line(co, f.offset * static_cast<int>(sizeof(_Py_CODEUNIT)));
+    if (!out.empty()) out += " <- ";
+    out += std::string(file) + ":" + std::to_string(line) + " in " + name;
+  }
+  return out;
+}
+
 void GuardProgram::addCheck(Check c) {
+  if (origin_fn_ && c.origin.empty()) origin_fn_(origin_ctx_, &c.origin);
   checks_.push_back(std::move(c));
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
@@ -101,7 +119,7 @@ void GuardProgram::checkTensor(int reg, PyObject* tensor, uint64_t dynamic_mask)
   addCheck(std::move(c));
 }
 
-bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
+bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text, Origin origin) {
   int depth = 0;
   for (const ShapeOp& op : ops) {
     switch (op.op) {
@@ -125,6 +143,7 @@ bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
   Check c{CheckKind::Shape, -1};
   c.shape_ops = std::move(ops);
   c.what = std::move(text);
+  c.origin = std::move(origin);
   addCheck(std::move(c));
   return true;
 }
@@ -145,6 +164,15 @@ void GuardProgram::checkType(int reg, PyTypeObject* type) {
   if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
   c.what = names_[reg];
   addCheck(std::move(c));
+}
+
+void GuardProgram::retype(int reg, PyTypeObject* type) {
+  for (Check& c : checks_) {
+    if (c.dropped || c.kind != CheckKind::Type || c.reg != reg) continue;
+    c.obj = weakTypeRef(type);  // held as checkType holds it
+    c.weak = static_cast<bool>(c.obj);
+    if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  }
 }
 
 bool GuardProgram::expired() const {
@@ -707,7 +735,7 @@ std::string GuardProgram::describeCheck(const Check& c) const {
 std::string GuardProgram::describe() const {
   std::ostringstream s;
   for (const Check& c : checks_)
-    if (!c.dropped) s << describeCheck(c) << "\n";
+    if (!c.dropped) s << (c.kind == CheckKind::Shape ? "shape guard: " : "") << describeCheck(c) << "\n";
   return s.str();
 }
 
@@ -758,6 +786,9 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
       default:
         reason = "guard failed: " + describeCheck(c);
     }
+    // Where the guard came from: built here, from what the trace recorded.
+    std::string from = describeOrigin(c.origin);
+    if (!from.empty()) reason += " (guard from " + from + ")";
     break;
   }
   release(regs.data());

@@ -943,4 +943,16 @@ Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std:
   return t.inlineFunction(fn, -1, std::move(args), {});
 }
 
+Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* name, std::vector<ValuePtr> args) {
+  if (!module->is(Kind::Module)) return notHandled();
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(module->real()));
+  PyObject* fn = lookupInMro(cls, name, nullptr);
+  if (!fn || !PyFunction_Check(fn)) return notHandled();
+  // Special methods are looked up on the class: the class attribute is guarded (a method
+  // patched on the class later recompiles), the instance is not consulted.
+  guardClassAttr(t, cls, name, nullptr, fn);
+  args.insert(args.begin(), module);
+  return t.inlineFunction(fn, -1, std::move(args), {});
+}
+
 }  // namespace cdynamo::trace

@@ -103,6 +103,9 @@ Done namespaceSetAttr(Tracer& t, const ValuePtr& ns, PyObject* name, const Value
 // Calls the Python-level special method `name` (a str) of a user object's class;
 // NotHandled (nothing done) when the class has none.
 Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, Args args);
+// The same for an nn.Module: the Python special method `name` its class defines (its
+// class attribute guarded), inlined; NotHandled when the class has none in Python.
+Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* name, Args args);
 Result<ValuePtr> makeSuper(Tracer& t, Args& args);
 
 // ---- exceptions.cpp ---------------------------------------------------------------------

@@ -188,6 +188,13 @@ class Tracer {
   PyObject* config_;
   PyObject* shape_memory_ = nullptr;  // borrowed: the code cache holds it (translate())
   Done addShapeGuards();             // tracer.cpp: the ShapeEnv's guards into the guard program
+  // Guard provenance (tracer.cpp): the current instruction and the frames it is inlined
+  // from, for each check as it is added (GuardProgram::setOriginSource) and for each
+  // ShapeEnv guard as it appears (noteShapeGuards, after every instruction of a symbolic trace).
+  static void originOf(void* tracer, guards::Origin* out);
+  void noteShapeGuards();
+  std::vector<guards::Origin> shape_guard_origins_;  // by index in the ShapeEnv's guards
+  Ref shape_guard_list_;                            // ShapeEnv.guards (a list), once read
   std::shared_ptr<runtime::CompiledEntry> entry_ = std::make_shared<runtime::CompiledEntry>();
   graph::GraphBuilder graph_;
   SideEffects effects_{*this};

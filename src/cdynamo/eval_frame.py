@@ -114,11 +114,20 @@ class OptimizedModule(_WrapperModule):
     # `self._orig_mod` would miss the instance __dict__ (nn.Module keeps submodules in
     # _modules), format an AttributeError and run two Python __getattr__ frames on every
     # call; reading _modules directly is the same lookup without them.
+    # A lazy module still uninitialised (torch.nn.modules.lazy) first initialises itself
+    # eagerly, on these arguments, as torch's wrapper does: its initialising pre-hook is
+    # then gone and what is compiled is the module it has become.
     def __call__(self, *args, **kwargs):
-        return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
+        mod = self._modules["_orig_mod"]
+        if "_initialize_hook" in mod.__dict__:
+            mod._infer_parameters(mod, args, kwargs)
+        return _C.call_compiled(self._cdynamo_config, mod, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
+        mod = self._modules["_orig_mod"]
+        if "_initialize_hook" in mod.__dict__:
+            mod._infer_parameters(mod, args, kwargs)
+        return _C.call_compiled(self._cdynamo_config, mod, *args, **kwargs)
 
     def _forwards(self, name):
         """Whether setting/deleting attribute `name` acts on the wrapped module."""
