@@ -254,10 +254,16 @@ Result<ValuePtr> callPartialObject(Tracer& t, PyObject* f, const char*, Args& ar
   if (!av) return av;
   Result<ValuePtr> kv = t.wrap(pkw.get(), -1);
   if (!kv) return kv;
-  const std::vector<ValuePtr>* bound = (*av)->elements();
+  std::vector<ValuePtr> all;
+  if (PyObject* c = (*av)->constant(); c && PyTuple_Check(c)) {  // arguments that are all constants
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) all.push_back(Value::constant(PyTuple_GET_ITEM(c, i)));
+  } else if (const std::vector<ValuePtr>* bound = (*av)->elements()) {
+    all.assign(bound->begin(), bound->end());
+  } else {
+    return t.fail("a functools.partial's arguments");
+  }
   const Dict* bound_kw = (*kv)->get<Dict>();
-  if (!bound || !bound_kw) return t.fail("a functools.partial's arguments");
-  std::vector<ValuePtr> all(bound->begin(), bound->end());
+  if (!bound_kw) return t.fail("a functools.partial's keywords");
   all.insert(all.end(), args.begin(), args.end());
   std::vector<std::pair<Ref, ValuePtr>> kw;
   for (size_t i = 0; i < bound_kw->keys.size(); ++i) kw.emplace_back(bound_kw->keys[i].copy(), bound_kw->values[i]);

@@ -165,3 +165,17 @@ def test_functools_wraps_over_an_lru_cache_wrapper():
         w = deco(cached_triple)
         return w(x), w.__name__, w.__annotations__["x"] is torch.Tensor, hasattr(cached_triple, "__dict__")
     same_as_eager(fn, one)
+
+
+class WithPartialProperty:
+    # A partial object reached without a source (a property's getter), its bound arguments
+    # empty: called like any partial.
+    factor = property(functools.partial(lambda self, k: k * 2, k=3))
+
+
+def test_partial_without_a_source_and_no_bound_arguments():
+    obj = WithPartialProperty()
+
+    def fn(x):
+        return x * obj.factor
+    same_as_eager(fn, one)
