@@ -606,6 +606,12 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
     case LoadKind::IterRemaining:
       out = iterRemaining(regs[ld.base]).release();
       break;
+    case LoadKind::ViewDict: {
+      PyObject* view = regs[ld.base];
+      if (PyDictKeys_Check(view) || PyDictValues_Check(view) || PyDictItems_Check(view))
+        out = reinterpret_cast<PyObject*>(reinterpret_cast<_PyDictViewObject*>(view)->dv_dict);
+      break;
+    }
     case LoadKind::Constant:
       out = ld.name.get();
       break;

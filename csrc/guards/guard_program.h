@@ -34,6 +34,7 @@ enum class LoadKind : uint8_t {
   IterRemaining, // a tuple of the items the tuple_iterator reg[base] has left, read
                  // without consuming them (iterRemaining): owned
   Constant,      // the object `name` itself, held by the program (a module's globals dict)
+  ViewDict,      // the dict that reg[base] (a dict_keys/dict_values/dict_items view) reads (borrowed)
   ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
                  // heap type (fails once the class is gone), the type itself otherwise
 };

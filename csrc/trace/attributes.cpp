@@ -22,6 +22,11 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       // The version counter counts in-place changes of the real tensor, before the call
       // too: a fake's (0 for an input) is not it, and nothing guards it.
       if (strcmp(n, "_version") == 0) return t.fail("Tensor._version (the real tensor's version counter) is not modeled");
+      if (strcmp(n, "__class__") == 0) {  // its type, as type(x) answers
+        PyObject* type = typeOf(t, obj);
+        if (!type) return t.fail("the class of a tensor");
+        return Value::callable(type);
+      }
       PyObject* tt = lookup(Obj::torch_Tensor);
       if (!tt) return t.failFromPython("torch.Tensor");
       PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
@@ -85,9 +90,10 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (isConstantObject(v.get())) return Value::constant(v.get());
       if (!callable && PyMethod_Check(v.get()) && PyMethod_GET_SELF(v.get()) == o)
         return Value::boundMethod(obj, PyMethod_GET_FUNCTION(v.get()));  // a Python method of an enum member: inlined
-      if (callable && PyFunction_Check(o) && PyDict_CheckExact(v.get())) {
-        // A function's __dict__ / __annotations__ (functools.wraps reads them): with its
-        // source, so what the program stores into it is replayed on the real dict.
+      if (callable && (PyFunction_Check(o) || isCacheWrapper(o)) && PyDict_CheckExact(v.get())) {
+        // A function's (or an lru_cache wrapper's) __dict__ / __annotations__
+        // (functools.wraps reads them): with its source, so what the program stores into
+        // it is replayed on the real dict.
         if (obj->reg < 0) return t.fail(std::string("the ") + n + " of a function without a source is not supported yet");
         return t.wrap(v.get(), t.load(LoadKind::Attr, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n));
       }

@@ -128,6 +128,20 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       if (!items) return items;
       v->as<Object>().base = items.take();
     }
+  } else if (reg >= 0 && (PyDictKeys_Check(obj) || PyDictValues_Check(obj) || PyDictItems_Check(obj))) {
+    // A view of a dict passed in (d.keys()): the dict it reads, wrapped from the view (one
+    // value with the dict when the program also passes that), and a live view of it.
+    guards().checkType(reg, Py_TYPE(obj));
+    PyObject* d = reinterpret_cast<PyObject*>(reinterpret_cast<_PyDictViewObject*>(obj)->dv_dict);
+    if (!d) return fail("a dict view without its dict");
+    int dreg = load(LoadKind::ViewDict, reg, 0, nullptr, guards().sourceName(reg) + ".mapping");
+    Result<ValuePtr> dv = wrap(d, dreg);
+    if (!dv) return dv;
+    if (!(*dv)->is(Kind::Dict)) return fail("a view of a dict the trace cannot model as a dict");
+    v = Value::of(DictView{dv.take(), PyDictKeys_Check(obj)     ? DictView::Keys
+                                      : PyDictValues_Check(obj) ? DictView::Values
+                                                                : DictView::Items},
+                  reg);
   } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
     // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
     // opaque, guarded by type, its attributes read like a user object's. What the trace
@@ -348,6 +362,32 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
         load(LoadKind::Attr, reg, 0, interned(Str::dunder_globals), guards().sourceName(reg) + ".__globals__");
     guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(obj));
     v = Value::callable(obj, reg);
+  } else if (reg >= 0 && reinterpret_cast<PyObject*>(Py_TYPE(obj)) == lookup(Obj::functools_partial)) {
+    // A functools.partial passed in: its function, arguments and keywords read through it
+    // and guarded each as what they are (a function by its code, tensors by their
+    // metadata, ...), as TorchDynamo does, so another partial of the same function and
+    // argument structure reuses the entry; called as a partial made in the trace would be,
+    // and handed back as itself.
+    guards().checkType(reg, Py_TYPE(obj));
+    auto part = [&](const char* attr, Result<ValuePtr>* out) {
+      Ref name = Ref::steal(PyUnicode_InternFromString(attr));
+      Ref value = Ref::steal(name ? PyObject_GetAttr(obj, name.get()) : nullptr);
+      if (!value) return false;
+      *out = wrap(value.get(), load(LoadKind::Attr, reg, 0, name.get(), guards().sourceName(reg) + "." + attr));
+      return true;
+    };
+    Result<ValuePtr> fn = notHandled(), args = notHandled(), kwargs = notHandled();
+    if (!part("func", &fn) || !part("args", &args) || !part("keywords", &kwargs)) return failFromPython("functools.partial");
+    if (!fn) return fn;
+    if (!args) return args;
+    if (!kwargs) return kwargs;
+    if (PyObject* c = (*args)->constant(); c && PyTuple_Check(c)) {  // arguments that are all constants
+      std::vector<ValuePtr> items;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) items.push_back(Value::constant(PyTuple_GET_ITEM(c, i)));
+      args = Value::tuple(std::move(items));
+    }
+    if (!(*args)->is(Kind::Tuple) || !(*kwargs)->is(Kind::Dict)) return fail("a functools.partial with odd parts");
+    v = Value::of(Partial{fn.take(), args.take(), kwargs.take(), nullptr}, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
                                        strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj))) {
     if (reg >= 0) guards().checkIdentity(reg, obj);

@@ -245,24 +245,36 @@ Result<ValuePtr> callPartialObject(Tracer& t, PyObject* f, const char*, Args& ar
   Ref pargs = Ref::steal(PyObject_GetAttrString(f, "args"));
   Ref pkw = Ref::steal(PyObject_GetAttrString(f, "keywords"));
   if (!func || !pargs || !pkw) return t.failFromPython("functools.partial");
+  if (!PyTuple_CheckExact(pargs.get()) || !PyDict_CheckExact(pkw.get())) return t.fail("a functools.partial with odd parts");
+  // A partial object without a source (one read from the program is a Partial value:
+  // Tracer::wrapCallable).
   Result<ValuePtr> fv = t.wrap(func.get(), -1);
   if (!fv) return fv;
+  Result<ValuePtr> av = t.wrap(pargs.get(), -1);
+  if (!av) return av;
+  Result<ValuePtr> kv = t.wrap(pkw.get(), -1);
+  if (!kv) return kv;
   std::vector<ValuePtr> all;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.get()); ++i) {
-    Result<ValuePtr> a = t.wrap(PyTuple_GET_ITEM(pargs.get(), i), -1);
-    if (!a) return a;
-    all.push_back(a.take());
+  if (PyObject* c = (*av)->constant(); c && PyTuple_Check(c)) {  // arguments that are all constants
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) all.push_back(Value::constant(PyTuple_GET_ITEM(c, i)));
+  } else if (const std::vector<ValuePtr>* bound = (*av)->elements()) {
+    all.assign(bound->begin(), bound->end());
+  } else {
+    return t.fail("a functools.partial's arguments");
   }
+  const Dict* bound_kw = (*kv)->get<Dict>();
+  if (!bound_kw) return t.fail("a functools.partial's keywords");
   all.insert(all.end(), args.begin(), args.end());
   std::vector<std::pair<Ref, ValuePtr>> kw;
-  PyObject *k, *v;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(pkw.get(), &pos, &k, &v)) {
-    Result<ValuePtr> w = t.wrap(v, -1);
-    if (!w) return w;
-    kw.emplace_back(Ref::borrow(k), w.take());
+  for (size_t i = 0; i < bound_kw->keys.size(); ++i) kw.emplace_back(bound_kw->keys[i].copy(), bound_kw->values[i]);
+  for (auto& kv2 : kwargs) {
+    for (auto it = kw.begin(); it != kw.end(); ++it)
+      if (PyUnicode_Compare(it->first.get(), kv2.first.get()) == 0) {  // a call's keyword replaces the partial's
+        kw.erase(it);
+        break;
+      }
+    kw.push_back(std::move(kv2));
   }
-  for (auto& kv : kwargs) kw.push_back(std::move(kv));
   return call(t, *fv, std::move(all), std::move(kw));
 }
 
@@ -337,6 +349,18 @@ Result<ValuePtr> makeOrderedDict(Tracer& t, PyObject* f, const char*, Args& args
   return d;
 }
 
+// A reader of the interpreter's state without arguments (sys.getrecursionlimit): run now,
+// folded, and guarded to answer the same on each call (a StateQuery check).
+Result<ValuePtr> foldStateReader(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (!args.empty() || !kwargs.empty()) return notHandled();
+  Ref no_args = Ref::steal(PyTuple_New(0));
+  Ref r = Ref::steal(no_args ? PyObject_Call(f, no_args.get(), nullptr) : nullptr);
+  if (!r) return t.raisePython();
+  if (!isConstantObject(r.get())) return t.fail("a state reader returned a non-constant");
+  t.guards().checkStateQuery(f, no_args.get(), nullptr, r.get());
+  return Value::constant(r.get());
+}
+
 const std::vector<SpecialRow> kSpecialRows = {
     {Obj::object_init, false, {"object.__init__", objectInit, false}},
     {Obj::object_setattr, false, {"object.__setattr__", objectSetattr, false}},
@@ -352,9 +376,24 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::operator_attrgetter, true, {"operator.attrgetter object", callGetter, false}},
     {Obj::collections_OrderedDict, false, {"collections.OrderedDict", makeOrderedDict, false}},
     {Obj::types_SimpleNamespace, false, {"types.SimpleNamespace", makeNamespace, false}},
+    {Obj::sys_getrecursionlimit, false, {"sys.getrecursionlimit", foldStateReader, false}},
 };
 
 // ---- the rules ----
+
+// A C method of torch's tensor class called through the class with a tensor first
+// (torch.Tensor.size(x), torch.Tensor.add_(x, y)): the tensor's own method of that name,
+// bound and called, as x.size() would be.
+Result<ValuePtr> callTensorMethodDescriptor(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (args.empty() || !args[0]->is(Kind::Tensor) || !PyObject_TypeCheck(f, &PyMethodDescr_Type)) return notHandled();
+  PyObject* tensor_type = lookup(Obj::torch_Tensor);
+  if (!tensor_type) return t.failFromPython("torch.Tensor");
+  if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(tensor_type), PyDescr_TYPE(f))) return notHandled();
+  Result<ValuePtr> method = getAttr(t, args[0], PyDescr_NAME(f));
+  if (!method) return method;
+  Args rest(args.begin() + 1, args.end());
+  return call(t, *method, std::move(rest), std::move(kwargs));
+}
 
 // tuple.__new__(cls, iterable=()), list.__new__(cls, ...), dict.__new__(cls, ...): the C
 // __new__ of a builtin container called directly (a subclass's own __new__ reaching its
@@ -626,6 +665,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (Result<ValuePtr> poly = callPolyfill(t, f, args, kwargs); !poly.notHandled()) return poly;
   if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
   if (Result<ValuePtr> made = callContainerNew(t, f, args, kwargs); !made.notHandled()) return made;
+  if (Result<ValuePtr> m = callTensorMethodDescriptor(t, f, args, kwargs); !m.notHandled()) return m;
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))

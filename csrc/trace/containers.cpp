@@ -152,6 +152,17 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
       return v;
     }
   }
+  if (is("insert") && args.size() == 2) {
+    Py_ssize_t k, sz = static_cast<Py_ssize_t>(items.size());
+    if (!constIntArg(args, 0, &k)) return t.fail("deque.insert needs a constant index");
+    if (maxlen >= 0 && sz >= maxlen) return t.raiseNew(PyExc_IndexError, "deque already at its maximum size");
+    if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+    if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
+    k = std::min(k, sz);
+    items.insert(items.begin() + k, args[1]);
+    return Value::constant(Py_None);
+  }
+  if (is("copy") && args.empty()) return Value::of(List{items, q.deque.copy(), q.maxlen.copy()});
   if (is("insert") || is("sort") || is("copy")) return t.fail(std::string("deque.") + n + "() is not supported yet");
   return notHandled();  // the methods it shares with list
 }
@@ -412,6 +423,19 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
     int c = member(args[0]);
     if (c < 0) return t.failFromPython("set add");
     if (!c) items.push_back(args[0]);
+    return Value::constant(Py_None);
+  }
+  if (is("__init__") && args.size() <= 1) {  // set.__init__(iterable=()): emptied, then filled
+    std::vector<ValuePtr> more;
+    if (!args.empty())
+      if (Done d = iterate(t, args[0], &more); !d) return d.stop();
+    items.clear();
+    for (const ValuePtr& m : more) {
+      if (!isSetMember(m)) return t.fail("set items must be constants, modules or tensors");
+      int c = member(m);
+      if (c < 0) return t.failFromPython("set.__init__");
+      if (!c) items.push_back(m);
+    }
     return Value::constant(Py_None);
   }
   if (is("update") && !args.empty()) {

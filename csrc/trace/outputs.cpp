@@ -52,7 +52,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::DictView:
       break;
   }
-  if (container && v->reg >= 0) {
+  if ((container || v->is(Kind::Partial)) && v->reg >= 0) {  // read from the program: handed back as itself
     *out = P::Register{v->reg};
     return {};
   }

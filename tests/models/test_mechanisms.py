@@ -34,8 +34,8 @@ FIXED = {"iter_dunder_raises", "contains_dunder_raises", "recompile_per_shape",
          # Torch functions without tensor arguments are decided by what they are (call_rules.cpp
          # torchKindOf): dispatch queries answered from the values, state readers folded and guarded.
          "torch_assert_on_bool", "jit_is_tracing", "augmented_assignment_to_int",
-         # Dicts keyed by objects hashed by identity (classes, functions, modules, tensors),
-         # each key's source guarded to be that object (containers.cpp dictKeyOf).
+         # Dicts are keyed by objects hashed by identity (types, functions, tensors, modules,
+         # user objects), guarded by identity (trace/containers.cpp dictKeyOf).
          "dict_with_type_keys"}
 # (w-conf fixed enum_membership_of_inputs, by `in` over a tuple comparing item by item up to
 # the first match, and dict_item_int_keys, on its own path as well.)
