@@ -226,10 +226,13 @@ Result<ValuePtr> Tracer::wrapDictItems(PyObject* obj, int reg, PyObject* type) {
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(obj, &pos, &key, &value)) {
-    if (!isConstantObject(key)) return fail("dict keys must be constants");
+    // Constants, or (for a dict of the program, its keys guarded) objects hashed by identity.
+    if (!isConstantObject(key) && !(reg >= 0 && isIdentityKey(key))) return fail("dict keys must be constants");
     int item_reg = -1;
     if (reg >= 0) {
-      Ref r = Ref::steal(PyObject_Repr(key));
+      // (an identity key by its type: a module's repr runs Python code and may be long)
+      Ref r = isConstantObject(key) ? Ref::steal(PyObject_Repr(key))
+                                    : Ref::steal(PyUnicode_FromFormat("<%s object>", Py_TYPE(key)->tp_name));
       if (!r) PyErr_Clear();
       item_reg = load(LoadKind::DictItem, reg, 0, key, guards().sourceName(reg) + "[" + (r ? PyUnicode_AsUTF8(r.get()) : "?") + "]");
     }

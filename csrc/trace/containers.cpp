@@ -54,9 +54,22 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
   return false;
 }
 
+bool isIdentityKey(PyObject* key) {
+  PyTypeObject* tp = Py_TYPE(key);
+  return !isConstantObject(key) && tp->tp_hash == PyBaseObject_Type.tp_hash &&
+         tp->tp_richcompare == PyBaseObject_Type.tp_richcompare;
+}
+
 namespace {
 
 bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
+
+// Whether every key of `d` is a constant (none is an identity key, see isIdentityKey).
+bool constantKeys(const Dict& d) {
+  for (const Ref& k : d.keys)
+    if (!isConstantObject(k.get())) return false;
+  return true;
+}
 
 // Set members the trace can compare: hashable constants, and modules (hashed and compared
 // by identity, as nn.Module does: named_modules() keeps a set of them).
@@ -276,10 +289,17 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
     }
     return args[i]->constant();
   };
+  // A lookup by an object hashed by identity (a module, a user object from the program).
+  auto identityKeyOf = [&](size_t i) -> PyObject* {
+    if (i >= args.size() || args[i]->constant()) return nullptr;
+    PyObject* real = args[i]->real();
+    return real && (args[i]->is(Kind::Module) || args[i]->is(Kind::Object)) && isIdentityKey(real) ? real : nullptr;
+  };
   if ((is("keys") || is("values") || is("items")) && args.empty() && kwargs.empty())
     return Value::of(DictView{self, is("keys") ? DictView::Keys : is("values") ? DictView::Values : DictView::Items});
   if (is("get") || is("__getitem__") || is("__contains__")) {
     PyObject* key = keyOf(0);
+    if (!key) key = identityKeyOf(0);
     if (!key) return t.fail("dict lookups need constant keys");
     int k = dict.findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
@@ -299,6 +319,8 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
     }
     return args.size() > 1 ? args[1] : Value::constant(Py_None);
   }
+  if (!constantKeys(dict) && !is("copy"))
+    return t.fail(std::string("dict.") + n + "() of a dict keyed by objects (not constants) is not supported yet");
   if (is("copy")) {
     std::vector<Ref> kcopy;
     for (const Ref& k : keys) kcopy.push_back(k.copy());
@@ -353,6 +375,7 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   for (const ValuePtr& other : args) {
     if (const Dict* from = other->get<Dict>()) {
+      if (!constantKeys(*from)) return t.fail("dict.update() from a dict keyed by objects (not constants) is not supported yet");
       for (size_t i = 0; i < from->keys.size(); ++i)
         if (Done d = storeSubscript(t, self, Value::constant(from->keys[i].get()), from->values[i]); !d) return d.stop();
       continue;

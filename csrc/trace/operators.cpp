@@ -493,7 +493,10 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
-      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      for (const Ref& k : obj->as<Dict>().keys) {
+        if (isIdentityKey(k.get())) return t.fail("iterating a dict keyed by objects (not constants) is not supported yet");
+        keys.push_back(Value::constant(k.get()));
+      }
       return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
     case Kind::Constant: {
@@ -515,6 +518,8 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       const Dict& d = view.dict->as<Dict>();
       std::vector<ValuePtr> items;
       for (size_t i = 0; i < d.keys.size(); ++i) {
+        if (view.which != DictView::Values && isIdentityKey(d.keys[i].get()))
+          return t.fail("iterating a dict keyed by objects (not constants) is not supported yet");
         if (view.which == DictView::Keys) items.push_back(Value::constant(d.keys[i].get()));
         else if (view.which == DictView::Values) items.push_back(d.values[i]);
         else items.push_back(Value::tuple({Value::constant(d.keys[i].get()), d.values[i]}));

@@ -140,6 +140,11 @@ Done iterate(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
 Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
 // Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
 bool isModuleContainer(const ValuePtr& m);
+// A dict key that is not a constant but hashed and compared by identity (its class keeps
+// object's __hash__ and __eq__: an nn.Module, a plain user object): a dict read from the
+// program may be keyed by it; lookups find it by the very object. Such keys never become
+// values of their own (iterating the dict stops the trace).
+bool isIdentityKey(PyObject* key);
 Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
 
 // ---- containers.cpp: lists, tuples, dicts, sets made in the trace -------------------------
