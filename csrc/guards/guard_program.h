@@ -90,6 +90,18 @@ struct Load {
   bool owned() const { return kind == LoadKind::Attr || kind == LoadKind::IterRemaining; }
 };
 
+// Where a check came from (cold, for recompile reasons): the traced program's instruction
+// whose use of the value installed it, innermost frame first, then each frame it was
+// inlined from (code object, code-unit offset of the instruction). Empty when the check
+// was made outside the program's instructions (the output plan, duck sizing).
+struct OriginFrame {
+  Ref code;
+  int offset = 0;
+};
+using Origin = std::vector<OriginFrame>;
+// "f.py:12 in helper <- f.py:30 in forward" (innermost first); empty for an empty origin.
+std::string describeOrigin(const Origin& o);
+
 struct Check {
   CheckKind kind;
   int reg = -1;
@@ -105,6 +117,7 @@ struct Check {
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
+  Origin origin;  // see Origin
 };
 
 // A new tuple of the items the tuple_iterator `it` has left, without consuming them (from
@@ -132,7 +145,15 @@ class GuardProgram {
   // A relation between symbolic sizes (`text` says it in the user's terms, for messages):
   // its program must evaluate to non-zero. False (nothing added) when the program is
   // malformed or deeper than kMaxShapeDepth.
-  bool checkShape(std::vector<ShapeOp> ops, std::string text);
+  bool checkShape(std::vector<ShapeOp> ops, std::string text, Origin origin = {});
+  // While set, every check added gets its Origin from fn(ctx, &origin) (the tracer's
+  // current instruction and the frames it is inlined from); null: none. The caller clears
+  // it before `ctx` goes away.
+  using OriginFn = void (*)(void* ctx, Origin* out);
+  void setOriginSource(OriginFn fn, void* ctx) {
+    origin_fn_ = fn;
+    origin_ctx_ = ctx;
+  }
   void checkType(int reg, PyTypeObject* type);
   // The type checks of `reg` now expect `type`: for an object whose class the trace itself
   // changed for real, before anything else read it (a lazy module become its cls_to_become).
@@ -192,6 +213,8 @@ class GuardProgram {
   std::vector<Check> checks_;
   std::vector<Step> steps_;
   bool any_owned_ = false;
+  OriginFn origin_fn_ = nullptr;
+  void* origin_ctx_ = nullptr;
 };
 
 }  // namespace cdynamo::guards

@@ -410,7 +410,7 @@ def test_guard_fail_fn_gets_the_reason_of_each_recompile():
     assert len(failures) == 1
     reason, code = failures[0]
     assert failures[0].reason == reason and code is fn.__code__
-    assert reason.endswith("['scale']['k'] == 2, got 5"), reason
+    assert "['scale']['k'] == 2, got 5" in reason, reason
     # Under install(), torch._dynamo.optimize(guard_fail_fn=) takes it too.
     from cdynamo import _install
     seen = []

@@ -326,7 +326,7 @@ def test_dict_keyed_by_modules_changed_after_compiling():
     assert torch.equal(cfn(x), fn(x))
 
 
-def test_iterating_a_dict_keyed_by_modules_stops_the_trace_with_its_reason():
+def test_iterating_a_dict_keyed_by_modules():
     net = Pair()
     weights = {net.l0: 2.0, net.l1: 3.0}
 
@@ -334,11 +334,4 @@ def test_iterating_a_dict_keyed_by_modules_stops_the_trace_with_its_reason():
         for m, w in weights.items():
             x = m(x) * w
         return x
-    cdynamo.reset()
-    cfn = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
-    x = torch.randn(3, 4)
-    for _ in range(2):
-        torch.testing.assert_close(cfn(x), fn(x))
-    reasons = [b.get("reason", "") for b in cdynamo.stats()["graph_break_reasons"]] + \
-              [n.get("reason", "") for n in cdynamo.stats()["native_frames"]]
-    assert any("keyed by objects" in r for r in reasons), reasons
+    same_as_eager(fn, one(3, 4))
