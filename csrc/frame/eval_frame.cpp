@@ -28,6 +28,12 @@ namespace {
 // The compile configuration of the compiled function running on this thread (borrowed:
 // callCompiled's caller holds it), or null when cdynamo is not active here.
 thread_local PyObject* tls_config = nullptr;
+// Set while a frame that hit its recompile limit runs natively (torch._dynamo's
+// skip_code_recursive_on_recompile_limit_hit, RUN_ONLY): the frames it calls use the cache
+// entries they have but compile nothing new.
+thread_local bool tls_run_only = false;
+// Set by compileMiss when it declined because of the recompile limit.
+thread_local bool tls_limit_hit = false;
 int threads_active = 0;  // guarded by the GIL
 unsigned log_channels = 0;
 int recompile_limit = 8;             // entries per code object and configuration
@@ -377,6 +383,18 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       why += r;
     }
   }
+  // torch._dynamo.optimize(guard_fail_fn=...): the configuration hands the reason to it
+  // (CompileConfig._guard_failed) before anything is compiled again.
+  if (previous && !why.empty()) {
+    ContextOff off;  // the user's function is Python code: never intercepted
+    Ref fn = Ref::steal(PyObject_GetAttrString(config, "guard_fail_fn"));
+    if (!fn) {
+      PyErr_Clear();
+    } else if (fn.get() != Py_None) {
+      Ref r = Ref::steal(PyObject_CallMethod(config, "_guard_failed", "sO", why.c_str(), code));
+      if (!r) PyErr_WriteUnraisable(fn.get());
+    }
+  }
   // set_stance: nothing new is compiled (the frame runs natively, nothing is marked), or
   // a compile is an error.
   if (stance == Stance::EagerOnRecompile) {
@@ -430,6 +448,7 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
           return nullptr;
         }
       }
+      tls_limit_hit = true;
       return nullptr;
     }
     ++stats().recompiles;
@@ -612,8 +631,10 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     }
   }
 
+  if (tls_run_only) return evalDefault(ts, frame, 0);  // called under a frame past its recompile limit
   cache::EntryPtr entry;
   bool error = false;
+  tls_limit_hit = false;
   {
     CompileLock lock;
     // Another thread may have compiled these inputs, marked the code native, or reset the
@@ -628,6 +649,14 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     }
   }  // Released before anything runs: the frame or entry may call compiled functions.
   if (error) return compileFailed(ts, frame, extra);
+  if (!entry && tls_limit_hit) {
+    tls_limit_hit = false;
+    const bool saved = tls_run_only;
+    tls_run_only = true;
+    PyObject* result = evalDefault(ts, frame, 0);
+    tls_run_only = saved;
+    return result;
+  }
   if (!entry) return evalDefault(ts, frame, 0);
   return runEntry(ts, frame, extra, entry, view);
 }
@@ -665,13 +694,16 @@ void afterForkChild() {
 PyObject* callCompiled(PyObject* config, PyObject* fn, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   if (stance == Stance::ForceEager) return PyObject_Vectorcall(fn, args, nargsf, kwnames);
   PyObject* saved = tls_config;
+  const bool saved_run_only = tls_run_only;  // a compiled function called inside compiles as it needs
   tls_config = config;
+  tls_run_only = false;
   ++tls_calls;
   if (threads_active++ == 0) installHook();
   PyObject* result = PyObject_Vectorcall(fn, args, nargsf, kwnames);
   if (--threads_active == 0) uninstallHook();
   --tls_calls;
   tls_config = saved;
+  tls_run_only = saved_run_only;
   return result;
 }
 

@@ -123,12 +123,12 @@ def torch_compile(model=None, *, fullgraph=False, dynamic=None, backend=None, mo
                        dynamic=dynamic, mode=mode, options=options, disable=disable)
 
 
-_OPTIMIZE_UNSUPPORTED = ("guard_export_fn", "guard_fail_fn", "guard_filter_fn", "package", "recompile_limit",
+_OPTIMIZE_UNSUPPORTED = ("guard_export_fn", "guard_filter_fn", "package", "recompile_limit",
                          "shapes_spec")
 
 
 def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False, error_on_graph_break=None,
-             isolate_recompiles=False, **kwargs):
+             isolate_recompiles=False, guard_fail_fn=None, **kwargs):
     """torch._dynamo.optimize, through cdynamo: returns a decorator."""
     for key in _OPTIMIZE_UNSUPPORTED:
         if kwargs.pop(key, None) is not None:
@@ -141,7 +141,8 @@ def optimize(backend="inductor", *, nopython=False, dynamic=None, disable=False,
         return lambda fn: fn
 
     def decorator(fn):
-        return _ef.compile(fn, backend=backend, fullgraph=nopython or bool(error_on_graph_break), dynamic=dynamic)
+        return _ef.compile(fn, backend=backend, fullgraph=nopython or bool(error_on_graph_break), dynamic=dynamic,
+                           guard_fail_fn=guard_fail_fn)
 
     return decorator
 

@@ -1,4 +1,5 @@
 """cdynamo.compile: wrapping functions and modules so their calls run with the hook on."""
+import collections
 import functools
 import os
 import sys
@@ -11,6 +12,10 @@ import torch
 from . import _C, _backends, _events, _rules, config as _config
 
 
+# What a guard_fail_fn receives (torch._dynamo.types.GuardFail's fields).
+GuardFail = collections.namedtuple("GuardFail", ["reason", "orig_code"])
+
+
 class CompileConfig:
     """What a compiled callable was compiled with; the C++ core reads it on a miss.
 
@@ -18,14 +23,20 @@ class CompileConfig:
     different backends keep separate entries.
     """
 
-    __slots__ = ("orig_backend", "backend", "fullgraph", "dynamic", "backend_name", "__weakref__")
+    __slots__ = ("orig_backend", "backend", "fullgraph", "dynamic", "backend_name", "guard_fail_fn", "__weakref__")
 
-    def __init__(self, backend, fullgraph, dynamic, backend_name):
+    def __init__(self, backend, fullgraph, dynamic, backend_name, guard_fail_fn=None):
         self.orig_backend = backend
         self.backend = _timed(backend)  # what the core calls
         self.fullgraph = bool(fullgraph)
         self.dynamic = dynamic
         self.backend_name = backend_name
+        self.guard_fail_fn = guard_fail_fn
+
+    def _guard_failed(self, reason, code):
+        # Called by the core on a miss of a frame this configuration compiled before, with
+        # the guard failure(s) that made it miss (torch._dynamo's GuardFail(reason, orig_code)).
+        self.guard_fail_fn(GuardFail(reason, code))
 
     def __repr__(self):
         return f"CompileConfig(backend={self.backend_name}, fullgraph={self.fullgraph}, dynamic={self.dynamic})"
@@ -217,11 +228,11 @@ def __getattr__(name):
 _configs = weakref.WeakValueDictionary()
 
 
-def _config_for(backend, fullgraph, dynamic, name):
-    key = (id(backend), bool(fullgraph), dynamic)
+def _config_for(backend, fullgraph, dynamic, name, guard_fail_fn=None):
+    key = (id(backend), bool(fullgraph), dynamic, id(guard_fail_fn))
     cfg = _configs.get(key)
-    if cfg is None or cfg.orig_backend is not backend:
-        cfg = CompileConfig(backend, fullgraph, dynamic, name)
+    if cfg is None or cfg.orig_backend is not backend or cfg.guard_fail_fn is not guard_fail_fn:
+        cfg = CompileConfig(backend, fullgraph, dynamic, name, guard_fail_fn)
         _configs[key] = cfg
     return cfg
 
@@ -236,7 +247,7 @@ def _make_backend(backend, mode, options, dynamic):
 
 
 def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mode=None, options=None,
-            disable=False):
+            disable=False, guard_fail_fn=None):
     """Compile a function or nn.Module; the same keywords as torch.compile.
 
     Usable as ``@cdynamo.compile``, ``@cdynamo.compile(backend=...)`` or
@@ -246,17 +257,19 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
     ``dynamic``: None (automatic: the first compile is static; a dimension whose size changed
     is symbolic from the recompile on), True (symbolic from the first compile, sizes 0 and 1
     specialized), False (static, but for dims marked with mark_dynamic).
+    ``guard_fail_fn`` (torch._dynamo.optimize's): called with a ``GuardFail(reason,
+    orig_code)`` when a frame compiled before misses its cache entries and is compiled again.
     """
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
-                                 options=options, disable=disable)
+                                 options=options, disable=disable, guard_fail_fn=guard_fail_fn)
     if disable:
         return model
     if mode is not None and options is not None:
         raise RuntimeError("Either mode or options can be specified, but both can't be specified at the same time.")
     _rules.ensure_torch_rules()
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
-    cfg = _config_for(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name)
+    cfg = _config_for(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name, guard_fail_fn)
     if isinstance(model, torch.nn.Module):
         return _optimized_module_class()(model, cfg)
     if not callable(model):

@@ -391,3 +391,47 @@ def test_extension_refuses_another_torch_version():
     assert out.returncode == 0, out.stderr
     assert "ImportError: cdynamo's extension was built against torch 2.13.0 but torch 2.99.0+cpu" in out.stdout
     assert "make build" in out.stdout
+
+
+def test_guard_fail_fn_gets_the_reason_of_each_recompile():
+    failures = []
+    scale = {"k": 2}
+
+    def fn(x):
+        return x * scale["k"]
+
+    cf = cdynamo.compile(fn, backend=CompileCounter(), guard_fail_fn=failures.append)
+    x = torch.ones(3)
+    assert torch.equal(cf(x), fn(x))
+    assert torch.equal(cf(x), fn(x))
+    assert failures == []  # hits report nothing
+    scale["k"] = 5
+    assert torch.equal(cf(x), fn(x))
+    assert len(failures) == 1
+    reason, code = failures[0]
+    assert failures[0].reason == reason and code is fn.__code__
+    assert "['scale']['k'] == 2, got 5" in reason, reason
+    # Under install(), torch._dynamo.optimize(guard_fail_fn=) takes it too.
+    from cdynamo import _install
+    seen = []
+    opt = _install.optimize(CompileCounter(), guard_fail_fn=seen.append)(fn)
+    opt(x)
+    scale["k"] = 7
+    assert torch.equal(opt(x), fn(x))
+    assert len(seen) == 1
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_guard_fail_fn_that_raises_does_not_break_the_call():
+    def bad(failure):
+        raise RuntimeError("boom")
+
+    def fn(x, n):
+        return x + n
+
+    cnt = CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt, dynamic=False, guard_fail_fn=bad)
+    x = torch.ones(2)
+    assert torch.equal(cf(x, 1), fn(x, 1))
+    assert torch.equal(cf(x, 2), fn(x, 2))  # reported as unraisable; the call goes on
+    assert cnt.frame_count == 2

@@ -278,3 +278,60 @@ def test_compiled_lazy_module_initialises_on_its_first_call():
         torch.testing.assert_close(got, eager_m(x))
     assert cnt.frame_count == 1
     assert compiled_m.fc1.weight.shape == (8, 7)
+
+
+# ---------------------------------------------------------------- dicts keyed by modules
+
+def test_dict_keyed_by_modules_is_read_by_identity():
+    net = Pair()
+    other = torch.nn.ReLU()
+    weights = {net: 10, net.l0: 20, net.l1: 30}
+
+    def fn(x):
+        for i, m in enumerate(net.modules()):
+            x = x + weights[m] * (i + 1)
+        x = x + weights.get(other, 5)
+        return x * 2 if net.l0 in weights and other not in weights else x
+    same_as_eager(fn, one())
+
+
+def test_dict_keyed_by_modules_changed_after_compiling():
+    net = Pair()
+    weights = {net.l0: 2.0, net.l1: 3.0}
+
+    def fn(x):
+        return x * weights[net.l0] + weights[net.l1]
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x = torch.ones(2)
+    assert torch.equal(cfn(x), fn(x))
+    weights[net.l0] = 7.0  # a value changed
+    assert torch.equal(cfn(x), fn(x))
+    del weights[net.l1]  # a key gone: eagerly a KeyError
+    try:
+        fn(x)
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("eager did not raise")
+    try:
+        cfn(x)
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("compiled did not raise")
+    weights[net.l1] = 1.0
+    assert torch.equal(cfn(x), fn(x))
+    assert torch.equal(cfn(x), fn(x))
+
+
+def test_iterating_a_dict_keyed_by_modules():
+    net = Pair()
+    weights = {net.l0: 2.0, net.l1: 3.0}
+
+    def fn(x):
+        for m, w in weights.items():
+            x = m(x) * w
+        return x
+    same_as_eager(fn, one(3, 4))

@@ -177,3 +177,72 @@ def test_recompile_log_names_the_guard(caplog):
         cdynamo.set_logs("")
     text = "\n".join(r.getMessage() for r in caplog.records)
     assert "Recompiling function add_one" in text and "size of dim 1 of L['x']: expected 3, got 4" in text
+
+
+def helper_times_two(x):
+    return x * 2
+
+
+def calls_helper(x):
+    y = x.sin()
+    if y.dim() > 0:
+        pass
+    return helper_times_two(y) + 1
+
+
+def test_frames_called_past_the_limit_compile_nothing_new(policy):
+    # torch._dynamo (skip_code_recursive_on_recompile_limit_hit): a frame past its limit runs
+    # natively and what it calls uses the cache entries it has but compiles nothing.
+    policy.recompile_limit = 2
+    cnt = CompileCounter()
+    cf = cdynamo.compile(calls_helper, backend=cnt, dynamic=False)
+    shapes = [(3,), (3, 3), (3, 3, 3), (2, 2, 2, 2)]
+    with pytest.warns(UserWarning, match=r"recompile_limit \(2\)"):
+        for s in shapes:
+            x = torch.randn(s)
+            torch.testing.assert_close(cf(x), calls_helper(x))
+    assert cnt.frame_count == 2  # the helper is inlined; past the limit it is not compiled on its own
+    with torch._dynamo.config.patch(recompile_limit=2):
+        assert dynamo_frames(calls_helper, [(torch.randn(s),) for s in shapes], dynamic=False) == 2
+
+
+def test_a_compiled_function_called_past_the_limit_still_compiles(policy):
+    policy.recompile_limit = 1
+    inner_cnt = CompileCounter()
+    inner = cdynamo.compile(helper_times_two, backend=inner_cnt)
+
+    def outer(x, use_inner):
+        y = x.cos()
+        return inner(y) - 1 if use_inner else y
+
+    cf = cdynamo.compile(outer, backend=CompileCounter(), dynamic=False)
+    x = torch.randn(3)
+    torch.testing.assert_close(cf(x, False), outer(x, False))
+    assert inner_cnt.frame_count == 0
+    with pytest.warns(UserWarning, match=r"recompile_limit \(1\)"):
+        torch.testing.assert_close(cf(x, True), outer(x, True))  # outer runs natively, inner is new
+    assert inner_cnt.frame_count == 1  # its own context: it compiles as it needs
+
+
+def test_submodules_past_the_limit_compile_nothing_new(policy):
+    # Instances of one class share entries (the class is guarded); past the limit their
+    # frames run natively and the nn.ReLU they call is not compiled as a frame of its own.
+    class Sub(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.relu = torch.nn.ReLU()
+
+        def forward(self, x):
+            return self.relu(torch.sin(torch.cos(x)))
+
+    policy.recompile_limit = 2
+    cnt = CompileCounter()
+    subs = [Sub() for _ in range(3)]
+    compiled = [cdynamo.compile(m, backend=cnt) for m in subs]
+    with pytest.warns(UserWarning, match=r"recompile_limit \(2\)"):
+        for size in [(4,), (4, 4), (4, 4, 4)]:
+            x = y = torch.randn(size)
+            for m, cm in zip(subs, compiled):
+                x, y = cm(x), m(y)
+            torch.testing.assert_close(x, y)
+    assert cnt.frame_count == 2
