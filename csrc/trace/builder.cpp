@@ -226,7 +226,7 @@ Result<ValuePtr> Tracer::wrapDictItems(PyObject* obj, int reg, PyObject* type) {
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(obj, &pos, &key, &value)) {
-    if (!isConstantObject(key)) return fail("dict keys must be constants");
+    if (!isConstantObject(key) && !hashedByIdentity(key)) return fail("dict keys must be constants or hashed by identity");
     int item_reg = -1;
     if (reg >= 0) {
       Ref r = Ref::steal(PyObject_Repr(key));

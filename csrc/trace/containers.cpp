@@ -58,6 +58,32 @@ namespace {
 
 bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
 
+}  // namespace
+
+bool hashedByIdentity(PyObject* o) {
+  PyTypeObject* type = Py_TYPE(o);
+  auto is = [type](PyTypeObject* base) {
+    return type->tp_hash == base->tp_hash && type->tp_richcompare == base->tp_richcompare;
+  };
+  return is(&PyBaseObject_Type) || is(&PyType_Type) || PyFunction_Check(o) || PyCFunction_Check(o);
+}
+
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
+  if (isHashableConstant(v)) return v->constant();
+  PyErr_Clear();
+  PyObject* o = v->real();
+  if (!o || v->is(Kind::Tensor) || !hashedByIdentity(o)) return nullptr;
+  if (v->reg >= 0) t.guards().checkIdentity(v->reg, o);
+  return o;
+}
+
+Result<ValuePtr> dictKeyValue(Tracer& t, PyObject* key) {
+  if (isConstantObject(key)) return Value::constant(key);
+  return t.wrap(key, -1);
+}
+
+namespace {
+
 // Set members the trace can compare: hashable constants, and modules (hashed and compared
 // by identity, as nn.Module does: named_modules() keeps a set of them).
 bool isSetMember(const ValuePtr& v) {
@@ -269,13 +295,7 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   Dict& dict = self->as<Dict>();
   std::vector<Ref>& keys = dict.keys;
   std::vector<ValuePtr>& values = dict.values;
-  auto keyOf = [&](size_t i) -> PyObject* {
-    if (i >= args.size() || !isHashableConstant(args[i])) {
-      PyErr_Clear();
-      return nullptr;
-    }
-    return args[i]->constant();
-  };
+  auto keyOf = [&](size_t i) -> PyObject* { return i < args.size() ? dictKeyOf(t, args[i]) : nullptr; };
   if ((is("keys") || is("values") || is("items")) && args.empty() && kwargs.empty())
     return Value::of(DictView{self, is("keys") ? DictView::Keys : is("values") ? DictView::Values : DictView::Items});
   if (is("get") || is("__getitem__") || is("__contains__")) {
@@ -335,7 +355,9 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   }
   if (is("popitem")) {
     if (keys.empty()) return t.fail("popitem(): dictionary is empty (KeyError)");
-    ValuePtr pair = Value::tuple({Value::constant(keys.back().get()), values.back()});
+    Result<ValuePtr> key = dictKeyValue(t, keys.back().get());
+    if (!key) return key;
+    ValuePtr pair = Value::tuple({key.take(), values.back()});
     keys.pop_back();
     values.pop_back();
     return pair;
@@ -491,16 +513,14 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     return {};
   }
   if (Dict* d = obj->get<Dict>()) {
-    if (!isHashableConstant(index)) {
-      PyErr_Clear();
-      return t.fail("dict keys must be constants");
-    }
-    int k = d->findKey(index->constant());
+    PyObject* key = dictKeyOf(t, index);
+    if (!key) return t.fail("dict keys must be constants");
+    int k = d->findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (k >= 0) {
       d->values[static_cast<size_t>(k)] = value;
     } else {
-      d->keys.push_back(Ref::borrow(index->constant()));
+      d->keys.push_back(Ref::borrow(key));
       d->values.push_back(value);
     }
     return {};

@@ -461,7 +461,11 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
-      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      for (const Ref& k : obj->as<Dict>().keys) {
+        Result<ValuePtr> key = dictKeyValue(t, k.get());
+        if (!key) return key;
+        keys.push_back(key.take());
+      }
       return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
     case Kind::Constant: {
@@ -483,9 +487,13 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       const Dict& d = view.dict->as<Dict>();
       std::vector<ValuePtr> items;
       for (size_t i = 0; i < d.keys.size(); ++i) {
-        if (view.which == DictView::Keys) items.push_back(Value::constant(d.keys[i].get()));
-        else if (view.which == DictView::Values) items.push_back(d.values[i]);
-        else items.push_back(Value::tuple({Value::constant(d.keys[i].get()), d.values[i]}));
+        if (view.which == DictView::Values) {
+          items.push_back(d.values[i]);
+          continue;
+        }
+        Result<ValuePtr> key = dictKeyValue(t, d.keys[i].get());
+        if (!key) return key;
+        items.push_back(view.which == DictView::Keys ? key.take() : Value::tuple({key.take(), d.values[i]}));
       }
       return Value::iterator(std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
@@ -578,7 +586,24 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
 Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a == b) return true;  // the same value: the same object
   if (a->real() && b->real()) return a->real() == b->real();
-  if (madeMutable(a) && madeMutable(b)) return false;  // two distinct objects made in the trace
+  // An object made in the trace is new: no other value (another one made, or one read from
+  // the program) is that object.
+  if (madeMutable(a) || madeMutable(b)) return false;
+  // Two tuples one of whose items differ are two objects (one object has the same items).
+  const Tuple* ta = a->get<Tuple>();
+  const Tuple* tb = b->get<Tuple>();
+  if (ta && tb) {
+    if (ta->items.size() != tb->items.size()) return false;
+    for (size_t i = 0; i < ta->items.size(); ++i) {
+      const ValuePtr& x = ta->items[i];
+      const ValuePtr& y = tb->items[i];
+      if (x == y) continue;
+      if (x->is(Kind::Tensor) || y->is(Kind::Tensor)) continue;  // not decided by a tensor
+      Result<bool> same = identical(t, x, y);
+      if (same && !*same) return false;
+      if (!same) return same;
+    }
+  }
   if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
     if (isScalarValue(t, a) || isScalarValue(t, b))
       return t.fail("identity of a number read from a tensor is not known at trace time");

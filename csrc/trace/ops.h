@@ -23,6 +23,9 @@ class Tracer;
 // ---- attributes.cpp: reading and storing attributes ---------------------------------------
 Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value);
+// delattr(obj, name) of an object made in the trace: its class's own __delattr__ inlined,
+// a property's deleter, or the attribute removed from its __dict__ (AttributeError if absent).
+Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // Attributes of a function made in the trace: its name, module, doc, and those set on it.
 Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
 
@@ -145,6 +148,14 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+// Whether `o`'s hash and == are its identity (object's or type's, a function's): a class,
+// a function, an instance of a class that defines neither.
+bool hashedByIdentity(PyObject* o);
+// The object value `v` is as a dict key (borrowed), or null: a hashable constant, or a
+// real object hashed by identity (its identity guarded when it comes from the program).
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v);
+// A dict key as a value of the trace.
+Result<ValuePtr> dictKeyValue(Tracer& t, PyObject* key);
 // The real slice of a Slice of constants (Unsupported otherwise; null with an error set if
 // making it failed).
 Result<Ref> constantSlice(Tracer& t, const Slice& slice);

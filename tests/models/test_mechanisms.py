@@ -33,7 +33,12 @@ FIXED = {"iter_dunder_raises", "contains_dunder_raises", "recompile_per_shape",
          "inspect_signature_of_bound_method",
          # Torch functions without tensor arguments are decided by what they are (call_rules.cpp
          # torchKindOf): dispatch queries answered from the values, state readers folded and guarded.
-         "torch_assert_on_bool", "jit_is_tracing", "augmented_assignment_to_int"}
+         "torch_assert_on_bool", "jit_is_tracing", "augmented_assignment_to_int",
+         # id() (the real id of an object from the program under an identity guard, a stand-in
+         # for a value made in the trace), dict keys hashed by identity (classes, functions),
+         # object.__reduce_ex__/object.__new__ and delattr: copy.deepcopy of a config.
+         "deepcopy_of_object", "dict_with_type_keys", "deepcopy_of_object_made_in_trace", "id_of_values",
+         "dict_keys_hashed_by_identity", "deepcopy_of_containers_and_hook"}
 # (w-conf fixed enum_membership_of_inputs, by `in` over a tuple comparing item by item up to
 # the first match, and dict_item_int_keys, on its own path as well.)
 OPEN = set(mechanisms.CASES) - FIXED
