@@ -535,6 +535,23 @@ def _():
     return f, [(torch.randn(3),)]
 
 
+@case("closure_cell_defined_after_break", models=("t5",),
+      why="a local function that refers to itself (a cell), defined after a graph break: the resume function "
+          "gets the frame's cell still empty and LOAD_CLOSURE read its contents ('free variable referenced before "
+          "assignment' at LOAD_CLOSURE, a native frame: PreTrainedConfig.to_dict's to_list)")
+def _():
+    def f(x):
+        y = x.sin()
+        print("a break")
+
+        def to_list(v):
+            return [to_list(i) for i in v] if isinstance(v, tuple) else v
+
+        return y + len(to_list((1, (2, 3)))), to_list((4, (5,)))
+
+    return f, [(torch.randn(3),)]
+
+
 # ---- crashes --------------------------------------------------------------------------------
 
 class Layers:
