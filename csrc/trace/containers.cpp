@@ -8,6 +8,7 @@
 
 #include "support/check.h"
 #include "support/lookup.h"
+#include "support/torch_types.h"
 #include "trace/handlers.h"
 #include "trace/ops.h"
 #include "trace/scalars.h"
@@ -57,32 +58,6 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
 namespace {
 
 bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
-
-}  // namespace
-
-bool hashedByIdentity(PyObject* o) {
-  PyTypeObject* type = Py_TYPE(o);
-  auto is = [type](PyTypeObject* base) {
-    return type->tp_hash == base->tp_hash && type->tp_richcompare == base->tp_richcompare;
-  };
-  return is(&PyBaseObject_Type) || is(&PyType_Type) || PyFunction_Check(o) || PyCFunction_Check(o);
-}
-
-PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
-  if (isHashableConstant(v)) return v->constant();
-  PyErr_Clear();
-  PyObject* o = v->real();
-  if (!o || v->is(Kind::Tensor) || !hashedByIdentity(o)) return nullptr;
-  if (v->reg >= 0) t.guards().checkIdentity(v->reg, o);
-  return o;
-}
-
-Result<ValuePtr> dictKeyValue(Tracer& t, PyObject* key) {
-  if (isConstantObject(key)) return Value::constant(key);
-  return t.wrap(key, -1);
-}
-
-namespace {
 
 // Set members the trace can compare: hashable constants, and modules (hashed and compared
 // by identity, as nn.Module does: named_modules() keeps a set of them).
@@ -300,7 +275,7 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
     return Value::of(DictView{self, is("keys") ? DictView::Keys : is("values") ? DictView::Values : DictView::Items});
   if (is("get") || is("__getitem__") || is("__contains__")) {
     PyObject* key = keyOf(0);
-    if (!key) return t.fail("dict lookups need constant keys");
+    if (!key) return t.fail("dict lookups need keys the trace can hash (constants, or objects hashed by identity)");
     int k = dict.findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
@@ -328,7 +303,7 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   if (is("setdefault") || is("pop") || is("move_to_end")) {
     if (is("move_to_end") && args.empty()) return notHandled();
     PyObject* key = keyOf(0);
-    if (!key) return t.fail("dict keys must be constants");
+    if (!key) return t.fail("dict keys must be constants or objects hashed by identity");
     int k = dict.findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (is("setdefault")) {
@@ -355,9 +330,9 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   }
   if (is("popitem")) {
     if (keys.empty()) return t.fail("popitem(): dictionary is empty (KeyError)");
-    Result<ValuePtr> key = dictKeyValue(t, keys.back().get());
-    if (!key) return key;
-    ValuePtr pair = Value::tuple({key.take(), values.back()});
+    Result<ValuePtr> kv = keyValueOf(t, keys.back().get());
+    if (!kv) return kv;
+    ValuePtr pair = Value::tuple({kv.take(), values.back()});
     keys.pop_back();
     values.pop_back();
     return pair;
@@ -375,8 +350,11 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   for (const ValuePtr& other : args) {
     if (const Dict* from = other->get<Dict>()) {
-      for (size_t i = 0; i < from->keys.size(); ++i)
-        if (Done d = storeSubscript(t, self, Value::constant(from->keys[i].get()), from->values[i]); !d) return d.stop();
+      for (size_t i = 0; i < from->keys.size(); ++i) {
+        Result<ValuePtr> k = keyValueOf(t, from->keys[i].get());
+        if (!k) return k;
+        if (Done d = storeSubscript(t, self, *k, from->values[i]); !d) return d.stop();
+      }
       continue;
     }
     std::vector<ValuePtr> pairs;
@@ -514,7 +492,7 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
   }
   if (Dict* d = obj->get<Dict>()) {
     PyObject* key = dictKeyOf(t, index);
-    if (!key) return t.fail("dict keys must be constants");
+    if (!key) return t.fail("dict keys must be constants or objects hashed by identity");
     int k = d->findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (k >= 0) {
@@ -526,6 +504,53 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     return {};
   }
   return t.fail(std::string("item assignment on a ") + kindName(obj->kind()) + " is not supported yet");
+}
+
+bool isIdentityKey(PyObject* o) {
+  if (isTensor(o)) return true;
+  PyTypeObject* ty = Py_TYPE(o);
+  return ty->tp_hash == PyBaseObject_Type.tp_hash &&
+         (ty->tp_richcompare == PyBaseObject_Type.tp_richcompare || ty->tp_richcompare == PyType_Type.tp_richcompare);
+}
+
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
+  if (PyObject* c = v->constant()) {
+    if (PyObject_Hash(c) == -1) return PyErr_Clear(), nullptr;
+    return c;
+  }
+  PyObject* obj = nullptr;
+  int reg = v->reg;
+  if (const Tensor* tensor = v->get<Tensor>()) {
+    obj = t.exampleOf(tensor->node);  // a graph input: the tensor the program passed
+    reg = t.inputRegOf(tensor->node);
+  } else if (const Object* o = v->get<Object>()) {
+    if (!o->owned) obj = o->obj.get();  // one the trace made exists only at trace time
+  } else if (v->is(Kind::Module) || v->is(Kind::Callable)) {
+    obj = v->real();
+  }
+  if (!obj || !isIdentityKey(obj)) return nullptr;
+  // The key is this very object: on later calls its source must give it again. A callable
+  // without a source (a class attribute, a builtin) is fixed by the guards that found it.
+  if (reg >= 0)
+    t.guards().checkIdentity(reg, obj);
+  else if (!v->is(Kind::Callable))
+    return nullptr;
+  t.keyObjects().emplace(obj, std::make_pair(Ref::borrow(obj), v));
+  return obj;
+}
+
+Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key) {
+  if (isConstantObject(key)) return Value::constant(key);
+  auto& known = t.keyObjects();
+  if (auto it = known.find(key); it != known.end()) return it->second.second;
+  // A key of a dict read from the program (its keys are guarded by identity there).
+  Ref r = Ref::steal(PyObject_Repr(key));
+  if (!r) PyErr_Clear();
+  int reg = t.load(guards::LoadKind::Constant, -1, 0, key, std::string("<dict key ") + (r ? PyUnicode_AsUTF8(r.get()) : "?") + ">");
+  Result<ValuePtr> v = t.wrap(key, reg);
+  if (!v) return v;
+  known.emplace(key, std::make_pair(Ref::borrow(key), *v));
+  return v;
 }
 
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
