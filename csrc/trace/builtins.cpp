@@ -93,13 +93,53 @@ Result<ValuePtr> builtinEffects(Tracer& t, PyObject*, const char* which, Args&, 
   return t.fail(std::string(which) + "() has effects outside the program");
 }
 
-Result<ValuePtr> builtinId(Tracer& t, PyObject*, const char*, Args&, Kwargs&) {
-  return t.fail("id() depends on object addresses, unknown at trace time");
+}  // namespace
+
+PyObject* Tracer::standInId(const ValuePtr& v) {
+  for (const auto& [value, obj] : stand_in_ids_)
+    if (value == v) return obj.get();
+  Ref obj = Ref::steal(PyBaseObject_Type.tp_alloc(&PyBaseObject_Type, 0));
+  if (!obj) return nullptr;
+  stand_in_ids_.emplace_back(v, std::move(obj));
+  return stand_in_ids_.back().second.get();
+}
+
+namespace {
+
+// id(x): an object read from the program has its real id, under a guard of its identity;
+// a constant of the code and an object the trace made for real, theirs; a value made in
+// the trace (a container, an object, a function) a stand-in that is the same for the
+// same value, as a memo keyed by id() (copy.deepcopy) needs. A tensor's id would tie the
+// entry to one tensor object.
+Result<ValuePtr> builtinId(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1 || !kwargs.empty()) return notHandled();
+  const ValuePtr& v = args[0];
+  if (v->is(Kind::Tensor)) return t.fail("id() of a tensor depends on which tensor object is passed");
+  PyObject* obj = v->real();
+  if (!obj && v->reg >= 0) {  // a container read from the program: the object it was wrapped from
+    for (const auto& [o, wrapped] : t.wrappedObjects())
+      if (wrapped == v) obj = o;
+    if (!obj) return t.fail(std::string("id() of a ") + kindName(v->kind()) + " read from the program");
+  }
+  if (obj && v->reg >= 0) t.guards().checkIdentity(v->reg, obj);
+  if (!obj) obj = t.standInId(v);
+  if (!obj) return t.failFromPython("id()");
+  Ref id = Ref::steal(PyLong_FromVoidPtr(obj));
+  if (!id) return t.failFromPython("id()");
+  return Value::constant(id.get());
 }
 
 Result<ValuePtr> builtinSuper(Tracer& t, PyObject*, const char*, Args& args, Kwargs&) { return makeSuper(t, args); }
 
-// globals(), locals(), vars(), delattr(): not modelled.
+// delattr(obj, name) with a constant name (objects.cpp deleteAttr).
+Result<ValuePtr> builtinDelattr(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  PyObject* name = args.size() == 2 && kwargs.empty() ? args[1]->constant() : nullptr;
+  if (!name || !PyUnicode_Check(name)) return t.fail("delattr() with a name that is not a constant string");
+  if (Done d = deleteAttr(t, args[0], name); !d) return d.stop();
+  return Value::constant(Py_None);
+}
+
+// globals(), locals(), vars(): not modelled.
 Result<ValuePtr> builtinUnsupported(Tracer& t, PyObject*, const char* which, Args&, Kwargs&) {
   return t.fail(std::string(which) + "() is not supported yet");
 }
@@ -556,7 +596,7 @@ const std::vector<BuiltinRow> kBuiltinRows = {
     {"callable", {"callable", builtinCallable, true}},
     {"chr", {"chr", nullptr, true}},
     {"complex", {"complex", nullptr, true}},
-    {"delattr", {"delattr", builtinUnsupported, false}},
+    {"delattr", {"delattr", builtinDelattr, false}},
     {"dict", {"dict", builtinDict, false}},
     {"divmod", {"divmod", builtinOfTensor, true}},
     {"enumerate", {"enumerate", builtinEnumerate, false}},

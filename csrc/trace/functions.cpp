@@ -102,11 +102,23 @@ Result<Next> opLoadClosure(Tracer& t, SymbolicFrame& f, const bytecode::Instruct
   const int arg = ins.arg;
   if (!f.locals[arg] && isFreeSlot(f.code, arg)) {
     // A cell of an enclosing real function: model it by its current contents. It is
-    // marked external (outer) so that storing into it goes to the real cell.
-    Result<ValuePtr> contents = loadDeref(t, f, arg);
-    if (!contents) return contents.stop();
-    ValuePtr cell = newCell(contents.take());
-    cell->as<Cell>().outer = Ref::borrow(PyTuple_GET_ITEM(f.closure.get(), freeIndex(f.code, arg)));
+    // marked external (outer) so that storing into it goes to the real cell. An empty one
+    // (a resume function's cell of a local function defined after the break, which
+    // refers to itself) is modelled empty: a read before the trace stores to it stops
+    // the trace, so what the cell holds at run time is never assumed.
+    if (!f.closure || freeIndex(f.code, arg) >= PyTuple_GET_SIZE(f.closure.get()))
+      return t.fail("free variable without a closure");
+    PyObject* real_cell = PyTuple_GET_ITEM(f.closure.get(), freeIndex(f.code, arg));
+    ValuePtr cell;
+    if (!t.effects().overlayCell(real_cell) && !PyCell_GET(real_cell)) {
+      cell = newCell(nullptr);
+    } else {
+      Result<ValuePtr> contents = loadDeref(t, f, arg);
+      if (!contents) return contents.stop();
+      cell = newCell(contents.take());
+    }
+    cell->as<Cell>().outer = Ref::borrow(real_cell);
+    cell->reg = loadCellObject(t, f, arg, real_cell);  // what a function made with it closes over
     f.locals[arg] = cell;
   }
   if (!f.locals[arg] || !f.locals[arg]->is(Kind::Cell)) return t.fail("LOAD_CLOSURE of a slot that is not a cell");

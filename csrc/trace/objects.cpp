@@ -693,6 +693,44 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
 
 namespace {
 
+// object.__reduce_ex__(self, protocol >= 2) of an instance of a plain Python class that
+// keeps object's __reduce__ and __getstate__ and defines no __getnewargs(_ex)__ nor
+// __slots__ (what copy.copy/deepcopy call): (copyreg.__newobj__, (cls,), state, None, None),
+// `state` the instance's __dict__ itself, or None when it is empty, as CPython's
+// reduce_newobj gives.
+Result<ValuePtr> objectReduceEx(Tracer& t, Args& args, Kwargs& kwargs) {
+  PyObject* protocol = args.size() == 2 ? args[1]->constant() : nullptr;
+  if (!kwargs.empty() || !protocol || !PyLong_Check(protocol) || PyLong_AsLong(protocol) < 2)
+    return PyErr_Clear(), t.fail("object.__reduce_ex__() with a protocol below 2 or not a constant");
+  const ValuePtr& self = args[0];
+  if (!isUserObject(self) || basePart(self)) return t.fail("object.__reduce_ex__() of a builtin or container instance");
+  PyObject* cls = classOf(self);
+  if (!isPlainPythonClass(cls)) return t.fail("object.__reduce_ex__() of an instance with a builtin base");
+  for (const char* n : {"__reduce__", "__getstate__"}) {
+    Ref name = Ref::steal(PyUnicode_InternFromString(n));
+    if (!name) return t.failFromPython("object.__reduce_ex__()");
+    PyObject* descr = lookupInMro(cls, name.get(), nullptr);
+    if (descr != objectSlot(n)) return t.fail(std::string("object.__reduce_ex__() of a class with its own ") + n);
+    guardClassAttr(t, cls, name.get(), nullptr, descr);
+  }
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    for (const char* n : {"__slots__", "__getnewargs_ex__", "__getnewargs__"})
+      if (dict && PyDict_GetItemString(dict, n))
+        return t.fail(std::string("object.__reduce_ex__() of a class with ") + n);
+  }
+  Result<ValuePtr> state = genericGetAttr(t, self, interned(Str::dunder_dict), nullptr, false);
+  if (!state) return state;
+  if (!(*state)->is(Kind::Dict)) return t.fail("object.__reduce_ex__(): an instance __dict__ that is not modelled");
+  Ref copyreg = Ref::steal(PyImport_ImportModule("copyreg"));
+  Ref newobj = Ref::steal(copyreg ? PyObject_GetAttrString(copyreg.get(), "__newobj__") : nullptr);
+  if (!newobj) return t.failFromPython("copyreg.__newobj__");
+  ValuePtr none = Value::constant(Py_None);
+  return Value::tuple({Value::callable(newobj.get()), Value::tuple({Value::callable(cls)}),
+                       (*state)->as<Dict>().keys.empty() ? none : state.take(), none, none});
+}
+
 // A C method of tuple or list called on a subclass instance whose items are `part` (a Tuple
 // or List value): the container's operation on them. Comparisons and + take the other
 // operand's items when it is a tuple (list) too, and answer NotImplemented otherwise, as
@@ -773,6 +811,15 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObjec
 }  // namespace
 
 Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs) {
+  if (fn == objectSlot("__reduce_ex__") && !args.empty()) return objectReduceEx(t, args, kwargs);
+  if (fn == objectSlot("__new__") && args.size() == 1 && kwargs.empty()) {
+    // object.__new__(cls) (copyreg.__newobj__, a class's own __new__): a new instance of a
+    // plain Python class, __init__ not called.
+    PyObject* cls = args[0]->is(Kind::Callable) ? args[0]->real() : nullptr;
+    if (!cls || !PyType_Check(cls) || !isPlainPythonClass(cls) || isModuleClass(cls) || containerBase(cls))
+      return t.fail("object.__new__() of a class that is not a plain Python class");
+    return Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), nullptr});
+  }
   if (args.empty() || !(PyObject_TypeCheck(fn, &PyMethodDescr_Type) || PyObject_TypeCheck(fn, &PyWrapperDescr_Type)))
     return notHandled();
   ValuePtr part = basePart(args[0]);
@@ -876,6 +923,35 @@ Done genericSetAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValueP
     return t.fail(std::string("setting attribute '") + PyUnicode_AsUTF8(name) + "' (a " + Py_TYPE(descr)->tp_name +
                   ") of an object made in the trace is not supported yet");
   return storeSubscript(t, o->attrs, Value::constant(name), value);
+}
+
+Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const NewObject* o = obj->get<NewObject>();
+  if (!o) return t.fail(std::string("deleting an attribute of a ") + kindName(obj->kind()) + " is not supported yet");
+  PyObject* cls = o->cls.get();
+  Ref delattr_name = Ref::steal(PyUnicode_InternFromString("__delattr__"));
+  if (!delattr_name) return t.failFromPython("delattr()");
+  PyObject* own = lookupInMro(cls, delattr_name.get(), nullptr);
+  if (own && own != objectSlot("__delattr__")) {  // the class's own __delattr__ decides: inlined
+    if (!PyFunction_Check(own))
+      return t.fail(std::string("a class whose __delattr__ is a ") + Py_TYPE(own)->tp_name + " is not supported yet");
+    return outcomeOf(t.inlineFunction(own, -1, {obj, Value::constant(name)}, {}));
+  }
+  PyObject* descr = lookupInMro(cls, name, nullptr);
+  if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
+    Ref fdel = Ref::steal(PyObject_GetAttrString(descr, "fdel"));
+    if (!fdel || fdel.get() == Py_None) return PyErr_Clear(), t.fail("can't delete attribute (AttributeError)");
+    return outcomeOf(call(t, Value::callable(fdel.get()), {obj}, {}));
+  }
+  if (descr && Py_TYPE(descr)->tp_descr_set)
+    return t.fail(std::string("deleting attribute '") + PyUnicode_AsUTF8(name) + "' (a " + Py_TYPE(descr)->tp_name +
+                  ") of an object made in the trace is not supported yet");
+  if (o->attrs->as<Dict>().findKey(name) < 0)
+    return t.raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                                                "' object has no attribute '" + PyUnicode_AsUTF8(name) + "'");
+  Args key{Value::constant(name)};
+  Kwargs none;
+  return outcomeOf(callContainerMethod(t, o->attrs, interned(Str::pop), key, none));
 }
 
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {

@@ -732,7 +732,24 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
 Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a == b) return true;  // the same value: the same object
   if (a->real() && b->real()) return a->real() == b->real();
-  if (madeMutable(a) && madeMutable(b)) return false;  // two distinct objects made in the trace
+  // An object made in the trace is new: no other value (another one made, or one read from
+  // the program) is that object.
+  if (madeMutable(a) || madeMutable(b)) return false;
+  // Two tuples one of whose items differ are two objects (one object has the same items).
+  const Tuple* ta = a->get<Tuple>();
+  const Tuple* tb = b->get<Tuple>();
+  if (ta && tb) {
+    if (ta->items.size() != tb->items.size()) return false;
+    for (size_t i = 0; i < ta->items.size(); ++i) {
+      const ValuePtr& x = ta->items[i];
+      const ValuePtr& y = tb->items[i];
+      if (x == y) continue;
+      if (x->is(Kind::Tensor) || y->is(Kind::Tensor)) continue;  // not decided by a tensor
+      Result<bool> same = identical(t, x, y);
+      if (same && !*same) return false;
+      if (!same) return same;
+    }
+  }
   if (a->is(Kind::Tensor) && b->is(Kind::Tensor)) {
     if (isScalarValue(t, a) || isScalarValue(t, b))
       return t.fail("identity of a number read from a tensor is not known at trace time");

@@ -23,6 +23,9 @@ class Tracer;
 // ---- attributes.cpp: reading and storing attributes ---------------------------------------
 Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value);
+// delattr(obj, name) of an object made in the trace: its class's own __delattr__ inlined,
+// a property's deleter, or the attribute removed from its __dict__ (AttributeError if absent).
+Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // Attributes of a function made in the trace: its name, module, doc, and those set on it.
 Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
 

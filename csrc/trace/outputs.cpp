@@ -236,7 +236,11 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Cell: {
       // A cell made in the trace (a local captured by an inner function).
       const Cell& c = v->as<Cell>();
-      if (c.outer) break;  // a cell of an enclosing function: not rebuilt (yet)
+      if (c.outer && v->reg >= 0) {  // a cell of an enclosing function: the frame's own, read at run time
+        *out = P::Register{v->reg};
+        return {};
+      }
+      if (c.outer) break;  // not rebuilt (yet)
       std::vector<runtime::OutputPlan> args;
       if (c.contents && !empty_cells_.count(v.get())) {
         args.resize(1);

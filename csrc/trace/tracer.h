@@ -127,6 +127,11 @@ class Tracer {
     auto it = wrapped_objects_.find(obj);
     return it == wrapped_objects_.end() ? nullptr : it->second;
   }
+  const std::unordered_map<PyObject*, ValuePtr>& wrappedObjects() const { return wrapped_objects_; }
+  // id() of a value made in the trace (builtins.cpp): the id of an object kept for it
+  // while the trace runs, so distinct values have distinct ids, none an id of a live
+  // object of the program.
+  PyObject* standInId(const ValuePtr& v);
 
   // Objects the trace uses as dict keys by identity (containers.cpp dictKeyOf) -> their values.
   std::unordered_map<PyObject*, std::pair<Ref, ValuePtr>>& keyObjects() { return key_objects_; }
@@ -207,6 +212,7 @@ class Tracer {
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
   std::unordered_map<int, int> input_reg_of_node_;           // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;             // placeholder node -> real tensor
+  std::vector<std::pair<ValuePtr, Ref>> stand_in_ids_;       // standInId: value -> the object whose id it has
   std::unordered_map<PyObject*, std::pair<Ref, ValuePtr>> key_objects_;  // dict keys by identity -> values
 
   // The frames and the loop.

@@ -3,13 +3,12 @@
 Kinds: a branch on a tensor's value (if, while, and/or), numbers read from tensors
 (item, tolist, bool/int/float of a tensor, with the default config), print and other
 builtins with effects outside the program, C functions cdynamo does not model
-(random, os, gc, numpy, sys), copy.deepcopy, functions wrapped by cdynamo.disable, and
+(random, os, gc, numpy, sys), functions wrapped by cdynamo.disable, and
 instructions cdynamo does not support (in a helper: the caller breaks at the call and
 the helper runs natively). Each case checks eager's outcome, printed output and state on
 the first call and a cache hit, the exact graph count, and that the break really
 happened with the expected reason.
 """
-import copy
 import os
 import random
 import sys
@@ -222,30 +221,8 @@ def tensor_version_counter_after_in_place(x):
     return y + y._version  # the real counter (1 here), not the fake's
 
 
-@cases(T4, expect_graphs=1, reason="id()")
-def copy_deepcopy_of_list(x):
-    cfg = copy.deepcopy([1, [2, 3]])
-    return x * cfg[1][0]
-
-
-class Scaled:
-    def __init__(self, s):
-        self.s = s
-
-    def __deepcopy__(self, memo):
-        return Scaled(self.s + 1)
-
-
-SCALED = Scaled(2.0)
-
-
-@cases(T4, expect_graphs=2, reason="id()", dynamo_only=True,
-       xfail="copy.deepcopy needs id() (its memo), which cdynamo does not model: the call breaks (2 graphs); "
-             "torch._dynamo traces the deepcopy and its __deepcopy__ whole (1 graph)")
-def copy_deepcopy_with_hook(x):
-    y = x.sin()
-    c = copy.deepcopy(SCALED)
-    return y * c.s
+# copy.deepcopy no longer breaks (id() is modelled): its cases are capture cases in
+# tests/models/mechanisms.py (deepcopy_*).
 
 
 # The resume function receives the torch.Generator manual_seed returned (popped at once):

@@ -1,9 +1,8 @@
 """More combinations of a break kind with the construct around it, for the kinds the other
-files use least: tolist/int/float/bool of a tensor, C functions with effects (random, os), copy.deepcopy, unsupported instructions, disabled functions -- each inside loops,
+files use least: tolist/int/float/bool of a tensor, C functions with effects (random, os), unsupported instructions, disabled functions -- each inside loops,
 helpers two levels deep, try/except/finally, grad-mode blocks, displays and expressions
 holding several breaks at once.
 """
-import copy
 import os
 import random
 
@@ -130,17 +129,6 @@ def getcwd_in_helper_inside_try(x):
     except RuntimeError:
         y = None
     return y
-
-
-@cases(T4, reason="id()")
-def deepcopy_in_counted_loop(x):
-    cfg = {"scale": 2}
-    i = 0
-    while i < 2:
-        cfg = copy.deepcopy(cfg)
-        cfg["scale"] += 1
-        i += 1
-    return x * cfg["scale"]
 
 
 # ----------------------------------------------------------------------------- unsupported instructions, disabled

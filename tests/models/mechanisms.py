@@ -12,6 +12,7 @@ each, with the C++ location and torch._dynamo's rule, is in the case's `why` and
     python tests/models/mechanisms.py CASE     # one case, in this process (used for crashes)
 """
 import collections
+import collections.abc
 import copy
 import dataclasses
 import enum
@@ -429,6 +430,124 @@ def _():
     def f(x):
         v = VALIDATORS.get(float)
         return x * v(1.0)
+
+    return f, [(torch.randn(3),)]
+
+
+class TextSettings:
+    """A config-like object made in the trace and copied (transformers' get_text_config
+    deep-copies an encoder-decoder config, renames keys with delattr/setattr)."""
+
+    def __init__(self, scale):
+        self.encoder_scale = scale
+        self.shifts = [1.0, 2.0]
+        self.extra = {"a": (1, [2, 3])}
+
+
+@case("deepcopy_of_object_made_in_trace", models=("t5", "bart"),
+      why="copy.deepcopy of an object made in the trace: id() of trace-made values as memo keys, "
+          "object.__reduce_ex__(4) of a plain class, copyreg.__newobj__ -> object.__new__(cls), delattr of an "
+          "attribute of the copy; the original keeps its state")
+def _():
+    def f(x):
+        s = TextSettings(2.0)
+        c = copy.deepcopy(s)
+        c.shifts.append(5.0)
+        c.extra["a"][1].append(4)
+        value = getattr(c, "encoder_scale")
+        delattr(c, "encoder_scale")
+        setattr(c, "scale", value)
+        gone = hasattr(c, "encoder_scale")
+        try:
+            delattr(c, "missing")
+            missing = False
+        except AttributeError:
+            missing = True
+        return (x * c.scale + len(c.shifts) + len(s.shifts) + len(c.extra["a"][1]) + len(s.extra["a"][1]),
+                gone, missing, s.encoder_scale, c.extra["a"][0])
+
+    return f, [(torch.randn(3),)]
+
+
+@case("id_of_values", models=("t5", "bart"),
+      why="id(): an object from the program has its real id (identity guarded); a value made in the trace a "
+          "stand-in id, the same for the same value, distinct between values; a list made in the trace is never "
+          "`is` a list from the program (copy.deepcopy's `y is not _nil` sentinel)")
+def _():
+    def f(x, sentinel=[]):  # noqa: B006
+        a, b = [1], [1]
+        memo = {id(a): "a", id(b): "b"}
+        alias = a
+        same = id(alias) == id(a) and id(a) != id(b) and id(HYPER) == id(HYPER)
+        found = memo.get(id(a), sentinel)
+        return x + len(memo), same, found, found is not sentinel, memo.get(id(sentinel), sentinel) is sentinel
+
+    return f, [(torch.randn(3),)]
+
+
+class CopyHook:
+    def __init__(self, s):
+        self.s = s
+
+    def __deepcopy__(self, memo):
+        return CopyHook(self.s + 1)
+
+
+COPY_HOOK = CopyHook(2.0)
+
+
+@case("deepcopy_of_containers_and_hook", models=(),
+      why="copy.deepcopy of a nested constant list, of a dict in a counted loop, and of an object with its own "
+          "__deepcopy__ (formerly graph-break cases: id() was refused)")
+def _():
+    def f(x):
+        cfg = copy.deepcopy([1, [2, 3]])
+        d = {"scale": 2}
+        i = 0
+        while i < 2:
+            d = copy.deepcopy(d)
+            d["scale"] += 1
+            i += 1
+        y = x.sin()
+        c = copy.deepcopy(COPY_HOOK)
+        return y * c.s + x * cfg[1][0] * d["scale"], COPY_HOOK.s
+
+    return f, [(torch.randn(3),)]
+
+
+HANDLERS = {int: lambda v: v * 2, float: lambda v: v + 1, collections.abc.Sequence: len, type(None): lambda v: 0}
+
+
+@case("dict_keys_hashed_by_identity", models=("bart",),
+      why="a dict keyed by types read from the program, iterated: its keys come back as the classes themselves "
+          "(isinstance with them, calling the handler), and a dict made in the trace keyed by classes and "
+          "functions")
+def _():
+    def f(x):
+        total = 0.0
+        for cls, handler in HANDLERS.items():
+            if isinstance(2.5, cls):
+                total += handler(2.5)
+        made = {torch.Tensor: 1, f: 2}
+        made[type(x)] = 3
+        return x * total + made[torch.Tensor], len(made), list(made.values())
+
+    return f, [(torch.randn(3),)]
+
+
+@case("closure_cell_defined_after_break", models=("t5",),
+      why="a local function that refers to itself (a cell), defined after a graph break: the resume function "
+          "gets the frame's cell still empty and LOAD_CLOSURE read its contents ('free variable referenced before "
+          "assignment' at LOAD_CLOSURE, a native frame: PreTrainedConfig.to_dict's to_list)")
+def _():
+    def f(x):
+        y = x.sin()
+        print("a break")
+
+        def to_list(v):
+            return [to_list(i) for i in v] if isinstance(v, tuple) else v
+
+        return y + len(to_list((1, (2, 3)))), to_list((4, (5,)))
 
     return f, [(torch.randn(3),)]
 

@@ -20,6 +20,11 @@ TIMM = ["resnet18", "mobilenetv3_small_100", "efficientnet_b0", "vit_tiny_patch1
         "deit_tiny_patch16_224"]
 HF = ["bert", "gpt2", "llama", "t5", "distilbert", "bart"]
 ALL = TIMM + HF
+# More transformers architectures from the same small configs, measured on request
+# (`benchmarks/models.py --models roberta,...`), not by `make models`: models the fixes
+# were not made on.
+EXTRA = ["roberta", "gpt_neo", "mistral", "opt", "vit"]
+KNOWN = ALL + EXTRA
 
 # Shared by every transformers config: the issue's "2 layers, hidden 64, vocab 1000".
 VOCAB, HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 1000, 64, 2, 4, 128, 128
@@ -69,6 +74,23 @@ def _hf_config(name):
                              encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=FFN,
                              decoder_ffn_dim=FFN, max_position_embeddings=POSITIONS, dropout=0.0,
                              attention_dropout=0.0, activation_dropout=0.0, **common)
+    if name == "roberta":
+        return tf.RobertaConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                                intermediate_size=FFN, max_position_embeddings=POSITIONS, hidden_dropout_prob=0.0,
+                                attention_probs_dropout_prob=0.0, **common)
+    if name == "gpt_neo":
+        return tf.GPTNeoConfig(hidden_size=HIDDEN, num_layers=LAYERS, num_heads=HEADS, intermediate_size=FFN,
+                               attention_types=[[["global", "local"], LAYERS // 2]], window_size=8,
+                               max_position_embeddings=POSITIONS, embed_dropout=0.0, attention_dropout=0.0,
+                               resid_dropout=0.0, **common)
+    if name == "mistral":
+        return tf.MistralConfig(hidden_size=HIDDEN, intermediate_size=FFN, num_hidden_layers=LAYERS,
+                                num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
+                                max_position_embeddings=POSITIONS, sliding_window=8, **common)
+    if name == "opt":
+        return tf.OPTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, ffn_dim=FFN,
+                            word_embed_proj_dim=HIDDEN, max_position_embeddings=POSITIONS, dropout=0.0,
+                            attention_dropout=0.0, **common)
     raise KeyError(name)
 
 
@@ -77,7 +99,8 @@ def _hf_model(name, config):
 
     cls = {"bert": tf.BertModel, "gpt2": tf.GPT2LMHeadModel, "llama": tf.LlamaForCausalLM,
            "t5": tf.T5ForConditionalGeneration, "distilbert": tf.DistilBertModel,
-           "bart": tf.BartForConditionalGeneration}[name]
+           "bart": tf.BartForConditionalGeneration, "roberta": tf.RobertaModel, "gpt_neo": tf.GPTNeoForCausalLM,
+           "mistral": tf.MistralForCausalLM, "opt": tf.OPTForCausalLM}[name]
     return cls(config)
 
 
@@ -93,6 +116,14 @@ def build(name, size="full", seed=0):
         res = 224 if size == "full" else 64
         x = torch.randn(1 if size == "full" else 2, 3, res, res)
         return model, (x,), {}
+    if name == "vit":  # transformers' ViT (timm's is vit_tiny_patch16_224)
+        import transformers as tf
+
+        res = 224 if size == "full" else 64
+        config = tf.ViTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS,
+                              intermediate_size=FFN, image_size=res, patch_size=16, hidden_dropout_prob=0.0,
+                              attention_probs_dropout_prob=0.0)
+        return tf.ViTModel(config), (), {"pixel_values": torch.randn(2, 3, res, res)}
     config = _hf_config(name)
     model = _hf_model(name, config)
     seq = 16 if size == "full" else 8
