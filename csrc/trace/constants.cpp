@@ -30,7 +30,7 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
   }
   if (const std::vector<ValuePtr>* items = v->elements()) {
     if (t.iterators().stale(v.get())) return Ref();  // its items are no longer known
-    if (const Iterator* it = v->get<Iterator>(); it && it->stepper) return Ref();  // not known ahead
+    if (const Iterator* it = v->get<Iterator>(); it && it->lazy()) return Ref();  // not known ahead
     Ref list = Ref::steal(PyList_New(0));
     if (!list) return PyErr_Clear(), Ref();
     const Iterator* it = v->get<Iterator>();
@@ -227,6 +227,11 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
     }
     case Kind::Iterator: return v->as<Iterator>().type.get();  // null when not known
     case Kind::DictView: return dictViewType(v);
+    case Kind::NdArray: {
+      PyObject* type = lookup(Obj::numpy_ndarray);
+      if (!type) PyErr_Clear();
+      return type;
+    }
     case Kind::Null:
     case Kind::Cell:
     case Kind::Context:

@@ -75,6 +75,7 @@ bool madeMutable(const ValuePtr& v) {
     case Kind::Partial:
     case Kind::Context:
     case Kind::DictView:
+    case Kind::NdArray:
       return false;
   }
   return false;
@@ -126,6 +127,7 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (answered(r)) return r;
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
+  if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, fn_name, {a, b});
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
     return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
@@ -194,6 +196,7 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
                         : op == bytecode::Op::UNARY_POSITIVE ? Obj::operator_pos
                                                              : Obj::operator_invert);
   if (!fn) return t.failFromPython("operator lookup");
+  if (a->is(Kind::NdArray)) return ndarrayOperator(t, name, {a});
   if (a->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a}, {});
   if (a->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallOneArg(fn, a->constant()));
@@ -253,6 +256,7 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     }
     return t.fail("comparison of objects without the special method (TypeError)");
   }
+  if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, kCompareOps[op], {a, b});
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
   auto valuesView = [](const ValuePtr& v) {  // and iterators: both compare by identity
     const DictView* view = v->get<DictView>();
@@ -327,6 +331,7 @@ bool isModuleContainer(const ValuePtr& m) {
 }
 
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
+  if (obj->is(Kind::NdArray)) return ndarraySubscript(t, obj, index);
   if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(t, obj, &children); !d) return d.stop();
@@ -502,6 +507,7 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::NdArray:
       break;
   }
   return t.fail(std::string("iterating a ") + kindName(obj->kind()) + " is not supported yet");
@@ -556,6 +562,8 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         return t.fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
       }
       return t.fail("control flow depends on a tensor's value (data-dependent branch)");
+    case Kind::NdArray:
+      return t.fail("control flow depends on a numpy array's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
     case Kind::BoundMethod:
