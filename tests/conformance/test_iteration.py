@@ -440,3 +440,10 @@ def test_partly_taken_lazy_map_returned_is_still_lazy():
         assert len(got) == 2
         torch.testing.assert_close(got, [x * 2, x * 3])
     assert cnt.frame_count == 1
+
+
+def test_str_join_of_a_lazy_map_takes_it_whole():
+    def fn(x):
+        parts = map(lambda v: v * 2, ["a", "b", "c"])
+        return "-".join(parts), x + 1, list(parts)
+    same_as_eager(fn, one(), fullgraph=True)
