@@ -29,6 +29,20 @@ def cpu_busy_s():
         return 0.0
 
 
+def summary_line(targets):
+    """The verdict of this run, from its own targets (never from hand-written text)."""
+    missed = [n for n, _, ok, _ in targets if ok is False]
+    unknown = [n for n, _, ok, _ in targets if ok is None]
+    if not missed and not unknown:
+        return f"**All {len(targets)} targets met in this run.**"
+    parts = []
+    if missed:
+        parts.append(f"**{len(missed)} of {len(targets)} targets not met in this run:** " + "; ".join(missed) + ".")
+    if unknown:
+        parts.append(f"{len(unknown)} not measured (n/a): " + "; ".join(unknown) + ".")
+    return " ".join(parts)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer repetitions and smaller workloads (< 3 min)")
@@ -83,7 +97,7 @@ def main(argv=None):
     ]
     targets = [t for s in sections for t in s.targets]
     if targets:
-        md += ["## Targets", "", common.table(
+        md += ["## Targets", "", summary_line(targets), "", common.table(
             ["target", "measured (this run)", "status"],
             [[n, m, "met" if ok else ("not met" if ok is False else "n/a") + (f" ({common.reason_cell(note, 100)})" if note else "")]
              for n, m, ok, note in targets]), ""]
@@ -95,6 +109,8 @@ def main(argv=None):
             md += ["", f.read()]
     with open(args.out, "w") as f:
         f.write("\n".join(md))
+    if targets:
+        common.log(summary_line(targets).replace("**", ""))
     common.log(f"wrote {args.out} ({total:.0f} s)")
 
 

@@ -349,6 +349,11 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
   PyCodeObject* code = view.code;
   *error = false;
   ++stats().cache_misses;
+  // Entries that guard an object which has died since can never pass again (a function or
+  // class made at run time, a module that was freed): dropped, so they neither cost a
+  // guard run nor count against the recompile limit.
+  for (size_t i = extra->entries.size(); i-- > 0;)
+    if (extra->entries[i]->guards.expired()) extra->entries.erase(extra->entries.begin() + static_cast<std::ptrdiff_t>(i));
   // A recompile is a miss on a code object that already has entries for this
   // configuration (entries of other compiled wrappers don't count).
   cache::EntryPtr previous;

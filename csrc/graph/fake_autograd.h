@@ -69,9 +69,21 @@ class NoInferenceMode {
 // False without an error otherwise.
 bool freshResult(PyObject* o);
 
+// Whether `o`, a fake result of an op under a ShapeEnv, is one fresh tensor that
+// adoptLayout reproduces: dense and strided, not a view, no conjugate/negative bit, a leaf
+// or requiring grad through a grad_fn of its own. Sizes, strides, offset and storage size
+// may be symbolic (they are copied, not recomputed). False without an error otherwise.
+bool freshSymbolicResult(PyObject* o);
+
+// Gives `fresh`, a meta tensor of `like`'s dtype that only the caller holds, a storage of
+// its own with `like`'s (possibly symbolic) byte size and `like`'s sizes, strides and
+// storage offset: what empty_strided makes, without computing the storage size from the
+// sizes (under a ShapeEnv every such arithmetic step is a Python SymNode call).
+bool adoptLayout(PyObject* fresh, PyObject* like);
+
 // Whether `o` is a view (Tensor._is_view()) that as_strided on its base reproduces: strided,
-// static sizes, no conjugate/negative bit.
-bool plainView(PyObject* o);
+// static sizes (unless `allow_symbolic`: under a ShapeEnv), no conjugate/negative bit.
+bool plainView(PyObject* o, bool allow_symbolic = false);
 
 // Whether `o`, a fake input just made by FakeTensorMode.from_tensor, is a leaf in the same
 // plain form (dense, strided, offset 0, not a view, storage exactly its elements).

@@ -6,6 +6,8 @@
 // instance of a torch._C.TensorBase subclass, i.e. a THPVariable; callers compare exact
 // types (FakeTensor, torch.Tensor, nn.Parameter) before calling.
 #include <ATen/core/Tensor.h>
+#include <c10/core/Allocator.h>
+#include <c10/core/Storage.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -107,6 +109,40 @@ bool freshResult(PyObject* o) {
   }
 }
 
+bool freshSymbolicResult(PyObject* o) {
+  try {
+    const at::Tensor& v = var(o);
+    if (!v.defined() || v.is_view()) return false;
+    c10::TensorImpl* impl = v.unsafeGetTensorImpl();
+    if (impl->layout() != c10::kStrided || !impl->has_storage() || impl->is_conj() || impl->is_neg() ||
+        impl->_is_zerotensor() || impl->is_nested())
+      return false;
+    if (v.requires_grad()) return !v.is_leaf();
+    return v.is_leaf();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+bool adoptLayout(PyObject* fresh, PyObject* like) {
+  try {
+    const at::Tensor& src = var(like);
+    const at::Tensor& dst = var(fresh);
+    c10::TensorImpl* from = src.unsafeGetTensorImpl();
+    c10::TensorImpl* to = dst.unsafeGetTensorImpl();
+    TORCH_CHECK(to->dtype() == from->dtype() && to->device_type() == c10::kMeta, "adoptLayout: not a meta tensor of the dtype");
+    // As empty_strided on meta makes it: a resizable storage of the meta allocator, here of
+    // the template's (possibly symbolic) byte size, so nothing is computed from the sizes.
+    to->set_storage_keep_dtype(
+        c10::Storage(c10::Storage::use_byte_size_t(), from->storage().sym_nbytes(), c10::GetAllocator(c10::kMeta), true));
+    to->set_sizes_and_strides(from->sym_sizes(), from->sym_strides(), from->sym_storage_offset());
+    return true;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return false;
+  }
+}
+
 bool attachErrorGradFn(PyObject* out, const char* device, PyObject* const* inputs, size_t n, const char* message) {
   try {
     torch::autograd::edge_list edges;
@@ -138,13 +174,13 @@ bool attachErrorGradFn(PyObject* out, const char* device, PyObject* const* input
   }
 }
 
-bool plainView(PyObject* o) {
+bool plainView(PyObject* o, bool allow_symbolic) {
   try {
     const at::Tensor& v = var(o);
     if (!v.defined() || !v.is_view()) return false;
     c10::TensorImpl* impl = v.unsafeGetTensorImpl();
     return impl->layout() == c10::kStrided && impl->has_storage() && !impl->is_conj() && !impl->is_neg() &&
-           !impl->_is_zerotensor() && !impl->is_nested() && !impl->has_symbolic_sizes_strides();
+           !impl->_is_zerotensor() && !impl->is_nested() && (allow_symbolic || !impl->has_symbolic_sizes_strides());
   } catch (const std::exception&) {
     return false;
   }

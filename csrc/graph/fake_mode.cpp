@@ -95,9 +95,15 @@ Ref GraphBuilder::makeFake(const FakeSpec& spec, const std::vector<PyObject*>& g
     std::optional<torchimpl::NoInferenceMode> not_inference;
     if (input) not_inference.emplace();
     torchimpl::NoPythonDispatch no_dispatch;
-    PyObject* eargs[] = {spec.shape.get(), spec.stride.get(), spec.dtype.get(), t->meta_device.get()};
+    // With a template (under a ShapeEnv): an empty meta tensor given its layout (adoptLayout).
+    static Ref& empty_shape = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+    if (!empty_shape) empty_shape = Ref::steal(Py_BuildValue("(i)", 0));
+    if (!empty_shape) return Ref();
+    PyObject* eargs[] = {spec.like ? empty_shape.get() : spec.shape.get(), spec.like ? empty_shape.get() : spec.stride.get(),
+                         spec.dtype.get(), t->meta_device.get()};
     Ref elem = Ref::steal(PyObject_Vectorcall(lookup(Obj::torch_empty_strided), eargs, 2, t->empty_kwnames.get()));
     if (!elem) return Ref();
+    if (spec.like && !torchimpl::adoptLayout(elem.get(), spec.like.get())) return Ref();
     PyObject* sargs[] = {lookup(Obj::torch_FakeTensor), elem.get(), input_requires_grad ? Py_True : Py_False, Py_True,
                          spec.device.get()};
     fake = Ref::steal(PyObject_Vectorcall(lookup(Obj::torch_Tensor_make_subclass), sargs, 3, t->subclass_kwnames.get()));

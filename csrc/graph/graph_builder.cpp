@@ -91,9 +91,8 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       } else if (!entry.tuple) {
         // The new node's own signature is known (see nodeSig).
         const FakeSpec& spec = entry.outputs[0];
-        n.sig = Ref::steal(PyTuple_Pack(5, spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get(),
-                                        spec.requires_grad ? Py_True : Py_False));
-        if (!n.sig) PyErr_Clear();
+        n.sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get(),
+                        spec.requires_grad ? Py_True : Py_False);
       }
     } else if (PyErr_Occurred()) {
       PyErr_Clear();
@@ -101,8 +100,10 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     }
   }
 
+  std::vector<long long> versions_before;
+  bool ran = false;  // the op ran on fakes (a memo candidate when `key` is set)
   if (!n.fake) {
-    std::vector<long long> versions_before;
+    ran = true;
     if (key)
       for (const Arg& a : n.args)
         versions_before.push_back(a.kind == Arg::Kind::Node ? tensorVersion(nodes_[a.node].fake.get()) : -1);
@@ -134,7 +135,6 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
     }
-    if (n.fake && key) memoStore(key.get(), n.fake.get(), n, versions_before);
   }
   if (!n.fake) return -1;
   if (shape_env_) {
@@ -167,6 +167,9 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       if (n.unbacked_bindings.get() == Py_None) n.unbacked_bindings = Ref();
     }
   }
+  // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
+  // made by running the op every time (each run binds symbols of its own).
+  if (ran && key && !n.unbacked_bindings) memoStore(key.get(), n.fake.get(), n, versions_before);
   n.impure = isMutating(op, target);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar

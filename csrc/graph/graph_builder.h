@@ -172,7 +172,9 @@ class GraphBuilder {
   // torchimpl::freshResult); a fresh tensor may also be a view of a base that only it
   // reaches (made again as such a view). A result that requires grad is made with the history of an op
   // on the same inputs (an autograd Error node: requires_grad, not a leaf, as the op's own
-  // result). Cleared by every effect (grad mode, autocast). Off when the mode has a ShapeEnv.
+  // result). Cleared by every effect (grad mode, autocast). Under a ShapeEnv sizes in keys are
+  // their sympy expressions (memo.cpp symTuple) and a result that binds unbacked symbols is not
+  // remembered.
   struct FakeSpec {
     bool none = false;       // a None in a tuple result
     Ref shape, stride, dtype, device;
@@ -183,6 +185,7 @@ class GraphBuilder {
     // intermediate): the fields above describe the base, the result is base.as_strided(...).
     bool view = false;
     Ref view_size, view_stride, view_offset;
+    Ref like;  // under a ShapeEnv: the op's own result (or base), whose layout the copy takes
   };
   struct MemoEntry {
     bool tuple = false;
@@ -195,6 +198,7 @@ class GraphBuilder {
               const std::vector<std::pair<Ref, Arg>>& kwargs);
   bool argSig(const Arg& a, PyObject* out_list);
   PyObject* nodeSig(int id);
+  Ref makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride, PyObject* rg);
   Ref memoMake(const MemoEntry& entry, const Node& n);
   // `versions_before`: the version counter of each positional tensor argument before the
   // op ran (-1 for other arguments); an op that returns an argument it changed in place is

@@ -43,7 +43,41 @@ Ref memoConst(PyObject* o) {
   return Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(Py_TYPE(o)), o));
 }
 
+// A shape or stride as a memo key part: the tuple itself when every item is an int, else a
+// tuple with each SymInt replaced by its sympy expression (equal expressions are equal
+// values, whatever the ShapeEnv learns later). Null without an error for anything else.
+Ref symTuple(PyObject* seq) {
+  if (!PyTuple_Check(seq)) return Ref();
+  Py_ssize_t n = PyTuple_GET_SIZE(seq);
+  bool symbolic = false;
+  for (Py_ssize_t i = 0; i < n && !symbolic; ++i) symbolic = !PyLong_CheckExact(PyTuple_GET_ITEM(seq, i));
+  if (!symbolic) return Ref::borrow(seq);
+  Ref out = Ref::steal(PyTuple_New(n));
+  if (!out) return PyErr_Clear(), Ref();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* item = PyTuple_GET_ITEM(seq, i);
+    Ref part;
+    if (PyLong_CheckExact(item)) {
+      part = Ref::borrow(item);
+    } else if (reinterpret_cast<PyObject*>(Py_TYPE(item)) == lookup(Obj::torch_SymInt)) {
+      Ref node = Ref::steal(PyObject_GetAttrString(item, "node"));
+      part = node ? Ref::steal(PyObject_GetAttrString(node.get(), "_expr")) : Ref();
+    }
+    if (!part) return PyErr_Clear(), Ref();
+    PyTuple_SET_ITEM(out.get(), i, part.release());
+  }
+  return out;
+}
+
 }  // namespace
+
+Ref GraphBuilder::makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride, PyObject* rg) {
+  Ref sh = symTuple(shape), st = symTuple(stride);
+  if (!sh || !st) return Ref();
+  Ref sig = Ref::steal(PyTuple_Pack(5, dtype, device, sh.get(), st.get(), rg));
+  if (!sig) PyErr_Clear();
+  return sig;
+}
 
 PyObject* GraphBuilder::nodeSig(int id) {
   Node& n = nodes_[id];
@@ -51,6 +85,18 @@ PyObject* GraphBuilder::nodeSig(int id) {
   const TorchRefs* t = torchRefs();
   n.sig = Ref::borrow(Py_None);
   PyObject* f = n.fake.get();
+  if (t && f && shape_env_ && isSymScalar(f, t)) {
+    // A size or a number read from a tensor: its expression (see symTuple).
+    Ref node = Ref::steal(PyObject_GetAttrString(f, "node"));
+    Ref e = node ? Ref::steal(PyObject_GetAttrString(node.get(), "_expr")) : Ref();
+    Ref sig = e ? Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(Py_TYPE(f)), e.get())) : Ref();
+    if (!sig) {
+      PyErr_Clear();
+      return Py_None;
+    }
+    n.sig = std::move(sig);
+    return n.sig.get();
+  }
   if (!t || !f || reinterpret_cast<PyObject*>(Py_TYPE(f)) != lookup(Obj::torch_FakeTensor)) {
     PyErr_Clear();
     return Py_None;
@@ -68,11 +114,8 @@ PyObject* GraphBuilder::nodeSig(int id) {
     PyErr_Clear();
     return Py_None;
   }
-  Ref sig = Ref::steal(PyTuple_Pack(5, dtype.get(), device.get(), shape.get(), stride.get(), rg.get()));
-  if (!sig) {
-    PyErr_Clear();
-    return Py_None;
-  }
+  Ref sig = makeSig(dtype.get(), device.get(), shape.get(), stride.get(), rg.get());
+  if (!sig) return Py_None;
   n.sig = std::move(sig);
   return n.sig.get();
 }
@@ -109,7 +152,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
 Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
                           const std::vector<std::pair<Ref, Arg>>& kwargs) {
   const TorchRefs* t = torchRefs();
-  if (!t || !mode_ || shape_env_) {
+  if (!t || !mode_) {
     PyErr_Clear();
     return Ref();
   }
@@ -166,7 +209,7 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
   if (reinterpret_cast<PyObject*>(Py_TYPE(fake)) != lookup(Obj::torch_FakeTensor)) return false;
   Ref view;  // the result itself when it is a view of its base `fake`
   if (torchimpl::isView(fake)) {
-    if (!torchimpl::plainView(fake)) return false;
+    if (!torchimpl::plainView(fake, /*allow_symbolic=*/shape_env_.get() != nullptr)) return false;
     view = Ref::borrow(fake);
     Ref base = Ref::steal(PyObject_GetAttrString(fake, "_base"));
     if (!base || reinterpret_cast<PyObject*>(Py_TYPE(base.get())) != lookup(Obj::torch_FakeTensor)) return false;
@@ -180,7 +223,14 @@ bool GraphBuilder::specOf(PyObject* fake, FakeSpec* spec) {
     if (!spec->view_size || !spec->view_stride || !spec->view_offset || !vrg || !brg || vrg.get() != brg.get())
       return false;
   }
-  if (!torchimpl::freshResult(fake)) return false;
+  // Under a ShapeEnv sizes may be symbolic: the result is made again from the op's own one
+  // (makeFake with spec->like: its layout and storage size copied, not recomputed).
+  if (shape_env_) {
+    if (!torchimpl::freshSymbolicResult(fake)) return false;
+    spec->like = Ref::borrow(fake);
+  } else if (!torchimpl::freshResult(fake)) {
+    return false;
+  }
   Ref dict = Ref::steal(PyObject_GenericGetDict(fake, nullptr));
   if (!dict || !templateDictOk(dict.get(), /*allow_param=*/false)) return false;
   spec->dict = Ref::steal(PyDict_Copy(dict.get()));

@@ -2,6 +2,7 @@
 
 #include "support/lookup.h"
 
+#include <cstring>
 #include <sstream>
 
 #include "support/check.h"
@@ -16,6 +17,10 @@ PyObject* cellContents(PyObject* cell) {
 
 // Borrowed object behind a weakref (None when dead, which never equals a live object).
 PyObject* deref(const Check& c) { return c.weak ? PyWeakref_GET_OBJECT(c.obj.get()) : c.obj.get(); }
+// The name of an expected type, for messages (a class that has died since the compile).
+std::string typeName(PyObject* type) {
+  return PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type)->tp_name : std::string("<a class that no longer exists>");
+}
 
 std::string reprOf(PyObject* o) {
   Ref r = Ref::steal(PyObject_Repr(o));
@@ -28,14 +33,26 @@ std::string reprOf(PyObject* o) {
   return s;
 }
 
-// Whether two load names (attribute names, or dict keys for DictItem loads, which may be any
-// hashable constant) name the same thing. Never leaves a Python error set: an int key compared
-// with PyUnicode_Compare would raise TypeError and leave it pending for the next C-API call.
-// Keys of different exact types are different (1 and True, 1 and 1.0 are distinct loads).
-bool sameName(PyObject* a, PyObject* b) {
+// Whether two dict keys (or load names: attribute names, keys of DictItem loads) are the
+// same key. Never leaves a Python error set. Keys of different exact types are different (1
+// and True, 1 and 1.0 are distinct loads); only value types (str, int, float, bool, bytes,
+// complex, range, torch.device, and tuples of them) compare by value: any other key (a tensor, a module, a class,
+// a function, a user object) is the same key only as the same object, as it hashes by
+// identity; comparing those with == could run user code or, for tensors, compare elements.
+bool sameKey(PyObject* a, PyObject* b) {
   if (a == b) return true;
-  if (Py_TYPE(a) != Py_TYPE(b)) return false;
-  if (PyUnicode_CheckExact(a)) return PyUnicode_Compare(a, b) == 0;
+  PyTypeObject* t = Py_TYPE(a);
+  if (t != Py_TYPE(b)) return false;
+  if (t == &PyUnicode_Type) return PyUnicode_Compare(a, b) == 0;
+  if (PyTuple_Check(a)) {  // a tuple, torch.Size or a namedtuple: item by item
+    if (PyTuple_GET_SIZE(a) != PyTuple_GET_SIZE(b)) return false;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(a); ++i)
+      if (!sameKey(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i))) return false;
+    return true;
+  }
+  if (t != &PyLong_Type && t != &PyFloat_Type && t != &PyBool_Type && t != &PyBytes_Type && t != &PyComplex_Type &&
+      t != &PyRange_Type && strcmp(t->tp_name, "torch.device") != 0)
+    return false;
   int r = PyObject_RichCompareBool(a, b, Py_EQ);
   if (r < 0) {
     PyErr_Clear();
@@ -49,20 +66,12 @@ bool sameName(PyObject* a, PyObject* b) {
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
   // Names are attribute names (str) or dict keys (any constant: int keys too); comparing
   // them never leaves an error set.
-  auto sameName = [](PyObject* a, PyObject* b) {
-    if (a == b) return true;
-    if (PyUnicode_Check(a) && PyUnicode_Check(b)) return PyUnicode_Compare(a, b) == 0;
-    if (Py_TYPE(a) != Py_TYPE(b)) return false;
-    int eq = PyObject_RichCompareBool(a, b, Py_EQ);
-    if (eq < 0) PyErr_Clear();
-    return eq == 1;
-  };
   for (size_t i = 0; i < loads_.size(); ++i) {
     const Load& l = loads_[i];
     if (!l.dropped && l.kind == kind && l.base == base && l.index == index) {
       if (!name && !l.name) return static_cast<int>(i);
       if (kind == LoadKind::Constant && l.name.get() == name) return static_cast<int>(i);
-      if (kind != LoadKind::Constant && name && l.name && sameName(name, l.name.get()))
+      if (kind != LoadKind::Constant && name && l.name && sameKey(name, l.name.get()))
         return static_cast<int>(i);
     }
   }
@@ -74,7 +83,25 @@ int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::
   return static_cast<int>(loads_.size() - 1);
 }
 
+std::string describeOrigin(const Origin& o) {
+  std::string out;
+  for (const OriginFrame& f : o) {
+    auto* co = reinterpret_cast<PyCodeObject*>(f.code.get());
+    const char* file = PyUnicode_AsUTF8(co->co_filename);
+    const char* name = PyUnicode_AsUTF8(co->co_qualname);
+    if (!file || !name) {
+      PyErr_Clear();
+      continue;
+    }
+    int line = PyCode_Addr2Line(co, f.offset * static_cast<int>(sizeof(_Py_CODEUNIT)));
+    if (!out.empty()) out += " <- ";
+    out += std::string(file) + ":" + std::to_string(line) + " in " + name;
+  }
+  return out;
+}
+
 void GuardProgram::addCheck(Check c) {
+  if (origin_fn_ && c.origin.empty()) origin_fn_(origin_ctx_, &c.origin);
   checks_.push_back(std::move(c));
   steps_.push_back(Step{false, static_cast<int>(checks_.size() - 1)});
 }
@@ -92,7 +119,7 @@ void GuardProgram::checkTensor(int reg, PyObject* tensor, uint64_t dynamic_mask)
   addCheck(std::move(c));
 }
 
-bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
+bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text, Origin origin) {
   int depth = 0;
   for (const ShapeOp& op : ops) {
     switch (op.op) {
@@ -116,15 +143,61 @@ bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text) {
   Check c{CheckKind::Shape, -1};
   c.shape_ops = std::move(ops);
   c.what = std::move(text);
+  c.origin = std::move(origin);
   addCheck(std::move(c));
   return true;
 }
 
+// A weak reference to a heap type (null with no error for a static type, or when one
+// cannot be made: the caller then holds the type strongly).
+Ref weakTypeRef(PyTypeObject* type) {
+  if (!PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) return Ref();
+  Ref w = Ref::steal(PyWeakref_NewRef(reinterpret_cast<PyObject*>(type), nullptr));
+  if (!w) PyErr_Clear();
+  return w;
+}
+
 void GuardProgram::checkType(int reg, PyTypeObject* type) {
   Check c{CheckKind::Type, reg};
-  c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  c.obj = weakTypeRef(type);
+  c.weak = static_cast<bool>(c.obj);
+  if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
   c.what = names_[reg];
   addCheck(std::move(c));
+}
+
+void GuardProgram::retype(int reg, PyTypeObject* type) {
+  for (Check& c : checks_) {
+    if (c.dropped || c.kind != CheckKind::Type || c.reg != reg) continue;
+    c.obj = weakTypeRef(type);  // held as checkType holds it
+    c.weak = static_cast<bool>(c.obj);
+    if (!c.obj) c.obj = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  }
+}
+
+bool GuardProgram::expired() const {
+  for (const Load& l : loads_)
+    if (!l.dropped && l.kind == LoadKind::ClassDict && l.index && PyWeakref_GET_OBJECT(l.name.get()) == Py_None)
+      return true;
+  for (const Check& c : checks_)
+    if (!c.dropped && c.weak && PyWeakref_GET_OBJECT(c.obj.get()) == Py_None) return true;
+  return false;
+}
+
+int GuardProgram::loadClassDict(PyTypeObject* type, std::string what) {
+  for (size_t i = 0; i < loads_.size(); ++i) {
+    const Load& l = loads_[i];
+    if (l.dropped || l.kind != LoadKind::ClassDict) continue;
+    PyObject* held = l.index ? PyWeakref_GET_OBJECT(l.name.get()) : l.name.get();
+    if (held == reinterpret_cast<PyObject*>(type)) return static_cast<int>(i);
+  }
+  Ref held = weakTypeRef(type);
+  const int weak = held ? 1 : 0;
+  if (!held) held = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  loads_.push_back(Load{LoadKind::ClassDict, -1, weak, std::move(held)});
+  names_.push_back(std::move(what));
+  steps_.push_back(Step{true, static_cast<int>(loads_.size() - 1)});
+  return static_cast<int>(loads_.size() - 1);
 }
 
 void GuardProgram::checkIdentity(int reg, PyObject* obj) {
@@ -483,6 +556,11 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
     case LoadKind::Constant:
       out = ld.name.get();
       break;
+    case LoadKind::ClassDict: {
+      PyObject* type = ld.index ? PyWeakref_GET_OBJECT(ld.name.get()) : ld.name.get();
+      if (PyType_Check(type)) out = reinterpret_cast<PyTypeObject*>(type)->tp_dict;
+      break;
+    }
   }
   if (!out) {
     PyErr_Clear();
@@ -498,7 +576,7 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     case CheckKind::Tensor:
       return tensorMatches(c.tensor, v);
     case CheckKind::Type:
-      return reinterpret_cast<PyObject*>(Py_TYPE(v)) == c.obj.get();
+      return reinterpret_cast<PyObject*>(Py_TYPE(v)) == deref(c);
     case CheckKind::Identity:
       return v == deref(c);
     case CheckKind::Equals: {
@@ -510,7 +588,9 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       return eq == 1;
     }
     case CheckKind::Length: {
-      Py_ssize_t n = PyObject_Length(v);
+      // A tuple or list (subclass) by its C size: a subclass's own __len__ is not what the
+      // trace read.
+      Py_ssize_t n = PyTuple_Check(v) || PyList_Check(v) ? Py_SIZE(v) : PyObject_Length(v);
       if (n < 0) PyErr_Clear();
       return n == c.index;
     }
@@ -554,9 +634,7 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       Py_ssize_t pos = 0, i = 0;
       while (PyDict_Next(v, &pos, &key, &value)) {
         PyObject* expected = PyTuple_GET_ITEM(keys, i++);
-        if (key == expected) continue;
-        int eq = PyObject_RichCompareBool(key, expected, Py_EQ);
-        if (eq != 1) return PyErr_Clear(), false;
+        if (!sameKey(key, expected)) return false;
       }
       return true;
     }
@@ -617,7 +695,7 @@ std::string GuardProgram::describeCheck(const Check& c) const {
     case CheckKind::Tensor:
       return c.what + " matches " + describeTensorSpec(c.tensor);
     case CheckKind::Type:
-      return "type(" + c.what + ") is " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name;
+      return "type(" + c.what + ") is " + typeName(deref(c));
     case CheckKind::Identity: {
       PyObject* o = deref(c);
       return c.what + " is " + (o == Py_None ? std::string("None") : "<" + std::string(Py_TYPE(o)->tp_name) + " object>");
@@ -651,7 +729,7 @@ std::string GuardProgram::describeCheck(const Check& c) const {
 std::string GuardProgram::describe() const {
   std::ostringstream s;
   for (const Check& c : checks_)
-    if (!c.dropped) s << describeCheck(c) << "\n";
+    if (!c.dropped) s << (c.kind == CheckKind::Shape ? "shape guard: " : "") << describeCheck(c) << "\n";
   return s.str();
 }
 
@@ -678,8 +756,7 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
         reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
       case CheckKind::Type:
-        reason = "type of " + c.what + ": expected " + reinterpret_cast<PyTypeObject*>(c.obj.get())->tp_name +
-                 ", got " + Py_TYPE(v)->tp_name;
+        reason = "type of " + c.what + ": expected " + typeName(deref(c)) + ", got " + Py_TYPE(v)->tp_name;
         break;
       case CheckKind::Length:
         reason = "len(" + c.what + ") == " + std::to_string(c.index) + ", got " +
@@ -703,6 +780,9 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
       default:
         reason = "guard failed: " + describeCheck(c);
     }
+    // Where the guard came from: built here, from what the trace recorded.
+    std::string from = describeOrigin(c.origin);
+    if (!from.empty()) reason += " (guard from " + from + ")";
     break;
   }
   release(regs.data());

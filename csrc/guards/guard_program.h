@@ -34,11 +34,13 @@ enum class LoadKind : uint8_t {
   IterRemaining, // a tuple of the items the tuple_iterator reg[base] has left, read
                  // without consuming them (iterRemaining): owned
   Constant,      // the object `name` itself, held by the program (a module's globals dict)
+  ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
+                 // heap type (fails once the class is gone), the type itself otherwise
 };
 
 enum class CheckKind : uint8_t {
   Tensor,     // exact tensor type, dtype, device, sizes, strides, requires_grad
-  Type,       // type(reg) is obj
+  Type,       // type(reg) is obj (a heap type held weakly: a dead class fails the check)
   Identity,   // reg is obj (obj held weakly when it supports weak references)
   Equals,     // type(reg) is type(obj) and reg == obj (Python constants)
   Length,     // len(reg) == index (tuple/list/dict)
@@ -88,6 +90,18 @@ struct Load {
   bool owned() const { return kind == LoadKind::Attr || kind == LoadKind::IterRemaining; }
 };
 
+// Where a check came from (cold, for recompile reasons): the traced program's instruction
+// whose use of the value installed it, innermost frame first, then each frame it was
+// inlined from (code object, code-unit offset of the instruction). Empty when the check
+// was made outside the program's instructions (the output plan, duck sizing).
+struct OriginFrame {
+  Ref code;
+  int offset = 0;
+};
+using Origin = std::vector<OriginFrame>;
+// "f.py:12 in helper <- f.py:30 in forward" (innermost first); empty for an empty origin.
+std::string describeOrigin(const Origin& o);
+
 struct Check {
   CheckKind kind;
   int reg = -1;
@@ -103,6 +117,7 @@ struct Check {
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
+  Origin origin;  // see Origin
 };
 
 // A new tuple of the items the tuple_iterator `it` has left, without consuming them (from
@@ -117,6 +132,10 @@ class GuardProgram {
   // Adds a load and returns its register; identical loads share one register.
   // `what` is a readable name of the source, e.g. "L['x']" or "G['torch']".
   int load(LoadKind kind, int base, int index, PyObject* name, std::string what);
+  // A ClassDict load of `type` (shared with an earlier one of the same class). Classes made
+  // at run time are held weakly: an entry whose guards read a class must not keep it
+  // alive (the class's methods' code objects own the entry: a cycle gc cannot see).
+  int loadClassDict(PyTypeObject* type, std::string what);
   const std::string& sourceName(int reg) const { return names_[reg]; }
 
   // Adds a check of register `reg` against `value` observed at trace time.
@@ -126,8 +145,19 @@ class GuardProgram {
   // A relation between symbolic sizes (`text` says it in the user's terms, for messages):
   // its program must evaluate to non-zero. False (nothing added) when the program is
   // malformed or deeper than kMaxShapeDepth.
-  bool checkShape(std::vector<ShapeOp> ops, std::string text);
+  bool checkShape(std::vector<ShapeOp> ops, std::string text, Origin origin = {});
+  // While set, every check added gets its Origin from fn(ctx, &origin) (the tracer's
+  // current instruction and the frames it is inlined from); null: none. The caller clears
+  // it before `ctx` goes away.
+  using OriginFn = void (*)(void* ctx, Origin* out);
+  void setOriginSource(OriginFn fn, void* ctx) {
+    origin_fn_ = fn;
+    origin_ctx_ = ctx;
+  }
   void checkType(int reg, PyTypeObject* type);
+  // The type checks of `reg` now expect `type`: for an object whose class the trace itself
+  // changed for real, before anything else read it (a lazy module become its cls_to_become).
+  void retype(int reg, PyTypeObject* type);
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
   void checkLength(int reg, Py_ssize_t n);
@@ -164,6 +194,9 @@ class GuardProgram {
   std::string explainFailure(const FrameView& frame) const;
   // Cold: one line per check.
   std::string describe() const;
+  // Whether an object the program holds weakly (an identity-checked object, a class) has
+  // died: the program can never pass again (a new object at the same address is not it).
+  bool expired() const;
 
  private:
   struct Step {
@@ -180,6 +213,8 @@ class GuardProgram {
   std::vector<Check> checks_;
   std::vector<Step> steps_;
   bool any_owned_ = false;
+  OriginFn origin_fn_ = nullptr;
+  void* origin_ctx_ = nullptr;
 };
 
 }  // namespace cdynamo::guards

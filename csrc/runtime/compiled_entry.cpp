@@ -101,12 +101,21 @@ struct Builder {
   Ref make(const OutputPlan& p, const plan::NewObject& n) {
     PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(n.cls.get());
     PyTypeObject* base = reinterpret_cast<PyTypeObject*>(n.base.get());
-    Ref no_args = base ? Ref::steal(PyTuple_New(0)) : Ref();
-    if (base && !no_args) return Ref();
-    Ref obj = Ref::steal(base ? base->tp_new(cls, no_args.get(), nullptr) : cls->tp_alloc(cls, 0));
+    // A tuple subclass instance is made from its items (built first); the others are made
+    // empty by their base's tp_new and filled after.
+    Ref tuple_items = base == &PyTuple_Type ? build(*n.items) : Ref();
+    if (base == &PyTuple_Type && !tuple_items) return Ref();
+    Ref new_args = !base                   ? Ref()
+                   : base == &PyTuple_Type ? Ref::steal(PyTuple_Pack(1, tuple_items.get()))
+                                           : Ref::steal(PyTuple_New(0));
+    if (base && !new_args) return Ref();
+    Ref obj = Ref::steal(base ? base->tp_new(cls, new_args.get(), nullptr) : cls->tp_alloc(cls, 0));
     if (!obj) return Ref();
     remember(p, Ref::borrow(obj.get()));
-    if (base) {
+    if (base == &PyList_Type) {
+      Ref items = build(*n.items);
+      if (!items || PyList_SetSlice(obj.get(), 0, 0, items.get()) < 0) return Ref();
+    } else if (base && base != &PyTuple_Type) {
       Ref items = build(*n.items);
       if (!items) return Ref();
       PyObject *k, *v;
@@ -165,8 +174,10 @@ struct MemoOrder {
   void walk(const OutputPlan& p, const plan::Dict& d) { fill(p); all(d.values); }
   void walk(const OutputPlan& p, const plan::Set& s) { fill(p); all(s.items); }
   void walk(const OutputPlan& p, const plan::NewObject& n) {
+    bool tuple = n.base.get() == reinterpret_cast<PyObject*>(&PyTuple_Type);
+    if (tuple && n.items) visit(*n.items);  // a tuple subclass instance is made from its items
     fill(p);
-    if (n.items) visit(*n.items);
+    if (!tuple && n.items) visit(*n.items);
     if (n.attrs) visit(*n.attrs);
   }
   void walk(const OutputPlan& p, const plan::Call& c) { all(c.args); fill(p); }

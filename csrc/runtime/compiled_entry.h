@@ -61,11 +61,13 @@ struct Set {
 // An object made in the trace that escapes: cls.tp_alloc() with its __dict__ replaced by
 // `attrs` (a Dict plan). An instance of a dict/OrderedDict subclass is made by its base's
 // tp_new instead and gets `items` (a Dict plan) through the base's own item assignment
-// (the class's __init__/__setitem__ do not run again).
+// (the class's __init__/__setitem__ do not run again); a list subclass's gets `items` (a
+// List plan) by slice assignment; a tuple subclass's is made by tuple's tp_new from
+// `items` (a Tuple plan).
 struct NewObject {
   Ref cls;
   std::unique_ptr<OutputPlan> attrs;
-  Ref base;                           // dict or OrderedDict, or null
+  Ref base;                           // dict, OrderedDict, tuple or list, or null
   std::unique_ptr<OutputPlan> items;  // with `base`
 };
 // fn(*args): values rebuilt by a call (a bound method, a slice, an iterator over what is

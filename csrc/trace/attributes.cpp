@@ -110,6 +110,10 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
           if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return tuple.items[static_cast<size_t>(i)];
+        // The class's own methods, static/class methods and properties (namedtuple's
+        // _replace, _asdict, ... and tuple's methods stay the container's).
+        if (n[0] != '_' && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tuple.namedtuple.get()), Py_TPFLAGS_HEAPTYPE))
+          if (Result<ValuePtr> r = namedTupleClassAttr(t, obj, tuple.namedtuple.get(), name); !r.notHandled()) return r;
       }
       return Value::namedMethod(obj, name);
     }

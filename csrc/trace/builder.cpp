@@ -101,9 +101,27 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
     v = Value::object(obj, reg);
     PyTypeObject* base = reg >= 0 ? containerBase(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
+    if (base == &PyTuple_Type || base == &PyList_Type) {
+      // An instance of a tuple or list subclass: its items, read (and guarded) like a
+      // tuple's or list's through the C layout (the class's own __getitem__ or __iter__
+      // never runs for this); the class's methods see them through the base's C methods.
+      bool tuple = base == &PyTuple_Type;
+      Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+      guards().checkLength(reg, n);
+      std::vector<ValuePtr> items;
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        int item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
+                            guards().sourceName(reg) + "[" + std::to_string(i) + "]");
+        Result<ValuePtr> item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
+        if (!item) return item;
+        items.push_back(item.take());
+      }
+      v->as<Object>().base = tuple ? Value::tuple(std::move(items), reg) : Value::list(std::move(items), reg);
+      base = nullptr;
+    }
     PyObject *key, *value;
     for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
-      if (!isConstantObject(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
+      if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
     if (base) {
       // An instance of a dict subclass (a registry): its items, read like a dict's.
       Result<ValuePtr> items = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(base));
@@ -167,6 +185,23 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
     Result<ValuePtr> d = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
     if (!d) return d;
     v = d.take();
+    PyObject* dd_type = lookup(Obj::collections_defaultdict);
+    if (!dd_type) return failFromPython("collections.defaultdict");
+    if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(dd_type))) {
+      // A defaultdict: a missing key calls its factory (the object the program holds there,
+      // guarded by identity).
+      static PyObject* attr = PyUnicode_InternFromString("default_factory");
+      Ref held = Ref::steal(PyObject_GetAttr(obj, attr));
+      if (!held) return failFromPython("a defaultdict's default_factory");
+      PyObject* factory = held.get();
+      if (factory != Py_None) {
+        if (reg >= 0) {
+          int freg = load(LoadKind::Attr, reg, 0, attr, guards().sourceName(reg) + ".default_factory");
+          guards().checkIdentity(freg, factory);
+        }
+        v->as<Dict>().default_factory = Ref::borrow(factory);
+      }
+    }
   } else if (PySet_CheckExact(obj)) {
     // A set read from the program: only sets of constants, guarded equal as a whole
     // (their order of iteration is then the same too).
@@ -226,7 +261,9 @@ Result<ValuePtr> Tracer::wrapDictItems(PyObject* obj, int reg, PyObject* type) {
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(obj, &pos, &key, &value)) {
-    if (!isConstantObject(key)) return fail("dict keys must be constants");
+    // Constants, or objects hashed by identity (tensors, classes, functions, modules, user
+    // objects), which the key guard then requires to be the same objects.
+    if (!isConstantObject(key) && !isIdentityKey(key)) return fail("dict keys must be constants or objects hashed by identity");
     int item_reg = -1;
     if (reg >= 0) {
       Ref r = Ref::steal(PyObject_Repr(key));

@@ -124,6 +124,10 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   const ValuePtr& v = args[0];
   Result<ValuePtr> r = callDunder(t, v, interned(Str::dunder_len), {});
   if (!r.notHandled()) return r;
+  if (v->is(Kind::Module) && !isModuleContainer(v)) {  // a module class's own __len__
+    r = callModuleDunder(t, v, interned(Str::dunder_len), {});
+    if (!r.notHandled()) return r;
+  }
   if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set))
     return constInt(static_cast<long>(v->elements()->size()));
   if (const Dict* d = v->get<Dict>()) return constInt(static_cast<long>(d->values.size()));

@@ -381,6 +381,37 @@ const std::vector<SpecialRow> kSpecialRows = {
 
 // ---- the rules ----
 
+// tuple.__new__(cls, iterable=()), list.__new__(cls, ...), dict.__new__(cls, ...): the C
+// __new__ of a builtin container called directly (a subclass's own __new__ reaching its
+// base's through super(), or the program calling it): an empty list or dict, or a tuple of
+// the iterable's items, of class `cls` (a NewObject carrying them, or a namedtuple value).
+Result<ValuePtr> callContainerNew(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (!PyCFunction_Check(f) || strcmp(reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name, "__new__") != 0)
+    return notHandled();
+  PyObject* owner = PyCFunction_GET_SELF(f);
+  PyTypeObject* base = owner && PyType_Check(owner) ? reinterpret_cast<PyTypeObject*>(owner) : nullptr;
+  if (base != &PyTuple_Type && base != &PyList_Type && base != &PyDict_Type) return notHandled();
+  PyObject* cls = args.empty() ? nullptr : args[0]->real();
+  if (!cls || !PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), base))
+    return t.fail(std::string(base->tp_name) + ".__new__(X): X is not a subtype of " + base->tp_name + " (TypeError)");
+  if (!kwargs.empty()) return t.fail(std::string(base->tp_name) + ".__new__() with keyword arguments");
+  ValuePtr part;
+  if (base == &PyTuple_Type) {
+    if (args.size() > 2) return t.fail("tuple expected at most 1 argument (TypeError)");
+    std::vector<ValuePtr> items;
+    if (args.size() == 2)
+      if (Done d = iterate(t, args[1], &items); !d) return d.stop();
+    part = Value::tuple(std::move(items));
+  } else {
+    part = base == &PyList_Type ? Value::list({}) : Value::dict(reinterpret_cast<PyObject*>(base), {}, {});
+  }
+  if (cls == owner) return part;  // tuple.__new__(tuple, xs) is a plain tuple
+  if (containerBase(cls) != base)
+    return t.fail(std::string(base->tp_name) + ".__new__ of " + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                  " is not supported yet");
+  return newContainerSubclassInstance(t, cls, std::move(part));
+}
+
 // A namedtuple class called: its fields by position, keyword, or default.
 Result<ValuePtr> makeNamedTuple(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   PyObject* fields = PyObject_GetAttrString(f, "_fields");
@@ -619,12 +650,22 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (Result<ValuePtr> b = callBaseMethod(t, f, args, kwargs); !b.notHandled()) return b;  // dict.get(sub, k)
   if (Result<ValuePtr> poly = callPolyfill(t, f, args, kwargs); !poly.notHandled()) return poly;
   if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
+  if (Result<ValuePtr> made = callContainerNew(t, f, args, kwargs); !made.notHandled()) return made;
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
     return recordCall(t, NodeOp::CallFunction, args.empty() ? f : recordedOperator(t, f, args[0]), args,
                       kwargs);  // operator.add(x, y) on tensors
-  if (isNamedTupleClass(f)) return makeNamedTuple(t, f, args, kwargs);
+  if (isNamedTupleClass(f)) {
+    // A subclass of a namedtuple with its own __new__: that __new__ decides (its
+    // super().__new__ is the namedtuple's).
+    if (PyObject* own_new = ownPythonNew(f)) {
+      Args new_args = args;
+      new_args.insert(new_args.begin(), fn);
+      return t.inlineFunction(own_new, -1, std::move(new_args), std::move(kwargs));
+    }
+    return makeNamedTuple(t, f, args, kwargs);
+  }
   if (isNumpyCallable(f)) return callNumpy(t, f, args, kwargs);
   if (PyExceptionClass_Check(f)) {
     if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");

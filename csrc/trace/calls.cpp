@@ -198,6 +198,13 @@ Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwarg
     return call(t, *f, std::move(args), std::move(kwargs));
   }
   PyObject* forward = _PyType_Lookup(Py_TYPE(m), interned(Str::forward));
+  if (forward && Py_IS_TYPE(forward, &PyStaticMethod_Type)) {  // @staticmethod forward: called without self
+    Ref func = Ref::steal(PyObject_GetAttr(forward, interned(Str::dunder_func)));
+    if (!func) return t.failFromPython("a static forward's function");
+    if (!PyFunction_Check(func.get())) return t.fail("module forward is a static method of a non-Python function");
+    guardClassAttributeOf(t, module, interned(Str::forward));
+    return t.inlineFunction(func.get(), -1, std::move(args), std::move(kwargs));
+  }
   if (!forward || !PyFunction_Check(forward)) return t.fail("module forward is not a Python function");
   guardClassAttributeOf(t, module, interned(Str::forward));
   args.insert(args.begin(), module);
@@ -269,6 +276,80 @@ ValuePtr kwargsDict(const Kwargs& kwargs) {
   return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
 }
 
+// The real object for an argument handed to Python code run at trace time: a tensor's
+// fake value, constants and real objects as they are, tuples (namedtuples too), lists and
+// dicts of those; null with the trace failed for anything else.
+Result<Ref> realArgument(Tracer& t, const ValuePtr& v) {
+  if (const Tensor* tensor = v->get<Tensor>()) return Ref::borrow(t.graph().fake(tensor->node));
+  if (Ref c = toPython(t, v)) return c;
+  if (v->is(Kind::Tuple) || v->is(Kind::List)) {
+    const std::vector<ValuePtr>& items = *v->elements();
+    Ref list = Ref::steal(PyList_New(static_cast<Py_ssize_t>(items.size())));
+    if (!list) return t.failFromPython("a list");
+    for (size_t i = 0; i < items.size(); ++i) {
+      Result<Ref> item = realArgument(t, items[i]);
+      if (!item) return item;
+      PyList_SET_ITEM(list.get(), static_cast<Py_ssize_t>(i), item.take().release());
+    }
+    if (v->is(Kind::List)) {
+      if (v->as<List>().deque) return t.fail("a deque handed to Python code run at trace time");
+      return list;
+    }
+    Ref tuple = Ref::steal(PyList_AsTuple(list.get()));
+    if (!tuple) return t.failFromPython("a tuple");
+    PyObject* nt = v->as<Tuple>().namedtuple.get();
+    if (!nt) return tuple;
+    Ref made = Ref::steal(PyObject_Call(nt, tuple.get(), nullptr));
+    if (!made) return t.failFromPython("a namedtuple");
+    return made;
+  }
+  if (const Dict* d = v->get<Dict>()) {
+    if (d->type.get() != reinterpret_cast<PyObject*>(&PyDict_Type) || d->default_factory)
+      return t.fail("a dict subclass handed to Python code run at trace time");
+    Ref out = Ref::steal(PyDict_New());
+    if (!out) return t.failFromPython("a dict");
+    for (size_t i = 0; i < d->keys.size(); ++i) {
+      Result<Ref> item = realArgument(t, d->values[i]);
+      if (!item) return item;
+      if (PyDict_SetItem(out.get(), d->keys[i].get(), item->get()) < 0) return t.failFromPython("a dict");
+    }
+    return out;
+  }
+  if (PyObject* real = v->real()) return Ref::borrow(real);
+  return t.fail(std::string("a ") + kindName(v->kind()) + " handed to Python code run at trace time");
+}
+
+// A lazy module (torch.nn.modules.lazy.LazyModuleMixin) that still has its initialising
+// pre-hook: as torch._dynamo does, what that hook does (_infer_parameters: sizes read from
+// the arguments, parameters made, the hook removed, the class changed to cls_to_become)
+// runs for real now, on the arguments' fake values and outside the trace's fake mode,
+// before anything reads the module; the module is then traced as what it has become, its
+// type guard following its new class. Eagerly the first call initialises it the same way.
+Done initializeLazyModule(Tracer& t, const ValuePtr& module, const Args& args, const Kwargs& kwargs) {
+  PyObject* m = module->real();
+  PyObject* mixin = lookup(Obj::torch_nn_LazyModuleMixin);
+  if (!mixin) return t.failFromPython("torch.nn.modules.lazy.LazyModuleMixin");
+  int lazy = PyObject_IsInstance(m, mixin);
+  if (lazy < 0) return t.failFromPython("isinstance of a lazy module");
+  if (!lazy || !instanceDictItem(m, "_initialize_hook")) return {};
+  Result<Ref> real_args = realArgument(t, Value::tuple(args));
+  if (!real_args) return real_args.stop();
+  Ref real_kwargs = Ref::steal(PyDict_New());
+  if (!real_kwargs) return t.failFromPython("a dict");
+  for (const auto& [k, v] : kwargs) {
+    Result<Ref> item = realArgument(t, v);
+    if (!item) return item.stop();
+    if (PyDict_SetItem(real_kwargs.get(), k.get(), item->get()) < 0) return t.failFromPython("a dict");
+  }
+  PyObject* init = lookup(Obj::cdynamo_lazy_initialize);
+  if (!init) return t.failFromPython("cdynamo._lazy.initialize");
+  Ref r = Ref::steal(PyObject_CallFunctionObjArgs(init, m, real_args->get(), real_kwargs.get(), nullptr));
+  if (!r) return t.failFromPython("initialising a lazy module");
+  if (instanceDictItem(m, "_initialize_hook")) return t.fail("a lazy module still uninitialised after its initialisation");
+  if (module->reg >= 0) t.guards().retype(module->reg, Py_TYPE(m));
+  return {};
+}
+
 // nn.Module.__call__ (Module._call_impl): the forward pre-hooks, the forward, the forward
 // hooks, global ones first, as _call_impl runs them; each hook inlined. The hook dicts'
 // keys are guarded (a hook added or removed later recompiles); backward hooks are not
@@ -290,6 +371,7 @@ Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs
     args.insert(args.begin(), module);
     return t.inlineFunction(call_fn, -1, std::move(args), std::move(kwargs));
   }
+  if (Done d = initializeLazyModule(t, module, args, kwargs); !d) return d.stop();
   // Quick path: no hook of the module's own (one guard for its four dicts).
   static const char* const kOwn[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"};
   bool own_hooks = false;

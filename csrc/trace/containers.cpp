@@ -8,6 +8,7 @@
 
 #include "support/check.h"
 #include "support/lookup.h"
+#include "support/torch_types.h"
 #include "trace/handlers.h"
 #include "trace/ops.h"
 #include "trace/scalars.h"
@@ -283,18 +284,12 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   Dict& dict = self->as<Dict>();
   std::vector<Ref>& keys = dict.keys;
   std::vector<ValuePtr>& values = dict.values;
-  auto keyOf = [&](size_t i) -> PyObject* {
-    if (i >= args.size() || !isHashableConstant(args[i])) {
-      PyErr_Clear();
-      return nullptr;
-    }
-    return args[i]->constant();
-  };
+  auto keyOf = [&](size_t i) -> PyObject* { return i < args.size() ? dictKeyOf(t, args[i]) : nullptr; };
   if ((is("keys") || is("values") || is("items")) && args.empty() && kwargs.empty())
     return Value::of(DictView{self, is("keys") ? DictView::Keys : is("values") ? DictView::Values : DictView::Items});
   if (is("get") || is("__getitem__") || is("__contains__")) {
     PyObject* key = keyOf(0);
-    if (!key) return t.fail("dict lookups need constant keys");
+    if (!key) return t.fail("dict lookups need keys the trace can hash (constants, or objects hashed by identity)");
     int k = dict.findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
@@ -322,7 +317,7 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   if (is("setdefault") || is("pop") || is("move_to_end")) {
     if (is("move_to_end") && args.empty()) return notHandled();
     PyObject* key = keyOf(0);
-    if (!key) return t.fail("dict keys must be constants");
+    if (!key) return t.fail("dict keys must be constants or objects hashed by identity");
     int k = dict.findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (is("setdefault")) {
@@ -349,7 +344,9 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   }
   if (is("popitem")) {
     if (keys.empty()) return t.fail("popitem(): dictionary is empty (KeyError)");
-    ValuePtr pair = Value::tuple({Value::constant(keys.back().get()), values.back()});
+    Result<ValuePtr> kv = keyValueOf(t, keys.back().get());
+    if (!kv) return kv;
+    ValuePtr pair = Value::tuple({kv.take(), values.back()});
     keys.pop_back();
     values.pop_back();
     return pair;
@@ -367,8 +364,11 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   for (const ValuePtr& other : args) {
     if (const Dict* from = other->get<Dict>()) {
-      for (size_t i = 0; i < from->keys.size(); ++i)
-        if (Done d = storeSubscript(t, self, Value::constant(from->keys[i].get()), from->values[i]); !d) return d.stop();
+      for (size_t i = 0; i < from->keys.size(); ++i) {
+        Result<ValuePtr> k = keyValueOf(t, from->keys[i].get());
+        if (!k) return k;
+        if (Done d = storeSubscript(t, self, *k, from->values[i]); !d) return d.stop();
+      }
       continue;
     }
     std::vector<ValuePtr> pairs;
@@ -505,21 +505,66 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     return {};
   }
   if (Dict* d = obj->get<Dict>()) {
-    if (!isHashableConstant(index)) {
-      PyErr_Clear();
-      return t.fail("dict keys must be constants");
-    }
-    int k = d->findKey(index->constant());
+    PyObject* key = dictKeyOf(t, index);
+    if (!key) return t.fail("dict keys must be constants or objects hashed by identity");
+    int k = d->findKey(key);
     if (k == -2) return t.failFromPython("dict key comparison");
     if (k >= 0) {
       d->values[static_cast<size_t>(k)] = value;
     } else {
-      d->keys.push_back(Ref::borrow(index->constant()));
+      d->keys.push_back(Ref::borrow(key));
       d->values.push_back(value);
     }
     return {};
   }
   return t.fail(std::string("item assignment on a ") + kindName(obj->kind()) + " is not supported yet");
+}
+
+bool isIdentityKey(PyObject* o) {
+  if (isTensor(o)) return true;
+  PyTypeObject* ty = Py_TYPE(o);
+  return ty->tp_hash == PyBaseObject_Type.tp_hash &&
+         (ty->tp_richcompare == PyBaseObject_Type.tp_richcompare || ty->tp_richcompare == PyType_Type.tp_richcompare);
+}
+
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
+  if (PyObject* c = v->constant()) {
+    if (PyObject_Hash(c) == -1) return PyErr_Clear(), nullptr;
+    return c;
+  }
+  PyObject* obj = nullptr;
+  int reg = v->reg;
+  if (const Tensor* tensor = v->get<Tensor>()) {
+    obj = t.exampleOf(tensor->node);  // a graph input: the tensor the program passed
+    reg = t.inputRegOf(tensor->node);
+  } else if (const Object* o = v->get<Object>()) {
+    if (!o->owned) obj = o->obj.get();  // one the trace made exists only at trace time
+  } else if (v->is(Kind::Module) || v->is(Kind::Callable)) {
+    obj = v->real();
+  }
+  if (!obj || !isIdentityKey(obj)) return nullptr;
+  // The key is this very object: on later calls its source must give it again. A callable
+  // without a source (a class attribute, a builtin) is fixed by the guards that found it.
+  if (reg >= 0)
+    t.guards().checkIdentity(reg, obj);
+  else if (!v->is(Kind::Callable))
+    return nullptr;
+  t.keyObjects().emplace(obj, std::make_pair(Ref::borrow(obj), v));
+  return obj;
+}
+
+Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key) {
+  if (isConstantObject(key)) return Value::constant(key);
+  auto& known = t.keyObjects();
+  if (auto it = known.find(key); it != known.end()) return it->second.second;
+  // A key of a dict read from the program (its keys are guarded by identity there).
+  Ref r = Ref::steal(PyObject_Repr(key));
+  if (!r) PyErr_Clear();
+  int reg = t.load(guards::LoadKind::Constant, -1, 0, key, std::string("<dict key ") + (r ? PyUnicode_AsUTF8(r.get()) : "?") + ">");
+  Result<ValuePtr> v = t.wrap(key, reg);
+  if (!v) return v;
+  known.emplace(key, std::make_pair(Ref::borrow(key), *v));
+  return v;
 }
 
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,

@@ -229,6 +229,7 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
     const bool leaves = bytecode::neverFallsThrough(ins.op) && !bytecode::opHasFlag(ins.op, 'J');
     if (leaves) ++opcodeCounts()[static_cast<int>(ins.op)];
     Result<Next> next = handler(*this, f, ins, io);
+    if (graph_.symbolic()) noteShapeGuards();  // the guards this instruction made the ShapeEnv add
     if (!next) return next.stop();
     // Every handler returns the Stop that fail() gave it; this only keeps a handler that
     // reported failure and still produced a value from going on.

@@ -185,11 +185,11 @@ int classAttrReg(Tracer& t, PyObject* type, PyObject* name, PyObject* after) {
       continue;
     }
     if (!c->tp_dict) continue;
-    int cd = t.load(LoadKind::Constant, -1, 0, c->tp_dict, std::string(c->tp_name) + ".__dict__");
+    int cd = t.guards().loadClassDict(c, std::string(c->tp_name) + ".__dict__");
     t.guards().checkNoInstanceAttr(cd, name);
   }
   PyTypeObject* ot = reinterpret_cast<PyTypeObject*>(owner);
-  int d = t.load(LoadKind::Constant, -1, 0, ot->tp_dict, std::string(ot->tp_name) + ".__dict__");
+  int d = t.guards().loadClassDict(ot, std::string(ot->tp_name) + ".__dict__");
   return t.load(LoadKind::DictItem, d, 0, name, t.guards().sourceName(d) + "['" + PyUnicode_AsUTF8(name) + "']");
 }
 
@@ -520,10 +520,66 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   return genericGetAttr(t, obj, name, nullptr, true);
 }
 
+Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* cls, PyObject* name) {
+  PyObject* descr = lookupInMro(cls, name, nullptr);
+  if (!descr) return notHandled();
+  // Only what a class above tuple defines (tuple's own C methods stay the container's).
+  PyObject* in_tuple = PyDict_GetItemWithError(PyTuple_Type.tp_dict, name);
+  if (in_tuple == descr) return notHandled();
+  if (PyErr_Occurred()) return t.failFromPython("tuple attribute lookup");
+  if (PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a property of the class: its getter on the tuple
+    Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
+    if (!fget || fget.get() == Py_None)
+      return PyErr_Clear(), t.fail(std::string("property '") + PyUnicode_AsUTF8(name) + "' has no getter");
+    guardClassAttr(t, cls, name, nullptr, descr);
+    return call(t, Value::callable(fget.get()), {self}, {});
+  }
+  return bindClassAttr(t, self, nullptr, cls, name, nullptr, descr);
+}
+
+Result<ValuePtr> namedTupleDunder(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr> args) {
+  const Tuple* tup = self->get<Tuple>();
+  if (!tup || !tup->namedtuple) return notHandled();
+  PyObject* cls = tup->namedtuple.get();
+  PyObject* fn = lookupInMro(cls, name, nullptr);
+  if (!fn || !PyFunction_Check(fn)) return notHandled();  // tuple's C slot: the container's operation
+  guardClassAttr(t, cls, name, nullptr, fn);
+  args.insert(args.begin(), self);
+  return t.inlineFunction(fn, -1, std::move(args), {});
+}
+
+// The Python __new__ a class defines (found in its MRO before its builtin base's), unwrapped
+// from its staticmethod, or null when instances are made by the base's (or a namedtuple's
+// generated) __new__.
+PyObject* ownPythonNew(PyObject* cls) {
+  PyObject* owner = nullptr;
+  PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
+  for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
+    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    if (dict && PyDict_GetItemWithError(dict, interned(Str::dunder_new))) {
+      owner = dict;
+      break;
+    }
+    PyErr_Clear();
+  }
+  if (!owner) return nullptr;
+  // A namedtuple class's own dict holds its generated __new__ next to _fields.
+  if (PyDict_GetItemWithError(owner, interned(Str::dunder_fields))) return nullptr;
+  PyErr_Clear();
+  PyObject* fn = PyDict_GetItemWithError(owner, interned(Str::dunder_new));
+  if (!fn) return PyErr_Clear(), nullptr;
+  if (Py_IS_TYPE(fn, &PyStaticMethod_Type)) {
+    Ref inner = Ref::steal(PyObject_GetAttrString(fn, "__func__"));
+    if (!inner) return PyErr_Clear(), nullptr;
+    fn = inner.get();  // the staticmethod in the class dict keeps it alive
+  }
+  return PyFunction_Check(fn) ? fn : nullptr;
+}
+
 PyTypeObject* containerBase(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
   while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
-  if (type == &PyDict_Type) return type;
+  if (type == &PyDict_Type || type == &PyTuple_Type || type == &PyList_Type) return type;
   PyObject* odict = lookup(Obj::collections_OrderedDict);
   if (!odict) return PyErr_Clear(), nullptr;
   return type == reinterpret_cast<PyTypeObject*>(odict) ? type : nullptr;
@@ -535,12 +591,51 @@ ValuePtr basePart(const ValuePtr& v) {
   return nullptr;
 }
 
+// cls(*args) for a subclass of a builtin container (or a namedtuple class) with its own
+// Python __new__: that __new__ inlined (its super().__new__ reaches the base's C __new__ or
+// the namedtuple's generated one), then a Python __init__ when the result is an instance.
+Result<ValuePtr> newThroughOwnNew(Tracer& t, PyObject* cls, PyObject* own_new, Args args, Kwargs kwargs) {
+  Args new_args = args;
+  new_args.insert(new_args.begin(), Value::callable(cls));
+  Kwargs new_kwargs;
+  for (const auto& [k, v] : kwargs) new_kwargs.emplace_back(k.copy(), v);
+  Result<ValuePtr> made = t.inlineFunction(own_new, -1, std::move(new_args), std::move(new_kwargs));
+  if (!made) return made;
+  PyObject* made_cls = typeOf(t, *made);
+  PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
+  if (made_cls && PyType_Check(made_cls) &&
+      PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(made_cls), reinterpret_cast<PyTypeObject*>(cls)) && init &&
+      PyFunction_Check(init)) {
+    args.insert(args.begin(), *made);
+    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
+    if (!r) return r;
+    if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+  }
+  return made;
+}
+
+Result<ValuePtr> newContainerSubclassInstance(Tracer& t, PyObject* cls, ValuePtr part) {
+  PyTypeObject* base = containerBase(cls);
+  if (!base || (base == &PyTuple_Type) != part->is(Kind::Tuple) || (base == &PyList_Type) != part->is(Kind::List) ||
+      (base == &PyDict_Type) != part->is(Kind::Dict))
+    return t.fail(std::string("making an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name + " from a " +
+                  kindName(part->kind()));
+  if (isNamedTupleClass(cls)) {  // a namedtuple class's instance is a Tuple value of that class
+    part->as<Tuple>().namedtuple = Ref::borrow(cls);
+    return part;
+  }
+  return Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), std::move(part)});
+}
+
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   const char* tn = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
   // A subclass of dict/OrderedDict made with the base's own __new__: its items are a Dict
   // value (the base part), its attributes another.
   PyTypeObject* base = containerBase(cls);
+  if (base) {
+    if (PyObject* own_new = ownPythonNew(cls)) return newThroughOwnNew(t, cls, own_new, std::move(args), std::move(kwargs));
+  }
   bool base_new = base && lookupInMro(cls, interned(Str::dunder_new), nullptr) ==
                               lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_new), nullptr);
   if (!isPlainPythonClass(cls) && !base_new)
@@ -550,7 +645,28 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
   if (lookupInMro(meta, interned(Str::dunder_call), nullptr) !=
       lookupInMro(reinterpret_cast<PyObject*>(&PyType_Type), interned(Str::dunder_call), nullptr))
     return t.fail(std::string("creating an instance of ") + tn + ", whose metaclass has its own __call__, is not supported yet");
-  ValuePtr part = base_new ? Value::dict(reinterpret_cast<PyObject*>(base), {}, {}) : nullptr;
+  if (base == &PyTuple_Type && base_new) {
+    // tuple.__new__(cls, iterable=()): the items are fixed when it is made.
+    if (!kwargs.empty() || args.size() > 1) return t.fail(std::string(tn) + "() with these arguments (TypeError)");
+    std::vector<ValuePtr> items;
+    if (!args.empty())
+      if (Done d = iterate(t, args[0], &items); !d) return d.stop();
+    Result<ValuePtr> made = newContainerSubclassInstance(t, cls, Value::tuple(std::move(items)));
+    if (!made) return made;
+    PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
+    if (init && PyFunction_Check(init)) {
+      args.insert(args.begin(), *made);
+      Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
+      if (!r) return r;
+      if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+    } else if (init && init != objectSlot("__init__")) {
+      return t.fail(std::string("creating an instance of ") + tn + ": __init__ is a " + Py_TYPE(init)->tp_name);
+    }
+    return made;
+  }
+  ValuePtr part = !base_new                ? nullptr
+                  : base == &PyList_Type   ? Value::list({})
+                                           : Value::dict(reinterpret_cast<PyObject*>(base), {}, {});
   ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), part});
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
   if (init && PyFunction_Check(init)) {
@@ -560,8 +676,11 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
     if (!(*r)->isNone())
       return t.fail("__init__() should return None (TypeError)");
   } else if (part && init == lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_init), nullptr)) {
-    if (!args.empty() || !kwargs.empty()) {  // dict.__init__(mapping, **kw): update
-      Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::update), args, kwargs);
+    if (!args.empty() || !kwargs.empty()) {  // dict.__init__(mapping, **kw): update; list.__init__(iterable): extend
+      if (part->is(Kind::List) && (args.size() != 1 || !kwargs.empty()))
+        return t.fail(std::string(tn) + "() with these arguments (TypeError)");
+      Result<ValuePtr> r =
+          callContainerMethod(t, part, interned(part->is(Kind::List) ? Str::extend : Str::update), args, kwargs);
       if (!r) return r;
     }
   } else if (init && init != objectSlot("__init__")) {
@@ -572,18 +691,102 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
   return obj;
 }
 
+namespace {
+
+// A C method of tuple or list called on a subclass instance whose items are `part` (a Tuple
+// or List value): the container's operation on them. Comparisons and + take the other
+// operand's items when it is a tuple (list) too, and answer NotImplemented otherwise, as
+// tuple's C slots do.
+Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObject* owner, PyObject* name, Args& rest,
+                                    Kwargs& kwargs) {
+  const char* n = PyUnicode_AsUTF8(name);
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  const Kind kind = part->kind();
+  // The other operand as a plain tuple/list value, or null when it is not one.
+  auto sameKindItems = [&](const ValuePtr& other) -> ValuePtr {
+    PyObject* c = other->constant();
+    if (kind == Kind::Tuple && c && PyTuple_Check(c)) {  // a tuple of constants
+      std::vector<ValuePtr> items;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) items.push_back(Value::constant(PyTuple_GET_ITEM(c, i)));
+      return Value::tuple(std::move(items));
+    }
+    if (other->is(kind)) {
+      if (kind == Kind::Tuple && other->as<Tuple>().namedtuple) return Value::tuple(other->as<Tuple>().items);
+      return other;
+    }
+    ValuePtr p = basePart(other);
+    return p && p->is(kind) ? p : nullptr;
+  };
+  static const char* const kCompare[] = {"__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"};
+  for (int op = 0; op < 6; ++op) {
+    if (!is(kCompare[op])) continue;
+    if (rest.size() != 1 || !kwargs.empty()) return t.fail(std::string(n) + "() takes one argument (TypeError)");
+    ValuePtr other = sameKindItems(rest[0]);
+    if (!other) return Value::constant(Py_NotImplemented);
+    return compareOp(t, op, kind == Kind::Tuple ? Value::tuple(*part->elements()) : part, other);
+  }
+  if (!kwargs.empty() && !(kind == Kind::List && is("sort")))
+    return t.fail(std::string("keyword arguments to ") + owner->tp_name + "." + n + "()");
+  if (is("__len__") && rest.empty()) return Value::constant(Ref::steal(PyLong_FromSize_t(part->elements()->size())).get());
+  if (is("__getitem__") && rest.size() == 1) return subscript(t, part, rest[0]);
+  if (is("__contains__") && rest.size() == 1) {
+    Result<bool> r = contains(t, part, rest[0]);
+    if (!r) return r.stop();
+    return Value::constant(*r ? Py_True : Py_False);
+  }
+  if (is("__iter__") && rest.empty()) return getIter(t, part);
+  if (is("__add__") && rest.size() == 1) {
+    ValuePtr other = sameKindItems(rest[0]);
+    if (!other) return Value::constant(Py_NotImplemented);
+    std::vector<ValuePtr> items = *part->elements();
+    items.insert(items.end(), other->elements()->begin(), other->elements()->end());
+    return Value::sequence(kind, std::move(items));
+  }
+  if (kind == Kind::List) {
+    if (is("__setitem__") && rest.size() == 2) {
+      if (Done d = storeSubscript(t, part, rest[0], rest[1]); !d) return d.stop();
+      return Value::constant(Py_None);
+    }
+    if (is("__delitem__") && rest.size() == 1) {
+      if (rest[0]->is(Kind::Slice)) {
+        if (Done d = storeSubscript(t, part, rest[0], nullptr); !d) return d.stop();
+        return Value::constant(Py_None);
+      }
+      Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::pop), rest, kwargs);
+      if (!r) return r;
+      return Value::constant(Py_None);
+    }
+    if (is("__init__")) {  // list.__init__(iterable=()): its items replaced
+      if (rest.size() > 1) return t.fail("list expected at most 1 argument (TypeError)");
+      std::vector<ValuePtr> items;
+      if (!rest.empty())
+        if (Done d = iterate(t, rest[0], &items); !d) return d.stop();
+      if (Done d = t.effects().noteContainerMutation(part); !d) return d.stop();
+      part->as<List>().items = std::move(items);
+      return Value::constant(Py_None);
+    }
+  }
+  if (n[0] == '_') return t.fail(std::string(owner->tp_name) + "." + n + "() of a subclass instance is not supported yet");
+  return callContainerMethod(t, part, name, rest, kwargs);
+}
+
+}  // namespace
+
 Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs) {
   if (args.empty() || !(PyObject_TypeCheck(fn, &PyMethodDescr_Type) || PyObject_TypeCheck(fn, &PyWrapperDescr_Type)))
     return notHandled();
   ValuePtr part = basePart(args[0]);
   if (!part) return notHandled();
   PyTypeObject* owner = PyDescr_TYPE(fn);
-  PyObject* ptype = part->as<Dict>().type.get();
+  PyObject* ptype = part->is(Kind::Dict)    ? part->as<Dict>().type.get()
+                    : part->is(Kind::Tuple) ? reinterpret_cast<PyObject*>(&PyTuple_Type)
+                                            : reinterpret_cast<PyObject*>(&PyList_Type);
   if (!PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(ptype), owner) || owner == &PyBaseObject_Type) return notHandled();
   PyObject* name = PyDescr_NAME(fn);
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   Args rest(args.begin() + 1, args.end());
+  if (!part->is(Kind::Dict)) return sequenceBaseMethod(t, part, owner, name, rest, kwargs);
   static const char* const kMutating[] = {"__setitem__", "__delitem__", "__init__", "update", "pop", "popitem",
                                           "setdefault", "clear", "move_to_end"};
   bool mutating = false;
@@ -737,6 +940,18 @@ Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std:
     Kwargs none;
     return callBaseMethod(t, fn, args, none);
   }
+  return t.inlineFunction(fn, -1, std::move(args), {});
+}
+
+Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* name, std::vector<ValuePtr> args) {
+  if (!module->is(Kind::Module)) return notHandled();
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(module->real()));
+  PyObject* fn = lookupInMro(cls, name, nullptr);
+  if (!fn || !PyFunction_Check(fn)) return notHandled();
+  // Special methods are looked up on the class: the class attribute is guarded (a method
+  // patched on the class later recompiles), the instance is not consulted.
+  guardClassAttr(t, cls, name, nullptr, fn);
+  args.insert(args.begin(), module);
   return t.inlineFunction(fn, -1, std::move(args), {});
 }
 

@@ -97,10 +97,30 @@ PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a) {
   return fn;
 }
 
+namespace {
+bool isNamedTupleValue(const ValuePtr& v) {
+  const Tuple* tup = v->get<Tuple>();
+  return tup && tup->namedtuple && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), Py_TPFLAGS_HEAPTYPE);
+}
+}  // namespace
+
 Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
   const char* fn_name = bytecode::binaryOpFunction(op);
   PyObject* fn = lookup(kBinaryOpFns[static_cast<int>(op)]);
   if (!fn) return t.failFromPython("operator lookup");
+  if (isNamedTupleValue(a) || isNamedTupleValue(b)) {
+    // A namedtuple class's own Python operator (a NamedTuple subclass's __add__) before
+    // tuple's: a.__op__(b), then b.__rop__(a).
+    std::string name = fn_name;
+    if (name.back() == '_') name.pop_back();
+    std::string base = bytecode::isInplace(op) ? name.substr(1) : name;
+    for (int side = 0; side < 2; ++side) {
+      Ref dunder = internedName(side == 0 ? "__" + base + "__" : "__r" + base + "__");
+      if (!dunder) return t.failFromPython("a special method's name");
+      Result<ValuePtr> r = namedTupleDunder(t, side == 0 ? a : b, dunder.get(), {side == 0 ? b : a});
+      if (!r.notHandled() && (!r || (*r)->constant() != Py_NotImplemented)) return r;
+    }
+  }
   if (isUserObject(a) || isUserObject(b)) {
     // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
     std::string name = fn_name;
@@ -128,6 +148,90 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
   if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, fn_name, {a, b});
+  // list += iterable and list *= n change the list itself (list.__iadd__/__imul__, also
+  // a deque's): every alias of it sees the new items, and the result is the same list.
+  if (a->is(Kind::List) && (op == BinaryOp::InplaceAdd || op == BinaryOp::InplaceMultiply)) {
+    std::vector<ValuePtr> more;
+    Py_ssize_t times = 0;
+    if (op == BinaryOp::InplaceAdd) {
+      const Iterator* lazy_it = b->get<Iterator>();
+      if (lazy_it && lazy_it->lazy()) {
+        // An iterator made item by item (a lazy map reading the list): appended one at a
+        // time, as list.extend does, each item seeing the ones before.
+        if (a->as<List>().deque) return t.fail("deque += an iterator made item by item is not supported yet");
+        if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+        Done d = forEachItem(t, b, [&](ValuePtr m) -> Done {
+          a->elements()->push_back(std::move(m));
+          return {};
+        });
+        if (!d) return d.stop();
+        return a;
+      }
+      if (Done d = iterate(t, b, &more); !d) return d.stop();
+    } else {
+      PyObject* n = b->constant();
+      if (!n || !PyIndex_Check(n))
+        return t.fail("list *= needs an int known at trace time");
+      times = PyNumber_AsSsize_t(n, PyExc_OverflowError);
+      if (times == -1 && PyErr_Occurred()) return t.raisePython();
+    }
+    if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+    std::vector<ValuePtr>& items = *a->elements();
+    if (op == BinaryOp::InplaceAdd) {
+      items.insert(items.end(), more.begin(), more.end());
+    } else {
+      const std::vector<ValuePtr> once = items;
+      items.clear();
+      for (Py_ssize_t i = 0; i < times; ++i) items.insert(items.end(), once.begin(), once.end());
+    }
+    const List& l = a->as<List>();
+    if (l.deque && l.maxlen) {  // a bounded deque keeps the last maxlen items
+      const long maxlen = PyLong_AsLong(l.maxlen.get());
+      if (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
+        items.erase(items.begin(), items.end() - maxlen);
+    }
+    return a;
+  }
+  // dict |= other is dict.update (any mapping or pairs), on the dict itself; d1 | d2 of
+  // two plain dicts is a new dict.
+  if (a->is(Kind::Dict) && (op == BinaryOp::InplaceOr || (op == BinaryOp::Or && b->is(Kind::Dict)))) {
+    const Dict& da = a->as<Dict>();
+    ValuePtr target = a;
+    if (op == BinaryOp::Or) {
+      if (da.type.get() != reinterpret_cast<PyObject*>(&PyDict_Type))
+        return t.fail("| of a dict subclass is not supported yet");
+      std::vector<Ref> keys;
+      for (const Ref& k : da.keys) keys.push_back(k.copy());
+      target = Value::dict(da.type.get(), std::move(keys), da.values);
+    }
+    Args args{b};
+    Kwargs kwargs;
+    Ref update = internedName("update");
+    if (!update) return t.failFromPython("dict.update");
+    if (Result<ValuePtr> r = callContainerMethod(t, target, update.get(), args, kwargs); !r) return r;
+    return target;
+  }
+  // set |=, &=, -=, ^= change the set itself: the result computed as for the binary
+  // operator, then made the set's contents (aliases see it).
+  if (a->is(Kind::Set) && (op == BinaryOp::InplaceOr || op == BinaryOp::InplaceAnd ||
+                           op == BinaryOp::InplaceSubtract || op == BinaryOp::InplaceXor)) {
+    const Kind other = b->kind();
+    const bool set_like = other == Kind::Set || (b->constant() && PyAnySet_Check(b->constant()));
+    Ref pa = set_like ? toPython(t, a) : Ref();
+    Ref pb = pa ? toPython(t, b) : Ref();
+    if (pa && pb) {
+      PyObject* binary = lookup(kBinaryOpFns[static_cast<int>(op) - static_cast<int>(BinaryOp::InplaceAdd)]);
+      Ref r = binary ? Ref::steal(PyObject_CallFunctionObjArgs(binary, pa.get(), pb.get(), nullptr)) : Ref();
+      if (!r) return t.raisePython();
+      Result<ValuePtr> made = fromPython(t, r.get());
+      if (!made) return made;
+      if (!(*made)->is(Kind::Set)) return t.fail("internal: a set operator did not make a set");
+      if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+      a->as<Set>().items = (*made)->as<Set>().items;
+      return a;
+    }
+    PyErr_Clear();
+  }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
     return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
@@ -149,7 +253,6 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
   std::vector<ValuePtr> left, right;
   if ((op == BinaryOp::Add || op == BinaryOp::InplaceAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
       (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
-    if (op == BinaryOp::InplaceAdd && a->is(Kind::List)) return t.fail("in-place list += is not supported yet");
     left.insert(left.end(), right.begin(), right.end());
     Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
     return Value::sequence(k, std::move(left));
@@ -210,6 +313,17 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
   if (op < 0 || op > 5) return t.fail("unknown COMPARE_OP argument");
   PyObject* fn = lookup(kCompareOpFns[op]);
   if (!fn) return t.failFromPython("operator lookup");
+  if (isNamedTupleValue(a) || isNamedTupleValue(b)) {
+    // A namedtuple class's own Python comparison before tuple's (then the reflected one).
+    static const char* const kDunders[] = {"__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"};
+    static const int kSwapped[] = {Py_GT, Py_GE, Py_EQ, Py_NE, Py_LT, Py_LE};
+    for (int side = 0; side < 2; ++side) {
+      Ref dunder = internedName(kDunders[side == 0 ? op : kSwapped[op]]);
+      if (!dunder) return t.failFromPython("a special method's name");
+      Result<ValuePtr> r = namedTupleDunder(t, side == 0 ? a : b, dunder.get(), {side == 0 ? b : a});
+      if (!r.notHandled() && (!r || (*r)->constant() != Py_NotImplemented)) return r;
+    }
+  }
   if (isUserObject(a) || isUserObject(b)) {
     // Python's rich comparison: a.__op__(b), then b.__reflected__(a), skipping
     // NotImplemented; != falls back to inverting ==; == and != finally to identity.
@@ -258,6 +372,34 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
   }
   if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, kCompareOps[op], {a, b});
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
+  if ((op == Py_EQ || op == Py_NE) && (a->is(Kind::Module) || b->is(Kind::Module))) {
+    // A module class's own __ne__ / __eq__ (traced; a then b, skipping NotImplemented),
+    // else object's: identity.
+    if (op == Py_NE) {
+      Ref ne = internedName("__ne__");
+      if (!ne) return t.failFromPython("a special method's name");
+      for (const ValuePtr& v : {a, b}) {
+        Result<ValuePtr> r = callModuleDunder(t, v, ne.get(), {v == a ? b : a});
+        if (r.notHandled()) continue;
+        if (!r || (*r)->constant() != Py_NotImplemented) return r;
+      }
+    }
+    for (const ValuePtr& v : {a, b}) {
+      const ValuePtr& other = v == a ? b : a;
+      Result<ValuePtr> r = callModuleDunder(t, v, interned(Str::dunder_eq), {other});
+      if (r.notHandled()) continue;
+      if (!r || (*r)->constant() == Py_NotImplemented) {
+        if (!r) return r;
+        continue;
+      }
+      if (op == Py_EQ) return r;
+      Result<bool> truth = truthValue(t, *r);
+      if (!truth) return truth.stop();
+      return Value::constant(*truth ? Py_False : Py_True);
+    }
+    bool same = a == b || (a->real() && a->real() == b->real());
+    return Value::constant((same == (op == Py_EQ)) ? Py_True : Py_False);
+  }
   auto valuesView = [](const ValuePtr& v) {  // and iterators: both compare by identity
     const DictView* view = v->get<DictView>();
     return (view && view->which == DictView::Values) || v->is(Kind::Iterator);
@@ -346,6 +488,10 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     ValuePtr list = Value::list(std::move(mods));
     return subscript(t, list, index);
   }
+  if (obj->is(Kind::Module)) {  // a module class's own __getitem__ (ParameterDict, a user's)
+    Result<ValuePtr> r = callModuleDunder(t, obj, interned(Str::dunder_getitem), {index});
+    if (!r.notHandled()) return r;
+  }
   if (isUserObject(obj)) {
     Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_getitem), {index});
     if (!r.notHandled()) return r;
@@ -375,9 +521,10 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     std::vector<std::pair<Ref, ValuePtr>> kwargs;
     return callContainerMethod(t, obj, interned(Str::dunder_getitem), args, kwargs);
   }
-  if (sequence && index->is(Kind::Slice)) {
+  const bool constant_slice = index->constant() && PySlice_Check(index->constant());  // slice(1, None) made for real
+  if (sequence && (index->is(Kind::Slice) || constant_slice)) {
     const std::vector<ValuePtr>& items = *obj->elements();
-    Result<Ref> slice = constantSlice(t, index->as<Slice>());
+    Result<Ref> slice = constant_slice ? Result<Ref>(Ref::borrow(index->constant())) : constantSlice(t, index->as<Slice>());
     if (!slice) return slice.stop();
     Py_ssize_t start, stop, step, len;
     if (!*slice ||
@@ -466,7 +613,11 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
-      for (const Ref& k : obj->as<Dict>().keys) keys.push_back(Value::constant(k.get()));
+      for (const Ref& k : obj->as<Dict>().keys) {
+        Result<ValuePtr> kv = keyValueOf(t, k.get());
+        if (!kv) return kv;
+        keys.push_back(kv.take());
+      }
       return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
     case Kind::Constant: {
@@ -488,9 +639,14 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       const Dict& d = view.dict->as<Dict>();
       std::vector<ValuePtr> items;
       for (size_t i = 0; i < d.keys.size(); ++i) {
-        if (view.which == DictView::Keys) items.push_back(Value::constant(d.keys[i].get()));
-        else if (view.which == DictView::Values) items.push_back(d.values[i]);
-        else items.push_back(Value::tuple({Value::constant(d.keys[i].get()), d.values[i]}));
+        if (view.which == DictView::Values) {
+          items.push_back(d.values[i]);
+          continue;
+        }
+        Result<ValuePtr> kv = keyValueOf(t, d.keys[i].get());
+        if (!kv) return kv;
+        if (view.which == DictView::Keys) items.push_back(kv.take());
+        else items.push_back(Value::tuple({kv.take(), d.values[i]}));
       }
       return Value::iterator(std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     }
@@ -570,9 +726,20 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::NamedMethod:
       return true;
     case Kind::Module: {
-      int truth = PyObject_IsTrue(v->real());
-      if (truth < 0) return t.failFromPython("truth value of a module");
-      return truth != 0;
+      // As for objects: the class's __bool__, then its __len__ (both traced, their class
+      // attributes guarded), else true; a container's length from its guarded children.
+      if (isModuleContainer(v)) {
+        std::vector<std::pair<Ref, ValuePtr>> children;
+        if (Done d = moduleContainerItems(t, v, &children); !d) return d.stop();
+        return !children.empty();
+      }
+      for (Str dunder : {Str::dunder_bool, Str::dunder_len}) {
+        Result<ValuePtr> r = callModuleDunder(t, v, interned(dunder), {});
+        if (r.notHandled()) continue;
+        if (!r) return r.stop();
+        return truthValue(t, *r);
+      }
+      return true;
     }
     case Kind::Slice:
       return true;
@@ -593,6 +760,9 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
     return sameTensorObject(t, a, b);
   }
   if (a->constant() || b->constant()) return false;  // a constant is never the same object as a tensor or container
+  // A tensor is never a module, class, function or user object read from the program.
+  if ((a->is(Kind::Tensor) && b->real() && !isTensor(b->real())) || (b->is(Kind::Tensor) && a->real() && !isTensor(a->real())))
+    return false;
   return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));
 }
 

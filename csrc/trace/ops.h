@@ -48,6 +48,18 @@ inline bool isUserObject(const ValuePtr& v) { return v->is(Kind::Object) || v->i
 // A class made by collections.namedtuple (a tuple subclass with _fields).
 bool isNamedTupleClass(PyObject* cls);
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// An attribute of a namedtuple value (Tuple with a namedtuple class `cls`) that a class
+// above tuple defines: a method bound to the tuple, a staticmethod, a classmethod bound to
+// the class, a property's getter run on it, a constant. NotHandled when only tuple has it.
+Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* cls, PyObject* name);
+// A special method (`name`: __add__, __eq__, ...) that a namedtuple value's class defines as
+// a Python function above tuple, inlined with the tuple first; NotHandled when the class
+// leaves it to tuple's C slot.
+Result<ValuePtr> namedTupleDunder(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr> args);
+// The Python __new__ a class defines above its builtin base (unwrapped from its
+// staticmethod), or null when its instances come from the base's __new__ or from the
+// __new__ a namedtuple class is generated with.
+PyObject* ownPythonNew(PyObject* cls);
 // Guards what reading `name` of `self` (a value from the program) through its class
 // assumed: not shadowed in its instance dict, the same object in the class that defines it,
 // and absent from the classes before that one (a method replaced on the instance or a class).
@@ -63,11 +75,15 @@ bool probesByLookup(const ValuePtr& v);
 // __getattribute__ (and, as object's, without __getattr__).
 Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name, PyObject* after, bool with_getattr);
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, Args args, Kwargs kwargs);
-// dict or OrderedDict when instances of `cls` are dicts (the builtin base whose items they
-// carry), else null.
+// dict, OrderedDict, tuple or list when instances of `cls` are those (the builtin base whose
+// items they carry), else null.
 PyTypeObject* containerBase(PyObject* cls);
-// The items of a dict subclass instance (a Dict value), or null.
+// The items of a dict, tuple or list subclass instance (a Dict, Tuple or List value), or null.
 ValuePtr basePart(const ValuePtr& v);
+// An instance of `cls` (a subclass of dict, tuple or list; containerBase) made in the trace
+// with the items `part` (a value of its base's kind): a NewObject, or for a namedtuple class
+// the Tuple value itself, marked as that class.
+Result<ValuePtr> newContainerSubclassInstance(Tracer& t, PyObject* cls, ValuePtr part);
 // A C method of dict/OrderedDict (a method or slot descriptor) called with a dict subclass
 // instance first: the container operation on its items. NotHandled for anything else.
 Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs);
@@ -87,6 +103,9 @@ Done namespaceSetAttr(Tracer& t, const ValuePtr& ns, PyObject* name, const Value
 // Calls the Python-level special method `name` (a str) of a user object's class;
 // NotHandled (nothing done) when the class has none.
 Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, Args args);
+// The same for an nn.Module: the Python special method `name` its class defines (its
+// class attribute guarded), inlined; NotHandled when the class has none in Python.
+Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* name, Args args);
 Result<ValuePtr> makeSuper(Tracer& t, Args& args);
 
 // ---- exceptions.cpp ---------------------------------------------------------------------
@@ -145,6 +164,18 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+// The object that stands for `v` as a dict key (borrowed): a hashable constant, or a real
+// object hashed by identity (a tensor or nn.Module from the program, a class, a function, a
+// user object whose class keeps object's __hash__/__eq__), whose source is then guarded to be
+// that object. Null, with no error set, when `v` cannot be a key the trace can hash.
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v);
+// Whether the real object `o` hashes and compares by identity, as a dict sees it: its type
+// keeps object's __hash__ and __eq__ (type's, for a class), or it is a tensor
+// (torch.Tensor.__hash__ is id(), and a dict compares identical keys before calling __eq__).
+bool isIdentityKey(PyObject* o);
+// The value of dict key `key` (the inverse of dictKeyOf; a key read from a program's dict is
+// wrapped as the object itself, which its dict's key guard fixes).
+Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key);
 // The real slice of a Slice of constants (Unsupported otherwise; null with an error set if
 // making it failed).
 Result<Ref> constantSlice(Tracer& t, const Slice& slice);

@@ -159,16 +159,25 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       // in full where it is reached first and read from the memo after.
       const NewObject& o = v->as<NewObject>();
       std::unique_ptr<runtime::OutputPlan> items;
-      if (o.base) {  // a dict subclass instance: its items, rebuilt as a plain dict first
+      Ref base_type;
+      if (o.base && o.base->is(Kind::Dict)) {  // a dict subclass instance: its items, rebuilt as a plain dict first
         const Dict& part = o.base->as<Dict>();
         P::Dict dict{Ref::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)), Ref(), {}, {}};
         for (const Ref& k : part.keys) dict.keys.push_back(k.copy());
         if (Done d = planAll(part.values, &dict.values); !d) return d;
         items = std::make_unique<runtime::OutputPlan>(std::move(dict));
+        base_type = part.type.copy();
+      } else if (o.base) {  // a tuple or list subclass instance: its items as a plain tuple or list
+        std::vector<runtime::OutputPlan> parts;
+        if (Done d = planAll(*o.base->elements(), &parts); !d) return d;
+        bool tuple = o.base->is(Kind::Tuple);
+        items = tuple ? std::make_unique<runtime::OutputPlan>(P::Tuple{std::move(parts)})
+                      : std::make_unique<runtime::OutputPlan>(P::List{std::move(parts)});
+        base_type = Ref::borrow(reinterpret_cast<PyObject*>(tuple ? &PyTuple_Type : &PyList_Type));
       }
       auto attrs = std::make_unique<runtime::OutputPlan>();
       if (Done d = plan(o.attrs, attrs.get()); !d) return d;
-      out->step = P::NewObject{o.cls.copy(), std::move(attrs), o.base ? o.base->as<Dict>().type.copy() : Ref(), std::move(items)};
+      out->step = P::NewObject{o.cls.copy(), std::move(attrs), std::move(base_type), std::move(items)};
       return {};
     }
     case Kind::Namespace: {  // SimpleNamespace's __dict__ is its attributes, as for a NewObject

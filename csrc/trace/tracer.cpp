@@ -256,6 +256,15 @@ Done Tracer::addShapeGuards() {
   for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq.get()); ++i) {
     PyObject* g = PySequence_Fast_GET_ITEM(seq.get(), i);
     PyObject* text = PyTuple_GetItem(g, 0);
+    // (text, ops, index in ShapeEnv.guards or -1): where the program installed it.
+    guards::Origin origin;
+    if (PyTuple_Check(g) && PyTuple_GET_SIZE(g) >= 3) {
+      long index = PyLong_AsLong(PyTuple_GET_ITEM(g, 2));
+      if (index == -1 && PyErr_Occurred()) return failFromPython("shape guards");
+      if (index >= 0 && static_cast<size_t>(index) < shape_guard_origins_.size())
+        for (const guards::OriginFrame& f : shape_guard_origins_[static_cast<size_t>(index)])
+          origin.push_back(guards::OriginFrame{f.code.copy(), f.offset});
+    }
     Ref ops = text ? Ref::steal(PySequence_Fast(PyTuple_GetItem(g, 1), "shape guard ops")) : Ref();
     const char* t = text ? PyUnicode_AsUTF8(text) : nullptr;
     if (!ops || !t) return failFromPython("shape guards");
@@ -268,7 +277,7 @@ Done Tracer::addShapeGuards() {
       if (op < 0 || op > static_cast<long>(guards::ShapeOpKind::Min)) return fail("internal: bad shape guard opcode");
       program.push_back(guards::ShapeOp{static_cast<guards::ShapeOpKind>(op), static_cast<int>(reg), arg});
     }
-    if (!guards().checkShape(std::move(program), t)) return fail(std::string("shape guard ") + t + " is malformed");
+    if (!guards().checkShape(std::move(program), t, std::move(origin))) return fail(std::string("shape guard ") + t + " is malformed");
   }
   return {};
 }
@@ -298,6 +307,31 @@ TranslateResult Tracer::report() {
   return result;
 }
 
+void Tracer::originOf(void* tracer, guards::Origin* out) {
+  for (const SymbolicFrame* f = static_cast<Tracer*>(tracer)->current_; f; f = f->parent)
+    if (f->code && f->pc < f->instrs.size())
+      out->push_back(guards::OriginFrame{Ref::borrow(reinterpret_cast<PyObject*>(f->code)), f->instrs[f->pc].offset});
+}
+
+void Tracer::noteShapeGuards() {
+  if (!shape_guard_list_) {
+    PyObject* env = graph_.shapeEnv();
+    if (!env) return;
+    shape_guard_list_ = Ref::steal(PyObject_GetAttrString(env, "guards"));
+    if (!shape_guard_list_ || !PyList_Check(shape_guard_list_.get())) {
+      PyErr_Clear();
+      shape_guard_list_ = Ref::borrow(Py_None);
+    }
+  }
+  if (!PyList_Check(shape_guard_list_.get())) return;
+  const size_t n = static_cast<size_t>(PyList_GET_SIZE(shape_guard_list_.get()));
+  while (shape_guard_origins_.size() < n) {
+    guards::Origin o;
+    originOf(this, &o);
+    shape_guard_origins_.push_back(std::move(o));
+  }
+}
+
 TranslateResult Tracer::run() {
   PyCodeObject* co = root_view_.code;
   entry_->name = utf8(co->co_qualname) + " at " + utf8(co->co_filename) + ":" + std::to_string(co->co_firstlineno);
@@ -314,7 +348,9 @@ TranslateResult Tracer::run() {
   root.root = true;
   root_visits_.assign(root.instrs.size(), 0);
 
+  guards().setOriginSource(&Tracer::originOf, this);
   Result<ValuePtr> ret = traceRoot(root);
+  guards().setOriginSource(nullptr, nullptr);
   graph_.finish();
   finishEntry(root, ret);
   return report();

@@ -128,6 +128,9 @@ class Tracer {
     return it == wrapped_objects_.end() ? nullptr : it->second;
   }
 
+  // Objects the trace uses as dict keys by identity (containers.cpp dictKeyOf) -> their values.
+  std::unordered_map<PyObject*, std::pair<Ref, ValuePtr>>& keyObjects() { return key_objects_; }
+
   // ---- frames (interpreter.cpp, functions.cpp) ----
   // Runs a frame to its return; an exception raised in it (Raised) is delivered to the
   // frame's handlers through its exception table, or propagates (Raised) to the caller's
@@ -185,6 +188,13 @@ class Tracer {
   PyObject* config_;
   PyObject* shape_memory_ = nullptr;  // borrowed: the code cache holds it (translate())
   Done addShapeGuards();             // tracer.cpp: the ShapeEnv's guards into the guard program
+  // Guard provenance (tracer.cpp): the current instruction and the frames it is inlined
+  // from, for each check as it is added (GuardProgram::setOriginSource) and for each
+  // ShapeEnv guard as it appears (noteShapeGuards, after every instruction of a symbolic trace).
+  static void originOf(void* tracer, guards::Origin* out);
+  void noteShapeGuards();
+  std::vector<guards::Origin> shape_guard_origins_;  // by index in the ShapeEnv's guards
+  Ref shape_guard_list_;                            // ShapeEnv.guards (a list), once read
   std::shared_ptr<runtime::CompiledEntry> entry_ = std::make_shared<runtime::CompiledEntry>();
   graph::GraphBuilder graph_;
   SideEffects effects_{*this};
@@ -197,6 +207,7 @@ class Tracer {
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
   std::unordered_map<int, int> input_reg_of_node_;           // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;             // placeholder node -> real tensor
+  std::unordered_map<PyObject*, std::pair<Ref, ValuePtr>> key_objects_;  // dict keys by identity -> values
 
   // The frames and the loop.
   SymbolicFrame* current_ = nullptr;

@@ -175,7 +175,8 @@ def _depth(ops):
 
 
 def compile_guards(shape_env, bindings):
-    """[(text, ops)] for the guards an entry needs about its symbolic sizes.
+    """[(text, ops[, index])] for the guards an entry needs about its symbolic sizes (index: of
+    a ShapeEnv guard, in shape_env.guards).
 
     `bindings`: (SymInt, reg, dim, source name, real tensor) for every symbolic size of a
     graph input, in input order. Raises NotImplementedError for a guard the program cannot
@@ -205,6 +206,13 @@ def compile_guards(shape_env, bindings):
                 out.append((f"{src} >= {r.min}", [size(reg, dim), (CONST, 0, int(r.min)), (GE, 0, 0)]))
             if r.max is not None:
                 out.append((f"{src} <= {r.max}", [size(reg, dim), (CONST, 0, int(r.max)), (LE, 0, 0)]))
+    compile_expr = _Compiler(where)
+    names = {e: sympy.Symbol(src) for e, (_, _, src) in where.items()}
+    for index, g in enumerate(shape_env.guards):
+        ops = compile_expr(g.expr)
+        out.append((str(g.expr.xreplace(names)), ops, index))  # index: the trace knows where it came from
+    # The ranges after the guards they usually come from: a miss then names the guard (and
+    # where the program installed it) rather than the range it implied.
     for e, (reg, dim, src) in where.items():
         vr = shape_env.var_to_range.get(e)
         if vr is None:
@@ -214,15 +222,10 @@ def compile_guards(shape_env, bindings):
             out.append((f"{src} >= {int(lower)}", [size(reg, dim), (CONST, 0, int(lower)), (GE, 0, 0)]))
         if getattr(upper, "is_Integer", False):
             out.append((f"{src} <= {int(upper)}", [size(reg, dim), (CONST, 0, int(upper)), (LE, 0, 0)]))
-    compile_expr = _Compiler(where)
-    names = {e: sympy.Symbol(src) for e, (_, _, src) in where.items()}
-    for g in shape_env.guards:
-        ops = compile_expr(g.expr)
-        out.append((str(g.expr.xreplace(names)), ops))
     if _logging.enabled("dynamic"):
-        for text, _ in out:
+        for text, *_ in out:
             _logging.emit("dynamic", f"shape guard: {text}")
-    for text, ops in out:
+    for text, ops, *_ in out:
         if _depth(ops) > 32:
             raise NotImplementedError(f"shape guard {text} is too deep for the guard program")
     return out

@@ -1,6 +1,7 @@
 """cdynamo.compile: wrapping functions and modules so their calls run with the hook on."""
 import functools
 import os
+import sys
 import sysconfig
 import time
 import weakref
@@ -86,7 +87,7 @@ class _WrapperModule(torch.nn.Module):
 
     def __getattr__(self, name):
         try:
-            return super().__getattr__(name)
+            return torch.nn.Module.__getattr__(self, name)
         except AttributeError:
             return getattr(self._modules["_orig_mod"], name)
 
@@ -107,17 +108,26 @@ class OptimizedModule(_WrapperModule):
         # nn.Module.__init__ sets `training` through __setattr__; until _orig_mod is there
         # the wrapper's own attributes are its own.
         self.__dict__["_cdynamo_config"] = compile_config
-        super().__init__()
+        torch.nn.Module.__init__(self)
         self._orig_mod = mod
 
     # `self._orig_mod` would miss the instance __dict__ (nn.Module keeps submodules in
     # _modules), format an AttributeError and run two Python __getattr__ frames on every
     # call; reading _modules directly is the same lookup without them.
+    # A lazy module still uninitialised (torch.nn.modules.lazy) first initialises itself
+    # eagerly, on these arguments, as torch's wrapper does: its initialising pre-hook is
+    # then gone and what is compiled is the module it has become.
     def __call__(self, *args, **kwargs):
-        return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
+        mod = self._modules["_orig_mod"]
+        if "_initialize_hook" in mod.__dict__:
+            mod._infer_parameters(mod, args, kwargs)
+        return _C.call_compiled(self._cdynamo_config, mod, *args, **kwargs)
 
     def forward(self, *args, **kwargs):
-        return _C.call_compiled(self._cdynamo_config, self._modules["_orig_mod"], *args, **kwargs)
+        mod = self._modules["_orig_mod"]
+        if "_initialize_hook" in mod.__dict__:
+            mod._infer_parameters(mod, args, kwargs)
+        return _C.call_compiled(self._cdynamo_config, mod, *args, **kwargs)
 
     def _forwards(self, name):
         """Whether setting/deleting attribute `name` acts on the wrapped module."""
@@ -129,13 +139,13 @@ class OptimizedModule(_WrapperModule):
         if self._forwards(name):
             setattr(self._modules["_orig_mod"], name, value)
         else:
-            super().__setattr__(name, value)
+            torch.nn.Module.__setattr__(self, name, value)
 
     def __delattr__(self, name):
         if self._forwards(name):
             delattr(self._modules["_orig_mod"], name)
         else:
-            super().__delattr__(name)
+            torch.nn.Module.__delattr__(self, name)
 
     @property
     def training(self):
@@ -155,10 +165,50 @@ class OptimizedModule(_WrapperModule):
     def __dir__(self):
         own = self._modules["_orig_mod"].__dir__()
         seen = set(own)
-        return own + [a for a in super().__dir__() if a not in seen]
+        return own + [a for a in torch.nn.Module.__dir__(self) if a not in seen]
 
     def __repr__(self):
         return f"OptimizedModule({self._orig_mod!r}, {self._cdynamo_config!r})"
+
+
+# Code written for torch.compile tells a compiled module by
+# isinstance(m, torch._dynamo.eval_frame.OptimizedModule) (to unwrap `_orig_mod`, to skip
+# compiling twice). When torch._dynamo is loaded (cdynamo.install() loads it; importing it
+# only for this would cost seconds at `import cdynamo`), compiled modules are instances
+# of a subclass of both wrappers: every method is cdynamo's (they come first in the MRO and
+# reach nn.Module's directly); torch's class contributes only its identity and what it
+# adds besides, such as len().
+_torch_optimized_module_class = None
+
+
+def _optimized_module_class():
+    global _torch_optimized_module_class
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    torch_cls = getattr(eval_frame, "OptimizedModule", None) if eval_frame is not None else None
+    if not isinstance(torch_cls, type) or not issubclass(torch_cls, torch.nn.Module):
+        return OptimizedModule
+    if _torch_optimized_module_class is None or _torch_optimized_module_class.__bases__[1] is not torch_cls:
+        _torch_optimized_module_class = type("OptimizedModule", (OptimizedModule, torch_cls), {
+            "__module__": __name__,
+            "__qualname__": "_TorchOptimizedModule",  # what pickle looks up (module __getattr__ below)
+            "__doc__": OptimizedModule.__doc__,
+            # Pickled and copied as an nn.Module (torch's __reduce__/__setstate__ rebuild
+            # torch's own wrapper state).
+            "__reduce__": object.__reduce__,
+            "__getstate__": torch.nn.Module.__getstate__,
+            "__setstate__": torch.nn.Module.__setstate__,
+        })
+    return _torch_optimized_module_class
+
+
+def __getattr__(name):
+    # A pickled compiled module names its class; unpickling it makes the class again
+    # (loading torch._dynamo for it).
+    if name == "_TorchOptimizedModule":
+        import torch._dynamo.eval_frame  # noqa: F401
+
+        return _optimized_module_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # One configuration per (backend, fullgraph, dynamic): cache entries belong to a
@@ -208,7 +258,7 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
     name = backend if isinstance(backend, str) else getattr(backend, "__name__", type(backend).__name__)
     cfg = _config_for(_make_backend(backend, mode, options, dynamic), fullgraph, dynamic, name)
     if isinstance(model, torch.nn.Module):
-        return OptimizedModule(model, cfg)
+        return _optimized_module_class()(model, cfg)
     if not callable(model):
         raise TypeError(f"cdynamo.compile: expected a function or nn.Module, got {type(model).__name__}")
     compiled = _C.CompiledFunction(model, cfg)

@@ -118,6 +118,31 @@ def test_module_compile_and_named_backends(installed, dynamo_spy):
     assert dynamo_spy == []
 
 
+def test_compiled_module_is_a_torch_optimized_module(installed, dynamo_spy):
+    # Libraries tell a compiled module by torch's wrapper class (to unwrap _orig_mod, or to
+    # skip compiling it twice): under install() the wrapper cdynamo returns is one.
+    import copy
+    import pickle
+
+    from torch._dynamo.eval_frame import OptimizedModule as TorchOptimizedModule
+
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    x = torch.randn(2, 4)
+    expected = m(x)
+    c = torch.compile(m, backend="eager")
+    assert isinstance(c, TorchOptimizedModule) and isinstance(c, cdynamo.OptimizedModule)
+    unwrapped = c._orig_mod if isinstance(c, TorchOptimizedModule) else c
+    assert unwrapped is m
+    assert torch.allclose(c(x), expected) and cdynamo.stats()["frames_captured"] >= 1
+    assert len(c) == 2 and list(c.state_dict())[0] == "_orig_mod.0.weight"
+    c.eval()
+    assert not m.training and not c.training
+    for clone in (copy.deepcopy(c), pickle.loads(pickle.dumps(c))):
+        assert isinstance(clone, TorchOptimizedModule) and clone._orig_mod is not m
+        assert torch.allclose(clone(x), expected)
+    assert dynamo_spy == []
+
+
 def test_registered_backend_and_mode_options(installed, dynamo_spy):
     seen = []
 
@@ -343,14 +368,24 @@ def test_config_patch_capture_scalar_outputs(frontend):
     assert cnt.frame_count == 1
 
 
-def test_mark_dynamic_and_static_do_not_crash(frontend):
-    # Dynamic shapes are issue 13's: with cdynamo the marks are accepted and shapes stay static.
-    x = torch.randn(4, 3)
-    torch._dynamo.mark_dynamic(x, 0)
-    assert torch.equal(torch.compile(lambda a: a * 2, backend="eager")(x), x * 2)
-    y = torch.randn(4, 3)
-    torch._dynamo.mark_static(y, 0)
-    assert torch.equal(torch.compile(lambda b: b - 2, backend="eager")(y), y - 2)
+def test_mark_dynamic_and_static(frontend):
+    # torch._dynamo's marks, read by whichever frontend compiles: a dim marked dynamic before
+    # the first call serves every length from one graph; a dim marked static under
+    # dynamic=True is specialized (a graph per length).
+    cnt = CompileCounter()
+    f = torch.compile(lambda a: a * 2, backend=cnt)
+    for n in (4, 5, 6):
+        x = torch.randn(n, 3)
+        torch._dynamo.mark_dynamic(x, 0)
+        assert torch.equal(f(x), x * 2)
+    assert cnt.frame_count == 1
+    cnt2 = CompileCounter()
+    g = torch.compile(lambda b: b - 2, backend=cnt2, dynamic=True)
+    for n in (4, 5):
+        y = torch.randn(n, 3)
+        torch._dynamo.mark_static(y, 0)
+        assert torch.equal(g(y), y - 2)
+    assert cnt2.frame_count == 2
 
 
 def test_cdynamo_set_stance_api():

@@ -447,3 +447,11 @@ def test_str_join_of_a_lazy_map_takes_it_whole():
         parts = map(lambda v: v * 2, ["a", "b", "c"])
         return "-".join(parts), x + 1, list(parts)
     same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_list_iadd_of_a_lazy_map_appends_item_by_item():
+    def fn(x):
+        y = [1]
+        y += map(lambda z: z + y[-1], range(3))
+        return x + 1, y
+    same_as_eager(fn, one(), fullgraph=True)

@@ -113,13 +113,14 @@ def test_recompile_reasons_in_user_terms_recorded_on_misses_only(policy):
     cf(torch.ones(8))
     cf(torch.ones(9))
     reasons = cdynamo.stats()["recompile_reasons"]
-    assert [r["reason"] for r in reasons] == ["size of dim 0 of L['x']: expected 8, got 9"]
+    at = f" (guard from {__file__}:{add_one.__code__.co_firstlineno + 1} in add_one)"  # where x is read
+    assert [r["reason"] for r in reasons] == ["size of dim 0 of L['x']: expected 8, got 9" + at]
     assert "add_one" in reasons[0]["function"] and reasons[0]["compiled"]
     cf(torch.ones(8, dtype=torch.float64))
     reasons = cdynamo.stats()["recompile_reasons"]
     # Every entry of the configuration says why it rejected the call, most recent first.
-    assert reasons[-1]["reason"] == ("dtype of L['x']: expected torch.float32, got torch.float64\n    - "
-                                     "dtype of L['x']: expected torch.float32, got torch.float64")
+    assert reasons[-1]["reason"] == ("dtype of L['x']: expected torch.float32, got torch.float64" + at + "\n    - "
+                                     "dtype of L['x']: expected torch.float32, got torch.float64" + at)
     for _ in range(3):  # hits record nothing
         cf(torch.ones(9))
         cf(torch.ones(8))
@@ -148,7 +149,8 @@ def test_global_hyperparameter_change_recompiles_with_reason_and_uses_new_value(
     finally:
         LR = 0.01
     assert cnt.frame_count == 2
-    assert cdynamo.stats()["recompile_reasons"][-1]["reason"] == "G['LR'] == 0.01, got 0.02"
+    assert cdynamo.stats()["recompile_reasons"][-1]["reason"] == (
+        f"G['LR'] == 0.01, got 0.02 (guard from {__file__}:{scaled.__code__.co_firstlineno + 1} in scaled)")
     try:
         dcnt = torch._dynamo.testing.CompileCounter()
         df = torch.compile(scaled, backend=dcnt)

@@ -90,13 +90,9 @@ def test_graph_modules_freed_when_the_function_dies():
     assert backend.graphs and all(r() is None for r in backend.graphs), "graph modules outlive the function"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "M2: an entry of a module's forward keeps the module's class alive, and so itself: modules "
-    "are guarded by class, the guard program's type check holds the class by a strong reference "
-    "(a constant in csrc/guards/guard_program), the class holds forward, whose code owns the entry "
-    "through co_extra - a cycle through C++ that gc cannot see. The module instance itself is freed "
-    "(identity guards are weak). Fix: type checks of heap types hold a weak reference (or the type "
-    "pointer plus a weakref that invalidates the entry), as identity checks do."))
+# A module is guarded by its class and the attributes read from it; the class's forward code
+# owns the entry (co_extra), so a class held strongly by its guards would never be freed
+# (a cycle through C++ that gc cannot see): heap types are held weakly.
 def test_entries_freed_when_the_module_dies():
     backend = KeepBackend()
 
@@ -112,6 +108,33 @@ def test_entries_freed_when_the_module_dies():
     assert mref() is None, "a cache entry keeps the module alive"
     assert all(r() is None for r in backend.artifacts)
     assert cdynamo.stats()["cache_entries"] == 0
+
+
+def test_classes_made_at_run_time_die_and_their_guards_fail():
+    # A long-lived compiled function called with instances of classes made at run time: the
+    # entries' type and class-attribute guards do not keep the classes alive, an entry of a
+    # class that died never accepts an instance of a new class (even at its address), and
+    # such entries are dropped: more classes than config.recompile_limit all compile.
+    backend = KeepBackend()
+
+    def f(x, obj):
+        return obj.scale(x) + obj.offset
+
+    cf = cdynamo.compile(f, backend=backend)
+    refs = []
+    for k in range(cdynamo.config.recompile_limit + 2):
+        cls = type("Made", (), {"offset": k, "scale": lambda self, x, k=k: x * (k + 2)})
+        obj = cls()
+        x = torch.ones(3)
+        assert torch.equal(cf(x, obj), f(x, obj))
+        assert torch.equal(cf(x, obj), f(x, obj))  # a hit
+        refs.append(weakref.ref(cls))
+        del cls, obj
+        gc.collect()
+    assert all(r() is None for r in refs), "a cache entry keeps a class made at run time alive"
+    st = cdynamo.stats()
+    assert st["cache_hits"] == len(refs) and st["frames_native"] == 0
+    assert st["cache_entries"] == 1 and len(backend.artifacts) == len(refs)
 
 
 def test_reset_frees_entries_of_live_functions():

@@ -82,3 +82,86 @@ def test_method_monkeypatched_on_the_class():
             Net.scale = old
         return undo
     check(change)
+
+
+def test_global_forward_pre_hook_registered_later():
+    check(lambda m: torch.nn.modules.module.register_module_forward_pre_hook(lambda mod, inp: None).remove)
+
+
+def test_global_forward_pre_hook_changing_the_input_registered_later():
+    def hook(mod, inp):
+        if isinstance(mod, torch.nn.Linear):
+            return (inp[0] * 3,)
+    check(lambda m: torch.nn.modules.module.register_module_forward_pre_hook(hook).remove)
+
+
+def test_hook_replaced_in_place_under_the_same_handle():
+    # the entry compiled with the first hook must not run for the second
+    torch.manual_seed(0)
+    m = Net().eval()
+    cm = cdynamo.compile(m, backend=CompileCounter())
+    x = torch.randn(2, 4)
+    handle = m.register_forward_hook(lambda mod, inp, out: out + 1)
+    try:
+        assert torch.equal(cm(x), m(x))
+        m._forward_hooks[handle.id] = lambda mod, inp, out: out * 4
+        assert torch.equal(cm(x), m(x))
+    finally:
+        handle.remove()
+
+
+def test_forward_monkeypatched_on_the_instance():
+    def change(m):
+        m.forward = lambda x: m.lin(x) * 2
+    check(change)
+
+
+def test_forward_monkeypatched_on_the_class():
+    def change(m):
+        old = Net.forward
+        Net.forward = lambda self, x: self.lin(x) - 3
+
+        def undo():
+            Net.forward = old
+        return undo
+    check(change)
+
+
+def test_buffer_replaced():
+    class WithBuffer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("offset", torch.zeros(4))
+
+        def forward(self, x):
+            return x + self.offset
+
+    m = WithBuffer()
+    cm = cdynamo.compile(m, backend=CompileCounter())
+    x = torch.randn(2, 4)
+    assert torch.equal(cm(x), m(x))
+    m.offset = torch.full((4,), 2.0)
+    assert torch.equal(cm(x), m(x))
+    m.register_buffer("offset", torch.full((4,), -1.0))
+    assert torch.equal(cm(x), m(x))
+
+
+def test_module_of_a_compiled_function_changed_later():
+    # The same changes seen through a function that reads the module as a global.
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+    g = {"net": net}
+    exec("def fn(x):\n    return net(x) + 1\n", g)
+    fn = g["fn"]
+    cfn = cdynamo.compile(fn, backend=CompileCounter())
+    x = torch.randn(2, 4)
+    assert torch.equal(cfn(x), fn(x))
+    net[1] = torch.nn.Tanh()
+    assert torch.equal(cfn(x), fn(x))
+    handle = net[0].register_forward_hook(lambda mod, inp, out: out * -1)
+    assert torch.equal(cfn(x), fn(x))
+    handle.remove()
+    net.append(torch.nn.Sigmoid())
+    assert torch.equal(cfn(x), fn(x))
+    net.train()
+    assert torch.equal(cfn(x), fn(x))

@@ -462,6 +462,46 @@ def pure_python_list_function(xs):
     return ys
 
 
+# list += / *= change the list in place: aliases (and the caller's list) see the new items.
+@case(lambda: (torch.randn(4), [1, 2]))
+def list_inplace_add_and_multiply_keep_identity(x, lst):
+    alias = lst
+    lst += (x, 3)
+    made = [x * 2]
+    same = made
+    made *= 3
+    made += iter([x + 1])
+    return x + len(alias), alias is lst, same, len(made)
+
+
+@case(T4)
+def deque_inplace_add_and_multiply_respect_maxlen(x):
+    q = deque([x, x + 1], maxlen=3)
+    alias = q
+    q += [x * 2, x * 3]
+    q *= 2
+    return list(alias), len(q), q.maxlen
+
+
+# set |= &= -= ^= and dict |= change the object itself (the caller's too); d1 | d2 is new.
+@case(lambda: (torch.randn(4), {1, 2}, {"a": 1}))
+def set_and_dict_inplace_operators_keep_identity(x, s, d):
+    alias_s, alias_d = s, d
+    s |= {7}
+    s -= {1}
+    made = {1, 2, 3}
+    same = made
+    made &= {2, 3, 4}
+    made ^= frozenset({9})
+    d |= {"k": 3}
+    d |= [("p", 4)]
+    merged = {"z": 0} | d
+    od = OrderedDict(a=1)
+    alias_od = od
+    od |= {"b": 2}
+    return x + len(s), alias_s, same, alias_d, merged, merged is d, alias_od
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_containers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -101,8 +101,15 @@ const std::vector<ValuePtr>* Value::elements() const {
 }
 
 int Dict::findKey(PyObject* key) const {
+  // As a dict looks a key up: equal hashes first, then identity, then ==. (Keys hashed by
+  // identity, like tensors, are then never compared with their __eq__.)
+  Py_hash_t hash = PyObject_Hash(key);
+  if (hash == -1) return -2;
   for (size_t i = 0; i < keys.size(); ++i) {
     if (keys[i].get() == key) return static_cast<int>(i);
+    Py_hash_t h = PyObject_Hash(keys[i].get());
+    if (h == -1) return -2;
+    if (h != hash) continue;
     int eq = PyObject_RichCompareBool(keys[i].get(), key, Py_EQ);
     if (eq < 0) return -2;
     if (eq) return static_cast<int>(i);

@@ -1,0 +1,280 @@
+"""nn.Module classes as Python classes: their own special methods (__getitem__, __len__,
+__bool__, __eq__) traced with the class attribute guarded, a @staticmethod forward, and
+lazy modules (torch.nn.modules.lazy) initialised on their first call inside a trace as
+torch._dynamo does (docs/conformance.md: module-attrs, module-hooks). Each compared with
+eager on a first call and a cache hit, graph counts against torch._dynamo.
+"""
+from typing import NamedTuple
+
+import torch
+import torch._dynamo
+import torch._dynamo.testing
+from torch.nn.modules.lazy import LazyModuleMixin
+
+import cdynamo
+import cdynamo.testing
+
+from .harness import same_as_eager
+
+
+def one(*shape):
+    return lambda: (torch.randn(*shape or (4,)),)
+
+
+# ---------------------------------------------------------------- special methods
+
+class Layers(torch.nn.Module):
+    """A module indexed by name, with a length of its own."""
+
+    def __init__(self):
+        super().__init__()
+        self.inner = torch.nn.ModuleDict({"a": torch.nn.Linear(4, 4), "b": torch.nn.ReLU()})
+        self.scales = torch.nn.ParameterDict({"s": torch.nn.Parameter(torch.full((4,), 3.0))})
+
+    def __getitem__(self, key):
+        return self.inner[key]
+
+    def __len__(self):
+        return len(self.inner) + 5
+
+    def forward(self, x):
+        x = self["b"](self["a"](x)) * self.scales["s"]
+        return x + len(self)
+
+
+def test_module_class_getitem_and_len_are_traced():
+    m = Layers()
+    same_as_eager(lambda x: m(x), one())
+
+
+class Flagged(torch.nn.Module):
+    def __init__(self, on):
+        super().__init__()
+        self.on = on
+
+    def __bool__(self):
+        return self.on
+
+
+class Sized(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+def test_truth_of_a_module_uses_its_class_bool_then_len():
+    flagged, empty, plain = Flagged(False), Sized(0), torch.nn.ReLU()
+
+    def fn(x):
+        a = x + 1 if flagged else x - 1
+        b = a * 2 if empty else a * 3
+        return b + 5 if plain else b
+    same_as_eager(fn, one())
+
+
+def test_truth_of_a_module_follows_its_state():
+    # __bool__ reads an attribute: changing it after compiling must not give a stale branch.
+    flagged = Flagged(True)
+
+    def fn(x):
+        return x + 1 if flagged else x - 1
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x = torch.zeros(2)
+    assert torch.equal(cfn(x), fn(x))
+    flagged.on = False
+    assert torch.equal(cfn(x), fn(x))
+    assert torch.equal(cfn(x), fn(x))
+    assert cnt.frame_count == 2
+
+
+class Pair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.l0 = torch.nn.Linear(4, 4)
+        self.l1 = torch.nn.Linear(4, 4)
+
+    @property
+    def layers(self):
+        return [self.l0, self.l1]
+
+    def forward(self, x):
+        out = x
+        for layer in self.layers:
+            out = layer(out)
+            out = out.relu() if layer == self.l0 else out.sigmoid()
+            out = out + 1 if layer != self.l1 else out
+        return out
+
+
+def test_modules_compare_by_identity():
+    m = Pair()
+    same_as_eager(lambda x: m(x), one())
+
+
+class Tagged(torch.nn.Module):
+    def __init__(self, tag):
+        super().__init__()
+        self.tag = tag
+
+    def __eq__(self, other):
+        return isinstance(other, Tagged) and other.tag == self.tag
+
+    __hash__ = torch.nn.Module.__hash__
+
+
+def test_module_class_eq_is_traced():
+    a, b, c = Tagged(1), Tagged(1), Tagged(2)
+
+    def fn(x):
+        y = x + 1 if a == b else x - 1
+        return y * 2 if a != c else y * 3
+    same_as_eager(fn, one())
+
+
+def test_module_class_getitem_patched_later_recompiles():
+    class Box(torch.nn.Module):
+        def __getitem__(self, k):
+            return k + 1
+
+    box = Box()
+
+    def fn(x):
+        return x * box[1]
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x = torch.ones(2)
+    assert torch.equal(cfn(x), fn(x))
+    Box.__getitem__ = lambda self, k: k + 10
+    assert torch.equal(cfn(x), fn(x)), "stale __getitem__ after patching the class"
+    assert cnt.frame_count == 2
+
+
+class StaticForward(torch.nn.Module):
+    @staticmethod
+    def forward(x):
+        return x * torch.sigmoid(x)
+
+
+def test_static_method_forward_is_called_without_self():
+    m = torch.nn.Sequential(torch.nn.Linear(4, 4), StaticForward())
+    same_as_eager(lambda x: m(x) + 1, one())
+
+
+# ---------------------------------------------------------------- lazy modules
+
+class LazyMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.LazyLinear(8)
+        self.fc2 = torch.nn.LazyLinear(2)
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu())
+
+
+class Record(NamedTuple):
+    items: list
+    extra: torch.Tensor
+
+
+class LazyFromRecord(LazyModuleMixin, torch.nn.Module):
+    """Initialises from a namedtuple holding a list of tensors; makes a lazy child."""
+
+    def initialize_parameters(self, rec):
+        with torch.no_grad():
+            self.w = torch.nn.Parameter(torch.full(rec.items[0].shape, 0.5))
+            self.child = torch.nn.LazyLinear(3)
+
+    def forward(self, rec):
+        return self.child(sum(rec.items) * self.w + rec.extra)
+
+
+def paired(make):
+    torch.manual_seed(0)
+    a = make()
+    torch.manual_seed(0)
+    b = make()
+    return a, b
+
+
+def dynamo_frames(make, call):
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    m = make()
+    cnt = torch._dynamo.testing.CompileCounter()
+    opt = torch._dynamo.optimize(cnt)(call)
+    opt(m)
+    opt(m)
+    torch._dynamo.reset()
+    return cnt.frame_count
+
+
+def check_lazy(make, make_args):
+    eager_m, compiled_m = paired(make)
+    args = make_args()
+
+    def call(m):
+        return m(*args)
+
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    ccall = cdynamo.compile(call, backend=cnt)
+    for what in ("first call", "cache hit"):
+        torch.manual_seed(3)  # the parameters are made (randomly) on the first call
+        expected = call(eager_m)
+        torch.manual_seed(3)
+        got = ccall(compiled_m)
+        torch.testing.assert_close(got, expected, msg=f"{what}: compiled differs from eager")
+    assert type(compiled_m) is type(eager_m)
+    assert [n for n, _ in compiled_m.named_parameters()] == [n for n, _ in eager_m.named_parameters()]
+    st = cdynamo.stats()
+    assert st["frames_native"] == 0 and st["graph_breaks"] == 0, st["native_frames"]
+    assert st["cache_hits"] >= 1
+    assert cnt.frame_count == dynamo_frames(make, call) == 1
+    return ccall, cnt, args
+
+
+def test_lazy_submodules_initialise_inside_the_trace():
+    ccall, cnt, args = check_lazy(LazyMLP, lambda: (torch.randn(5, 6),))
+    # Another, uninitialised instance: its class is still the lazy one (the guard follows
+    # the class the first one became), so it compiles again and initialises too.
+    torch.manual_seed(1)
+    other = LazyMLP()
+    torch.manual_seed(1)
+    ref = LazyMLP()
+    before = cnt.frame_count
+    for _ in range(2):
+        torch.manual_seed(4)
+        got = ccall(other)
+        torch.manual_seed(4)
+        torch.testing.assert_close(got, ref(*args))
+    assert cnt.frame_count == before + 1
+    assert isinstance(other.fc1, torch.nn.Linear) and not isinstance(other.fc1, LazyModuleMixin)
+
+
+def test_lazy_module_with_namedtuple_of_list_input_and_a_lazy_child():
+    def args():
+        torch.manual_seed(2)
+        return (Record([torch.randn(3, 4), torch.randn(3, 4)], torch.randn(3, 4)),)
+    check_lazy(LazyFromRecord, args)
+
+
+def test_compiled_lazy_module_initialises_on_its_first_call():
+    eager_m, compiled_m = paired(LazyMLP)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    opt = cdynamo.compile(compiled_m, backend=cnt, fullgraph=True)
+    x = torch.randn(3, 7)
+    for _ in range(2):
+        torch.manual_seed(5)
+        got = opt(x)
+        torch.manual_seed(5)
+        torch.testing.assert_close(got, eager_m(x))
+    assert cnt.frame_count == 1
+    assert compiled_m.fc1.weight.shape == (8, 7)
