@@ -135,6 +135,8 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return namespaceGetAttr(t, obj, name);
     case Kind::DictView:
       return Value::namedMethod(obj, name);  // isdisjoint, ...: called later (unsupported there)
+    case Kind::NdArray:
+      return ndarrayAttr(t, obj, name);
     case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:

@@ -30,7 +30,7 @@ Result<ValuePtr> runPure(Tracer& t, PyObject* f, const char* which, Args& args, 
   std::vector<Ref> counters(args.size());
   for (size_t i = 0; i < args.size() && materialized; ++i) {
     if (const Iterator* it = args[i]->get<Iterator>()) {
-      Ref items = it->stepper ? Ref() : toPython(t, Value::tuple(std::vector<ValuePtr>(
+      Ref items = it->lazy() ? Ref() : toPython(t, Value::tuple(std::vector<ValuePtr>(
                                                          it->items.begin() + static_cast<std::ptrdiff_t>(std::min(it->pos, it->items.size())),
                                                          it->items.end())));
       Ref pair = items && !t.iterators().stale(args[i].get()) ? realIterator(it->type.get(), items.get()) : Ref();
@@ -295,7 +295,7 @@ Result<ValuePtr> builtinNext(Tracer& t, PyObject* f, const char* which, Args& ar
   const ValuePtr& it = args[0];
   const Iterator* iter = it->get<Iterator>();
   if (!iter) return t.fail("next() of a non-iterator");
-  if (iter->stepper) {  // a user iterator object: its __next__, inlined
+  if (iter->lazy()) {  // a user iterator object (its __next__, inlined) or a lazy map
     ValuePtr item;
     if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();
     if (item) return item;
@@ -315,21 +315,56 @@ Result<ValuePtr> builtinNext(Tracer& t, PyObject* f, const char* which, Args& ar
   
 }
 
+ValuePtr lazyIterator(Iterator::Made made, PyObject* type, ValuePtr fn, std::vector<ValuePtr> sources, long start);
+
+// The iterators of `args[first:]` when one of them makes its items one at a time (a user
+// iterator object, a lazy map): what zip/enumerate then take from lazily; else empty.
+Result<std::vector<ValuePtr>> lazySources(Tracer& t, Args& args, size_t first, size_t count) {
+  bool any = false;
+  for (size_t i = first; i < first + count && i < args.size(); ++i) {
+    const Iterator* it = args[i]->get<Iterator>();
+    bool user_object = isUserObject(args[i]);
+    any = any || (it && it->lazy()) || user_object;
+  }
+  std::vector<ValuePtr> sources;
+  if (!any) return sources;
+  for (size_t i = first; i < first + count && i < args.size(); ++i) {
+    Result<ValuePtr> it = getIter(t, args[i]);
+    if (!it) return it.stop();
+    sources.push_back(it.take());
+  }
+  bool lazy = false;
+  for (const ValuePtr& s : sources) lazy = lazy || s->as<Iterator>().lazy();
+  if (!lazy) {  // a user object whose __iter__ gave a plain iterator: computed ahead as before
+    args.erase(args.begin() + static_cast<std::ptrdiff_t>(first),
+               args.begin() + static_cast<std::ptrdiff_t>(std::min(args.size(), first + count)));
+    args.insert(args.begin() + static_cast<std::ptrdiff_t>(first), sources.begin(), sources.end());
+    sources.clear();
+  }
+  return sources;
+}
+
 // enumerate(iterable[, start]): its items computed now, its source consumed as they are taken (iterators.h).
 Result<ValuePtr> builtinEnumerate(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (!(is("enumerate") && !args.empty() && args.size() <= 2)) return notHandled();
-  std::vector<ValuePtr> items;
-  if (Done d = peekItems(t, args[0], &items); !d) return d.stop();  // an iterator is consumed as the result is
   long start = 0;
   if (args.size() == 2) {
-    if (!args[1]->is(Kind::Constant)) return t.fail("enumerate() start must be a constant");
+    if (!args[1]->is(Kind::Constant) || !PyLong_Check(args[1]->constant())) return t.fail("enumerate() start must be a constant int");
     start = PyLong_AsLong(args[1]->constant());
   }
   for (auto& [k, v] : kwargs) {
-    if (PyUnicode_CompareWithASCIIString(k.get(), "start") != 0 || !v->is(Kind::Constant)) return t.fail("enumerate() keyword");
+    if (PyUnicode_CompareWithASCIIString(k.get(), "start") != 0 || !v->is(Kind::Constant) || !PyLong_Check(v->constant()))
+      return t.fail("enumerate() keyword");
     start = PyLong_AsLong(v->constant());
   }
+  // Over an iterator made item by item (a user iterator object, a lazy map): lazy too,
+  // each item taken from it when the pair is.
+  Result<std::vector<ValuePtr>> lazy = lazySources(t, args, 0, 1);
+  if (!lazy) return lazy.stop();
+  if (!lazy->empty()) return lazyIterator(Iterator::Made::Enumerate, f, nullptr, lazy.take(), start);
+  std::vector<ValuePtr> items;
+  if (Done d = peekItems(t, args[0], &items); !d) return d.stop();  // an iterator is consumed as the result is
   std::vector<ValuePtr> pairs;
   for (size_t i = 0; i < items.size(); ++i) pairs.push_back(Value::tuple({constInt(start + static_cast<long>(i)), items[i]}));
   ValuePtr it = Value::iterator(std::move(pairs), PyType_Check(f) ? f : nullptr);
@@ -350,6 +385,12 @@ Result<ValuePtr> builtinZip(Tracer& t, PyObject* f, const char* which, Args& arg
   for (auto& [k, v] : kwargs) {
     if (PyUnicode_CompareWithASCIIString(k.get(), "strict") != 0 || !v->is(Kind::Constant)) return t.fail("zip() keyword");
     strict = PyObject_IsTrue(v->constant()) == 1;
+  }
+  Result<std::vector<ValuePtr>> lazy = lazySources(t, args, 0, args.size());
+  if (!lazy) return lazy.stop();
+  if (!lazy->empty()) {
+    if (strict) return t.fail("zip(strict=True) over an iterator made item by item is not supported yet");
+    return lazyIterator(Iterator::Made::Zip, f, nullptr, lazy.take(), 0);
   }
   std::vector<std::vector<ValuePtr>> seqs(args.size());
   size_t n = SIZE_MAX;
@@ -383,6 +424,27 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
 }
 
 // map() / filter(): the function runs for every item now, which is right only when it changes nothing.
+// An iterator whose items are made from its sources' as they are taken (value.h Iterator::Made).
+ValuePtr lazyIterator(Iterator::Made made, PyObject* type, ValuePtr fn, std::vector<ValuePtr> sources, long start) {
+  ValuePtr v = Value::iterator({}, type);
+  Iterator& it = v->as<Iterator>();
+  it.made = made;
+  it.map_fn = std::move(fn);
+  it.map_sources = std::move(sources);
+  it.next_index = start;
+  return v;
+}
+
+// Whether calling `fn` may run Python code (a function, a method, a partial, a callable
+// object, a user class): what a lazy map must not run ahead of time. C functions and builtin
+// types (int, str.upper, torch.relu) compute from their arguments only.
+bool runsPythonCode(const ValuePtr& fn) {
+  if (!fn->is(Kind::Callable)) return true;
+  PyObject* f = fn->real();
+  if (PyFunction_Check(f) || PyMethod_Check(f)) return true;
+  return PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE);
+}
+
 Result<ValuePtr> builtinMapFilter(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (!((is("map") || is("filter")) && args.size() >= 2)) return notHandled();
@@ -390,6 +452,18 @@ Result<ValuePtr> builtinMapFilter(Tracer& t, PyObject* f, const char* which, Arg
   if (!kwargs.empty() && PY_VERSION_HEX < 0x030E0000)
     return t.raiseNew(PyExc_TypeError, std::string(which) + "() takes no keyword arguments");
   if (is("filter") && args.size() != 2) return t.fail("filter() takes two arguments (TypeError)");
+  if (is("map") && runsPythonCode(args[0])) {
+    // Python's map is lazy: fn runs for an item when the item is taken, and may read what
+    // the program changed since (a list the loop over the map appends to). Its sources
+    // are iterated now, as map() does.
+    std::vector<ValuePtr> sources;
+    for (size_t i = 1; i < args.size(); ++i) {
+      Result<ValuePtr> it = getIter(t, args[i]);
+      if (!it) return it;
+      sources.push_back(it.take());
+    }
+    return lazyIterator(Iterator::Made::Map, reinterpret_cast<PyObject*>(&PyMap_Type), args[0], std::move(sources), 0);
+  }
   std::vector<std::vector<ValuePtr>> seqs(args.size() - 1);
   size_t n = SIZE_MAX;
   for (size_t i = 1; i < args.size(); ++i) {
@@ -461,8 +535,56 @@ Result<ValuePtr> builtinSum(Tracer& t, PyObject* f, const char* which, Args& arg
 }
 
 // min() / max() / sorted() of constants (run for real), all() / any() by truth value.
+// sorted(iterable, *, key=None, reverse=False): the key of each item computed in the trace
+// (key called on each item in order, as sorted does), the order decided by the real sort of
+// the keys (stable, Python's own comparisons), which must be constants; the items may be anything.
+Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (args.size() != 1) return t.raiseNew(PyExc_TypeError, "sorted expected 1 argument");
+  ValuePtr key;
+  ValuePtr reverse = Value::constant(Py_False);
+  for (auto& [k, v] : kwargs) {
+    if (PyUnicode_CompareWithASCIIString(k.get(), "key") == 0) key = v;
+    else if (PyUnicode_CompareWithASCIIString(k.get(), "reverse") == 0) reverse = v;
+    else return t.raiseNew(PyExc_TypeError, std::string("'") + PyUnicode_AsUTF8(k.get()) + "' is an invalid keyword argument for sort()");
+  }
+  if (key && key->isNone()) key = nullptr;
+  if (!reverse->is(Kind::Constant)) return t.fail("sorted(reverse=) that is not a constant");
+  std::vector<ValuePtr> items;
+  if (Done d = iterate(t, args[0], &items); !d) return d.stop();
+  Ref keys = Ref::steal(PyList_New(0));
+  if (!keys) return t.failFromPython("sorted()");
+  for (const ValuePtr& item : items) {
+    ValuePtr k = item;
+    if (key) {
+      Result<ValuePtr> r = call(t, key, {item}, {});
+      if (!r) return r;
+      k = r.take();
+    }
+    Ref real = toPython(t, k);
+    if (!real) return t.fail("sorted() by keys that are not constants depends on their values");
+    if (PyList_Append(keys.get(), real.get()) < 0) return t.failFromPython("sorted()");
+  }
+  // The order: sorted(range(n), key=keys.__getitem__, reverse=reverse), run for real.
+  Ref indices = Ref::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "n",
+                                                 static_cast<Py_ssize_t>(items.size())));
+  Ref getitem = keys ? Ref::steal(PyObject_GetAttrString(keys.get(), "__getitem__")) : Ref();
+  Ref pkw = Ref::steal(PyDict_New());
+  if (!indices || !getitem || !pkw || PyDict_SetItemString(pkw.get(), "key", getitem.get()) < 0 ||
+      PyDict_SetItemString(pkw.get(), "reverse", reverse->constant()) < 0)
+    return t.failFromPython("sorted()");
+  Ref pargs = Ref::steal(PyTuple_Pack(1, indices.get()));
+  if (!pargs) return t.failFromPython("sorted()");
+  Ref order = Ref::steal(PyObject_Call(f, pargs.get(), pkw.get()));
+  if (!order) return t.raisePython();  // keys that do not compare: the TypeError eager raises
+  std::vector<ValuePtr> out;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(order.get()); ++i)
+    out.push_back(items[static_cast<size_t>(PyLong_AsSsize_t(PyList_GET_ITEM(order.get(), i)))]);
+  return Value::list(std::move(out));
+}
+
 Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
+  if (is("sorted")) return builtinSorted(t, f, args, kwargs);
   if (!((is("min") || is("max") || is("sorted") || is("all") || is("any")) && !args.empty() && kwargs.empty())) return notHandled();
   std::vector<ValuePtr> items;
   if (args.size() == 1) {
@@ -566,6 +688,10 @@ Result<ValuePtr> builtinOfTensor(Tracer& t, PyObject* f, const char* which, Args
     Result<bool> truth = truthValue(t, args[0]);  // __bool__, __len__, a container's size, ...
     if (!truth) return truth.stop();
     return Value::constant(*truth ? Py_True : Py_False);
+  }
+  if (args.size() == 1 && kwargs.empty() && args[0]->is(Kind::NdArray)) {
+    if (is("abs")) return ndarrayOperator(t, "abs", {args[0]});
+    if (is("float") || is("int") || is("bool")) return t.fail(std::string(which) + "() of a numpy array reads its value (data-dependent)");
   }
   if (args.empty() || !args[0]->is(Kind::Tensor)) return notHandled();
   if (is("str")) {

@@ -295,6 +295,30 @@ Result<ValuePtr> makeDeque(Tracer& t, PyObject* f, const char*, Args& args, Kwar
   return q;
 }
 
+// collections.namedtuple(name, fields, ...) on constants: the class made now, for real (as
+// torch._dynamo does): making it runs no code of the program and changes nothing but the new
+// class. Its __module__ is the calling frame's module, as namedtuple reads it from the caller.
+Result<ValuePtr> makeNamedTupleClass(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  Ref pargs = toPython(t, Value::tuple(args));
+  if (!pargs || !PyTuple_Check(pargs.get())) return notHandled();
+  Ref pkwargs = Ref::steal(PyDict_New());
+  if (!pkwargs) return t.failFromPython("namedtuple()'s arguments");
+  for (const auto& [k, v] : kwargs) {
+    Ref p = toPython(t, v);
+    if (!p) return notHandled();
+    if (PyDict_SetItem(pkwargs.get(), k.get(), p.get()) < 0) return t.failFromPython("namedtuple()'s arguments");
+  }
+  static PyObject* const module_kw = PyUnicode_InternFromString("module");
+  if (!PyDict_Contains(pkwargs.get(), module_kw) && t.current() && t.current()->globals.get()) {
+    PyObject* name = PyDict_GetItemWithError(t.current()->globals.get(), interned(Str::dunder_name));
+    if (name && PyDict_SetItem(pkwargs.get(), module_kw, name) < 0) return t.failFromPython("namedtuple()'s module");
+    if (!name && PyErr_Occurred()) return t.failFromPython("the caller's __name__");
+  }
+  Ref cls = Ref::steal(PyObject_Call(f, pargs.get(), pkwargs.get()));
+  if (!cls) return t.raisePython();  // bad field names: the ValueError eager raises
+  return Value::callable(cls.get());
+}
+
 // collections.defaultdict(factory, ...) made in the trace.
 Result<ValuePtr> makeDefaultdict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
   ValuePtr d = Value::dict(f, {}, {});
@@ -369,6 +393,7 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::inspect_signature, false, {"inspect.signature", foldSignature, false}},
     {Obj::functools_partial, true, {"functools.partial object", callPartialObject, false}},
     {Obj::collections_deque, false, {"collections.deque", makeDeque, false}},
+    {Obj::collections_namedtuple, false, {"collections.namedtuple", makeNamedTupleClass, false}},
     {Obj::collections_defaultdict, false, {"collections.defaultdict", makeDefaultdict, false}},
     {Obj::operator_itemgetter, false, {"operator.itemgetter", makeGetter, false}},
     {Obj::operator_attrgetter, false, {"operator.attrgetter", makeGetter, false}},
@@ -681,6 +706,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     }
     return makeNamedTuple(t, f, args, kwargs);
   }
+  if (isNumpyCallable(f)) return callNumpy(t, f, args, kwargs);
   if (PyExceptionClass_Check(f)) {
     if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");
     return makeException(t, f, args);
@@ -688,7 +714,10 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) && !isTorchFunction(f))
     return newObject(t, f, std::move(args), std::move(kwargs));
   if (isCacheWrapper(f)) return callCacheWrapper(t, fn, args, kwargs);
-  if (isTorchFunction(f)) return callTorchFunction(t, fn, args, kwargs);
+  if (isTorchFunction(f)) {
+    if (Result<ValuePtr> r = ndarrayAsTensor(t, f, args, kwargs); !r.notHandled()) return r;
+    return callTorchFunction(t, fn, args, kwargs);
+  }
   if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
   Ref repr = Ref::steal(PyObject_Repr(f));
   std::string what = repr ? PyUnicode_AsUTF8(repr.get()) : "a callable";

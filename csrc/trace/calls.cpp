@@ -30,7 +30,9 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
     if (strcmp(mname, "__enter__") == 0) return t.contexts().enter(self);
     return t.fail(std::string("context manager method ") + mname + " is not supported");
   }
+  if (self->is(Kind::NdArray)) return ndarrayMethod(t, self, m.name.get(), args, kwargs);
   if (!self->is(Kind::Tensor)) return callContainerMethod(t, self, m.name.get(), args, kwargs);
+  if (PyUnicode_CompareWithASCIIString(m.name.get(), "numpy") == 0) return tensorAsNdarray(t, self, args, kwargs);
   // Reading the tensor's value into Python: stops the trace, or (with
   // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
   static const char* const kValueReads[][2] = {
@@ -105,8 +107,12 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
       return callNamedMethod(t, fn->as<NamedMethod>(), args, kwargs);
     case Kind::BoundMethod: {
       const BoundMethod& m = fn->as<BoundMethod>();
-      args.insert(args.begin(), m.self);
       PyObject* function = m.function.get();
+      // A method of a NumPy object from the program (np.random.randn: of the global
+      // RandomState) stands for torch._numpy's function of that name.
+      if (m.self->is(Kind::Object) && !PyFunction_Check(function) && isNumpyCallable(function))
+        return callNumpy(t, function, args, kwargs);
+      args.insert(args.begin(), m.self);
       if (PyFunction_Check(function)) return t.inlineFunction(function, -1, std::move(args), std::move(kwargs));
       return call(t, Value::callable(function), std::move(args), std::move(kwargs));
     }
@@ -147,6 +153,7 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     case Kind::Super:
     case Kind::Namespace:
     case Kind::DictView:
+    case Kind::NdArray:
       break;
   }
   return t.fail(std::string("calling a ") + kindName(fn->kind()) + " is not supported");

@@ -30,7 +30,7 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
   }
   if (const std::vector<ValuePtr>* items = v->elements()) {
     if (t.iterators().stale(v.get())) return Ref();  // its items are no longer known
-    if (const Iterator* it = v->get<Iterator>(); it && it->stepper) return Ref();  // not known ahead
+    if (const Iterator* it = v->get<Iterator>(); it && it->lazy()) return Ref();  // not known ahead
     Ref list = Ref::steal(PyList_New(0));
     if (!list) return PyErr_Clear(), Ref();
     const Iterator* it = v->get<Iterator>();
@@ -159,6 +159,11 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>
     for (const char* k : kImmutable) pure = pure || strcmp(n, k) == 0;
   }
   if (!pure) return notHandled();
+  // An iterator argument is taken whole by these C functions ("".join(map(f, xs))): one
+  // made item by item is run to its end first, in order.
+  for (const ValuePtr& a : args)
+    if (const Iterator* it = a->get<Iterator>(); it && it->lazy())
+      if (Done d = drainUserIterator(t, a); !d) return d.stop();
   Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
   if (!pargs) return t.failFromPython("folding a constant call");
   for (size_t i = 0; i < args.size(); ++i) {
@@ -179,6 +184,9 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>
   }
   Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), kw.get()));
   if (!r) return t.raisePython();
+  for (const ValuePtr& a : args)  // what the call took of an iterator argument: all of it
+    if (const Iterator* it = a->get<Iterator>())
+      if (Done d = t.iterators().advance(a, it->items.size(), true); !d) return d.stop();
   // torch.finfo/iinfo results are immutable records: keep them as constants.
   const char* rt = Py_TYPE(r.get())->tp_name;
   if (strcmp(rt, "torch.finfo") == 0 || strcmp(rt, "torch.iinfo") == 0) return Value::constant(r.get());
@@ -227,6 +235,11 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
     }
     case Kind::Iterator: return v->as<Iterator>().type.get();  // null when not known
     case Kind::DictView: return dictViewType(v);
+    case Kind::NdArray: {
+      PyObject* type = lookup(Obj::numpy_ndarray);
+      if (!type) PyErr_Clear();
+      return type;
+    }
     case Kind::Null:
     case Kind::Cell:
     case Kind::Context:

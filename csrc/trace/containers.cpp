@@ -132,17 +132,20 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
       return Value::constant(Py_None);
     }
     if ((is("extend") || is("extendleft")) && args.size() == 1) {
-      std::vector<ValuePtr> more;
-      if (Done d = iterate(t, args[0], &more); !d) return d.stop();
-      for (const ValuePtr& m : more) {
+      // Item by item, as deque does: a lazy iterator's next item sees the ones added.
+      Result<ValuePtr> source = args[0] == self ? Value::list(items) : getIter(t, args[0]);
+      if (!source) return source;
+      Done d = forEachItem(t, *source, [&](ValuePtr m) -> Done {
         if (is("extend")) {
-          items.push_back(m);
+          items.push_back(std::move(m));
           trim(true);
         } else {
-          items.insert(items.begin(), m);
+          items.insert(items.begin(), std::move(m));
           trim(false);
         }
-      }
+        return {};
+      });
+      if (!d) return d.stop();
       return Value::constant(Py_None);
     }
     if ((is("pop") || is("popleft")) && args.empty()) {
@@ -207,9 +210,20 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
     return Value::constant(Py_None);
   }
   if (is("extend") && args.size() == 1) {
-    std::vector<ValuePtr> more;
-    if (Done d = iterate(t, args[0], &more); !d) return d.stop();
-    items.insert(items.end(), more.begin(), more.end());
+    // A list or tuple is copied first (l.extend(l) doubles it); any other iterable is
+    // taken item by item, each appended before the next is taken (as list.extend does).
+    if (args[0]->is(Kind::List) || args[0]->is(Kind::Tuple)) {
+      std::vector<ValuePtr> more = *args[0]->elements();
+      items.insert(items.end(), more.begin(), more.end());
+      return Value::constant(Py_None);
+    }
+    Result<ValuePtr> source = getIter(t, args[0]);
+    if (!source) return source;
+    Done d = forEachItem(t, *source, [&](ValuePtr m) -> Done {
+      self->elements()->push_back(std::move(m));
+      return {};
+    });
+    if (!d) return d.stop();
     return Value::constant(Py_None);
   }
   if (is("insert") && args.size() == 2) {
@@ -619,6 +633,7 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
     case Kind::Context:
     case Kind::Namespace:
     case Kind::DictView:
+    case Kind::NdArray:
       break;
   }
   if (!r.notHandled()) return r;

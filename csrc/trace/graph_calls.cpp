@@ -91,6 +91,15 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
       *out = graph::Arg::ofNode(v->as<Tensor>().node);
       return {};
     case Kind::Constant:
+      if (isNumpyConstant(v->constant())) {
+        // A NumPy scalar is a Python number to torch (the graph's code cannot name NumPy's
+        // types); a NumPy dtype has no meaning to a torch op.
+        if (Py_TYPE(Py_TYPE(v->constant())) != &PyType_Type) break;
+        Ref item = Ref::steal(PyObject_CallMethod(v->constant(), "item", nullptr));
+        if (!item) return t.failFromPython("a NumPy scalar's value");
+        *out = graph::Arg::ofConst(item.get());
+        return {};
+      }
       *out = graph::Arg::ofConst(v->constant());
       return {};
     case Kind::Tuple: {
@@ -119,6 +128,7 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
     case Kind::Object:
     case Kind::Context:
     case Kind::DictView:
+    case Kind::NdArray:
     case Kind::NewObject:
     case Kind::Super:
     case Kind::Partial:

@@ -52,6 +52,10 @@ Result<Next> opCopy(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& in
 Result<Next> opSwap(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 
 // ---- op_values.cpp: calls, operators, building values --------------------------------
+Result<Next> opGetLen(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opMatchMapping(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opMatchSequence(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opMatchKeys(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opKwNames(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opCall(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opBinaryOp(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);

@@ -116,12 +116,12 @@ Handler handlerFor(Op op) {
     case Op::CHECK_EXC_MATCH: return opCheckExcMatch;
     case Op::WITH_EXCEPT_START: return opWithExceptStart;
     case Op::BEFORE_WITH: return opBeforeWith;
+    case Op::GET_LEN: return opGetLen;
+    case Op::MATCH_MAPPING: return opMatchMapping;
+    case Op::MATCH_SEQUENCE: return opMatchSequence;
+    case Op::MATCH_KEYS: return opMatchKeys;
     // Not traced: pattern matching, async, class bodies and module-level name lookups,
     // star imports, except* groups.
-    case NotTraced::GET_LEN:
-    case NotTraced::MATCH_MAPPING:
-    case NotTraced::MATCH_SEQUENCE:
-    case NotTraced::MATCH_KEYS:
     case NotTraced::MATCH_CLASS:
     case NotTraced::CHECK_EG_MATCH:
     case NotTraced::PREP_RERAISE_STAR:

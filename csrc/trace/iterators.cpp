@@ -106,6 +106,45 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   Iterator& iter = it->as<Iterator>();
   item->reset();
   if (iter.ended) return {};
+  if (iter.made != Iterator::Made::Ahead) {  // map/zip/enumerate: the next item of every source in turn
+    std::vector<ValuePtr> row;
+    const std::vector<ValuePtr> sources = iter.map_sources;
+    for (const ValuePtr& source : sources) {
+      ValuePtr x;
+      if (Done d = nextItem(t, source, &x); !d) return d;
+      if (!x) {
+        it->as<Iterator>().ended = true;
+        return {};
+      }
+      row.push_back(std::move(x));
+    }
+    Iterator& now = it->as<Iterator>();
+    if (sources.empty()) {
+      now.ended = true;
+      return {};
+    }
+    switch (now.made) {
+      case Iterator::Made::Map: {
+        ValuePtr fn = now.map_fn;
+        Result<ValuePtr> r = call(t, fn, std::move(row), {});
+        if (!r) return r.stop();
+        *item = r.take();
+        return {};
+      }
+      case Iterator::Made::Zip:
+        *item = Value::tuple(std::move(row));
+        return {};
+      case Iterator::Made::Enumerate: {
+        Ref count = Ref::steal(PyLong_FromLong(now.next_index++));
+        if (!count) return t.failFromPython("enumerate's count");
+        *item = Value::tuple({Value::constant(count.get()), row[0]});
+        return {};
+      }
+      case Iterator::Made::Ahead:
+        break;
+    }
+    return t.fail("an iterator made item by item of an unknown kind");
+  }
   Result<ValuePtr> r = callDunder(t, iter.stepper, interned(Str::dunder_next), {});
   if (r.notHandled()) return t.fail("an iterator object without __next__ (TypeError)");
   if (r) {
@@ -122,9 +161,23 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   return {};
 }
 
+Done nextItem(Tracer& t, const ValuePtr& it, ValuePtr* item) {
+  item->reset();
+  Iterator* iter = it->get<Iterator>();
+  if (!iter) return t.fail("next() of a non-iterator");
+  if (iter->lazy()) return stepUserIterator(t, it, item);
+  if (iter->pos < iter->items.size()) {
+    ValuePtr v = iter->items[iter->pos];
+    if (Done d = t.iterators().advance(it, iter->pos + 1, false); !d) return d;
+    *item = std::move(v);
+    return {};
+  }
+  return t.iterators().advance(it, iter->pos, true);
+}
+
 Done drainUserIterator(Tracer& t, const ValuePtr& it) {
   Iterator& iter = it->as<Iterator>();
-  if (!iter.stepper) return {};
+  if (!iter.lazy()) return {};
   constexpr size_t kMaxItems = 100000;  // an endless iterator is not unrolled
   std::vector<ValuePtr> items;
   while (true) {
@@ -138,6 +191,9 @@ Done drainUserIterator(Tracer& t, const ValuePtr& it) {
   iter.pos = 0;
   iter.ended = false;  // its items are now known: it ends once they are taken
   iter.stepper = nullptr;
+  iter.made = Iterator::Made::Ahead;
+  iter.map_fn = nullptr;
+  iter.map_sources.clear();
   return {};
 }
 

@@ -34,7 +34,15 @@ PyObject* dictViewType(const ValuePtr& v);
 Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item);
 // Turns an Iterator over a user object's __next__ into one over the items it gives to
 // its end (for the consumers that take every item at once: list(), zip(), sum(), ...).
+// A lazy map is drained the same way, item by item.
 Done drainUserIterator(Tracer& t, const ValuePtr& it);
+// The next item of any Iterator value (taken: it advances), or null at its end.
+Done nextItem(Tracer& t, const ValuePtr& it, ValuePtr* item);
+// Calls `each` on every item `iterable` gives, in order, taking each only after the
+// previous one was handled (list.extend(map(f, ...)) where f reads the list): iterators
+// made lazily are stepped, others iterated.
+template <class F>
+Done forEachItem(Tracer& t, const ValuePtr& iterable, F&& each);
 
 class Iterators {
  public:
@@ -91,5 +99,25 @@ class Iterators {
   std::unordered_map<const Value*, Link> links_;
   std::vector<Input> inputs_;
 };
+
+Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj);
+Done iterate(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
+
+template <class F>
+Done forEachItem(Tracer& t, const ValuePtr& iterable, F&& each) {
+  if (const Iterator* it = iterable->get<Iterator>(); it && it->lazy()) {
+    while (true) {
+      ValuePtr item;
+      if (Done d = nextItem(t, iterable, &item); !d) return d;
+      if (!item) return {};
+      if (Done d = each(std::move(item)); !d) return d;
+    }
+  }
+  std::vector<ValuePtr> items;
+  if (Done d = iterate(t, iterable, &items); !d) return d;
+  for (ValuePtr& item : items)
+    if (Done d = each(std::move(item)); !d) return d;
+  return {};
+}
 
 }  // namespace cdynamo::trace

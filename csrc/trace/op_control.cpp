@@ -22,7 +22,7 @@ Result<Next> opForIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, 
   const ValuePtr it = io[0];
   Iterator* iter = it->get<Iterator>();
   if (!iter) return t.fail("FOR_ITER on a non-iterator");
-  if (iter->stepper) {  // a user iterator object: its __next__, inlined, or its end
+  if (iter->lazy()) {  // a user iterator object (its __next__, inlined) or a lazy map: an item or its end
     ValuePtr item;
     if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();
     if (!item) {

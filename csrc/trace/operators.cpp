@@ -75,6 +75,7 @@ bool madeMutable(const ValuePtr& v) {
     case Kind::Partial:
     case Kind::Context:
     case Kind::DictView:
+    case Kind::NdArray:
       return false;
   }
   return false;
@@ -146,12 +147,26 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (answered(r)) return r;
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
+  if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, fn_name, {a, b});
   // list += iterable and list *= n change the list itself (list.__iadd__/__imul__, also
   // a deque's): every alias of it sees the new items, and the result is the same list.
   if (a->is(Kind::List) && (op == BinaryOp::InplaceAdd || op == BinaryOp::InplaceMultiply)) {
     std::vector<ValuePtr> more;
     Py_ssize_t times = 0;
     if (op == BinaryOp::InplaceAdd) {
+      const Iterator* lazy_it = b->get<Iterator>();
+      if (lazy_it && lazy_it->lazy()) {
+        // An iterator made item by item (a lazy map reading the list): appended one at a
+        // time, as list.extend does, each item seeing the ones before.
+        if (a->as<List>().deque) return t.fail("deque += an iterator made item by item is not supported yet");
+        if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+        Done d = forEachItem(t, b, [&](ValuePtr m) -> Done {
+          a->elements()->push_back(std::move(m));
+          return {};
+        });
+        if (!d) return d.stop();
+        return a;
+      }
       if (Done d = iterate(t, b, &more); !d) return d.stop();
     } else {
       PyObject* n = b->constant();
@@ -284,6 +299,7 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
                         : op == bytecode::Op::UNARY_POSITIVE ? Obj::operator_pos
                                                              : Obj::operator_invert);
   if (!fn) return t.failFromPython("operator lookup");
+  if (a->is(Kind::NdArray)) return ndarrayOperator(t, name, {a});
   if (a->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a}, {});
   if (a->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallOneArg(fn, a->constant()));
@@ -354,6 +370,7 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     }
     return t.fail("comparison of objects without the special method (TypeError)");
   }
+  if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, kCompareOps[op], {a, b});
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
   if ((op == Py_EQ || op == Py_NE) && (a->is(Kind::Module) || b->is(Kind::Module))) {
     // A module class's own __ne__ / __eq__ (traced; a then b, skipping NotImplemented),
@@ -456,6 +473,7 @@ bool isModuleContainer(const ValuePtr& m) {
 }
 
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
+  if (obj->is(Kind::NdArray)) return ndarraySubscript(t, obj, index);
   if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(t, obj, &children); !d) return d.stop();
@@ -645,6 +663,7 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
+    case Kind::NdArray:
       break;
   }
   return t.fail(std::string("iterating a ") + kindName(obj->kind()) + " is not supported yet");
@@ -699,6 +718,8 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         return t.fail("control flow depends on a value read from a tensor (Tensor.item()): a data-dependent branch");
       }
       return t.fail("control flow depends on a tensor's value (data-dependent branch)");
+    case Kind::NdArray:
+      return t.fail("control flow depends on a numpy array's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
     case Kind::BoundMethod:

@@ -183,6 +183,22 @@ Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key);
 // making it failed).
 Result<Ref> constantSlice(Tracer& t, const Slice& slice);
 
+// ---- numpy.cpp: NumPy arrays as tensors, NumPy calls as torch._numpy calls ---------------
+// A callable of module numpy (or a submodule): np.mean, np.linalg.norm, a ufunc, np.random.randn.
+bool isNumpyCallable(PyObject* f);
+// Records the torch._numpy counterpart of NumPy callable `f` (Unsupported when it has none).
+Result<ValuePtr> callNumpy(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs);
+// x.numpy() of a tensor x: an NdArray sharing its memory.
+Result<ValuePtr> tensorAsNdarray(Tracer& t, const ValuePtr& x, Args& args, Kwargs& kwargs);
+// torch.from_numpy(a) / torch.as_tensor(a) of an NdArray; NotHandled when no argument is
+// an NdArray (Unsupported for other torch calls given one).
+Result<ValuePtr> ndarrayAsTensor(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs);
+Result<ValuePtr> ndarrayAttr(Tracer& t, const ValuePtr& a, PyObject* name);
+Result<ValuePtr> ndarrayMethod(Tracer& t, const ValuePtr& a, PyObject* name, Args& args, Kwargs& kwargs);
+// operator `op` (the operator module's name: "add", "neg", "lt", ...) with an NdArray operand.
+Result<ValuePtr> ndarrayOperator(Tracer& t, const char* op, Args args);
+Result<ValuePtr> ndarraySubscript(Tracer& t, const ValuePtr& a, const ValuePtr& index);
+
 // ---- graph_calls.cpp: operations recorded in the graph ------------------------------------
 // Records a graph call; `target` is a callable, or a method name with op CallMethod.
 // Returns the result Value: a tensor node, a tuple of them, or a constant when the

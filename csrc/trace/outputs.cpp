@@ -34,6 +34,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Namespace:
     case Kind::Cell:
     case Kind::Function:
+    case Kind::NdArray:
       made_once = true;
       break;
     case Kind::Null:
@@ -201,6 +202,25 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       if (Done d = t_.iterators().usable(v.get()); !d) return d;
       const Iterator& it = v->as<Iterator>();
       if (it.stepper) return plan(it.stepper, out);  // the user's iterator object is the iterator
+      if (it.made != Iterator::Made::Ahead) {  // map/zip/enumerate: what is left of it, still lazy
+        // Rebuilt over its sources, it would take from them again once exhausted.
+        if (it.ended) return t_.fail("an exhausted map/zip/enumerate object cannot be rebuilt yet");
+        std::vector<ValuePtr> parts;
+        if (it.made == Iterator::Made::Map) parts.push_back(it.map_fn);
+        parts.insert(parts.end(), it.map_sources.begin(), it.map_sources.end());
+        std::vector<runtime::OutputPlan> args;
+        if (Done d = planAll(parts, &args); !d) return d;
+        PyObject* type = it.made == Iterator::Made::Map ? reinterpret_cast<PyObject*>(&PyMap_Type)
+                         : it.made == Iterator::Made::Zip ? reinterpret_cast<PyObject*>(&PyZip_Type)
+                                                          : reinterpret_cast<PyObject*>(&PyEnum_Type);
+        if (it.made == Iterator::Made::Enumerate) {
+          Ref start = Ref::steal(PyLong_FromLong(it.next_index));
+          if (!start) return t_.failFromPython("enumerate's count");
+          args.push_back(runtime::OutputPlan::constant(start.get()));
+        }
+        out->step = P::Call{Ref::borrow(type), std::move(args)};
+        return {};
+      }
       const bool typed = it.type && !for_resume_;
       PyObject* rebuild = typed ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
       if (!rebuild) return t_.failFromPython("cdynamo._resume.rebuild_iterator");
@@ -259,6 +279,14 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       std::vector<runtime::OutputPlan> args(1);
       if (Done d = plan(view.dict, &args[0]); !d) return d;
       out->step = P::Call{std::move(method), std::move(args)};
+      return {};
+    }
+    case Kind::NdArray: {  // the graph's tensor made an ndarray again (sharing its memory)
+      PyObject* to_ndarray = lookup(Obj::cdynamo_numpy_to_ndarray);
+      if (!to_ndarray) return t_.failFromPython("cdynamo._numpy.to_ndarray");
+      std::vector<runtime::OutputPlan> args(1);
+      if (Done d = plan(Value::tensor(v->as<NdArray>().node), &args[0]); !d) return d;
+      out->step = P::Call{Ref::borrow(to_ndarray), std::move(args)};
       return {};
     }
     case Kind::Null:

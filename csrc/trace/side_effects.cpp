@@ -87,6 +87,7 @@ ValuePtr contentsOf(const Value& c) {
     case Kind::Context:
     case Kind::Namespace:
     case Kind::DictView:
+    case Kind::NdArray:
       break;
   }
   CDYNAMO_CHECK(false, "a replaced container that is not a list, set or dict");

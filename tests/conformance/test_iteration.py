@@ -324,3 +324,134 @@ def test_iterator_of_a_builtin_container_passed_in(make):
     st = cdynamo.stats()
     assert st["frames_native"] == 0, [n.get("reason") for n in st["native_frames"]]
     assert cnt.frame_count == 1
+
+
+# ---------------------------------------------------------------- lazy map, zip, enumerate
+# Python's map runs its function for an item when the item is taken, and zip/enumerate over
+# an iterator made item by item (a user iterator object, such a map) take from it only when
+# their own item is taken: the program may change what the function reads in between.
+
+class Counting:
+    """An iterator object whose items depend on a list the loop body appends to."""
+
+    def __init__(self, log, n=3):
+        self.i, self.log, self.n = 0, log, n
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.i >= self.n:
+            raise StopIteration
+        self.i += 1
+        return self.i + len(self.log)
+
+
+def test_map_function_sees_the_loop_body_changes():
+    def fn(x):
+        y = [1]
+        for v in map(lambda z: z + y[-1], range(3)):
+            y.append(v)
+        return x + 1, y
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_list_extend_takes_a_map_item_by_item():
+    def fn(x):
+        y = [x.sum().new_ones(())]
+
+        def inner(z):
+            return z + y[-1]
+        y.extend(map(inner, [x, x * 2]))
+        return y
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_deque_extendleft_takes_a_map_item_by_item():
+    def fn(x):
+        d = collections.deque([1])
+        d.extendleft(map(lambda z: z + d[0], range(3)))
+        return x + 1, d
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_zip_stops_before_taking_from_a_map_it_does_not_need():
+    def fn(a, b):
+        y = 1
+
+        def f(v):
+            nonlocal y
+            y += 1
+            return v
+        pairs = list(zip([a, b], map(f, [1, 2, 3, 4])))
+        return a + y, pairs
+    same_as_eager(fn, lambda: (torch.randn(2), torch.randn(2)), fullgraph=True)
+
+
+def test_enumerate_over_an_iterator_object_takes_items_when_used():
+    def fn(x):
+        log = []
+        out = x
+        for k, v in enumerate(Counting(log), 1):
+            log.append(v)
+            out = out + k * v
+        return out, log
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_zip_over_an_iterator_object_takes_items_when_used():
+    def fn(x):
+        log = []
+        rows = []
+        for v, t in zip(Counting(log), [x, x * 2, x * 3, x * 4]):
+            log.append(v)
+            rows.append(t * v)
+        return rows, log
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_enumerate_of_a_lazy_map_and_next():
+    def fn(x):
+        log = []
+        it = enumerate(map(lambda v: v * x + len(log), [1, 2, 3]))
+        first = next(it)
+        log.append(first)
+        rest = list(it)
+        return first, rest, len(log)
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_partly_taken_lazy_map_returned_is_still_lazy():
+    def fn(x):
+        m = map(lambda v: v * x, [1, 2, 3])
+        first = next(m)
+        return first, m
+
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x = torch.randn(2)
+    e_first, e_rest = fn(x)
+    for _ in range(2):
+        first, rest = cfn(x)
+        assert type(rest) is map
+        torch.testing.assert_close(first, e_first)
+        got = list(rest)
+        assert len(got) == 2
+        torch.testing.assert_close(got, [x * 2, x * 3])
+    assert cnt.frame_count == 1
+
+
+def test_str_join_of_a_lazy_map_takes_it_whole():
+    def fn(x):
+        parts = map(lambda v: v * 2, ["a", "b", "c"])
+        return "-".join(parts), x + 1, list(parts)
+    same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_list_iadd_of_a_lazy_map_appends_item_by_item():
+    def fn(x):
+        y = [1]
+        y += map(lambda z: z + y[-1], range(3))
+        return x + 1, y
+    same_as_eager(fn, one(), fullgraph=True)

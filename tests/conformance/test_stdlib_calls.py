@@ -177,3 +177,106 @@ def test_returning_a_recursive_closure():
         out, g = cfn(torch.zeros(2))
         assert torch.equal(out, torch.full((2,), 3.0))
         assert g(4) == 4 and g.__closure__[0].cell_contents is g
+
+
+# ---------------------------------------------------------------- collections.namedtuple
+
+def test_namedtuple_class_made_in_the_trace():
+    # collections.namedtuple on constants makes the class at trace time (it runs no code of
+    # the program); instances of it are traced as any namedtuple's.
+    def fn(a, b):
+        Point = collections.namedtuple("Point", ["x", "y", "xy"], defaults=(None, 1, None))
+        p = Point(a, xy=b)
+        q = p._replace(y=2)
+        return Point(p.x, p[1], p.xy + b), q.y, Point._fields, type(p).__name__
+
+    eager = fn(torch.ones(2), torch.ones(2))
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt, fullgraph=True)
+    for _ in range(2):
+        got = fn(torch.ones(2), torch.ones(2)) and cfn(torch.ones(2), torch.ones(2))
+        assert type(got[0]).__name__ == "Point" and type(got[0])._fields == ("x", "y", "xy")
+        assert type(got[0]).__module__ == __name__
+        torch.testing.assert_close(tuple(got[0]), tuple(eager[0]), rtol=0, atol=0)
+        assert got[1:] == eager[1:]
+    assert cnt.frame_count == 1
+
+
+def test_namedtuple_with_bad_field_names_raises_as_eager():
+    def fn(a):
+        try:
+            collections.namedtuple("P", ["x", "x"])
+        except ValueError:
+            return a + 1
+        return a - 1
+    same_as_eager(fn, lambda: (torch.ones(2),))
+
+
+# ---------------------------------------------------------------- sorted(key=, reverse=)
+
+@pytest.mark.parametrize("case", [
+    "sorted(d)",
+    "sorted(d.items(), key=operator.itemgetter(0))",
+    "sorted(d.items(), key=operator.itemgetter(0), reverse=True)",
+    "sorted(d.items(), key=lambda kv: -kv[0])",
+    "sorted(rows, key=lambda r: r[2]), sorted(rows, reverse=True), sorted(rows, key=None)",
+    "sorted([3, 1, 2], key=lambda v: v % 2)",  # stable: equal keys keep their order
+])
+def test_sorted_with_key_and_reverse(case):
+    code = compile("def fn(a, b):\n"
+                   "    d = {1: a, 10: a - 1, 3: 2 * a, -1: b + 2, 0: a * b}\n"
+                   "    rows = [('john', 'A', 8), ('jane', 'B', 5), ('dave', 'B', 10)]\n"
+                   f"    return a + 1, {case}\n", "<case>", "exec")
+    ns = {"operator": operator}
+    exec(code, ns)  # noqa: S102
+    same_as_eager(ns["fn"], two(), fullgraph=True)
+
+
+def test_sorted_of_keys_that_do_not_compare_raises_as_eager():
+    def fn(a):
+        try:
+            return sorted([1, "x"], key=lambda v: v)
+        except TypeError:
+            return a + 1
+    same_as_eager(fn, lambda: (torch.ones(2),))
+
+
+# ---------------------------------------------------------------- match statements
+
+def test_match_sequence_patterns():
+    def fn(a, b):
+        out = []
+        for point in ((0, 0), (0, 3), (4, 0), (5, 8), [1, 2, 3], "ab"):
+            match point:
+                case (0, 0):
+                    out.append(a)
+                case (0, y):
+                    out.append(a - y)
+                case (x, 0):
+                    out.append(a + x)
+                case [x, *rest] if len(rest) == 2:
+                    out.append(b * x + rest[1])
+                case (x, y):
+                    out.append(a + x - y)
+                case _:
+                    out.append(b)
+        return out
+    same_as_eager(fn, two(), fullgraph=True)
+
+
+def test_match_mapping_patterns():
+    def fn(a, b):
+        out = []
+        for param in ({"a": 0.5}, {"b": 2.0, "c": 1}, {"z": 1}, [("a", 1)]):
+            match param:
+                case {"a": v}:
+                    out.append(a * v)
+                case {"b": v, **rest}:
+                    out.append(b / v + len(rest))
+                case {}:
+                    out.append(a + b)
+                case _:
+                    out.append(a - b)
+        return out
+    same_as_eager(fn, two(), fullgraph=True)

@@ -278,8 +278,6 @@ def test_namedtuple_subclass_operator_runs_its_method():
     same_as_eager(fn, lambda: (Pair(torch.ones(2), torch.zeros(2)), Pair(torch.ones(2), torch.ones(2))))
 
 
-@wrong("map() is evaluated when it is made (trace/builtins.cpp, map); list.extend consumes it lazily, "
-       "so a function reading the list sees its growth eagerly and not in the trace")
 def test_map_is_lazy_against_the_list_it_extends():
     def fn(x):
         y = [1]

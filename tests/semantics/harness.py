@@ -108,6 +108,14 @@ def assert_same(expected, actual, path="", _depth=0):
         except AssertionError as e:
             _fail(path, f"tensor values differ: {e}")
         return
+    if type(expected).__module__ == "numpy" and type(expected).__name__ == "ndarray":
+        if expected.shape != actual.shape or expected.dtype != actual.dtype:
+            _fail(path, f"ndarray {actual.dtype}{actual.shape} != expected {expected.dtype}{expected.shape}")
+        if not ((expected == actual) | ((expected != expected) & (actual != actual))).all():
+            import numpy
+            if not numpy.allclose(expected, actual, equal_nan=True):
+                _fail(path, f"ndarray values differ: {actual!r:.200} != expected {expected!r:.200}")
+        return
     if isinstance(expected, torch.nn.Module):
         if expected.training != actual.training:
             _fail(path, f"training {actual.training} != expected {expected.training}")

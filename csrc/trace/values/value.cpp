@@ -31,6 +31,7 @@ ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
     case Kind::Context:
     case Kind::Namespace:
     case Kind::DictView:
+    case Kind::NdArray:
       break;
   }
   CDYNAMO_CHECK(false, "Value::sequence of a kind that is not a sequence");
@@ -62,6 +63,7 @@ PyObject* Value::real() const {
     case Kind::Context:
     case Kind::Namespace:
     case Kind::DictView:
+    case Kind::NdArray:
       return nullptr;
   }
   return nullptr;
@@ -92,6 +94,7 @@ const std::vector<ValuePtr>* Value::elements() const {
     case Kind::Context:
     case Kind::Namespace:
     case Kind::DictView:
+    case Kind::NdArray:
       return nullptr;
   }
   return nullptr;
@@ -139,6 +142,7 @@ bool isConstantObject(PyObject* o) {
       strcmp(n, "torch.Size") == 0)
     return true;
   if (t == &PyRange_Type || t == &PyFrozenSet_Type) return true;
+  if (strncmp(n, "numpy.", 6) == 0) return isNumpyConstant(o);
   if (PyTuple_CheckExact(o)) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
       if (!isConstantObject(PyTuple_GET_ITEM(o, i))) return false;
@@ -146,6 +150,16 @@ bool isConstantObject(PyObject* o) {
   }
   if (PySlice_Check(o)) return true;
   return isEnumMember(o);
+}
+
+bool isNumpyConstant(PyObject* o) {
+  // A NumPy dtype (np.dtype("float64")): its type's metaclass is NumPy's, by name.
+  if (strcmp(Py_TYPE(Py_TYPE(o))->tp_name, "numpy._DTypeMeta") == 0) return true;
+  // A NumPy scalar (np.float32(1.5), np.int64(3)): an instance of numpy.generic, immutable.
+  if (strncmp(Py_TYPE(o)->tp_name, "numpy.", 6) != 0) return false;
+  PyObject* generic = lookup(Obj::numpy_generic);
+  if (!generic) return PyErr_Clear(), false;
+  return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(generic));
 }
 
 bool isEnumMember(PyObject* o) {

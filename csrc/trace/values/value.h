@@ -66,6 +66,16 @@ struct Iterator {
   // A user object whose __next__ gives the items one at a time (its class's __iter__
   // returned it), or null: the items are then `items`, known ahead.
   ValuePtr stepper;
+  // map(fn, *sources), zip(*sources) or enumerate(source, start) over a source made item
+  // by item, taken lazily as Python's are: each item is made from the next item of every
+  // source when it is taken (fn may read what the program changed since the previous one).
+  enum class Made : uint8_t { Ahead, Map, Zip, Enumerate };
+  Made made = Made::Ahead;
+  ValuePtr map_fn;                   // Map: the function
+  std::vector<ValuePtr> map_sources;  // Iterators
+  long next_index = 0;                // Enumerate: the next count
+  // Whether its items are made one at a time when taken (not known ahead).
+  bool lazy() const { return stepper || made != Made::Ahead; }
 };
 // A Python or C function, a type, or a torch function, called by identity.
 struct Callable {
@@ -163,6 +173,13 @@ struct DictView {
   Which which = Keys;
 };
 
+// A NumPy array of the program, held in the graph as a tensor (node `node`, its data):
+// NumPy operations on it are recorded as torch._numpy calls (trace/numpy.cpp), and it is
+// made a real ndarray again when it leaves the trace.
+struct NdArray {
+  int node = -1;
+};
+
 // ---- the value -------------------------------------------------------------------------
 
 enum class Kind : uint8_t {
@@ -175,7 +192,7 @@ struct Value {
   // In the order of kinds.def (checked below).
   using Payload = std::variant<Null, Tensor, Constant, Tuple, List, Slice, Iterator, Callable, BoundMethod,
                                NamedMethod, Module, PyModule, Dict, Set, Cell, Function, Object, NewObject, Super,
-                               Partial, Context, Namespace, DictView>;
+                               Partial, Context, Namespace, DictView, NdArray>;
 
   Payload payload;
   int reg = -1;
@@ -232,11 +249,11 @@ struct Value {
   static ValuePtr list(std::vector<ValuePtr> items, int reg = -1) { return of(List{std::move(items), Ref(), Ref()}, reg); }
   static ValuePtr set(std::vector<ValuePtr> items, int reg = -1) { return of(Set{std::move(items)}, reg); }
   static ValuePtr iterator(std::vector<ValuePtr> items, int reg = -1) {
-    return of(Iterator{std::move(items), 0, false, Ref(), nullptr}, reg);
+    return of(Iterator{std::move(items), 0, false, Ref(), nullptr, Iterator::Made::Ahead, nullptr, {}, 0}, reg);
   }
   // An iterator of Python type `type` (borrowed; may be null) over `items`.
   static ValuePtr iterator(std::vector<ValuePtr> items, PyObject* type, int reg = -1) {
-    return of(Iterator{std::move(items), 0, false, Ref::borrow(type), nullptr}, reg);
+    return of(Iterator{std::move(items), 0, false, Ref::borrow(type), nullptr, Iterator::Made::Ahead, nullptr, {}, 0}, reg);
   }
   static ValuePtr callable(PyObject* o, int reg = -1) { return of(Callable{Ref::borrow(o), false}, reg); }
   static ValuePtr object(PyObject* o, int reg = -1) { return of(Object{Ref::borrow(o), false}, reg); }
@@ -274,6 +291,8 @@ void forEachChild(const Value& v, F&& f);
 const char* kindName(Kind k);
 // True when `o` is a Python value the tracer models as a Constant.
 bool isConstantObject(PyObject* o);
+// A NumPy dtype or scalar (np.dtype("float32"), np.float64(0.5)): constants.
+bool isNumpyConstant(PyObject* o);
 // A member of an enum.Enum class (a constant, compared by identity).
 bool isEnumMember(PyObject* o);
 
@@ -293,6 +312,8 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::Set: return all(v.as<Set>().items);
     case Kind::Iterator:
       all(v.as<Iterator>().items);
+      all(v.as<Iterator>().map_sources);
+      each(v.as<Iterator>().map_fn);
       return each(v.as<Iterator>().stepper);
     case Kind::Dict: return all(v.as<Dict>().values);
     case Kind::Context: return all(v.as<Context>().args);
@@ -322,6 +343,7 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::Module:
     case Kind::PyModule:
     case Kind::Object:
+    case Kind::NdArray:
       return;
   }
 }
