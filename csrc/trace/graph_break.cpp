@@ -203,10 +203,18 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
   {
     Tracer tracer(frame, config, {}, shape_memory);
     first = tracer.run();
-    if (first.entry || first.error) return first;
-    target = tracer.failedAt();
+    if (first.entry) return first;
     const std::vector<std::string>& ints = tracer.graph().symbolicIntSources();
-    if (!ints.empty() && shape_memory) {
+    // With fullgraph=True the failure is raised as cdynamo.Unsupported: when symbolic ints
+    // may be the cause, the retry with them specialized decides (it raises again if not).
+    PyObject* unsupported_exc = lookup(Obj::cdynamo_exc_Unsupported);
+    const bool retry_ints = !ints.empty() && shape_memory &&
+                            (!first.error || (unsupported_exc && PyErr_ExceptionMatches(unsupported_exc)));
+    if (first.error && !retry_ints) return first;
+    target = tracer.failedAt();
+    if (retry_ints) {
+      PyObject *et = nullptr, *ev = nullptr, *etb = nullptr;
+      if (first.error) PyErr_Fetch(&et, &ev, &etb);  // the fullgraph error, raised again if no retry
       // The trace with int arguments symbolic did not complete (range(n), an index, a
       // constant the program needs): they are specialized from now on, and it runs again.
       static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
@@ -219,8 +227,17 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
       Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_ints", "OO", shape_memory,
                                                                 list.get()))
                              : Ref();
-      if (r) return translate(frame, config, shape_memory);
+      if (r) {
+        Py_XDECREF(et);
+        Py_XDECREF(ev);
+        Py_XDECREF(etb);
+        return translate(frame, config, shape_memory);
+      }
       PyErr_Clear();
+      if (first.error) {  // cannot specialize: the first failure stands
+        PyErr_Restore(et, ev, etb);
+        return first;
+      }
     }
   }
   if (target.index < 0) return first;

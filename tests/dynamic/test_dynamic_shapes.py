@@ -279,6 +279,26 @@ def test_int_argument_the_program_needs_as_a_constant_is_specialized():
     assert cdynamo.stats()["native_frames"] == [] and cdynamo.stats()["graph_breaks"] == 0
 
 
+def int_method(x, n):
+    return x * 2 if n.conjugate() else x
+
+
+def test_int_argument_specialized_under_fullgraph_too():
+    # A method of the int the trace cannot call on a symbol: the trace with n symbolic fails
+    # (with fullgraph=True as cdynamo.Unsupported), n is specialized and the trace runs
+    # again, instead of raising to the user.
+    cnt = CompileCounter()
+    cf = cdynamo.compile(int_method, backend=cnt, fullgraph=True)
+    x = torch.randn(3)
+    calls = (0, 1, 2, 1)
+    for n in calls:
+        check(cf, int_method, x, n)  # raised cdynamo.Unsupported from the second value on
+    # One graph per value at most (torch._dynamo keeps n symbolic here: 2 graphs; cdynamo
+    # cannot call int methods on a symbol yet, so n is specialized).
+    assert 2 <= cnt.frame_count <= len(set(calls))
+    assert cdynamo.stats()["native_frames"] == [] and cdynamo.stats()["graph_breaks"] == 0
+
+
 def int_branch(x, n):
     if n > 3:
         return x + n
