@@ -182,3 +182,27 @@ def test_reset_frees_entries_of_live_functions():
     gc.collect()
     assert all(r() is None for r in backend.artifacts)
     assert torch.equal(cf(torch.ones(3)), f(torch.ones(3)))  # and compiles again
+
+
+# The translation history (cdynamo._events.records, up to MAX_RECORDS) is kept across
+# reset(): a code translated again shares what did not change with its previous record, so
+# compile/reset cycles add little more than the record itself until the history is full.
+def test_history_records_of_a_code_compiled_again_share_their_fields():
+    from cdynamo import _events
+    f = make_function()
+    cf = cdynamo.compile(f, backend="eager")
+    cf(torch.ones(3))
+    first = [r for r in _events.records if r.code.co_name == "f"][-1]
+    cdynamo.reset()
+    cf(torch.ones(3))
+    again = [r for r in _events.records if r.code.co_name == "f"][-1]
+    assert again is not first and again.frame_compile_id == first.frame_compile_id + 1
+    assert again.guard_sites == first.guard_sites and again.guard_sites is first.guard_sites
+    assert again.code is first.code and again.guards is first.guards
+    cdynamo.reset()
+    cf(torch.ones(2, 2))  # other guards: the unchanged ones are still shared
+    other = [r for r in _events.records if r.code.co_name == "f"][-1]
+    assert other.guard_sites != first.guard_sites
+    shared = [s for s in other.guard_sites if any(s is t for t in first.guard_sites)]
+    assert shared and all(s in first.guard_sites for s in shared)
+    assert cf(torch.ones(2, 2)).tolist() == [[3.0, 3.0], [3.0, 3.0]]
