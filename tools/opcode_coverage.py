@@ -98,7 +98,6 @@ REASONS = {
     "IMPORT_FROM": ("`from m import x` inside a function: not supported yet", "`from m import x`"),
     "LOAD_BUILD_CLASS": ("`class` statement inside a function: not supported yet",
                          "pushes `builtins.__build_class__`"),
-    "DELETE_ATTR": ("`del obj.attr`: not supported yet", "attribute deletion"),
     "DELETE_GLOBAL": ("`del` of a global: not supported yet", "`global g; del g`"),
 }
 
@@ -119,6 +118,7 @@ SYNTAX_HINTS = {
     "DICT_UPDATE": "`{**a, **b}`",
     "SET_UPDATE": "`{*xs}`",
     "DELETE_SUBSCR": "`del xs[i]`",
+    "DELETE_ATTR": "`del obj.attr`",
     "DELETE_DEREF": "`del v` of a cell/nonlocal variable",
     "POP_JUMP_BACKWARD_IF_NONE": "loop that ends with `if x is None` back-edge",
     "POP_JUMP_BACKWARD_IF_NOT_NONE": "loop that ends with `if x is not None` back-edge",

@@ -192,6 +192,9 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), value) : PyObject_SetAttr(target, s.name.get(), value);
     }
     int operator()(const SideEffect::SetItem& s) const { return PyObject_SetItem(target, s.key.get(), value); }
+    int operator()(const SideEffect::DelAttr& s) const {
+      return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), nullptr) : PyObject_DelAttr(target, s.name.get());
+    }
     int operator()(const SideEffect::SetCell&) const { return PyCell_Set(target, value); }
     int operator()(const SideEffect::ReplaceList&) const {
       return PyList_SetSlice(target, 0, PyList_GET_SIZE(target), value);
@@ -232,6 +235,7 @@ const OutputPlan* storedValue(const SideEffect& e) {
   struct {
     const OutputPlan* operator()(const SideEffect::SetAttr& s) const { return &s.value; }
     const OutputPlan* operator()(const SideEffect::SetItem& s) const { return &s.value; }
+    const OutputPlan* operator()(const SideEffect::DelAttr&) const { return nullptr; }
     const OutputPlan* operator()(const SideEffect::SetCell& s) const { return &s.value; }
     const OutputPlan* operator()(const SideEffect::ReplaceList& s) const { return &s.contents; }
     const OutputPlan* operator()(const SideEffect::ReplaceDict& s) const { return &s.contents; }

@@ -108,6 +108,11 @@ struct SideEffect {
     Ref key;
     OutputPlan value;
   };
+  struct DelAttr {  // delattr(target, name); object.__delattr__ when generic
+    DelAttr(Ref n, bool g) : name(std::move(n)), generic(g) {}
+    Ref name;
+    bool generic;
+  };
   struct SetCell {  // target.cell_contents = value
     OutputPlan value;
   };
@@ -123,12 +128,12 @@ struct SideEffect {
   struct Advance {  // next(target) `count` times: an iterator passed in, advanced past what the trace consumed
     Py_ssize_t count;
   };
-  using What = std::variant<SetAttr, SetItem, SetCell, ReplaceList, ReplaceDict, ReplaceSet, Advance>;
+  using What = std::variant<SetAttr, SetItem, DelAttr, SetCell, ReplaceList, ReplaceDict, ReplaceSet, Advance>;
   int reg = -1;
   What what;
 };
 
-// The plan of the value an effect stores, or null (Advance stores none).
+// The plan of the value an effect stores, or null (Advance and DelAttr store none).
 const OutputPlan* storedValue(const SideEffect& e);
 // The first memo slot that the result or an effect's value reads before the plan that
 // fills it has been built (in the order CompiledEntry::run builds them), or -1. The

@@ -45,7 +45,10 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       // functions, recorded against its globals dict, which is the module's __dict__).
       if (t.effects().anyAttrOverlay()) {
         int dreg = t.load(LoadKind::Constant, -1, 0, PyModule_GetDict(module), "globals");
-        if (ValuePtr v = t.effects().overlayAttr(dreg, name)) return v;
+        if (ValuePtr v = t.effects().overlayAttr(dreg, name)) {
+          if (v == SideEffects::deleted()) return t.fail("a module attribute deleted in the trace");
+          return v;
+        }
       }
       Ref v = Ref::steal(PyObject_GetAttr(module, name));
       if (!v) return t.failFromPython(std::string("module attribute '") + n + "'");

@@ -431,7 +431,10 @@ Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
 Result<ValuePtr> Tracer::loadGlobal(SymbolicFrame& f, PyObject* name) {
   if (effects_.anyAttrOverlay()) {  // a global stored earlier in the trace
     int reg = load(LoadKind::Constant, -1, 0, f.globals.get(), "globals");
-    if (ValuePtr v = effects_.overlayAttr(reg, name)) return v;
+    if (ValuePtr v = effects_.overlayAttr(reg, name)) {
+      if (v == SideEffects::deleted()) return fail("a global deleted in the trace");
+      return v;
+    }
   }
   PyObject* obj = PyDict_GetItemWithError(f.globals.get(), name);
   if (!obj && !PyErr_Occurred()) obj = PyDict_GetItemWithError(f.builtins.get(), name);

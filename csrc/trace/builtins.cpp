@@ -164,7 +164,7 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   const ValuePtr& v = args[0];
   Result<ValuePtr> r = callDunder(t, v, interned(Str::dunder_len), {});
   if (!r.notHandled()) return r;
-  if (v->is(Kind::Module) && !isModuleContainer(v)) {  // a module class's own __len__
+  if (v->is(Kind::Module) && !isModuleContainer(v, interned(Str::dunder_len))) {  // a module class's own __len__
     r = callModuleDunder(t, v, interned(Str::dunder_len), {});
     if (!r.notHandled()) return r;
   }
@@ -173,7 +173,7 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   if (const Dict* d = v->get<Dict>()) return constInt(static_cast<long>(d->values.size()));
   if (const DictView* view = v->get<DictView>()) return constInt(static_cast<long>(view->dict->as<Dict>().values.size()));
   if (v->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, f, args, {});
-  if (isModuleContainer(v)) {
+  if (isModuleContainer(v, interned(Str::dunder_len))) {
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(t, v, &children); !d) return d.stop();
     return constInt(static_cast<long>(children.size()));

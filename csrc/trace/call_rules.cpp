@@ -184,6 +184,14 @@ Result<ValuePtr> objectSetattr(Tracer& t, PyObject* f, const char*, Args& args, 
   return t.fail("object.__setattr__ on an object from outside the trace (a side effect)");
 }
 
+// object.__delattr__(self, name): the generic deletion (a class's own __delattr__ reaching
+// it through super()).
+Result<ValuePtr> objectDelattr(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() != 2 || !kwargs.empty() || !args[1]->constant() || !PyUnicode_Check(args[1]->constant())) return notHandled();
+  if (Done d = genericDelAttr(t, args[0], args[1]->constant()); !d) return d.stop();
+  return Value::constant(Py_None);
+}
+
 // object.__getattribute__(self, name): the generic lookup (a class's own __getattribute__
 // reaching it through super()).
 Result<ValuePtr> objectGetattribute(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
@@ -385,9 +393,29 @@ Result<ValuePtr> foldStateReader(Tracer& t, PyObject* f, const char*, Args& args
   return Value::constant(r.get());
 }
 
+// A reader of the autograd engine's state called on the engine
+// (torch.autograd._is_checkpoint_valid: Variable._execution_engine.is_checkpoint_valid()):
+// run now, folded, and guarded to answer the same on each call (a StateQuery check).
+Result<ValuePtr> foldEngineQuery(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (!PyObject_TypeCheck(f, &PyMethodDescr_Type) ||
+      PyUnicode_CompareWithASCIIString(PyDescr_NAME(f), "is_checkpoint_valid") != 0)
+    return notHandled();
+  PyObject* engine = lookup(Obj::torch_autograd_execution_engine);
+  if (!engine) return t.failFromPython("torch's autograd engine");
+  if (PyDescr_TYPE(f) != Py_TYPE(engine) || args.size() != 1 || !kwargs.empty() || args[0]->real() != engine)
+    return notHandled();
+  Ref engine_args = Ref::steal(PyTuple_Pack(1, engine));
+  Ref r = Ref::steal(engine_args ? PyObject_Call(f, engine_args.get(), nullptr) : nullptr);
+  if (!r) return t.raisePython();
+  if (!isConstantObject(r.get())) return t.fail("an autograd engine query returned a non-constant");
+  t.guards().checkStateQuery(f, engine_args.get(), nullptr, r.get());
+  return Value::constant(r.get());
+}
+
 const std::vector<SpecialRow> kSpecialRows = {
     {Obj::object_init, false, {"object.__init__", objectInit, false}},
     {Obj::object_setattr, false, {"object.__setattr__", objectSetattr, false}},
+    {Obj::object_delattr, false, {"object.__delattr__", objectDelattr, false}},
     {Obj::object_getattribute, false, {"object.__getattribute__", objectGetattribute, false}},
     {Obj::functools_partial, false, {"functools.partial", makePartial, false}},
     {Obj::inspect_signature, false, {"inspect.signature", foldSignature, false}},
@@ -557,6 +585,19 @@ Result<ValuePtr> readState(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   return Value::constant(r.get());
 }
 
+// A Python function or class of torch.utils or torch.fx (pytree's tree_flatten and
+// TreeSpec, fx's map_arg).
+bool isStructureHelper(PyObject* f) {
+  PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
+                : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
+                    ? PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(f)->tp_dict, "__module__")
+                    : nullptr;
+  if (!m || !PyUnicode_Check(m)) return false;
+  const char* name = PyUnicode_AsUTF8(m);
+  if (!name) return PyErr_Clear(), false;
+  return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0;
+}
+
 // A torch callable: recorded in the graph when it has tensor arguments; without them,
 // decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
@@ -566,8 +607,10 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
       case TorchKind::PythonHelper:
         // A Python function of torch is one graph op (F.relu, F.layer_norm) when the graph
         // can take its arguments; one that takes callables or objects (torch.utils._pytree
-        // .tree_map, torch.fx map_aggregate) is traced like user code.
-        if (!graphArguments(args, kwargs)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+        // .tree_map, torch.fx map_aggregate) is traced like user code, as are the helpers of
+        // torch.utils and torch.fx, which build structures, not tensors (tree_flatten).
+        if (!graphArguments(args, kwargs) || isStructureHelper(f))
+          return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
         break;
       case TorchKind::Binding:
         // Neither an aten operator nor a reader: a binding of unknown effect
@@ -686,6 +729,8 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   PyObject* f = fn->real();
   if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
   if (isCompilingQuery(f)) return Value::constant(Py_True);  // torch.compiler.is_compiling()
+  if (isType(f, Obj::torch_C_log_api_usage_once)) return Value::constant(Py_None);  // usage logging (nn.Module.__init__)
+  if (Result<ValuePtr> q = foldEngineQuery(t, f, args, kwargs); !q.notHandled()) return q;
   if (Result<ValuePtr> b = callBaseMethod(t, f, args, kwargs); !b.notHandled()) return b;  // dict.get(sub, k)
   if (Result<ValuePtr> poly = callPolyfill(t, f, args, kwargs); !poly.notHandled()) return poly;
   if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
@@ -711,7 +756,8 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");
     return makeException(t, f, args);
   }
-  if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) && !isTorchFunction(f))
+  if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
+      (!isTorchFunction(f) || isStructureHelper(f) || isModuleClass(f)))  // torch.nn.Softmax(dim=-1)
     return newObject(t, f, std::move(args), std::move(kwargs));
   if (isCacheWrapper(f)) return callCacheWrapper(t, fn, args, kwargs);
   if (isTorchFunction(f)) {

@@ -188,9 +188,10 @@ namespace {
 // with the instance guarded not to have one: a forward assigned later is not missed).
 Result<ValuePtr> callForward(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs) {
   PyObject* m = module->as<Module>().obj.get();
-  if (ValuePtr stored = t.effects().overlayAttr(module->reg, interned(Str::forward)))
-    return call(t, stored, std::move(args), std::move(kwargs));
-  if (PyObject* own_forward = instanceDictItem(m, "forward")) {
+  ValuePtr stored = t.effects().overlayAttr(module->reg, interned(Str::forward));
+  if (stored && stored != SideEffects::deleted()) return call(t, stored, std::move(args), std::move(kwargs));
+  PyObject* own_forward = stored ? nullptr : instanceDictItem(m, "forward");  // deleted in the trace: the class's
+  if (own_forward) {
     int reg = t.load(LoadKind::InstanceDict, module->reg, 0, interned(Str::forward),
                    t.guards().sourceName(module->reg) + ".forward");
     Result<ValuePtr> f = t.wrap(own_forward, reg);
@@ -486,6 +487,24 @@ Result<ValuePtr> readEnvironVariable(Tracer& t, std::vector<ValuePtr>& args,
   return Value::constant(value.get());
 }
 
+// torch._dynamo wraps nn.Module.__init__ (and __setstate__) once it has compiled anything
+// (mutation_guard.install_generation_tagging_init): the wrapper calls the original, then
+// tags the module in torch._dynamo's own weak registry. That tag is torch._dynamo's
+// bookkeeping, not the program's: a module made in cdynamo's trace runs the original.
+PyObject* unwrapDynamoGenerationTagging(PyObject* func) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(fo->func_code);
+  if (PyUnicode_CompareWithASCIIString(co->co_name, "patched_init") != 0 &&
+      PyUnicode_CompareWithASCIIString(co->co_name, "patched_setstate") != 0)
+    return func;
+  PyObject* module = PyDict_GetItemString(fo->func_globals, "__name__");
+  if (!module || !PyUnicode_Check(module) || PyUnicode_CompareWithASCIIString(module, "torch._dynamo.mutation_guard") != 0)
+    return func;
+  if (!fo->func_closure || PyTuple_GET_SIZE(fo->func_closure) != 1) return func;
+  PyObject* original = PyCell_GET(PyTuple_GET_ITEM(fo->func_closure, 0));
+  return original && PyFunction_Check(original) ? original : func;
+}
+
 }  // namespace
 
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
@@ -493,6 +512,10 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
   if (func == lookup(Obj::os_Environ_getitem)) {
     Result<ValuePtr> r = readEnvironVariable(*this, args, kwargs);
     if (!r.notHandled()) return r;
+  }
+  if (PyObject* original = unwrapDynamoGenerationTagging(func); original != func) {
+    func = original;
+    func_reg = -1;  // the wrapper's closure holds it for as long as the wrapper is installed
   }
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
   if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));

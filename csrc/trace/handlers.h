@@ -43,6 +43,7 @@ Result<Next> opStoreGlobal(Tracer& t, SymbolicFrame& f, const bytecode::Instruct
 Result<Next> opLoadAttr(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opLoadMethod(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opStoreAttr(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opDeleteAttr(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opImportName(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opImportFrom(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opLoadAssertionError(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);

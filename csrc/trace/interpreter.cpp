@@ -34,6 +34,7 @@ Handler handlerFor(Op op) {
     case Op::LOAD_ATTR: return opLoadAttr;
     case Op::LOAD_METHOD: return opLoadMethod;
     case Op::STORE_ATTR: return opStoreAttr;
+    case Op::DELETE_ATTR: return opDeleteAttr;
     case Op::IMPORT_NAME: return opImportName;
     case Op::IMPORT_FROM: return opImportFrom;
     case Op::LOAD_ASSERTION_ERROR: return opLoadAssertionError;
@@ -138,7 +139,6 @@ Handler handlerFor(Op op) {
     case NotTraced::STORE_NAME:
     case NotTraced::DELETE_NAME:
     case NotTraced::LOAD_NAME:
-    case NotTraced::DELETE_ATTR:
     case NotTraced::DELETE_GLOBAL:
     case NotTraced::LOAD_CLASSDEREF:
       return nullptr;

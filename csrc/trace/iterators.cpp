@@ -285,8 +285,14 @@ void Iterators::appendAdvances(std::vector<runtime::SideEffect>* out) const {
   for (const Input& in : inputs_) {
     const Iterator& it = in.value->as<Iterator>();
     if (it.pos == 0) continue;
+// GCC 12 warns that a field of another alternative of SideEffect::What may be
+// uninitialized when a SideEffect is moved into the vector (a -Wmaybe-uninitialized false
+// positive of std::variant).
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
     out->push_back(runtime::SideEffect{in.value->reg,
                                        runtime::SideEffect::Advance{static_cast<Py_ssize_t>(std::min(it.pos, it.items.size()))}});
+#pragma GCC diagnostic pop
   }
 }
 

@@ -363,7 +363,33 @@ Result<ValuePtr> moduleDictsAttr(Tracer& t, const ValuePtr& obj, PyObject* name)
 // it is not shadowed; an absent attribute stays absent).
 void guardNotInInstance(Tracer& t, const ValuePtr& self, PyObject* name) {
   if (self->reg < 0 || !self->real() || (!self->is(Kind::Object) && !self->is(Kind::Module))) return;
+  // Deleted in the trace: the real instance still has it when the guards run (its
+  // presence was guarded where the deletion found it).
+  if (t.effects().attrDeleted(self->reg, name)) return;
   t.guards().checkNoInstanceAttr(self->reg, name);
+}
+
+// A module's parameter, buffer and submodule dicts and its __dict__ hold what setattr and
+// delattr change. Stores and deletions on a module from the program are replayed as
+// setattr/delattr after the graph (the trace sees them through overlays), so the trace may
+// not also read one of those dicts whole (named_parameters(), children(), vars()): it
+// would see them stale, or its own copy would go stale.
+bool isModuleStateDict(PyObject* name) {
+  for (const char* n : {"_parameters", "_buffers", "_modules", "__dict__"})
+    if (PyUnicode_CompareWithASCIIString(name, n) == 0) return true;
+  return false;
+}
+
+Done checkModuleStateNotRead(Tracer& t, const ValuePtr& module) {
+  PyObject** dictptr = _PyObject_GetDictPtr(module->real());
+  if (!dictptr || !*dictptr) return {};
+  if (t.wrappedValueOf(*dictptr)) return t.fail("setattr/delattr on a module whose __dict__ the trace has read");
+  for (const char* n : {"_parameters", "_buffers", "_modules"}) {
+    PyObject* d = PyDict_GetItemString(*dictptr, n);
+    if (d && t.wrappedValueOf(d))
+      return t.fail(std::string("setattr/delattr on a module whose ") + n + " the trace has read whole");
+  }
+  return {};
 }
 
 bool isModuleGetattr(PyObject* fn) {
@@ -399,6 +425,17 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
       Ref fget = Ref::steal(PyObject_GetAttrString(descr, "fget"));
       if (!fget || fget.get() == Py_None) return PyErr_Clear(), t.fail(std::string("property '") + n + "' has no getter");
       guardClassAttr(t, cls, name, after, descr);
+      PyObject* getter = PyInstanceMethod_Check(fget.get()) ? PyInstanceMethod_GET_FUNCTION(fget.get()) : fget.get();
+      if (PyCFunction_Check(getter) && self->real() && self->reg >= 0 && !self->is(Kind::Module)) {
+        // A C getter (a pybind11 readonly field, GuardDebugInfo.result): C code, read for
+        // real and guarded, as getset descriptors are.
+        Ref v = Ref::steal(PyObject_GetAttr(self->real(), name));
+        if (!v) {
+          if (PyErr_ExceptionMatches(PyExc_AttributeError)) return t.raisePython();
+          return t.failFromPython(std::string("attribute '") + n + "'");
+        }
+        return t.wrap(v.get(), t.load(LoadKind::Attr, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n));
+      }
       return call(t, Value::callable(fget.get()), {self}, {});
     }
     if (descr == objectSlot("__class__")) return Value::callable(cls);  // the type, guarded by the reader
@@ -424,7 +461,12 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
     int reg = self->reg >= 0 ? t.load(LoadKind::Attr, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n) : -1;
     return t.wrap(v.get(), reg);
   }
-  if (!after) {  // the instance's own attributes (super() skips them)
+  // An attribute of an object from the program deleted earlier in the trace: the instance
+  // (and a module's parameters, buffers and submodules) no longer has it.
+  const bool deleted = !after && t.effects().attrDeleted(self->reg, name);
+  if (!after && self->is(Kind::Module) && isModuleStateDict(name) && t.effects().anyAttrOverlayOf(self->reg))
+    return t.fail(std::string("reading a module's ") + n + " after the trace set or deleted its attributes is not supported yet");
+  if (!after && !deleted) {  // the instance's own attributes (super() skips them)
     if (const NewObject* o = self->get<NewObject>()) {
       if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return o->attrs;
       const Dict& attrs = o->attrs->as<Dict>();
@@ -457,6 +499,7 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
   }
   PyObject* getattr = lookupInMro(cls, interned(Str::dunder_getattr), nullptr);
   if (self->is(Kind::Module) && (!getattr || isModuleGetattr(getattr))) {  // nn.Module.__getattr__
+    if (deleted) return noAttribute(t, cls, n, false);
     Result<ValuePtr> r = moduleDictsAttr(t, self, name);
     if (!r.notHandled()) return r;
     guardNotInInstance(t, self, name);
@@ -476,7 +519,8 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
 }
 
 Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
-  if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v;
+  ValuePtr stored = t.effects().overlayAttr(obj->reg, name);
+  if (stored && stored != SideEffects::deleted()) return stored;
   if (const Super* sup = obj->get<Super>()) {
     if (sup->self->is(Kind::Callable) && PyType_Check(sup->self->real()))  // super() in a classmethod
       return classGetAttr(t, sup->self, name, sup->after.get());
@@ -499,6 +543,7 @@ Result<ValuePtr> objectGetAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         !basePart(obj)) {
       // A C __getattribute__ of a builtin base (typing's and other C types'): C code, read
       // for real and guarded.
+      if (stored) return t.fail("an attribute deleted in the trace, read through a C __getattribute__");
       const char* n = PyUnicode_AsUTF8(name);
       Ref v = Ref::steal(PyObject_GetAttr(obj->real(), name));
       if (!v) {
@@ -640,7 +685,10 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
                               lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_new), nullptr);
   if (!isPlainPythonClass(cls) && !base_new)
     return t.fail(std::string("creating an instance of ") + tn + " (custom __new__ or a builtin base) is not supported yet");
-  if (isModuleClass(cls)) return t.fail("creating an nn.Module inside the trace is not supported yet");
+  // An nn.Module made in the trace is an object of its class like any other: nn.Module's
+  // __init__ and __setattr__ are inlined (its _parameters, _modules, hook dicts are values
+  // of the trace), calling it inlines Module.__call__, and it is rebuilt with its __dict__
+  // if it escapes. A parameter made in the trace stops it (torch.nn.Parameter()).
   PyObject* meta = reinterpret_cast<PyObject*>(Py_TYPE(cls));
   if (lookupInMro(meta, interned(Str::dunder_call), nullptr) !=
       lookupInMro(reinterpret_cast<PyObject*>(&PyType_Type), interned(Str::dunder_call), nullptr))
@@ -925,33 +973,120 @@ Done genericSetAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValueP
   return storeSubscript(t, o->attrs, Value::constant(name), value);
 }
 
-Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
-  const NewObject* o = obj->get<NewObject>();
-  if (!o) return t.fail(std::string("deleting an attribute of a ") + kindName(obj->kind()) + " is not supported yet");
-  PyObject* cls = o->cls.get();
-  Ref delattr_name = Ref::steal(PyUnicode_InternFromString("__delattr__"));
-  if (!delattr_name) return t.failFromPython("delattr()");
-  PyObject* own = lookupInMro(cls, delattr_name.get(), nullptr);
-  if (own && own != objectSlot("__delattr__")) {  // the class's own __delattr__ decides: inlined
-    if (!PyFunction_Check(own))
-      return t.fail(std::string("a class whose __delattr__ is a ") + Py_TYPE(own)->tp_name + " is not supported yet");
-    return outcomeOf(t.inlineFunction(own, -1, {obj, Value::constant(name)}, {}));
+namespace {
+
+PyObject* delattrName() {
+  static PyObject* name = PyUnicode_InternFromString("__delattr__");  // immortal once interned
+  return name;
+}
+
+// Whether the object from the program in `obj` has its own attribute `name` as the trace
+// sees it (stored or deleted in the trace, else its __dict__; for a module also its
+// parameters, buffers and submodules), its presence or absence guarded.
+Result<bool> hasOwnAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  if (ValuePtr v = t.effects().overlayAttr(obj->reg, name)) return v != SideEffects::deleted();
+  if (obj->is(Kind::Module)) {
+    Result<ValuePtr> r = moduleDictsAttr(t, obj, name);
+    if (!r.notHandled()) {
+      if (!r) return r.stop();
+      return true;
+    }
   }
+  PyObject** dictptr = _PyObject_GetDictPtr(obj->real());
+  PyObject* v = dictptr && *dictptr ? PyDict_GetItemWithError(*dictptr, name) : nullptr;
+  if (!v && PyErr_Occurred()) return t.failFromPython("an instance attribute");
+  if (v) {
+    t.load(LoadKind::InstanceDict, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + PyUnicode_AsUTF8(name));
+    return true;
+  }
+  return false;
+}
+
+Done noSuchAttr(Tracer& t, PyObject* cls, PyObject* name) {
+  return t.raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                                              "' object has no attribute '" + PyUnicode_AsUTF8(name) + "'");
+}
+
+}  // namespace
+
+Done genericDelAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  if (const NewObject* o = obj->get<NewObject>()) {
+    PyObject* cls = o->cls.get();
+    PyObject* descr = lookupInMro(cls, name, nullptr);
+    if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
+      Ref fdel = Ref::steal(PyObject_GetAttrString(descr, "fdel"));
+      if (!fdel || fdel.get() == Py_None) return PyErr_Clear(), t.fail("can't delete attribute (AttributeError)");
+      return outcomeOf(call(t, Value::callable(fdel.get()), {obj}, {}));
+    }
+    if (descr && Py_TYPE(descr)->tp_descr_set)
+      return t.fail(std::string("deleting attribute '") + PyUnicode_AsUTF8(name) + "' (a " + Py_TYPE(descr)->tp_name +
+                    ") of an object made in the trace is not supported yet");
+    if (o->attrs->as<Dict>().findKey(name) < 0) return noSuchAttr(t, cls, name);
+    Args key{Value::constant(name)};
+    Kwargs none;
+    return outcomeOf(callContainerMethod(t, o->attrs, interned(Str::pop), key, none));
+  }
+  // An object from the program: recorded and replayed after the graph as
+  // object.__delattr__; reads later in the trace see it gone.
+  const Object* po = obj->get<Object>();
+  if (!po || po->owned || obj->reg < 0 || basePart(obj))
+    return t.fail(std::string("deleting an attribute of a ") + kindName(obj->kind()) + " is not supported yet");
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj->real()));
   PyObject* descr = lookupInMro(cls, name, nullptr);
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
     Ref fdel = Ref::steal(PyObject_GetAttrString(descr, "fdel"));
     if (!fdel || fdel.get() == Py_None) return PyErr_Clear(), t.fail("can't delete attribute (AttributeError)");
+    guardClassAttr(t, cls, name, nullptr, descr);
     return outcomeOf(call(t, Value::callable(fdel.get()), {obj}, {}));
   }
   if (descr && Py_TYPE(descr)->tp_descr_set)
     return t.fail(std::string("deleting attribute '") + PyUnicode_AsUTF8(name) + "' (a " + Py_TYPE(descr)->tp_name +
-                  ") of an object made in the trace is not supported yet");
-  if (o->attrs->as<Dict>().findKey(name) < 0)
-    return t.raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
-                                                "' object has no attribute '" + PyUnicode_AsUTF8(name) + "'");
-  Args key{Value::constant(name)};
-  Kwargs none;
-  return outcomeOf(callContainerMethod(t, o->attrs, interned(Str::pop), key, none));
+                  ") of an object from outside the trace is not supported yet");
+  if (descr) guardClassAttr(t, cls, name, nullptr, descr);  // a plain class attribute: it stays readable
+  if (ValuePtr aliased = aliasedInstanceDict(t, obj)) {  // its __dict__ is a value of the trace: deleted there
+    if (aliased->as<Dict>().findKey(name) < 0) return noSuchAttr(t, cls, name);
+    Args key{Value::constant(name)};
+    Kwargs none;
+    return outcomeOf(callContainerMethod(t, aliased, interned(Str::pop), key, none));
+  }
+  Result<bool> has = hasOwnAttr(t, obj, name);
+  if (!has) return has.stop();
+  if (!*has) {
+    guardNotInInstance(t, obj, name);
+    return noSuchAttr(t, cls, name);
+  }
+  return t.effects().delAttr(obj->reg, name, true);
+}
+
+Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  PyObject* cls = obj->is(Kind::NewObject) ? obj->as<NewObject>().cls.get()
+                  : (obj->is(Kind::Object) || obj->is(Kind::Module)) && obj->real()
+                      ? reinterpret_cast<PyObject*>(Py_TYPE(obj->real()))
+                      : nullptr;
+  if (!cls) return t.fail(std::string("deleting an attribute of a ") + kindName(obj->kind()) + " is not supported yet");
+  PyObject* own = lookupInMro(cls, delattrName(), nullptr);
+  if (obj->is(Kind::Module)) {
+    // nn.Module.__delattr__ (a parameter, buffer, submodule or instance attribute removed)
+    // replayed after the graph as delattr, as stores to modules are replayed as setattr;
+    // reads later in the trace see the attribute gone.
+    PyObject* module = lookup(Obj::torch_nn_Module);
+    if (!module) return t.failFromPython("torch.nn.Module");
+    if (obj->reg < 0 || own != lookupInMro(module, delattrName(), nullptr))
+      return t.fail("delattr() on a module whose class has its own __delattr__ is not supported yet");
+    guardClassAttr(t, cls, delattrName(), nullptr, own);
+    if (Done d = checkModuleStateNotRead(t, obj); !d) return d;
+    Result<bool> has = hasOwnAttr(t, obj, name);
+    if (!has) return has.stop();
+    if (!*has) return t.fail("delattr() of a module attribute it does not have (AttributeError)");
+    return t.effects().delAttr(obj->reg, name, false);
+  }
+  if (own && own != objectSlot("__delattr__")) {  // the class's own __delattr__ decides: inlined
+    if (!PyFunction_Check(own))
+      return t.fail(std::string("a class whose __delattr__ is a ") + Py_TYPE(own)->tp_name + " is not supported yet");
+    if (obj->reg >= 0) guardClassAttr(t, cls, delattrName(), nullptr, own);
+    return outcomeOf(t.inlineFunction(own, -1, {obj, Value::constant(name)}, {}));
+  }
+  return genericDelAttr(t, obj, name);
 }
 
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
@@ -1000,6 +1135,8 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
       if (ValuePtr aliased = aliasedInstanceDict(t, obj)) return storeSubscript(t, aliased, Value::constant(name), value);
     // Replayed after the graph with setattr (Module.__setattr__ included); reads later in
     // the trace see the new value.
+    if (obj->is(Kind::Module))
+      if (Done d = checkModuleStateNotRead(t, obj); !d) return d;
     return t.effects().setAttr(obj->reg, name, value);
   }
   return t.fail(std::string("setting an attribute of a ") + kindName(obj->kind()) +

@@ -98,6 +98,13 @@ Result<Next> opStoreAttr(Tracer& t, SymbolicFrame& f, const bytecode::Instructio
   return Next::Fall;
 }
 
+Result<Next> opDeleteAttr(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  // Stack: object.
+  if (Done d = deleteAttr(t, io[0], nameArg(f, ins.arg)); !d) return d.stop();
+  io.clear();
+  return Next::Fall;
+}
+
 Result<Next> opImportName(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
   // `import m` of a module that is already imported (the common case inside forward): the
   // statement only reads sys.modules, so it is evaluated now. A first import runs module

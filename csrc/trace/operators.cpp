@@ -104,7 +104,111 @@ bool isNamedTupleValue(const ValuePtr& v) {
 }
 }  // namespace
 
+namespace {
+
+// The module a class was defined in is `name` (its __module__).
+bool definedIn(PyObject* type, const char* name) {
+  PyObject* dict = reinterpret_cast<PyTypeObject*>(type)->tp_dict;
+  PyObject* m = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;
+  return m && PyUnicode_Check(m) && PyUnicode_CompareWithASCIIString(m, name) == 0;
+}
+
+// An object whose subscript makes a type expression: typing's special forms and aliases
+// (Callable, Optional, List[int], a TypeVar-parameterized alias), types.GenericAlias and
+// types.UnionType (list[int], int | None), and classes whose __class_getitem__ is a C
+// function, typing's or collections.abc's (list, dict, type, typing.Generic subclasses,
+// collections.abc.Callable). Subscripting them
+// builds an alias (cached by typing) and changes nothing else.
+bool makesTypeExpression(PyObject* o) {
+  if (!o) return false;
+  if (o == reinterpret_cast<PyObject*>(&PyType_Type)) return true;  // type[T]: special-cased by PyObject_GetItem
+  if (PyType_Check(o)) {
+    static PyObject* name = PyUnicode_InternFromString("__class_getitem__");  // immortal once interned
+    PyObject* cgi = name ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o), name) : nullptr;
+    if (!cgi) return false;
+    if (PyObject_TypeCheck(cgi, &PyClassMethodDescr_Type) || PyCFunction_Check(cgi)) return true;
+    if (Py_IS_TYPE(cgi, &PyClassMethod_Type)) {
+      Ref fn = Ref::steal(PyObject_GetAttrString(cgi, "__func__"));
+      if (!fn) return PyErr_Clear(), false;
+      if (PyCFunction_Check(fn.get())) return true;
+      Ref module = Ref::steal(PyObject_GetAttrString(fn.get(), "__module__"));
+      if (!module) return PyErr_Clear(), false;
+      if (!PyUnicode_Check(module.get())) return false;
+      for (const char* m : {"typing", "collections.abc", "_collections_abc"})  // typing.Generic; collections.abc.Callable
+        if (PyUnicode_CompareWithASCIIString(module.get(), m) == 0) return true;
+      return false;
+    }
+    return false;
+  }
+  PyTypeObject* type = Py_TYPE(o);
+  if (PyObject_TypeCheck(o, &Py_GenericAliasType) || strcmp(type->tp_name, "types.UnionType") == 0) return true;
+  return definedIn(reinterpret_cast<PyObject*>(type), "typing");
+}
+
+// The real object of a part of a type expression: constants, classes and functions (guarded
+// by identity where read), typing objects (guarded by identity), and tuples and lists of
+// them (Callable[[T], R]); null when a part is anything else.
+Ref typeExpressionPart(Tracer& t, const ValuePtr& v) {
+  if (v->is(Kind::Constant) || v->is(Kind::Callable)) return Ref::borrow(v->real());
+  if (const Object* o = v->get<Object>()) {
+    if (!makesTypeExpression(o->obj.get()) && !definedIn(reinterpret_cast<PyObject*>(Py_TYPE(o->obj.get())), "typing"))
+      return Ref();
+    if (v->reg >= 0) t.guards().checkIdentity(v->reg, o->obj.get());
+    return Ref::borrow(o->obj.get());
+  }
+  if (v->is(Kind::Tuple) || v->is(Kind::List)) {
+    const std::vector<ValuePtr>& items = *v->elements();
+    Ref out = Ref::steal(v->is(Kind::Tuple) ? PyTuple_New(static_cast<Py_ssize_t>(items.size()))
+                                            : PyList_New(static_cast<Py_ssize_t>(items.size())));
+    if (!out) return PyErr_Clear(), Ref();
+    for (size_t i = 0; i < items.size(); ++i) {
+      Ref p = typeExpressionPart(t, items[i]);
+      if (!p) return Ref();
+      if (v->is(Kind::Tuple)) PyTuple_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), p.release());
+      else PyList_SET_ITEM(out.get(), static_cast<Py_ssize_t>(i), p.release());
+    }
+    return out;
+  }
+  return Ref();
+}
+
+// obj[index] that builds a type expression (annotations evaluated when a function is made,
+// `Callable[[T], Any]`): computed for real, as it changes nothing; NotHandled otherwise.
+Result<ValuePtr> typeExpressionSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
+  if (!(obj->is(Kind::Callable) || obj->is(Kind::Object) || obj->is(Kind::Constant)) || !makesTypeExpression(obj->real()))
+    return notHandled();
+  Ref key = typeExpressionPart(t, index);
+  if (!key) return notHandled();
+  if (obj->is(Kind::Object) && obj->reg >= 0) t.guards().checkIdentity(obj->reg, obj->real());
+  Ref r = Ref::steal(PyObject_GetItem(obj->real(), key.get()));
+  if (!r) return t.raisePython();
+  if (isConstantObject(r.get())) return Value::constant(r.get());
+  if (PyCallable_Check(r.get())) return Value::callable(r.get());
+  return Value::object(r.get());  // no source: nothing to guard, never mutated (not owned)
+}
+
+// `a | b` that builds a union type (int | None, T | list[int]): computed for real.
+Result<ValuePtr> typeUnion(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
+  auto typeLike = [](const ValuePtr& v) {
+    PyObject* o = v->real();
+    return o && (v->is(Kind::Callable) || v->is(Kind::Object)) && (PyType_Check(o) || makesTypeExpression(o));
+  };
+  if (!typeLike(a) && !typeLike(b)) return notHandled();
+  Ref x = typeExpressionPart(t, a), y = typeExpressionPart(t, b);
+  if (!x || !y) return notHandled();
+  Ref r = Ref::steal(PyNumber_Or(x.get(), y.get()));
+  if (!r) return t.raisePython();
+  if (isConstantObject(r.get())) return Value::constant(r.get());
+  if (PyCallable_Check(r.get())) return Value::callable(r.get());
+  return Value::object(r.get());
+}
+
+}  // namespace
+
 Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
+  if (op == BinaryOp::Or) {
+    if (Result<ValuePtr> r = typeUnion(t, a, b); !r.notHandled()) return r;
+  }
   const char* fn_name = bytecode::binaryOpFunction(op);
   PyObject* fn = lookup(kBinaryOpFns[static_cast<int>(op)]);
   if (!fn) return t.failFromPython("operator lookup");
@@ -461,23 +565,45 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
   return {};
 }
 
-bool isModuleContainer(const ValuePtr& m) {
-  if (!m->is(Kind::Module)) return false;
-  for (PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m->as<Module>().obj.get())); type;
-       type = reinterpret_cast<PyObject*>(reinterpret_cast<PyTypeObject*>(type)->tp_base)) {
-    const char* n = reinterpret_cast<PyTypeObject*>(type)->tp_name;
-    if (strcmp(n, "Sequential") == 0 || strcmp(n, "ModuleList") == 0 || strcmp(n, "ModuleDict") == 0) return true;
-    if (type == reinterpret_cast<PyObject*>(&PyBaseObject_Type)) break;
+namespace {
+
+// The container class (torch.nn.Sequential, ModuleList or ModuleDict) whose own `dunder`
+// the module's class uses, or null.
+PyObject* moduleContainerOwning(PyObject* module, PyObject* dunder) {
+  PyObject* found = _PyType_Lookup(Py_TYPE(module), dunder);
+  if (!found) return nullptr;
+  for (Obj o : {Obj::torch_nn_Sequential, Obj::torch_nn_ModuleList, Obj::torch_nn_ModuleDict}) {
+    PyObject* cls = lookup(o);
+    if (!cls) {
+      PyErr_Clear();
+      continue;
+    }
+    PyObject* own = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(cls)->tp_dict, dunder);
+    if (!own) PyErr_Clear();
+    if (own && own == found) return cls;
   }
-  return false;
+  return nullptr;
+}
+
+}  // namespace
+
+bool isModuleContainer(const ValuePtr& m, PyObject* dunder) {
+  return m->is(Kind::Module) && moduleContainerOwning(m->real(), dunder) != nullptr;
 }
 
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
   if (obj->is(Kind::NdArray)) return ndarraySubscript(t, obj, index);
-  if (isModuleContainer(obj) && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+  PyObject* container = obj->is(Kind::Module) ? moduleContainerOwning(obj->real(), interned(Str::dunder_getitem)) : nullptr;
+  if (container && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+    // ModuleDict's __getitem__ takes names; Sequential's and ModuleList's take positions.
+    const bool by_name = container == lookup(Obj::torch_nn_ModuleDict);
+    const bool name = index->constant() && PyUnicode_Check(index->constant());
+    if (by_name != name)
+      return t.fail(std::string(reinterpret_cast<PyTypeObject*>(container)->tp_name) + "[" +
+                    (index->constant() ? Py_TYPE(index->constant())->tp_name : "slice") + "] is not supported yet");
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(t, obj, &children); !d) return d.stop();
-    if (index->constant() && PyUnicode_Check(index->constant())) {
+    if (name) {
       for (auto& [k, v] : children)
         if (PyUnicode_Compare(k.get(), index->constant()) == 0) return v;
       PyErr_SetObject(PyExc_KeyError, index->constant());
@@ -492,6 +618,8 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     Result<ValuePtr> r = callModuleDunder(t, obj, interned(Str::dunder_getitem), {index});
     if (!r.notHandled()) return r;
   }
+  // Before a typing object's own Python __getitem__: computed for real.
+  if (Result<ValuePtr> r = typeExpressionSubscript(t, obj, index); !r.notHandled()) return r;
   if (isUserObject(obj)) {
     Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_getitem), {index});
     if (!r.notHandled()) return r;
@@ -559,12 +687,8 @@ namespace {
 Result<ValuePtr> moduleIter(Tracer& t, const ValuePtr& obj) {
   // nn.Sequential and nn.ModuleList iterate over their submodules (_modules.values()).
   PyObject* m = obj->as<Module>().obj.get();
-  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(m));
-  Ref iter_fn = Ref::steal(PyObject_GetAttrString(type, "__iter__"));
-  Ref qualname = iter_fn ? Ref::steal(PyObject_GetAttrString(iter_fn.get(), "__qualname__")) : Ref();
-  PyErr_Clear();
-  const char* q = qualname && PyUnicode_Check(qualname.get()) ? PyUnicode_AsUTF8(qualname.get()) : "";
-  if (strcmp(q, "Sequential.__iter__") != 0 && strcmp(q, "ModuleList.__iter__") != 0)
+  PyObject* container = moduleContainerOwning(m, interned(Str::dunder_iter));
+  if (!container || container == lookup(Obj::torch_nn_ModuleDict))  // ModuleDict iterates over names
     return t.fail(std::string("iterating a module of type ") + Py_TYPE(m)->tp_name + " is not supported yet");
   PyObject** dictptr = _PyObject_GetDictPtr(m);
   PyObject* modules = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, "_modules") : nullptr;
@@ -728,7 +852,8 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::Module: {
       // As for objects: the class's __bool__, then its __len__ (both traced, their class
       // attributes guarded), else true; a container's length from its guarded children.
-      if (isModuleContainer(v)) {
+      if (isModuleContainer(v, interned(Str::dunder_len)) &&
+          !_PyType_Lookup(Py_TYPE(v->real()), interned(Str::dunder_bool))) {  // no __bool__: its length decides
         std::vector<std::pair<Ref, ValuePtr>> children;
         if (Done d = moduleContainerItems(t, v, &children); !d) return d.stop();
         return !children.empty();
@@ -784,7 +909,7 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
 }
 
 Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item) {
-  if (isModuleContainer(container) && item->is(Kind::Constant)) {
+  if (isModuleContainer(container, interned(Str::dunder_contains)) && item->is(Kind::Constant)) {  // ModuleDict: by name
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(t, container, &children); !d) return d.stop();
     bool r = false;

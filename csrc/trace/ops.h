@@ -23,9 +23,13 @@ class Tracer;
 // ---- attributes.cpp: reading and storing attributes ---------------------------------------
 Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value);
-// delattr(obj, name) of an object made in the trace: its class's own __delattr__ inlined,
-// a property's deleter, or the attribute removed from its __dict__ (AttributeError if absent).
+// delattr(obj, name) of an object made in the trace or read from the program: its class's
+// own __delattr__ inlined, a property's deleter, or the attribute removed (from the
+// object's __dict__ value when made in the trace; a recorded effect replayed after the
+// graph when from the program, nn.Module's __delattr__ included). AttributeError if absent.
 Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// object.__delattr__(obj, name): the generic deletion, the class's own __delattr__ skipped.
+Done genericDelAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // Attributes of a function made in the trace: its name, module, doc, and those set on it.
 Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
 
@@ -158,7 +162,9 @@ Done iterate(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
 // The items `v` would give, without consuming it when it is an Iterator.
 Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
 // Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
-bool isModuleContainer(const ValuePtr& m);
+// An nn.Sequential, ModuleList or ModuleDict whose class keeps that container's own
+// special method `dunder` (decided by type: a subclass overriding it is not one).
+bool isModuleContainer(const ValuePtr& m, PyObject* dunder);
 Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
 
 // ---- containers.cpp: lists, tuples, dicts, sets made in the trace -------------------------

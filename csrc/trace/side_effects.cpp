@@ -25,6 +25,17 @@ Done SideEffects::setGlobal(int globals_reg, PyObject* name, ValuePtr value) {
   return {};
 }
 
+Done SideEffects::delAttr(int reg, PyObject* name, bool generic) {
+  if (Done d = record({reg, Effect::DelAttr{Ref::borrow(name), generic}}); !d) return d;
+  attr_overlay_.push_back({{reg, PyUnicode_AsUTF8(name)}, deleted()});
+  return {};
+}
+
+const ValuePtr& SideEffects::deleted() {
+  static const ValuePtr& marker = *new ValuePtr(Value::null());  // never freed: outlives every trace
+  return marker;
+}
+
 Done SideEffects::setCell(int cell_reg, PyObject* real_cell, ValuePtr value) {
   if (Done d = record({cell_reg, Effect::SetCell{value}}); !d) return d;
   cell_overlay_[real_cell] = std::move(value);
@@ -105,6 +116,7 @@ Done SideEffects::buildReplay(OutputPlanner& outputs, std::vector<runtime::SideE
       runtime::OutputPlan& value;
       Done operator()(const Effect::SetAttr& s) const { return outputs.plan(s.value, &value); }
       Done operator()(const Effect::SetItem& s) const { return outputs.plan(s.value, &value); }
+      Done operator()(const Effect::DelAttr&) const { return {}; }
       Done operator()(const Effect::SetCell& s) const { return outputs.plan(s.value, &value); }
       Done operator()(const Effect::Replace& r) const { return outputs.plan(contentsOf(*r.container), &value); }
     } planValue{outputs, value};
@@ -113,6 +125,7 @@ Done SideEffects::buildReplay(OutputPlanner& outputs, std::vector<runtime::SideE
       runtime::OutputPlan& value;
       E::What operator()(const Effect::SetAttr& s) const { return E::SetAttr{s.name.copy(), std::move(value), s.generic}; }
       E::What operator()(const Effect::SetItem& s) const { return E::SetItem{s.key.copy(), std::move(value)}; }
+      E::What operator()(const Effect::DelAttr& s) const { return E::DelAttr{s.name.copy(), s.generic}; }
       E::What operator()(const Effect::SetCell&) const { return E::SetCell{std::move(value)}; }
       E::What operator()(const Effect::Replace& r) const {
         if (r.container->is(Kind::List)) return E::ReplaceList{std::move(value)};

@@ -31,6 +31,10 @@ struct Effect {
     Ref key;
     ValuePtr value;
   };
+  struct DelAttr {  // delattr(target, name)
+    Ref name;
+    bool generic = false;  // object.__delattr__ (the class's own __delattr__ already ran in the trace)
+  };
   struct SetCell {  // target.cell_contents = value
     ValuePtr value;
   };
@@ -38,7 +42,7 @@ struct Effect {
     ValuePtr container;
   };
   int reg;
-  std::variant<SetAttr, SetItem, SetCell, Replace> what;
+  std::variant<SetAttr, SetItem, DelAttr, SetCell, Replace> what;
 };
 
 class SideEffects {
@@ -49,14 +53,23 @@ class SideEffects {
   // generator that is run in place (its order against the consumer would change).
   Done setAttr(int reg, PyObject* name, ValuePtr value, bool generic = false);
   Done setGlobal(int globals_reg, PyObject* name, ValuePtr value);
+  // delattr(target, name) recorded for replay; later reads in the trace see the attribute
+  // gone (overlayAttr gives deleted(), attrDeleted() is true) until it is stored again.
+  Done delAttr(int reg, PyObject* name, bool generic);
   Done setCell(int cell_reg, PyObject* real_cell, ValuePtr value);
   // A mutation of container `c`: recorded (once) when it comes from the program, nothing
   // to replay when the trace made it; Unsupported for a kind that cannot be replayed.
   Done noteContainerMutation(const ValuePtr& c);
 
   // The value last stored to attribute `name` of the object in register `reg` (or global
-  // `name` of the globals dict in `reg`), or null.
+  // `name` of the globals dict in `reg`), deleted() when it was deleted since, or null.
   ValuePtr overlayAttr(int reg, PyObject* name) const;
+  // The marker overlayAttr gives for an attribute deleted in the trace (never a value of
+  // the program: every caller of overlayAttr tests for it).
+  static const ValuePtr& deleted();
+  bool attrDeleted(int reg, PyObject* name) const {
+    return reg >= 0 && !attr_overlay_.empty() && overlayAttr(reg, name) == deleted();
+  }
   bool anyAttrOverlay() const { return !attr_overlay_.empty(); }
   bool anyAttrOverlayOf(int reg) const {
     for (const auto& entry : attr_overlay_)

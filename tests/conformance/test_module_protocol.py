@@ -335,3 +335,110 @@ def test_iterating_a_dict_keyed_by_modules():
             x = m(x) * w
         return x
     same_as_eager(fn, one(3, 4))
+
+
+# ---------------------------------------------------------------- containers decided by type
+
+class Sequential(torch.nn.Module):
+    """Named like torch's container, but not one: its own indexing and length decide."""
+
+    def __init__(self):
+        super().__init__()
+        self.first = torch.nn.Linear(4, 4)
+        self.second = torch.nn.Linear(4, 4)
+
+    def __getitem__(self, i):
+        return self.second if i == 0 else self.first
+
+    def __len__(self):
+        return 7
+
+
+class Backwards(torch.nn.ModuleList):
+    """A ModuleList subclass that overrides indexing and length."""
+
+    def __getitem__(self, i):
+        return self._modules[str(len(self._modules) - 1 - i)]
+
+    def __len__(self):
+        return 1
+
+
+def test_module_containers_are_decided_by_type_not_name():
+    lookalike = Sequential()
+    backwards = Backwards([torch.nn.Linear(4, 4), torch.nn.ReLU()])
+    real = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Tanh())
+    named = torch.nn.ModuleDict({"a": torch.nn.ReLU(), "b": torch.nn.Sigmoid()})
+
+    def fn(x):
+        y = lookalike[0](x) + len(lookalike) + backwards[0](x) + len(backwards)
+        y = y + real[1](real[0](x)) + len(real) + named["b"](x)
+        return y, "a" in named, "c" in named, bool(real)
+    same_as_eager(fn, one())
+
+
+# ---------------------------------------------------------------- modules made in the trace
+
+class Cache(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.key_cache = [0]
+        self.bool_invoked = 0
+
+    def __bool__(self):
+        self.bool_invoked += 1
+        return len(self.key_cache) > 0
+
+
+class Sized2(torch.nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+
+class Pairwise(torch.nn.Module):
+    def forward(self, x, y):
+        return torch.nn.ReLU()(torch.cat((x, y), dim=1))
+
+
+def two(*shape):
+    return lambda: (torch.randn(*shape or (2, 3)), torch.randn(*shape or (2, 3)))
+
+
+def test_module_made_in_the_trace_branches_on_its_bool_and_escapes():
+    # Its __init__ (nn.Module's included) and __bool__ traced; returned, it is a real
+    # module of its class with the state the trace left (bool_invoked == 1).
+    def fn(x):
+        cache = Cache()
+        if cache:
+            return x + 1, cache
+        return x + 2, cache
+    same_as_eager(fn, one())
+
+
+def test_module_made_in_the_trace_branches_on_its_len():
+    def fn(x):
+        return (x + 1 if Sized2(2) else x - 1), (x * 2 if Sized2(0) else x * 3)
+    same_as_eager(fn, one())
+
+
+def test_modules_made_and_called_in_the_trace():
+    # torch's own classes (ReLU, Softmax) and the program's, called: Module.__call__ and
+    # forward inlined into the one graph.
+    def fn(x, y):
+        return torch.nn.Softmax(dim=-1)(x + y * 2), Pairwise()(x, y)
+    same_as_eager(fn, two())
+
+
+def test_module_made_in_the_trace_passed_through_a_partial():
+    import functools
+
+    def use(mod, x, y):
+        return mod(x, y)
+
+    def fn(x, y):
+        return functools.partial(use, mod=Pairwise())(x=x, y=y) + functools.partial(use, mod=Pairwise().forward)(x=x, y=y)
+    same_as_eager(fn, two())

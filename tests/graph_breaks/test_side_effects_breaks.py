@@ -180,8 +180,7 @@ def obj_store_tensor_then_read(x, obj, observe):
     return obj.cache.sum()
 
 
-@scenario(t4_box(keep=1), xfail_whole="`del obj.attr` (DELETE_ATTR) is not supported: the 'whole' variant breaks "
-                                       "there; torch._dynamo captures it whole")
+@scenario(t4_box(keep=1))
 def obj_add_then_delete_attribute(x, obj, observe):
     obj.tmp = x + 1
     observe(obj.tmp)

@@ -8,5 +8,4 @@ give a wrong result (the harness checks outcomes before graph counts).
 
 KNOWN_GAPS = {
     "test_builtins[id_equality_of_same_object]": "id() depends on object addresses, unknown at trace time",
-    "test_context_managers[contextlib_contextmanager]": "_GeneratorContextManager.__enter__: opcode DELETE_ATTR is not supported yet (and a generator context manager needs lazily run generators)",
 }

@@ -250,6 +250,21 @@ def mutate_object_arg_attribute(a, x):
     return a.apply(x)
 
 
+@case(lambda: (Affine(1.0, 2.0), torch.randn(4)))
+def delete_object_arg_attribute(a, x):
+    y = a.apply(x)
+    del a.b
+    a.c = y.sum()
+    return y, hasattr(a, "b")
+
+
+@case(T4)
+def delete_attribute_of_new_object(x):
+    a = Affine(x, 1.0)
+    del a.w
+    return x + a.b, hasattr(a, "w"), a
+
+
 @case(T4)
 def bound_method_stored_then_called(x):
     a = Affine(2.0, 0.0)
