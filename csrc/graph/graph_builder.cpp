@@ -88,8 +88,9 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
         PyErr_Clear();  // fall back to running it
       } else if (entry.alias_arg >= 0) {
         n.sig = nodes_[n.args[entry.alias_arg].node].sig.copy();  // the argument's, if known
-      } else if (!entry.tuple) {
-        // The new node's own signature is known (see nodeSig).
+      } else if (!entry.tuple && !entry.outputs[0].view) {
+        // The new node's own signature is known (see nodeSig). Not for a view result: the
+        // spec's shape and strides are its base's (nodeSig reads the view's own later).
         const FakeSpec& spec = entry.outputs[0];
         n.sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get(),
                         spec.requires_grad ? Py_True : Py_False);
@@ -171,6 +172,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // made by running the op every time (each run binds symbols of its own).
   if (ran && key && !n.unbacked_bindings) memoStore(key.get(), n.fake.get(), n, versions_before);
   n.impure = isMutating(op, target);
+  if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar
   // (Tensor.item() and arithmetic on it, under capture_scalar_outputs) is a node: its
@@ -183,6 +185,24 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   }
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
+}
+
+void GraphBuilder::forgetSigsOf(const Node& n) {
+  // An op that changes its arguments in place may change their metadata too (unsqueeze_,
+  // t_, resize_, requires_grad_): the memo signatures read of every node holding one of
+  // those tensors are stale, and would key a later op as the tensor was before.
+  std::vector<PyObject*> changed;
+  for (const Arg& a : n.args) tensorInputs(a, &changed);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &changed);
+  if (changed.empty()) return;
+  for (Node& other : nodes_) {
+    if (!other.sig) continue;
+    for (PyObject* c : changed)
+      if (other.fake.get() == c) {
+        other.sig = Ref();
+        break;
+      }
+  }
 }
 
 bool GraphBuilder::isScalar(int id) const {

@@ -224,6 +224,7 @@ class GraphBuilder {
   Ref inputFake(PyObject* real);
   int addSymbolicInput(PyObject* real, const std::string& name, const std::string& source);  // dynamic_shapes.cpp
   void tensorInputs(const Arg& a, std::vector<PyObject*>* out) const;
+  void forgetSigsOf(const Node& n);  // n changes its tensor arguments in place
 
   // Input shortcut: a real tensor that is a plain leaf (torchimpl::plainLeaf) whose storage
   // no other graph input reaches gets a FakeTensor made directly, once
