@@ -44,8 +44,11 @@ Ref memoConst(PyObject* o) {
 }
 
 // A shape or stride as a memo key part: the tuple itself when every item is an int, else a
-// tuple with each SymInt replaced by its sympy expression (equal expressions are equal
-// values, whatever the ShapeEnv learns later). Null without an error for anything else.
+// tuple with each SymInt replaced by its sympy expression, with the ShapeEnv's replacements
+// applied (SymNode.expr: a size an op specialized to 64 is 64, as in the tensors made
+// later). Equal expressions are equal values for every input the guards admit, whatever
+// the ShapeEnv learns later (it only adds replacements). Null without an error for
+// anything else.
 Ref symTuple(PyObject* seq) {
   if (!PyTuple_Check(seq)) return Ref();
   Py_ssize_t n = PyTuple_GET_SIZE(seq);
@@ -61,7 +64,7 @@ Ref symTuple(PyObject* seq) {
       part = Ref::borrow(item);
     } else if (reinterpret_cast<PyObject*>(Py_TYPE(item)) == lookup(Obj::torch_SymInt)) {
       Ref node = Ref::steal(PyObject_GetAttrString(item, "node"));
-      part = node ? Ref::steal(PyObject_GetAttrString(node.get(), "_expr")) : Ref();
+      part = node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
     }
     if (!part) return PyErr_Clear(), Ref();
     PyTuple_SET_ITEM(out.get(), i, part.release());
@@ -71,10 +74,10 @@ Ref symTuple(PyObject* seq) {
 
 }  // namespace
 
-Ref GraphBuilder::makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride, PyObject* rg) {
+Ref GraphBuilder::makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride) {
   Ref sh = symTuple(shape), st = symTuple(stride);
   if (!sh || !st) return Ref();
-  Ref sig = Ref::steal(PyTuple_Pack(5, dtype, device, sh.get(), st.get(), rg));
+  Ref sig = Ref::steal(PyTuple_Pack(4, dtype, device, sh.get(), st.get()));
   if (!sig) PyErr_Clear();
   return sig;
 }
@@ -84,11 +87,12 @@ PyObject* GraphBuilder::nodeSig(int id) {
   if (n.sig) return n.sig.get();
   const TorchRefs* t = torchRefs();
   n.sig = Ref::borrow(Py_None);
+  n.sig_rg = false;
   PyObject* f = n.fake.get();
   if (t && f && shape_env_ && isSymScalar(f, t)) {
     // A size or a number read from a tensor: its expression (see symTuple).
     Ref node = Ref::steal(PyObject_GetAttrString(f, "node"));
-    Ref e = node ? Ref::steal(PyObject_GetAttrString(node.get(), "_expr")) : Ref();
+    Ref e = node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
     Ref sig = e ? Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(Py_TYPE(f)), e.get())) : Ref();
     if (!sig) {
       PyErr_Clear();
@@ -114,17 +118,20 @@ PyObject* GraphBuilder::nodeSig(int id) {
     PyErr_Clear();
     return Py_None;
   }
-  Ref sig = makeSig(dtype.get(), device.get(), shape.get(), stride.get(), rg.get());
+  Ref sig = makeSig(dtype.get(), device.get(), shape.get(), stride.get());
   if (!sig) return Py_None;
   n.sig = std::move(sig);
+  n.sig_rg = rg.get() == Py_True;
   return n.sig.get();
 }
 
-bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
+bool GraphBuilder::argSig(const Arg& a, PyObject* out, std::vector<bool>* in_rg) {
   switch (a.kind) {
     case Arg::Kind::Node: {
       PyObject* sig = nodeSig(a.node);
-      return sig != Py_None && PyList_Append(out, sig) == 0;
+      if (sig == Py_None || PyList_Append(out, sig) < 0) return false;
+      in_rg->push_back(nodes_[a.node].sig_rg);
+      return true;
     }
     case Arg::Kind::Const: {
       if (!memoConstOk(a.constant.get(), torchRefs())) return false;
@@ -136,7 +143,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
       Ref items = Ref::steal(PyList_New(0));
       if (!items) return false;
       for (const Arg& i : a.items)
-        if (!argSig(i, items.get())) return false;
+        if (!argSig(i, items.get(), in_rg)) return false;
       Ref tup = Ref::steal(PyList_AsTuple(items.get()));
       Ref kind = Ref::steal(PyLong_FromLong(static_cast<long>(a.kind)));
       if (!tup || !kind) return false;
@@ -150,7 +157,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
 }
 
 Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
-                          const std::vector<std::pair<Ref, Arg>>& kwargs) {
+                          const std::vector<std::pair<Ref, Arg>>& kwargs, std::vector<bool>* in_rg) {
   const TorchRefs* t = torchRefs();
   if (!t || !mode_) {
     PyErr_Clear();
@@ -179,7 +186,7 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
     return Ref();
   }
   for (const Arg& a : args)
-    if (!argSig(a, parts.get())) {
+    if (!argSig(a, parts.get(), in_rg)) {
       PyErr_Clear();
       return Ref();
     }
@@ -187,7 +194,7 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
     // `out=` writes into (and returns) an existing tensor.
     if (PyUnicode_Check(name.get()) && PyUnicode_CompareWithASCIIString(name.get(), "out") == 0)
       return Ref();
-    if (PyList_Append(parts.get(), name.get()) < 0 || !argSig(value, parts.get())) {
+    if (PyList_Append(parts.get(), name.get()) < 0 || !argSig(value, parts.get(), in_rg)) {
       PyErr_Clear();
       return Ref();
     }
@@ -256,8 +263,22 @@ long long GraphBuilder::tensorVersion(PyObject* tensor) const {
   return out;
 }
 
+bool GraphBuilder::memoFits(const MemoEntry& entry, const std::vector<bool>& in_rg) {
+  if (entry.in_rg.size() != in_rg.size()) return false;
+  if (entry.in_rg == in_rg) return true;
+  if (entry.alias_arg >= 0) return false;
+  // Autograd: a differentiable output requires grad when any differentiable input does
+  // (grad mode is in the key), so requiring it is monotone in the set of inputs that do.
+  for (size_t i = 0; i < in_rg.size(); ++i) {
+    if (entry.out_rg == OutGrad::AllTrue && entry.in_rg[i] && !in_rg[i]) return false;   // needs a superset
+    if (entry.out_rg == OutGrad::AllFalse && !entry.in_rg[i] && in_rg[i]) return false;  // needs a subset
+    if (entry.out_rg == OutGrad::Mixed) return false;
+  }
+  return true;
+}
+
 void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
-                             const std::vector<long long>& versions_before) {
+                             const std::vector<long long>& versions_before, std::vector<bool> in_rg) {
   // A result that is one of the positional tensor arguments itself, unchanged (dropout in
   // eval mode). Whether an op returns its input depends only on what the key holds
   // (metadata and constant arguments); one that changed it in place (a bumped version
@@ -269,12 +290,8 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
       if (before < 0 || tensorVersion(fake) != before) return;
       MemoEntry entry;
       entry.alias_arg = static_cast<int>(k);
-      Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
-      if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
-        PyErr_Clear();
-        return;
-      }
-      memo_entries_.push_back(std::move(entry));
+      entry.in_rg = std::move(in_rg);
+      pushEntry(key, std::move(entry));
       return;
     }
   }
@@ -302,12 +319,42 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
     }
     entry.outputs.push_back(std::move(spec));
   }
+  bool any_true = false, any_false = false;
+  for (const FakeSpec& o : entry.outputs)
+    if (!o.none) (o.requires_grad ? any_true : any_false) = true;
+  entry.out_rg = any_true && any_false ? OutGrad::Mixed : any_true ? OutGrad::AllTrue : OutGrad::AllFalse;
+  entry.in_rg = std::move(in_rg);
+  pushEntry(key, std::move(entry));
+}
+
+void GraphBuilder::pushEntry(PyObject* key, MemoEntry entry) {
+  PyObject* head = PyDict_GetItemWithError(memo_.get(), key);
+  if (!head && PyErr_Occurred()) return PyErr_Clear();
+  entry.next = head ? static_cast<int>(PyLong_AsLong(head)) : -1;
   Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
-  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
-    PyErr_Clear();
-    return;
-  }
+  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) return PyErr_Clear();
   memo_entries_.push_back(std::move(entry));
+}
+
+const GraphBuilder::MemoEntry* GraphBuilder::memoFind(PyObject* key, const std::vector<bool>& in_rg) {
+  PyObject* head = PyDict_GetItemWithError(memo_.get(), key);
+  if (!head) return PyErr_Clear(), nullptr;
+  for (long i = PyLong_AsLong(head); i >= 0; i = memo_entries_[i].next)
+    if (memoFits(memo_entries_[i], in_rg)) return &memo_entries_[i];
+  return nullptr;
+}
+
+int GraphBuilder::memoCheck() {
+  if (memo_check_ < 0) memo_check_ = configFlag("memo_check");
+  return memo_check_;
+}
+
+bool GraphBuilder::checkMemoResult(PyObject* memo_result, PyObject* real_result, PyObject* target) {
+  static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  if (!mod) return false;
+  Ref r = Ref::steal(PyObject_CallMethod(mod.get(), "check_memo_result", "OOO", memo_result, real_result, target));
+  return static_cast<bool>(r);
 }
 
 void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const {

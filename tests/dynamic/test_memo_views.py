@@ -3,7 +3,7 @@ memoized view result is keyed as by the ops that use it must be its own layout, 
 base's, or a later op hits an entry made for a differently shaped tensor."""
 import pytest
 import torch
-import torch.nn.functional as F
+
 from torch import nn
 
 import cdynamo
@@ -87,3 +87,94 @@ def test_memo_keys_see_metadata_changed_in_place(fn, dynamic):
                     assert a == b
     assert cnt.frame_count >= 1
     assert cnt.frame_count <= (1 if dynamic else 2)
+
+
+class CountDispatch:
+    """Counts the ops FakeTensorMode dispatches at top level while in use."""
+
+    def __init__(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        self.cls, self.orig, self.ops, self.depth = FakeTensorMode, FakeTensorMode.__torch_dispatch__, [], 0
+
+    def __enter__(self):
+        counter = self
+
+        def dispatch(mode, func, types, args=(), kwargs=None):
+            if counter.depth == 0:
+                counter.ops.append(str(func))
+            counter.depth += 1
+            try:
+                return counter.orig(mode, func, types, args, kwargs or {})
+            finally:
+                counter.depth -= 1
+        self.cls.__torch_dispatch__ = dispatch
+        return self
+
+    def __exit__(self, *exc):
+        self.cls.__torch_dispatch__ = self.orig
+
+
+class TwoLinears(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.lin(x)      # x does not require grad, the parameters do: h does
+        return self.lin(h)   # more inputs require grad: the first one's entry serves (h still does)
+        # (with dynamic=True x's size 8 is a symbol the first linear specializes to 8: the
+        # entry is stored under the key with that replacement too, which h's matches)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_memo_entry_serves_calls_with_more_inputs_requiring_grad(dynamic):
+    torch.manual_seed(0)
+    m = TwoLinears()
+    cnt = CompileCounter()
+    cf = cdynamo.compile(m, backend=cnt, dynamic=dynamic)
+    x = torch.randn(4, 8)
+    cdynamo.config.memo_check = False  # (the check runs the op again: counted without it)
+    with CountDispatch() as d:
+        got = cf(x)
+    expected = m(x)
+    torch.testing.assert_close(got, expected)
+    assert got.requires_grad and not got.is_leaf
+    torch.testing.assert_close(cf(x), expected)
+    assert cnt.frame_count == 1
+    assert sum("addmm" in op for op in d.ops) == 1, d.ops   # the second linear is a memo hit
+    vals = [n.meta["example_value"] for n in cnt.graphs[0].graph.nodes if n.op == "call_function"]
+    assert [v.requires_grad for v in vals] == [True, True]
+
+
+def relu_twice(x, y):
+    a = torch.relu(x)    # no input requires grad: a does not
+    b = torch.relu(y)    # y requires grad: a's entry must not serve (b requires grad)
+    c = torch.relu(a)    # fewer inputs requiring grad than b's: b's entry must not serve
+    return a, b, c, (a.requires_grad, b.requires_grad, c.requires_grad)
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_memo_entries_keep_requires_grad_where_autograd_does(dynamic):
+    cnt = CompileCounter()
+    cf = cdynamo.compile(relu_twice, backend=cnt, dynamic=dynamic)
+    torch._dynamo.reset()
+    ref = torch.compile(relu_twice, backend="eager", dynamic=dynamic)
+    x, y = torch.randn(3, 4), torch.randn(3, 4, requires_grad=True)
+    expected = relu_twice(x, y)
+    assert expected[3] == (False, True, False)
+    for got in (cf(x, y), cf(x, y), ref(x, y)):
+        assert got[3] == expected[3]
+        for a, b in zip(got[:3], expected[:3]):
+            assert a.requires_grad == b.requires_grad
+            torch.testing.assert_close(a, b)
+    assert cnt.frame_count == 1
+
+
+def test_memo_check_reports_a_difference():
+    from cdynamo import _shapes
+    a, b = torch.empty(2, 3), torch.empty(3, 2)
+    with pytest.raises(RuntimeError, match="memo check"):
+        _shapes.check_memo_result(a, b, torch.relu)
+    assert _shapes.memo_check_failures and "relu" in _shapes.memo_check_failures[0]
+    _shapes.memo_check_failures.clear()
+    assert _shapes.check_memo_result((a, None), (torch.empty(2, 3), None), torch.relu)
