@@ -90,7 +90,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       } else if (entry->alias_arg >= 0) {
         n.sig = nodes_[n.args[entry->alias_arg].node].sig.copy();  // the argument's, if known
         n.sig_rg = nodes_[n.args[entry->alias_arg].node].sig_rg;
-      } else if (!entry->tuple && !entry->outputs[0].view) {
+      } else if (!entry->view_of_receiver && !entry->tuple && !entry->outputs[0].view) {
         // The new node's own signature is known (see nodeSig). Not for a view result: the
         // spec's shape and strides are its base's (nodeSig reads the view's own later).
         const FakeSpec& spec = entry->outputs[0];

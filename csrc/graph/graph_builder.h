@@ -213,6 +213,10 @@ class GraphBuilder {
     std::vector<bool> in_rg;
     OutGrad out_rg = OutGrad::Mixed;
     int next = -1;  // the next entry of the same key, or -1
+    // The result is a view of positional argument 0 (a view method: view_methods), with
+    // this layout (sizes, strides and offset in the key's symbols): made by as_strided.
+    bool view_of_receiver = false;
+    Ref view_size, view_stride, view_offset;
   };
   Ref memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
               const std::vector<std::pair<Ref, Arg>>& kwargs, std::vector<bool>* in_rg);

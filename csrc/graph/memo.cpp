@@ -199,6 +199,18 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
       return Ref();
     }
   }
+  if (op == NodeOp::CallMethod && !args.empty() && args[0].kind == Arg::Kind::Node &&
+      PySet_Contains(t->memo_view_methods.get(), target) == 1) {
+    // A view's offset is the receiver's plus its own: the receiver's is part of the key.
+    PyObject* f = nodes_[args[0].node].fake.get();
+    Ref off = f ? Ref::steal(PyObject_CallMethod(f, "storage_offset", nullptr)) : Ref();
+    Ref one = off ? Ref::steal(PyTuple_Pack(1, off.get())) : Ref();
+    Ref part = one ? symTuple(one.get()) : Ref();
+    if (!part || PyList_Append(parts.get(), part.get()) < 0) {
+      PyErr_Clear();
+      return Ref();
+    }
+  }
   Ref key = Ref::steal(PyList_AsTuple(parts.get()));
   if (!key) PyErr_Clear();
   return key;
@@ -266,7 +278,7 @@ long long GraphBuilder::tensorVersion(PyObject* tensor) const {
 bool GraphBuilder::memoFits(const MemoEntry& entry, const std::vector<bool>& in_rg) {
   if (entry.in_rg.size() != in_rg.size()) return false;
   if (entry.in_rg == in_rg) return true;
-  if (entry.alias_arg >= 0) return false;
+  if (entry.alias_arg >= 0 || entry.view_of_receiver) return false;
   // Autograd: a differentiable output requires grad when any differentiable input does
   // (grad mode is in the key), so requiring it is monotone in the set of inputs that do.
   for (size_t i = 0; i < in_rg.size(); ++i) {
@@ -291,6 +303,32 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
       MemoEntry entry;
       entry.alias_arg = static_cast<int>(k);
       entry.in_rg = std::move(in_rg);
+      pushEntry(key, std::move(entry));
+      return;
+    }
+  }
+  const TorchRefs* t = torchRefs();
+  if (t && n.op == NodeOp::CallMethod && !n.args.empty() && n.args[0].kind == Arg::Kind::Node &&
+      PySet_Contains(t->memo_view_methods.get(), n.target.get()) == 1 &&
+      reinterpret_cast<PyObject*>(Py_TYPE(fake)) == lookup(Obj::torch_FakeTensor)) {
+    PyErr_Clear();
+    PyObject* receiver = nodes_[n.args[0].node].fake.get();
+    if (torchimpl::storageId(fake) == torchimpl::storageId(receiver)) {
+      // A view of the receiver (of its storage, with the receiver's dtype and grad status).
+      if (!torchimpl::plainView(fake, /*allow_symbolic=*/shape_env_.get() != nullptr)) return;
+      Ref dt = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+      Ref rdt = Ref::steal(PyObject_GetAttrString(receiver, "dtype"));
+      Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+      Ref rrg = Ref::steal(PyObject_GetAttrString(receiver, "requires_grad"));
+      MemoEntry entry;
+      entry.view_of_receiver = true;
+      entry.view_size = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+      entry.view_stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
+      entry.view_offset = Ref::steal(PyObject_CallMethod(fake, "storage_offset", nullptr));
+      if (!dt || !rdt || !rg || !rrg || !entry.view_size || !entry.view_stride || !entry.view_offset ||
+          dt.get() != rdt.get() || rg.get() != rrg.get())
+        return PyErr_Clear();
+      entry.in_rg = std::move(in_rg);  // exact (out_rg Mixed)
       pushEntry(key, std::move(entry));
       return;
     }
@@ -366,6 +404,15 @@ void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const
 }
 
 Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
+  if (entry.view_of_receiver) {
+    if (n.args.empty() || n.args[0].kind != Arg::Kind::Node) {
+      PyErr_SetString(PyExc_RuntimeError, "memo entry of a view does not fit the call");
+      return Ref();
+    }
+    PyObject* vargs[] = {nodes_[n.args[0].node].fake.get(), entry.view_size.get(), entry.view_stride.get(),
+                         entry.view_offset.get()};
+    return Ref::steal(PyObject_VectorcallMethod(interned(Str::as_strided), vargs, 4, nullptr));
+  }
   if (entry.alias_arg >= 0) {
     if (static_cast<size_t>(entry.alias_arg) >= n.args.size() || n.args[entry.alias_arg].kind != Arg::Kind::Node) {
       PyErr_SetString(PyExc_RuntimeError, "memo entry of an aliasing op does not fit the call");

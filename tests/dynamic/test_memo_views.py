@@ -178,3 +178,37 @@ def test_memo_check_reports_a_difference():
     assert _shapes.memo_check_failures and "relu" in _shapes.memo_check_failures[0]
     _shapes.memo_check_failures.clear()
     assert _shapes.check_memo_result((a, None), (torch.empty(2, 3), None), torch.relu)
+
+
+def views_of_inputs(x):
+    outs = []
+    for _ in range(3):
+        y = x.transpose(0, 1)                   # a view of the input
+        z = y.reshape(-1)                       # a new tensor (y is not contiguous)
+        w = x.view(-1, 2)                       # a view
+        u = x.unsqueeze(0).expand(3, -1, -1)    # a view of a view
+        outs.append(y.sum() + z[0] + w.sum() + u.sum() + y.stride(0))
+    s = x.narrow(0, 1, 2).transpose(0, 1)       # a view at an offset
+    s2 = x.narrow(0, 2, 2).transpose(0, 1)      # the same shape at another offset: not s's entry
+    return outs, s * 1, s2 * 1, s.storage_offset(), s2.storage_offset(), s._base is x, x.view(-1)._is_view()
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_views_of_inputs_are_memoized_as_views(dynamic, requires_grad):
+    cnt = CompileCounter()
+    cf = cdynamo.compile(views_of_inputs, backend=cnt, dynamic=dynamic)
+    torch._dynamo.reset()
+    ref = torch.compile(views_of_inputs, backend="eager", dynamic=dynamic)
+    for n in (4, 6):
+        x = torch.randn(n, 6, requires_grad=requires_grad)
+        expected = views_of_inputs(x)
+        for got in (cf(x), cf(x), ref(x)):
+            torch.testing.assert_close(got, expected)
+            assert got[1].requires_grad == requires_grad
+    assert cnt.frame_count <= (1 if dynamic else 2)
+    cdynamo.reset()
+    cdynamo.config.memo_check = False  # (the check runs the op again: counted without it)
+    with CountDispatch() as d:
+        cdynamo.compile(views_of_inputs, backend=cnt, dynamic=dynamic)(torch.randn(4, 6))
+    assert sum(op == "aten.transpose.int" for op in d.ops) == 3, d.ops  # the loop once, s and s2 (their offsets)
