@@ -78,33 +78,36 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   n.kwargs = std::move(kwargs);
 
   // The memo first: an identical op on identically shaped inputs makes its result directly.
-  Ref key = memoKey(op, target, n.args, n.kwargs);
+  std::vector<bool> in_rg;
+  Ref key = memoKey(op, target, n.args, n.kwargs, &in_rg);
+  Ref memo_result;  // with config.memo_check: the memo's result, checked against the op's own
   if (key) {
-    PyObject* index = PyDict_GetItemWithError(memo_.get(), key.get());
-    if (index) {
-      const MemoEntry& entry = memo_entries_[PyLong_AsSize_t(index)];
-      n.fake = memoMake(entry, n);
+    const MemoEntry* entry = memoFind(key.get(), in_rg);
+    if (entry) {
+      n.fake = memoMake(*entry, n);
       if (!n.fake) {
         PyErr_Clear();  // fall back to running it
-      } else if (entry.alias_arg >= 0) {
-        n.sig = nodes_[n.args[entry.alias_arg].node].sig.copy();  // the argument's, if known
-      } else if (!entry.tuple) {
-        // The new node's own signature is known (see nodeSig).
-        const FakeSpec& spec = entry.outputs[0];
-        n.sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get(),
-                        spec.requires_grad ? Py_True : Py_False);
+      } else if (entry->alias_arg >= 0) {
+        n.sig = nodes_[n.args[entry->alias_arg].node].sig.copy();  // the argument's, if known
+        n.sig_rg = nodes_[n.args[entry->alias_arg].node].sig_rg;
+      } else if (!entry->view_of_receiver && !entry->tuple && !entry->outputs[0].view) {
+        // The new node's own signature is known (see nodeSig). Not for a view result: the
+        // spec's shape and strides are its base's (nodeSig reads the view's own later).
+        const FakeSpec& spec = entry->outputs[0];
+        n.sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get());
+        n.sig_rg = spec.requires_grad;
       }
-    } else if (PyErr_Occurred()) {
-      PyErr_Clear();
-      key = Ref();
+      int check = n.fake ? memoCheck() : 0;
+      if (check < 0) return -1;
+      if (check) memo_result = std::move(n.fake);
     }
   }
 
   std::vector<long long> versions_before;
   bool ran = false;  // the op ran on fakes (a memo candidate when `key` is set)
   if (!n.fake) {
-    ran = true;
-    if (key)
+    ran = !memo_result;
+    if (key && ran)
       for (const Arg& a : n.args)
         versions_before.push_back(a.kind == Arg::Kind::Node ? tensorVersion(nodes_[a.node].fake.get()) : -1);
     // Run the call on fake values.
@@ -134,6 +137,11 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       n.fake = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
+    }
+    if (memo_result) {
+      // The check mode (tests): what the memo made must be what running the op made.
+      if (!n.fake || !checkMemoResult(memo_result.get(), n.fake.get(), target)) return -1;
+      n.fake = std::move(memo_result);
     }
   }
   if (!n.fake) return -1;
@@ -169,8 +177,29 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   }
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
   // made by running the op every time (each run binds symbols of its own).
-  if (ran && key && !n.unbacked_bindings) memoStore(key.get(), n.fake.get(), n, versions_before);
+  if (ran && key && !n.unbacked_bindings) {
+    Ref key_after;
+    std::vector<bool> rg_after;
+    if (shape_env_) {
+      // The op may have taught the ShapeEnv replacements (a size specialized by a shape
+      // check): the arguments' signatures read again, and the entry stored under that key
+      // too, the one tensors made from now on are keyed as.
+      std::vector<int> arg_nodes;
+      for (const Arg& a : n.args) argNodes(a, &arg_nodes);
+      for (const auto& kv : n.kwargs) argNodes(kv.second, &arg_nodes);
+      for (int id : arg_nodes) nodes_[id].sig = Ref();
+      key_after = memoKey(op, target, n.args, n.kwargs, &rg_after);
+      if (key_after) {
+        int same = PyObject_RichCompareBool(key_after.get(), key.get(), Py_EQ);
+        if (same != 0) key_after = Ref();
+        if (same < 0) PyErr_Clear();
+      }
+    }
+    memoStore(key.get(), n.fake.get(), n, versions_before, std::move(in_rg));
+    if (key_after) memoStore(key_after.get(), n.fake.get(), n, versions_before, std::move(rg_after));
+  }
   n.impure = isMutating(op, target);
+  if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar
   // (Tensor.item() and arithmetic on it, under capture_scalar_outputs) is a node: its
@@ -183,6 +212,29 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   }
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
+}
+
+void GraphBuilder::argNodes(const Arg& a, std::vector<int>* out) const {
+  if (a.kind == Arg::Kind::Node) out->push_back(a.node);
+  for (const Arg& i : a.items) argNodes(i, out);
+}
+
+void GraphBuilder::forgetSigsOf(const Node& n) {
+  // An op that changes its arguments in place may change their metadata too (unsqueeze_,
+  // t_, resize_, requires_grad_): the memo signatures read of every node holding one of
+  // those tensors are stale, and would key a later op as the tensor was before.
+  std::vector<PyObject*> changed;
+  for (const Arg& a : n.args) tensorInputs(a, &changed);
+  for (const auto& kv : n.kwargs) tensorInputs(kv.second, &changed);
+  if (changed.empty()) return;
+  for (Node& other : nodes_) {
+    if (!other.sig) continue;
+    for (PyObject* c : changed)
+      if (other.fake.get() == c) {
+        other.sig = Ref();
+        break;
+      }
+  }
 }
 
 bool GraphBuilder::isScalar(int id) const {

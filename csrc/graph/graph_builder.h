@@ -63,6 +63,7 @@ struct Node {
   Ref fake;            // fake result (FakeTensor, or a tuple of them)
   bool impure = false; // mutates its inputs: kept even when its result is unused
   Ref sig;             // memo signature of `fake` (see GraphBuilder::memoKey); null: not read yet
+  bool sig_rg = false; // with `sig`: whether `fake` requires grad (kept out of the key, see MemoEntry)
   Ref unbacked_bindings;  // the unbacked symbols this node's result binds (meta["unbacked_bindings"]), or null
   // Dynamic shapes. A symbol's placeholder (its fake a SymInt) stands for size `sym_dim` of
   // tensor placeholder `sym_of`; a tensor placeholder's `dyn_mask` has a bit per symbolic
@@ -196,23 +197,44 @@ class GraphBuilder {
     Ref view_size, view_stride, view_offset;
     Ref like;  // under a ShapeEnv: the op's own result (or base), whose layout the copy takes
   };
+  // Which tensor arguments require grad is not part of a key: an entry holds the pattern
+  // it was made with (in_rg, one flag per tensor argument in key order) and serves another
+  // where autograd's rule gives the same result (memoFits): an output requiring grad keeps
+  // requiring it when more inputs do, one that does not keeps not when fewer do. The first
+  // layer of a model (its input not requiring grad, the parameters requiring it) and the
+  // next ones (both requiring it) share entries so. Entries of one key are chained (next).
+  enum class OutGrad { AllTrue, AllFalse, Mixed };
   struct MemoEntry {
     bool tuple = false;
     std::vector<FakeSpec> outputs;
     // The result is positional argument `alias_arg` itself (dropout in eval mode, x.float()
     // of a float tensor): what running the op gave, and what the memo gives again.
     int alias_arg = -1;
+    std::vector<bool> in_rg;
+    OutGrad out_rg = OutGrad::Mixed;
+    int next = -1;  // the next entry of the same key, or -1
+    // The result is a view of positional argument 0 (a view method: view_methods), with
+    // this layout (sizes, strides and offset in the key's symbols): made by as_strided.
+    bool view_of_receiver = false;
+    Ref view_size, view_stride, view_offset;
   };
   Ref memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
-              const std::vector<std::pair<Ref, Arg>>& kwargs);
-  bool argSig(const Arg& a, PyObject* out_list);
+              const std::vector<std::pair<Ref, Arg>>& kwargs, std::vector<bool>* in_rg);
+  bool argSig(const Arg& a, PyObject* out_list, std::vector<bool>* in_rg);
   PyObject* nodeSig(int id);
-  Ref makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride, PyObject* rg);
+  Ref makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride);
+  static bool memoFits(const MemoEntry& entry, const std::vector<bool>& in_rg);
+  void pushEntry(PyObject* key, MemoEntry entry);
+  const MemoEntry* memoFind(PyObject* key, const std::vector<bool>& in_rg);
+  int memoCheck();  // config.memo_check, read once per trace: 1 on, 0 off, -1 error
+  int memo_check_ = -1;
+  bool checkMemoResult(PyObject* memo_result, PyObject* real_result, PyObject* target);
   Ref memoMake(const MemoEntry& entry, const Node& n);
   // `versions_before`: the version counter of each positional tensor argument before the
   // op ran (-1 for other arguments); an op that returns an argument it changed in place is
   // not remembered.
-  void memoStore(PyObject* key, PyObject* fake, const Node& n, const std::vector<long long>& versions_before);
+  void memoStore(PyObject* key, PyObject* fake, const Node& n, const std::vector<long long>& versions_before,
+                 std::vector<bool> in_rg);
   long long tensorVersion(PyObject* tensor) const;
   bool specOf(PyObject* fake, FakeSpec* spec);
   // A FakeTensor per `spec`: an op's result (with the history of an op on `grad_inputs` if
@@ -224,6 +246,8 @@ class GraphBuilder {
   Ref inputFake(PyObject* real);
   int addSymbolicInput(PyObject* real, const std::string& name, const std::string& source);  // dynamic_shapes.cpp
   void tensorInputs(const Arg& a, std::vector<PyObject*>* out) const;
+  void forgetSigsOf(const Node& n);  // n changes its tensor arguments in place
+  void argNodes(const Arg& a, std::vector<int>* out) const;
 
   // Input shortcut: a real tensor that is a plain leaf (torchimpl::plainLeaf) whose storage
   // no other graph input reaches gets a FakeTensor made directly, once
@@ -248,7 +272,7 @@ class GraphBuilder {
   std::vector<std::string> int_sources_;  // see symbolicIntSources
   Py_ssize_t runtime_asserts_ = 0;     // the ShapeEnv's deferred asserts seen so far
   bool capture_scalars_ = false;
-  Ref memo_;  // dict: memo key -> index in memo_entries_
+  Ref memo_;  // dict: memo key -> index in memo_entries_ of the key's newest entry
   std::vector<MemoEntry> memo_entries_;
   bool entered_ = false;
   std::vector<Node> nodes_;

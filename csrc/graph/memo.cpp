@@ -44,8 +44,11 @@ Ref memoConst(PyObject* o) {
 }
 
 // A shape or stride as a memo key part: the tuple itself when every item is an int, else a
-// tuple with each SymInt replaced by its sympy expression (equal expressions are equal
-// values, whatever the ShapeEnv learns later). Null without an error for anything else.
+// tuple with each SymInt replaced by its sympy expression, with the ShapeEnv's replacements
+// applied (SymNode.expr: a size an op specialized to 64 is 64, as in the tensors made
+// later). Equal expressions are equal values for every input the guards admit, whatever
+// the ShapeEnv learns later (it only adds replacements). Null without an error for
+// anything else.
 Ref symTuple(PyObject* seq) {
   if (!PyTuple_Check(seq)) return Ref();
   Py_ssize_t n = PyTuple_GET_SIZE(seq);
@@ -61,7 +64,7 @@ Ref symTuple(PyObject* seq) {
       part = Ref::borrow(item);
     } else if (reinterpret_cast<PyObject*>(Py_TYPE(item)) == lookup(Obj::torch_SymInt)) {
       Ref node = Ref::steal(PyObject_GetAttrString(item, "node"));
-      part = node ? Ref::steal(PyObject_GetAttrString(node.get(), "_expr")) : Ref();
+      part = node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
     }
     if (!part) return PyErr_Clear(), Ref();
     PyTuple_SET_ITEM(out.get(), i, part.release());
@@ -71,10 +74,10 @@ Ref symTuple(PyObject* seq) {
 
 }  // namespace
 
-Ref GraphBuilder::makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride, PyObject* rg) {
+Ref GraphBuilder::makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride) {
   Ref sh = symTuple(shape), st = symTuple(stride);
   if (!sh || !st) return Ref();
-  Ref sig = Ref::steal(PyTuple_Pack(5, dtype, device, sh.get(), st.get(), rg));
+  Ref sig = Ref::steal(PyTuple_Pack(4, dtype, device, sh.get(), st.get()));
   if (!sig) PyErr_Clear();
   return sig;
 }
@@ -84,11 +87,12 @@ PyObject* GraphBuilder::nodeSig(int id) {
   if (n.sig) return n.sig.get();
   const TorchRefs* t = torchRefs();
   n.sig = Ref::borrow(Py_None);
+  n.sig_rg = false;
   PyObject* f = n.fake.get();
   if (t && f && shape_env_ && isSymScalar(f, t)) {
     // A size or a number read from a tensor: its expression (see symTuple).
     Ref node = Ref::steal(PyObject_GetAttrString(f, "node"));
-    Ref e = node ? Ref::steal(PyObject_GetAttrString(node.get(), "_expr")) : Ref();
+    Ref e = node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
     Ref sig = e ? Ref::steal(PyTuple_Pack(2, reinterpret_cast<PyObject*>(Py_TYPE(f)), e.get())) : Ref();
     if (!sig) {
       PyErr_Clear();
@@ -114,17 +118,20 @@ PyObject* GraphBuilder::nodeSig(int id) {
     PyErr_Clear();
     return Py_None;
   }
-  Ref sig = makeSig(dtype.get(), device.get(), shape.get(), stride.get(), rg.get());
+  Ref sig = makeSig(dtype.get(), device.get(), shape.get(), stride.get());
   if (!sig) return Py_None;
   n.sig = std::move(sig);
+  n.sig_rg = rg.get() == Py_True;
   return n.sig.get();
 }
 
-bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
+bool GraphBuilder::argSig(const Arg& a, PyObject* out, std::vector<bool>* in_rg) {
   switch (a.kind) {
     case Arg::Kind::Node: {
       PyObject* sig = nodeSig(a.node);
-      return sig != Py_None && PyList_Append(out, sig) == 0;
+      if (sig == Py_None || PyList_Append(out, sig) < 0) return false;
+      in_rg->push_back(nodes_[a.node].sig_rg);
+      return true;
     }
     case Arg::Kind::Const: {
       if (!memoConstOk(a.constant.get(), torchRefs())) return false;
@@ -136,7 +143,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
       Ref items = Ref::steal(PyList_New(0));
       if (!items) return false;
       for (const Arg& i : a.items)
-        if (!argSig(i, items.get())) return false;
+        if (!argSig(i, items.get(), in_rg)) return false;
       Ref tup = Ref::steal(PyList_AsTuple(items.get()));
       Ref kind = Ref::steal(PyLong_FromLong(static_cast<long>(a.kind)));
       if (!tup || !kind) return false;
@@ -150,7 +157,7 @@ bool GraphBuilder::argSig(const Arg& a, PyObject* out) {
 }
 
 Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& args,
-                          const std::vector<std::pair<Ref, Arg>>& kwargs) {
+                          const std::vector<std::pair<Ref, Arg>>& kwargs, std::vector<bool>* in_rg) {
   const TorchRefs* t = torchRefs();
   if (!t || !mode_) {
     PyErr_Clear();
@@ -179,7 +186,7 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
     return Ref();
   }
   for (const Arg& a : args)
-    if (!argSig(a, parts.get())) {
+    if (!argSig(a, parts.get(), in_rg)) {
       PyErr_Clear();
       return Ref();
     }
@@ -187,7 +194,19 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
     // `out=` writes into (and returns) an existing tensor.
     if (PyUnicode_Check(name.get()) && PyUnicode_CompareWithASCIIString(name.get(), "out") == 0)
       return Ref();
-    if (PyList_Append(parts.get(), name.get()) < 0 || !argSig(value, parts.get())) {
+    if (PyList_Append(parts.get(), name.get()) < 0 || !argSig(value, parts.get(), in_rg)) {
+      PyErr_Clear();
+      return Ref();
+    }
+  }
+  if (op == NodeOp::CallMethod && !args.empty() && args[0].kind == Arg::Kind::Node &&
+      PySet_Contains(t->memo_view_methods.get(), target) == 1) {
+    // A view's offset is the receiver's plus its own: the receiver's is part of the key.
+    PyObject* f = nodes_[args[0].node].fake.get();
+    Ref off = f ? Ref::steal(PyObject_CallMethod(f, "storage_offset", nullptr)) : Ref();
+    Ref one = off ? Ref::steal(PyTuple_Pack(1, off.get())) : Ref();
+    Ref part = one ? symTuple(one.get()) : Ref();
+    if (!part || PyList_Append(parts.get(), part.get()) < 0) {
       PyErr_Clear();
       return Ref();
     }
@@ -256,8 +275,22 @@ long long GraphBuilder::tensorVersion(PyObject* tensor) const {
   return out;
 }
 
+bool GraphBuilder::memoFits(const MemoEntry& entry, const std::vector<bool>& in_rg) {
+  if (entry.in_rg.size() != in_rg.size()) return false;
+  if (entry.in_rg == in_rg) return true;
+  if (entry.alias_arg >= 0 || entry.view_of_receiver) return false;
+  // Autograd: a differentiable output requires grad when any differentiable input does
+  // (grad mode is in the key), so requiring it is monotone in the set of inputs that do.
+  for (size_t i = 0; i < in_rg.size(); ++i) {
+    if (entry.out_rg == OutGrad::AllTrue && entry.in_rg[i] && !in_rg[i]) return false;   // needs a superset
+    if (entry.out_rg == OutGrad::AllFalse && !entry.in_rg[i] && in_rg[i]) return false;  // needs a subset
+    if (entry.out_rg == OutGrad::Mixed) return false;
+  }
+  return true;
+}
+
 void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
-                             const std::vector<long long>& versions_before) {
+                             const std::vector<long long>& versions_before, std::vector<bool> in_rg) {
   // A result that is one of the positional tensor arguments itself, unchanged (dropout in
   // eval mode). Whether an op returns its input depends only on what the key holds
   // (metadata and constant arguments); one that changed it in place (a bumped version
@@ -269,12 +302,34 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
       if (before < 0 || tensorVersion(fake) != before) return;
       MemoEntry entry;
       entry.alias_arg = static_cast<int>(k);
-      Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
-      if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
-        PyErr_Clear();
-        return;
-      }
-      memo_entries_.push_back(std::move(entry));
+      entry.in_rg = std::move(in_rg);
+      pushEntry(key, std::move(entry));
+      return;
+    }
+  }
+  const TorchRefs* t = torchRefs();
+  if (t && n.op == NodeOp::CallMethod && !n.args.empty() && n.args[0].kind == Arg::Kind::Node &&
+      PySet_Contains(t->memo_view_methods.get(), n.target.get()) == 1 &&
+      reinterpret_cast<PyObject*>(Py_TYPE(fake)) == lookup(Obj::torch_FakeTensor)) {
+    PyErr_Clear();
+    PyObject* receiver = nodes_[n.args[0].node].fake.get();
+    if (torchimpl::storageId(fake) == torchimpl::storageId(receiver)) {
+      // A view of the receiver (of its storage, with the receiver's dtype and grad status).
+      if (!torchimpl::plainView(fake, /*allow_symbolic=*/shape_env_.get() != nullptr)) return;
+      Ref dt = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+      Ref rdt = Ref::steal(PyObject_GetAttrString(receiver, "dtype"));
+      Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+      Ref rrg = Ref::steal(PyObject_GetAttrString(receiver, "requires_grad"));
+      MemoEntry entry;
+      entry.view_of_receiver = true;
+      entry.view_size = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+      entry.view_stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
+      entry.view_offset = Ref::steal(PyObject_CallMethod(fake, "storage_offset", nullptr));
+      if (!dt || !rdt || !rg || !rrg || !entry.view_size || !entry.view_stride || !entry.view_offset ||
+          dt.get() != rdt.get() || rg.get() != rrg.get())
+        return PyErr_Clear();
+      entry.in_rg = std::move(in_rg);  // exact (out_rg Mixed)
+      pushEntry(key, std::move(entry));
       return;
     }
   }
@@ -302,12 +357,42 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
     }
     entry.outputs.push_back(std::move(spec));
   }
+  bool any_true = false, any_false = false;
+  for (const FakeSpec& o : entry.outputs)
+    if (!o.none) (o.requires_grad ? any_true : any_false) = true;
+  entry.out_rg = any_true && any_false ? OutGrad::Mixed : any_true ? OutGrad::AllTrue : OutGrad::AllFalse;
+  entry.in_rg = std::move(in_rg);
+  pushEntry(key, std::move(entry));
+}
+
+void GraphBuilder::pushEntry(PyObject* key, MemoEntry entry) {
+  PyObject* head = PyDict_GetItemWithError(memo_.get(), key);
+  if (!head && PyErr_Occurred()) return PyErr_Clear();
+  entry.next = head ? static_cast<int>(PyLong_AsLong(head)) : -1;
   Ref index = Ref::steal(PyLong_FromSize_t(memo_entries_.size()));
-  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) {
-    PyErr_Clear();
-    return;
-  }
+  if (!index || PyDict_SetItem(memo_.get(), key, index.get()) < 0) return PyErr_Clear();
   memo_entries_.push_back(std::move(entry));
+}
+
+const GraphBuilder::MemoEntry* GraphBuilder::memoFind(PyObject* key, const std::vector<bool>& in_rg) {
+  PyObject* head = PyDict_GetItemWithError(memo_.get(), key);
+  if (!head) return PyErr_Clear(), nullptr;
+  for (long i = PyLong_AsLong(head); i >= 0; i = memo_entries_[i].next)
+    if (memoFits(memo_entries_[i], in_rg)) return &memo_entries_[i];
+  return nullptr;
+}
+
+int GraphBuilder::memoCheck() {
+  if (memo_check_ < 0) memo_check_ = configFlag("memo_check");
+  return memo_check_;
+}
+
+bool GraphBuilder::checkMemoResult(PyObject* memo_result, PyObject* real_result, PyObject* target) {
+  static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  if (!mod) return false;
+  Ref r = Ref::steal(PyObject_CallMethod(mod.get(), "check_memo_result", "OOO", memo_result, real_result, target));
+  return static_cast<bool>(r);
 }
 
 void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const {
@@ -319,6 +404,15 @@ void GraphBuilder::tensorInputs(const Arg& a, std::vector<PyObject*>* out) const
 }
 
 Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
+  if (entry.view_of_receiver) {
+    if (n.args.empty() || n.args[0].kind != Arg::Kind::Node) {
+      PyErr_SetString(PyExc_RuntimeError, "memo entry of a view does not fit the call");
+      return Ref();
+    }
+    PyObject* vargs[] = {nodes_[n.args[0].node].fake.get(), entry.view_size.get(), entry.view_stride.get(),
+                         entry.view_offset.get()};
+    return Ref::steal(PyObject_VectorcallMethod(interned(Str::as_strided), vargs, 4, nullptr));
+  }
   if (entry.alias_arg >= 0) {
     if (static_cast<size_t>(entry.alias_arg) >= n.args.size() || n.args[entry.alias_arg].kind != Arg::Kind::Node) {
       PyErr_SetString(PyExc_RuntimeError, "memo entry of an aliasing op does not fit the call");

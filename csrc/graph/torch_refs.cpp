@@ -41,6 +41,13 @@ const char* const kMemoMethods[] = {
     "softmax", "log_softmax", "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__",
     "__truediv__", "__rtruediv__", "__matmul__", "__neg__", "__pow__"};
 
+// Methods whose result is a view of the receiver (its layout a function of the receiver's
+// and the constants) or, for reshape/contiguous/flatten, a new tensor: memoized as a view of
+// the receiver made with as_strided (GraphBuilder::memoStore), in one dispatch.
+const char* const kMemoViewMethods[] = {"transpose", "view", "permute", "reshape", "unsqueeze", "squeeze", "t",
+                                        "flatten", "unflatten", "expand", "narrow", "select", "swapaxes",
+                                        "swapdims", "movedim", "contiguous"};
+
 template <size_t N>
 bool addAll(PyObject* set, const char* module, const char* const (&names)[N]) {
   Ref m = Ref::steal(PyImport_ImportModule(module));
@@ -80,6 +87,14 @@ const TorchRefs* torchRefs() {
     for (const char* name : kMemoMethods) {
       Ref method = Ref::steal(PyUnicode_InternFromString(name));
       if (!method || PySet_Add(refs.memo_methods.get(), method.get()) < 0) return nullptr;
+    }
+    refs.memo_view_methods = Ref::steal(PySet_New(nullptr));
+    if (!refs.memo_view_methods) return nullptr;
+    for (const char* name : kMemoViewMethods) {
+      Ref method = Ref::steal(PyUnicode_InternFromString(name));
+      if (!method || PySet_Add(refs.memo_view_methods.get(), method.get()) < 0 ||
+          PySet_Add(refs.memo_methods.get(), method.get()) < 0)
+        return nullptr;
     }
     refs.ok = true;
   }

@@ -14,6 +14,7 @@ struct TorchRefs {
   Ref meta_device;         // torch.device("meta")
   Ref memo_functions;      // set of callables known to return one new tensor
   Ref memo_methods;        // set of Tensor method names known to return one new tensor
+  Ref memo_view_methods;   // set of Tensor method names that return a view of the receiver (or a new tensor)
   Ref subclass_kwnames;    // ("dispatch_device", "device_for_backend_keys")
   Ref empty_kwnames;       // ("dtype", "device")
   bool ok = false;

@@ -83,6 +83,11 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
             _logging.emit("dynamic", f"{source_name} keeps static sizes {list(sizes)}: a parameter, a buffer, or not "
                                      "contiguous from offset 0 (symbolic sizes need strides the guard derives)")
         dyn = [False] * n
+    if not any(dyn):
+        # Every size static (parameters, buffers): the fake torch makes under an all-STATIC
+        # context has plain int sizes, strides and offset and no symbol; made without the
+        # ShapeEnv it is the same fake, without the symbolic machinery's cost per tensor.
+        return mode.from_tensor(real, static_shapes=True, source=ConstantSource(source_name)), []
     ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DUCK if x else DimDynamic.STATIC for x in dyn],
                                    constraint_sizes=[None] * n)
     fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
@@ -262,3 +267,30 @@ def compile_guards(shape_env, bindings):
         if _depth(ops) > 32:
             raise NotImplementedError(f"shape guard {text} is too deep for the guard program")
     return out
+
+
+# config.memo_check: the differences found (op, what differs), for the tests to assert
+# none; each also raises in the trace that found it.
+memo_check_failures = []
+
+
+def _meta(t):
+    if t is None:
+        return None
+    if not isinstance(t, torch.Tensor):
+        return ("value", type(t).__name__, str(t))
+    return (str(tuple(t.shape)), str(t.stride()), str(t.storage_offset()), t.dtype, str(t.device),
+            t.requires_grad, t.is_leaf, t._is_view(), type(t).__name__)
+
+
+def check_memo_result(memo, real, target):
+    """config.memo_check: the memo's result `memo` must have the metadata of `real`, the
+    op's own result on the same fakes. Raises RuntimeError on a difference."""
+    def flat(r):
+        return [_meta(x) for x in r] if isinstance(r, tuple) else [_meta(r)]
+    a, b = flat(memo), flat(real)
+    if a != b:
+        what = f"memo check: {getattr(target, '__name__', target)!s}: memo made {a}, the op makes {b}"
+        memo_check_failures.append(what)
+        raise RuntimeError("cdynamo internal error: " + what)
+    return True

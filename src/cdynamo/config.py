@@ -40,6 +40,13 @@ automatic_dynamic_shapes = True
 # of one trace that are equal get one symbol (duck sizing), as torch._dynamo does.
 specialize_int = True
 
+# A check mode for the output-metadata memo (the tests turn it on): every result the memo
+# makes is compared with what running the op on fake tensors gives (sizes and strides as
+# expressions, storage offset, dtype, device, requires_grad, leaf and view status); a
+# difference raises cdynamo.exc.InternalError naming the op. Read once per trace. Off by
+# default: it runs every memoized op twice.
+memo_check = False
+
 
 class _Config(_types.ModuleType):
     """The module's class: the recompile policy's settings reach the C++ core when set."""
