@@ -44,8 +44,9 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   // The new symbols' placeholders first (torch._dynamo puts them before the tensor's),
   // each standing for a size of the tensor placeholder that follows them.
   Node n{NodeOp::Placeholder};
-  n.name = name;
+  n.name = uniqueInputName(name);
   n.fake = Ref::borrow(PyTuple_GET_ITEM(r.get(), 0));
+  n.real = Ref::borrow(real);
   std::vector<int> fresh;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(syms); ++i) {
     PyObject* item = PyList_GET_ITEM(syms, i);
@@ -65,7 +66,7 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
     Ref text = Ref::steal(PyObject_Str(e.get()));
     const char* t = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
     if (!t) return -1;
-    s.name = t;
+    s.name = uniqueInputName(t);
     s.fake = Ref::borrow(sym);
     s.sym_dim = static_cast<int>(dim);
     Ref id = Ref::steal(PyLong_FromLong(numNodes()));
@@ -101,7 +102,7 @@ int GraphBuilder::addIntInput(PyObject* value, const std::string& name, const st
     if (!symbol_nodes_) return -1;
   }
   Node n{NodeOp::Placeholder};
-  n.name = name;
+  n.name = uniqueInputName(name);
   n.fake = std::move(sym);
   n.int_input = true;
   // A fresh symbol stands for this input from now on (a duck-sized one already has a node).

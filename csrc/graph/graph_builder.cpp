@@ -20,6 +20,14 @@ Arg Arg::clone() const {
 
 GraphBuilder::~GraphBuilder() { finish(); }
 
+std::string GraphBuilder::uniqueInputName(const std::string& name) {
+  if (input_names_.insert(name).second) return name;
+  for (int i = 0;; ++i) {
+    std::string candidate = name + "_" + std::to_string(i);
+    if (input_names_.insert(candidate).second) return candidate;
+  }
+}
+
 int GraphBuilder::addInput(PyObject* real, const std::string& name, const std::string& source) {
   if (symbolic_) return addSymbolicInput(real, name, source);
   if (dyn_.mode == -1 && dyn_.memory && PyDict_Check(dyn_.memory) && !source.empty()) {
@@ -30,7 +38,8 @@ int GraphBuilder::addInput(PyObject* real, const std::string& name, const std::s
     if (!sizes || PyDict_SetItemString(dyn_.memory, source.c_str(), sizes.get()) < 0) return -1;
   }
   Node n{NodeOp::Placeholder};
-  n.name = name;
+  n.name = uniqueInputName(name);
+  n.real = Ref::borrow(real);
   n.fake = inputFake(real);
   if (!n.fake) return -1;
   nodes_.push_back(std::move(n));
@@ -70,9 +79,40 @@ Ref GraphBuilder::materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_
   return Ref();
 }
 
+int GraphBuilder::internLocation(int parent, PyObject* code, int addr) {
+  auto key = std::make_tuple(parent, code, addr);
+  auto it = location_ids_.find(key);
+  if (it != location_ids_.end()) return it->second;
+  int id = static_cast<int>(locations_.size());
+  locations_.push_back({parent, Ref::borrow(code), addr});
+  location_ids_.emplace(key, id);
+  return id;
+}
+
+PyObject* GraphBuilder::stackTrace(int loc) {
+  if (stack_traces_.size() < locations_.size()) stack_traces_.resize(locations_.size());
+  if (stack_traces_[loc]) return stack_traces_[loc].get();
+  // cdynamo._trace.format_stack(((code, addr), ...)), outermost first.
+  std::vector<int> chain;
+  for (int l = loc; l >= 0; l = locations_[l].parent) chain.push_back(l);
+  Ref frames = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(chain.size())));
+  if (!frames) return nullptr;
+  for (size_t i = 0; i < chain.size(); ++i) {
+    const Location& l = locations_[chain[chain.size() - 1 - i]];
+    PyObject* item = Py_BuildValue("(Oi)", l.code.get(), l.addr);
+    if (!item) return nullptr;
+    PyTuple_SET_ITEM(frames.get(), static_cast<Py_ssize_t>(i), item);
+  }
+  PyObject* format = lookup(Obj::cdynamo_trace_format_stack);
+  if (!format) return nullptr;
+  stack_traces_[loc] = Ref::steal(PyObject_CallOneArg(format, frames.get()));
+  return stack_traces_[loc].get();
+}
+
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                           std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result) {
   Node n{op};
+  if (location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
@@ -245,6 +285,7 @@ bool GraphBuilder::isScalar(int id) const {
 
 int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
   Node n{NodeOp::CallFunction};
+  if (location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.impure = true;

@@ -14,8 +14,12 @@
 #pragma once
 #include <Python.h>
 
+#include <functional>
+#include <map>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -73,6 +77,8 @@ struct Node {
   uint64_t dyn_mask = 0;
   std::vector<int> uses_syms;
   bool int_input = false;  // the placeholder of an int argument made symbolic (its fake a SymInt)
+  int loc = -1;            // where the program made this call (internLocation), or -1
+  Ref real;                // a tensor placeholder: the real tensor (its meta["tensor_dict"] is read from it)
 };
 
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
@@ -129,6 +135,14 @@ class GraphBuilder {
   bool isIntInput(int id) const { return nodes_[id].int_input; }
   // The placeholder of `symint` when it is exactly one input symbol, else -1 (no error).
   int symbolNode(PyObject* symint);
+  // Where calls are made: the source gives the location id of the instruction being traced
+  // when a call is recorded; buildGraphModule turns it into the node's meta["stack_trace"]
+  // (the user's frames, innermost last, as torch._dynamo records it: print_readable shows
+  // it, and separates the nodes of different lines).
+  void setLocationSource(std::function<int()> source) { location_source_ = std::move(source); }
+  // The id of bytecode offset `addr` (in bytes) of `code`, called from location `parent` (-1: the root).
+  int internLocation(int parent, PyObject* code, int addr);
+
   // A call; runs it on fake values to get the result's metadata. Returns the node id,
   // -1 with an error set, or kNoTensorResult when the result holds no tensor (a metadata
   // query such as x.size() or x.dim()): then no node is recorded and the plain result is
@@ -276,6 +290,21 @@ class GraphBuilder {
   std::vector<MemoEntry> memo_entries_;
   bool entered_ = false;
   std::vector<Node> nodes_;
+  // The names of the graph inputs so far: a new one that would repeat one gets a suffix
+  // _0, _1, ... (as torch._dynamo's get_unique_name_wrt), so forward's parameters differ.
+  std::unordered_set<std::string> input_names_;
+  struct Location {
+    int parent;
+    Ref code;
+    int addr;
+  };
+  std::function<int()> location_source_;
+  std::vector<Location> locations_;
+  std::map<std::tuple<int, PyObject*, int>, int> location_ids_;
+  // meta["stack_trace"] of location `loc` (cached in stack_traces_), or null with an error set.
+  PyObject* stackTrace(int loc);
+  std::vector<Ref> stack_traces_;
+  std::string uniqueInputName(const std::string& name);
 };
 
 }  // namespace cdynamo::graph

@@ -203,6 +203,20 @@ class FxNodeMaker {
   std::unordered_map<PyObject*, std::pair<Ref, Ref>> candidates_;  // target -> (target, candidate name)
 };
 
+// The entries of a graph input's __dict__ that torch._dynamo copies into its placeholder's
+// meta["tensor_dict"] (no tensors: they would make reference cycles).
+Ref tensorDict(PyObject* tensor) {
+  Ref out = Ref::steal(PyDict_New());
+  if (!out) return Ref();
+  PyObject** dictptr = _PyObject_GetDictPtr(tensor);
+  if (!dictptr || !*dictptr) return out;
+  for (const char* key : {"_dynamo_static_input_type", "tag"}) {
+    PyObject* v = PyDict_GetItemString(*dictptr, key);
+    if (v && PyDict_SetItemString(out.get(), key, v) < 0) return Ref();
+  }
+  return out;
+}
+
 // Whether an argument tree holds no raw symbolic number (create_node warns about those).
 bool plainArg(const Arg& a, const TorchRefs* t) {
   if (a.kind == Arg::Kind::Const && a.constant && isSymScalar(a.constant.get(), t)) return false;
@@ -294,6 +308,16 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     if (!meta || PyDict_SetItem(meta.get(), example_key, n.fake.get()) < 0) return Ref();
     if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
       return Ref();
+    if (n.real) {
+      // meta["tensor_dict"]: the tensor's marks as torch._dynamo copies them (a static input's
+      // _dynamo_static_input_type, a tag), read now so marks made in the trace are in.
+      Ref tensor_dict = tensorDict(n.real.get());
+      if (!tensor_dict || PyDict_SetItemString(meta.get(), "tensor_dict", tensor_dict.get()) < 0) return Ref();
+    }
+    if (n.loc >= 0) {
+      PyObject* trace = stackTrace(n.loc);
+      if (!trace || (trace != Py_None && PyDict_SetItemString(meta.get(), "stack_trace", trace) < 0)) return Ref();
+    }
     order.push_back(fxn.get());
     fx_nodes[i] = std::move(fxn);
   }

@@ -185,6 +185,8 @@ class GuardProgram {
   void checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwargs, PyObject* expected);
 
   int numRegisters() const { return static_cast<int>(loads_.size()); }
+  // The register `reg` is loaded from (-1 for a frame local, global, constant).
+  int baseOf(int reg) const { return loads_[reg].base; }
   bool isDropped(int reg) const { return loads_[reg].dropped; }
   size_t numChecks() const;  // not counting dropped ones
 

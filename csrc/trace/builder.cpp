@@ -15,20 +15,38 @@ using guards::LoadKind;
 
 namespace {
 
-// A placeholder name FX accepts, derived from the source ("L['self'].linear.weight").
-std::string placeholderName(const std::string& source, int n) {
-  std::string out = "arg" + std::to_string(n) + "_";
+// A graph input's name as torch._dynamo gives it: the source's name with every run of
+// characters other than letters and digits made one '_' (L['self'].linear.weight ->
+// L_self_linear_weight); GraphBuilder makes it unique among the inputs.
+std::string placeholderName(const std::string& source) {
+  std::string out;
+  bool in_run = false;
   for (char c : source) {
-    if (std::isalnum(static_cast<unsigned char>(c)))
-      out += c;
-    else if (!out.empty() && out.back() != '_')
-      out += '_';
+    bool alnum = std::isalnum(static_cast<unsigned char>(c));
+    if (alnum) out += c;
+    else if (!in_run) out += '_';
+    in_run = !alnum;
   }
-  while (!out.empty() && out.back() == '_') out.pop_back();
-  return out;
+  return out.empty() ? std::string("input") : out;
 }
 
 }  // namespace
+
+Done Tracer::markStaticInput(PyObject* tensor, int reg) {
+  bool static_input = Py_TYPE(tensor) == reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_nn_Parameter));
+  for (int r = guards().baseOf(reg); r >= 0 && !static_input; r = guards().baseOf(r)) static_input = module_regs_.count(r) > 0;
+  if (!static_input) return {};
+  static const char* const kMark = "_dynamo_static_input_type";
+  PyObject** dictptr = _PyObject_GetDictPtr(tensor);
+  if (dictptr && *dictptr) {
+    PyObject* mark = PyDict_GetItemString(*dictptr, kMark);
+    if (mark && mark != Py_None) return {};
+  }
+  Ref unguarded = Ref::steal(PyUnicode_FromString("unguarded"));
+  if (!unguarded || PyObject_SetAttrString(tensor, kMark, unguarded.get()) < 0)
+    return failFromPython("marking a module's tensor a static input");
+  return {};
+}
 
 int Tracer::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
   return guards().load(kind, base, index, name, std::move(what));
@@ -70,13 +88,23 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (!isPlainTensorOrParameter(obj))
       return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name + " is not supported yet");
     if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
-    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg), graph_.numNodes()),
+    if (Done d = markStaticInput(obj, reg); !d) return d.stop();
+    // One tensor reached through two sources (f(x, x), a partial's keyword and an argument,
+    // tied weights) is one graph input, as in torch._dynamo; the guard checks that the two
+    // sources still are one object.
+    if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
+      guards().checkAliasing(same->second->reg, reg, true);
+      wrapped_[reg] = same->second;
+      return same->second;
+    }
+    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)),
                                guards().sourceName(reg));
     if (node < 0) return failFromPython("making a fake tensor for an input");
     guards().checkTensor(reg, obj, graph_.dynamicMask(node));  // symbolic dims: the shape guards say what holds
     input_reg_of_node_[node] = reg;
     example_of_node_[node] = Ref::borrow(obj);
     v = Value::tensor(node, reg);
+    wrapped_tensors_.emplace(obj, v);
   } else if (isConstantObject(obj)) {
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
@@ -153,6 +181,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     return fail(std::string("cannot trace a value of type ") + Py_TYPE(obj)->tp_name + " yet");
   }
   if (reg >= 0) wrapped_[reg] = v;
+  if (reg >= 0 && v && v->is(Kind::Module)) module_regs_.insert(reg);
   if (mutable_object && reg >= 0 && v) {
     // ... and two distinct objects of one type stay distinct (an entry traced with two
     // lists must not run for one list passed twice).
@@ -411,7 +440,7 @@ Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
     // An int argument whose value changed since the first compile (automatic dynamic): a
     // SymInt graph input, guarded by its type and the shape guards on its symbol.
     const std::string& src = guards().sourceName(reg);
-    int node = graph_.addIntInput(obj, placeholderName(src, graph_.numNodes()), src);
+    int node = graph_.addIntInput(obj, placeholderName(src), src);
     if (node == -1) return failFromPython("making a symbolic int for an input");
     if (node >= 0) {
       guards().checkType(reg, &PyLong_Type);

@@ -32,6 +32,10 @@ struct SymbolicFrame {
   // co_exceptiontable, decoded on the first exception raised in this frame.
   std::vector<bytecode::ExceptionTableEntry> handlers;
   bool handlers_decoded = false;
+  // The graph's location id (GraphBuilder::internLocation) of instruction `loc_pc`, the
+  // last one a node was recorded in (the callers' instructions stay put while this runs).
+  size_t loc_pc = static_cast<size_t>(-1);
+  int loc_id = -1;
 };
 
 constexpr int kMaxInlineDepth = 64;

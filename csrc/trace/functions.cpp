@@ -26,9 +26,9 @@ int loadCellContents(Tracer& t, SymbolicFrame& f, int arg, PyObject* real_cell) 
   const int j = freeIndex(f.code, arg);
   PyObject* varname = PyTuple_GET_ITEM(f.code->co_localsplusnames, arg);
   guards::GuardProgram& g = t.guards();
-  if (f.root)
+  if (f.root)  // named as torch._dynamo names a root frame's free variable: a local
     return t.load(guards::LoadKind::ClosureCell, -1, j, nullptr,
-                  std::string("closure['") + PyUnicode_AsUTF8(varname) + "']");
+                  std::string("L['") + PyUnicode_AsUTF8(varname) + "']");
   int cellreg;
   if (f.function_reg >= 0) {
     int clo = t.load(guards::LoadKind::Attr, f.function_reg, 0, interned(Str::dunder_closure),

@@ -207,9 +207,17 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     const std::vector<std::string>& ints = tracer.graph().symbolicIntSources();
     // With fullgraph=True the failure is raised as cdynamo.Unsupported: when symbolic ints
     // may be the cause, the retry with them specialized decides (it raises again if not).
-    PyObject* unsupported_exc = lookup(Obj::cdynamo_exc_Unsupported);
-    const bool retry_ints = !ints.empty() && shape_memory &&
-                            (!first.error || (unsupported_exc && PyErr_ExceptionMatches(unsupported_exc)));
+    bool retry_ints = !ints.empty() && shape_memory;
+    if (retry_ints && first.error) {
+      // Only a cdynamo.Unsupported error is retried. The lookup may import: not with the
+      // error pending (a backend's failure would become a SystemError).
+      PyObject *et = nullptr, *ev = nullptr, *etb = nullptr;
+      PyErr_Fetch(&et, &ev, &etb);
+      PyObject* unsupported_exc = lookup(Obj::cdynamo_exc_Unsupported);
+      if (!unsupported_exc) PyErr_Clear();
+      PyErr_Restore(et, ev, etb);
+      retry_ints = unsupported_exc && PyErr_ExceptionMatches(unsupported_exc);
+    }
     if (first.error && !retry_ints) return first;
     target = tracer.failedAt();
     if (retry_ints) {

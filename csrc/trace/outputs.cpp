@@ -35,6 +35,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Cell:
     case Kind::Function:
     case Kind::NdArray:
+    case Kind::Partial:
       made_once = true;
       break;
     case Kind::Null:
@@ -48,7 +49,6 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::PyModule:
     case Kind::Object:
     case Kind::Super:
-    case Kind::Partial:
     case Kind::Context:
     case Kind::DictView:
       break;
@@ -289,10 +289,21 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       out->step = P::Call{Ref::borrow(to_ndarray), std::move(args)};
       return {};
     }
+    case Kind::Partial: {  // functools.partial(fn, *args, **keywords); not a decorated function (a context)
+      const Partial& p = v->as<Partial>();
+      if (p.context) break;
+      PyObject* rebuild = lookup(Obj::cdynamo_resume_rebuild_partial);
+      if (!rebuild) return t_.failFromPython("cdynamo._resume.rebuild_partial");
+      std::vector<runtime::OutputPlan> args(3);
+      if (Done d = plan(p.fn, &args[0]); !d) return d;
+      if (Done d = plan(p.args, &args[1]); !d) return d;
+      if (Done d = plan(p.kwargs, &args[2]); !d) return d;
+      out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+      return {};
+    }
     case Kind::Null:
     case Kind::Context:
     case Kind::Super:
-    case Kind::Partial:
       break;
   }
   return t_.fail(std::string("returning a ") + kindName(v->kind()) + " is not supported yet");

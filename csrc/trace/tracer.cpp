@@ -103,6 +103,16 @@ void Tracer::setLocation(Unsupported* u) {
   u->user_stack = stack;
 }
 
+int Tracer::locationId(SymbolicFrame* f) {
+  if (!f) return -1;
+  if (f->loc_pc == f->pc) return f->loc_id;
+  int parent = locationId(f->parent);
+  int offset = f->pc < f->instrs.size() ? f->instrs[f->pc].offset : 0;
+  f->loc_id = graph_.internLocation(parent, reinterpret_cast<PyObject*>(f->code), offset * 2);
+  f->loc_pc = f->pc;
+  return f->loc_id;
+}
+
 Done Tracer::compileGraph() {
   std::vector<int> inputs_used;
   int op_count = 0;

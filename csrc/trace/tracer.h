@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "bytecode/instructions.h"
@@ -77,7 +78,9 @@ struct BreakTarget {
 class Tracer {
  public:
   Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr)
-      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)) {}
+      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)) {
+    graph_.setLocationSource([this] { return locationId(current_); });
+  }
   Tracer(const Tracer&) = delete;
   Tracer& operator=(const Tracer&) = delete;
   TranslateResult run();
@@ -177,6 +180,8 @@ class Tracer {
   Done compileGraph();
   TranslateResult report();
   void setLocation(Unsupported* u);
+  // The graph location (file, line, inlined callers) of the instruction `f` runs.
+  int locationId(SymbolicFrame* f);
   // graph_break.cpp: turns the state at the break target into the entry's break plan and
   // the break code's arguments.
   Done buildBreak(SymbolicFrame& root, runtime::OutputPlan* args);
@@ -210,6 +215,12 @@ class Tracer {
   // Inputs read (builder.cpp).
   std::unordered_map<int, ValuePtr> wrapped_;                // guard register -> value (one per source)
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
+  std::unordered_map<PyObject*, ValuePtr> wrapped_tensors_;  // tensor input -> its value (one placeholder)
+  std::unordered_set<int> module_regs_;                      // registers holding an nn.Module
+  // A parameter, or a tensor read from a module's attributes, is marked a static input
+  // (tensor._dynamo_static_input_type = "unguarded", unless marked already), as torch._dynamo
+  // marks them: backends (cudagraphs) read the mark from the placeholder's meta["tensor_dict"].
+  Done markStaticInput(PyObject* tensor, int reg);
   std::unordered_map<int, int> input_reg_of_node_;           // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;             // placeholder node -> real tensor
   std::vector<std::pair<ValuePtr, Ref>> stand_in_ids_;       // standInId: value -> the object whose id it has

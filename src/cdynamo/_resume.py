@@ -1,4 +1,5 @@
 """Helpers the runtime calls when it rebuilds a frame's state at a graph break."""
+import functools
 import itertools
 import types
 
@@ -137,4 +138,9 @@ def rebuild_iterator(kind, items):
     return real_iterator(kind, items)[0]
 
 
-__all__ = ["grad_mode_exit", "make_function", "real_iterator", "rebuild_iterator"]
+def rebuild_partial(fn, args, keywords):
+    """A functools.partial made in the trace, handed back (or to a resume function) as a real one."""
+    return functools.partial(fn, *args, **keywords)
+
+
+__all__ = ["grad_mode_exit", "make_function", "real_iterator", "rebuild_iterator", "rebuild_partial"]

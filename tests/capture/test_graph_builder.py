@@ -144,7 +144,9 @@ def test_graph_inputs_alias_as_the_real_tensors_do():
         out, gm = compile_once(lambda a, b, c: a + b * c, *args)
         torch.testing.assert_close(out, args[0] + args[1] * args[2])
         fakes = values(gm, op="placeholder")
-        assert len(fakes) == 3
+        distinct = [a for i, a in enumerate(args) if all(a is not b for b in args[:i])]
+        assert len(fakes) == len(distinct)  # one tensor passed twice is one graph input, as in torch._dynamo
+        args = distinct
         for (ra, fa) in zip(args, fakes):
             assert meta(fa) == meta(ra)
             for (rb, fb) in zip(args, fakes):
