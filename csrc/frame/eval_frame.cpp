@@ -313,10 +313,17 @@ PyObject* runEntry(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExt
     result = entry->tryRun(view, &matched);
   }
   if (matched) return result && entry->brk ? entry->continueAfterBreak(view, result) : result;
-  for (size_t i = 0; i < extra->entries.size(); ++i)
-    if (extra->entries[i] == entry) extra->entries.erase(extra->entries.begin() + i);
   trace::Unsupported u;
   u.reason = "internal: guards reject the frame they were built from";
+  {
+    // Which guard (cold: a bug in guard building, or the backend changed what was guarded).
+    ContextOff off;
+    std::string which = entry->guards.explainFailure(view);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (!which.empty()) u.reason += ": " + which;
+  }
+  for (size_t i = 0; i < extra->entries.size(); ++i)
+    if (extra->entries[i] == entry) extra->entries.erase(extra->entries.begin() + i);
   u.function = codeName(frame->f_code);
   recordNative(extra, frame->f_code, u);
   return evalDefault(ts, frame, 0);

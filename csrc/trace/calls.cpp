@@ -464,8 +464,47 @@ Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs
 
 }  // namespace
 
+namespace {
+
+// os.environ[key] (which os.environ.get, `key in os.environ` and os.getenv all come to):
+// the variable read now, folded, and guarded by that variable alone (os.getenv(key)
+// answers the same on each call). Traced through, _Environ.__getitem__ reads os.environ's
+// whole `_data` dict, which guards every variable of the process: one set later by anyone
+// (inductor's compile sets some) would reject the entry. NotHandled for any other
+// _Environ (os.environb) and a key that is not a constant str: traced as Python.
+Result<ValuePtr> readEnvironVariable(Tracer& t, std::vector<ValuePtr>& args,
+                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  if (args.size() != 2 || !kwargs.empty()) return notHandled();
+  PyObject* env = args[0]->real();
+  PyObject* key = args[1]->constant();
+  if (!env || !key || !PyUnicode_CheckExact(key)) return notHandled();
+  PyObject* os = lookup(Obj::os_module);
+  PyObject* getenv = lookup(Obj::os_getenv);
+  if (!os || !getenv) return t.failFromPython("os.getenv");
+  Ref current = Ref::steal(PyObject_GetAttrString(os, "environ"));
+  if (!current) return t.failFromPython("os.environ");
+  if (current.get() != env) return notHandled();
+  Ref query = Ref::steal(PyTuple_Pack(1, key));
+  Ref value = query ? Ref::steal(PyObject_Call(getenv, query.get(), nullptr)) : Ref();
+  if (!value) return t.raisePython();
+  if (value.get() != Py_None && !PyUnicode_CheckExact(value.get())) return notHandled();
+  if (args[0]->reg >= 0) t.guards().checkIdentity(args[0]->reg, env);
+  t.guards().checkStateQuery(getenv, query.get(), nullptr, value.get());
+  if (value.get() == Py_None) {
+    PyErr_SetObject(PyExc_KeyError, key);
+    return t.raisePython();
+  }
+  return Value::constant(value.get());
+}
+
+}  // namespace
+
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
                                         std::vector<std::pair<Ref, ValuePtr>> kwargs) {
+  if (func == lookup(Obj::os_Environ_getitem)) {
+    Result<ValuePtr> r = readEnvironVariable(*this, args, kwargs);
+    if (!r.notHandled()) return r;
+  }
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
   if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,

@@ -90,6 +90,7 @@ listeners = []         # fn(phase, record): "start" / "end"
 _frame_ids = weakref.WeakKeyDictionary()  # code object -> frame id
 _next_frame_id = 0
 _compiles = weakref.WeakKeyDictionary()   # code object -> translations so far
+_last_record = weakref.WeakKeyDictionary()  # code object -> its newest record (_share_with_previous)
 _current = None        # the record of the translation in progress
 _backend_ns = 0        # backend time since the last record ended
 _carried = {}          # counters of the C++ stats folded in before each reset()
@@ -139,7 +140,34 @@ def _sink(ev):
     finally:
         # Kept as history only: nothing of the program stays alive through it.
         rec.graph_module = None
-        rec.code = CodeInfo.of(code)
+        _share_with_previous(rec, code)
+
+
+def _site_key(site):
+    text, frames = site
+    return text, tuple(tuple(f) for f in frames)
+
+
+def _share_with_previous(rec, code):
+    """Replaces the code by its CodeInfo, and every field equal to the same field of the
+    previous record of this code object by that very object: a code translated again
+    (after reset(), or a recompile) mostly has the same guards, so up to MAX_RECORDS
+    records of it cost little more than one (records are read, never changed)."""
+    info = CodeInfo.of(code)
+    prev = _last_record.get(code)
+    if prev is not None:
+        if prev.code == info:
+            info = prev.code
+        for key in ("kind", "name", "guards", "guard_sites", "graph_break", "native", "recompile_reason"):
+            value = getattr(rec, key)
+            if value is not None and value == getattr(prev, key):
+                setattr(rec, key, getattr(prev, key))
+        if rec.guard_sites and prev.guard_sites and rec.guard_sites is not prev.guard_sites:
+            # Another guard set (a recompile) shares most of its guards with the previous one.
+            known = {_site_key(site): site for site in prev.guard_sites}
+            rec.guard_sites = [known.get(_site_key(site), site) for site in rec.guard_sites]
+    rec.code = info
+    _last_record[code] = rec
 
 
 _backend_since_reset = 0
@@ -182,6 +210,7 @@ def clear():
     records.clear()
     _frame_ids.clear()
     _compiles.clear()
+    _last_record.clear()
     _carried.clear()
     _current = None
 

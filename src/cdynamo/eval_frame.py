@@ -57,13 +57,47 @@ class _timed:
 
     def __call__(self, gm, example_inputs):
         start = time.perf_counter_ns()
+        before = _fx_source_key(gm)
         try:
             return self.__wrapped__(gm, example_inputs)
         finally:
             _events.add_backend_time(time.perf_counter_ns() - start)
+            _forget_fx_source_on_death(gm, before, _fx_source_key(gm))
 
     def __reduce__(self):
         return (_timed, (self.__wrapped__,))
+
+
+# torch.fx keeps the generated source of every GraphModule forever: GraphModule.recompile
+# stores it in torch.fx.graph_module._loader.eval_cache and registers it with linecache under
+# a fresh "<eval_with_key>.N" name, and nothing removes either (torch._dynamo grows the same
+# way). That is about 1 KB a graph, so compile/reset cycles would grow memory without
+# bound; the source of a graph cdynamo traced is dropped when its GraphModule dies (its name
+# is never reused, so nothing else can need it).
+def _fx_source_key(gm):
+    forward = getattr(type(gm), "forward", None)
+    code = getattr(forward, "__code__", None)
+    return getattr(code, "co_filename", None)
+
+
+def _forget_fx_source_on_death(gm, *keys):
+    loader = getattr(torch.fx.graph_module, "_loader", None)
+    cache = getattr(loader, "eval_cache", None)
+    if not isinstance(cache, dict):
+        return
+    keys = tuple({k for k in keys if isinstance(k, str) and k in cache})
+    if keys:
+        try:
+            weakref.finalize(gm, _forget_fx_source, cache, keys).atexit = False
+        except TypeError:  # not weakly referenceable
+            pass
+
+
+def _forget_fx_source(cache, keys):
+    import linecache
+    for key in keys:
+        cache.pop(key, None)
+        linecache.cache.pop(key, None)
 
 
 def _file_rules():

@@ -209,3 +209,70 @@ def test_shared_parameters_are_deduplicated_and_aliasing_is_guarded():
         torch.testing.assert_close(cdynamo.compile(m, backend=cnt)(x), m(x))
     assert cnt.frame_count == 2  # one entry per aliasing pattern
     assert any(" is not " in e["guards"] for e in cdynamo.cache_entries(Tied.forward))
+
+
+def _reads_environment(x):
+    import os
+
+    if os.environ.get("CDYNAMO_TEST_FLAG") == "1":
+        x = x + 1
+    if "CDYNAMO_TEST_MODE" in os.environ:
+        x = x * int(os.environ["CDYNAMO_TEST_MODE"])
+    return x - len(os.getenv("CDYNAMO_TEST_NAME", ""))
+
+
+def test_environment_variables_are_guarded_one_by_one(monkeypatch):
+    # Each variable the trace read is guarded by itself: changing one of them recompiles,
+    # and any other variable of the process (set later by a backend, a library, the user)
+    # does not reject the entry. Reading os.environ's whole dict used to guard every
+    # variable: llama under inductor ran its first call natively ("guards reject the frame
+    # they were built from") because inductor's compile sets variables.
+    for name in ("CDYNAMO_TEST_FLAG", "CDYNAMO_TEST_MODE", "CDYNAMO_TEST_NAME", "CDYNAMO_TEST_OTHER"):
+        monkeypatch.delenv(name, raising=False)
+    cf, cnt = compiled(_reads_environment)
+    x = torch.ones(3)
+
+    def check():
+        torch.testing.assert_close(cf(x), _reads_environment(x))
+
+    check()
+    assert cnt.frame_count == 1
+    monkeypatch.setenv("CDYNAMO_TEST_OTHER", "anything")  # not read by the function
+    check()
+    assert cnt.frame_count == 1
+    monkeypatch.setenv("CDYNAMO_TEST_FLAG", "1")
+    check()
+    assert cnt.frame_count == 2
+    monkeypatch.setenv("CDYNAMO_TEST_MODE", "3")
+    check()
+    monkeypatch.setenv("CDYNAMO_TEST_MODE", "4")
+    check()
+    monkeypatch.setenv("CDYNAMO_TEST_NAME", "abc")
+    check()
+    assert cnt.frame_count == 5
+    monkeypatch.delenv("CDYNAMO_TEST_FLAG")
+    check()
+    assert cnt.frame_count == 6
+    monkeypatch.setenv("CDYNAMO_TEST_OTHER", "changed")
+    check()
+    assert cnt.frame_count == 6
+    assert cdynamo.stats()["frames_native"] == 0
+
+
+def test_a_variable_read_and_missing_raises_key_error_as_eagerly(monkeypatch):
+    import os
+
+    monkeypatch.delenv("CDYNAMO_TEST_MISSING", raising=False)
+
+    def f(x):
+        try:
+            return x + len(os.environ["CDYNAMO_TEST_MISSING"])
+        except KeyError as e:
+            return x - len(e.args[0])
+
+    cf, cnt = compiled(f)
+    x = torch.zeros(2)
+    torch.testing.assert_close(cf(x), f(x))
+    monkeypatch.setenv("CDYNAMO_TEST_MISSING", "xy")
+    torch.testing.assert_close(cf(x), f(x))
+    assert cnt.frame_count == 2

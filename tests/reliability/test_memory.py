@@ -76,18 +76,54 @@ def test_entries_freed_when_the_function_dies():
     assert cdynamo.stats()["cache_entries"] == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "M1: the traced GraphModule outlives its function (the backend's artifact and the cache entry "
-    "are freed; the GraphModule and its fx.Graph stay, in a reference cycle kept alive from outside "
-    "by a gc-tracked object not yet identified). torch.fx alone and torch._dynamo free theirs. "
-    "Suspects: csrc/graph (graph builder memo / fx_codegen statics) or csrc/trace keeping a Node."))
+# The function's code object owns its entries (co_extra), and code objects are not tracked by
+# gc: the collection that frees the function and its globals (a cycle) frees the code, and so
+# the entries, only while it runs, after it decided what is garbage. The GraphModule the
+# entries (and here the backend's artifact) held is a cycle itself (GraphModule <-> Graph
+# <-> Nodes), which the next collection frees. torch._dynamo keeps these graph modules alive
+# after both collections.
 def test_graph_modules_freed_when_the_function_dies():
     backend = KeepBackend()
     cf = cdynamo.compile(make_function(), backend=backend)
     cf(torch.ones(3))
+    assert len(backend.graphs) == 2 and all(r() is not None for r in backend.graphs)
     del cf
     gc.collect()
-    assert backend.graphs and all(r() is None for r in backend.graphs), "graph modules outlive the function"
+    assert cdynamo.stats()["cache_entries"] == 0
+    gc.collect()
+    assert all(r() is None for r in backend.graphs), "graph modules outlive the function"
+
+
+def test_graph_modules_freed_after_reset():
+    backend = KeepBackend()
+    f = make_function()
+    cf = cdynamo.compile(f, backend=backend)
+    cf(torch.ones(3))
+    assert all(r() is not None for r in backend.graphs)
+    cdynamo.reset()
+    gc.collect()
+    assert all(r() is None for r in backend.graphs), "graph modules outlive reset()"
+    assert cf(torch.ones(3)).tolist() == [3.0, 3.0, 3.0] and len(backend.graphs) == 4
+
+
+# torch.fx keeps every GraphModule's generated source (torch.fx.graph_module._loader and
+# linecache, under a fresh "<eval_with_key>.N" name each); cdynamo drops the source of the
+# graphs it traced when they die, so compile/reset cycles do not grow without bound.
+def test_generated_source_of_dead_graphs_is_dropped():
+    import linecache
+    import torch.fx.graph_module as fx_gm
+    backend = KeepBackend()
+    cf = cdynamo.compile(make_function(), backend=backend)
+    cf(torch.ones(3))
+    keys = [type(r()).forward.__code__.co_filename for r in backend.graphs]
+    assert len(keys) == 2 and all(k in fx_gm._loader.eval_cache and k in linecache.cache for k in keys)
+    # ...kept while the graph lives: a traceback through its forward shows its lines.
+    assert "mul" in "".join(linecache.getlines(keys[0]))
+    del cf
+    gc.collect()
+    gc.collect()
+    assert all(r() is None for r in backend.graphs)
+    assert not any(k in fx_gm._loader.eval_cache or k in linecache.cache for k in keys)
 
 
 # A module is guarded by its class and the attributes read from it; the class's forward code
@@ -146,3 +182,27 @@ def test_reset_frees_entries_of_live_functions():
     gc.collect()
     assert all(r() is None for r in backend.artifacts)
     assert torch.equal(cf(torch.ones(3)), f(torch.ones(3)))  # and compiles again
+
+
+# The translation history (cdynamo._events.records, up to MAX_RECORDS) is kept across
+# reset(): a code translated again shares what did not change with its previous record, so
+# compile/reset cycles add little more than the record itself until the history is full.
+def test_history_records_of_a_code_compiled_again_share_their_fields():
+    from cdynamo import _events
+    f = make_function()
+    cf = cdynamo.compile(f, backend="eager")
+    cf(torch.ones(3))
+    first = [r for r in _events.records if r.code.co_name == "f"][-1]
+    cdynamo.reset()
+    cf(torch.ones(3))
+    again = [r for r in _events.records if r.code.co_name == "f"][-1]
+    assert again is not first and again.frame_compile_id == first.frame_compile_id + 1
+    assert again.guard_sites == first.guard_sites and again.guard_sites is first.guard_sites
+    assert again.code is first.code and again.guards is first.guards
+    cdynamo.reset()
+    cf(torch.ones(2, 2))  # other guards: the unchanged ones are still shared
+    other = [r for r in _events.records if r.code.co_name == "f"][-1]
+    assert other.guard_sites != first.guard_sites
+    shared = [s for s in other.guard_sites if any(s is t for t in first.guard_sites)]
+    assert shared and all(s in first.guard_sites for s in shared)
+    assert cf(torch.ones(2, 2)).tolist() == [[3.0, 3.0], [3.0, 3.0]]
