@@ -452,6 +452,14 @@ Result<ValuePtr> builtinMapFilter(Tracer& t, PyObject* f, const char* which, Arg
   if (!kwargs.empty() && PY_VERSION_HEX < 0x030E0000)
     return t.raiseNew(PyExc_TypeError, std::string(which) + "() takes no keyword arguments");
   if (is("filter") && args.size() != 2) return t.fail("filter() takes two arguments (TypeError)");
+  // Over an iterator made item by item (itertools.count(), a user iterator object, a lazy
+  // map), maybe without end: lazy too, each item taken from the source when it is asked for.
+  Result<std::vector<ValuePtr>> lazy = lazySources(t, args, 1, args.size() - 1);
+  if (!lazy) return lazy.stop();
+  if (!lazy->empty()) {
+    if (is("filter")) return lazyIterator(Iterator::Made::Filter, reinterpret_cast<PyObject*>(&PyFilter_Type), args[0], lazy.take(), 0);
+    return lazyIterator(Iterator::Made::Map, reinterpret_cast<PyObject*>(&PyMap_Type), args[0], lazy.take(), 0);
+  }
   if (is("map") && runsPythonCode(args[0])) {
     // Python's map is lazy: fn runs for an item when the item is taken, and may read what
     // the program changed since (a list the loop over the map appends to). Its sources
@@ -693,6 +701,8 @@ Result<ValuePtr> builtinOfTensor(Tracer& t, PyObject* f, const char* which, Args
     if (is("abs")) return ndarrayOperator(t, "abs", {args[0]});
     if (is("float") || is("int") || is("bool")) return t.fail(std::string(which) + "() of a numpy array reads its value (data-dependent)");
   }
+  if ((is("str") || is("repr")) && args.size() == 1 && kwargs.empty())
+    if (Result<ValuePtr> s = userObjectStr(t, args[0], is("repr")); !s.notHandled()) return s;
   if (args.empty() || !args[0]->is(Kind::Tensor)) return notHandled();
   if (is("str")) {
     if (args.size() == 1) return t.fail("str() of a tensor reads its value");
@@ -757,7 +767,7 @@ const std::vector<BuiltinRow> kBuiltinRows = {
     {"pow", {"pow", builtinOfTensor, true}},
     {"print", {"print", builtinEffects, false}},
     {"range", {"range", nullptr, true}},
-    {"repr", {"repr", nullptr, true}},
+    {"repr", {"repr", builtinOfTensor, true}},
     {"reversed", {"reversed", builtinReversed, false}},
     {"round", {"round", builtinOfTensor, true}},
     {"set", {"set", builtinCollection, false}},

@@ -1,6 +1,7 @@
 // Call rules: how a call of a real callable is traced when no builtin row names it (the
 // special callables of the table first, kSpecialRows; then callByRules, in order), and the
 // rules the Python package keeps (call_rules.h), consulted before any of them.
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -692,17 +693,33 @@ Result<ValuePtr> callDictFromkeys(Tracer& t, PyObject* f, Args& args, Kwargs& kw
 // (itertools.chain, functools.reduce, ...): that version inlined in its place. A generator's
 // result is given the type of the original's iterator (the class, or the class a
 // classmethod like chain.from_iterable belongs to).
+}  // namespace
+
 Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   PyObject* table = lookup(Obj::cdynamo_polyfills);
   if (!table || !PyDict_Check(table)) return t.failFromPython("cdynamo._polyfills");
-  if (!PyCFunction_Check(f) && !PyType_Check(f)) return notHandled();  // C callables only: hashed by identity
+  // C callables only: hashed by identity.
+  if (!PyCFunction_Check(f) && !PyType_Check(f) && !PyObject_TypeCheck(f, &PyMethodDescr_Type)) return notHandled();
   PyObject* poly = PyDict_GetItemWithError(table, f);
   if (!poly) {
     PyErr_Clear();
     return notHandled();
   }
+  std::vector<PyObject*>& running = t.polyfillsRunning();
+  if (std::find(running.begin(), running.end(), f) != running.end()) return notHandled();  // the original
+  if (PyType_Check(poly) && PyType_Check(f)) {
+    // An iterator that may never end (itertools.count): an instance of the polyfill class,
+    // stepped one item at a time through its __next__, standing for an iterator of f's type.
+    Result<ValuePtr> obj = newObject(t, poly, std::move(args), std::move(kwargs));
+    if (!obj) return obj;
+    ValuePtr it = Value::iterator({}, f);
+    it->as<Iterator>().stepper = obj.take();
+    return it;
+  }
   if (!PyFunction_Check(poly)) return t.fail("a polyfill that is not a Python function");
+  running.push_back(f);
   Result<ValuePtr> r = t.inlineFunction(poly, -1, std::move(args), std::move(kwargs));
+  t.polyfillsRunning().pop_back();
   if (!r) return r;
   if (Iterator* it = (*r)->get<Iterator>(); it && it->type.get() == reinterpret_cast<PyObject*>(&PyGen_Type)) {
     PyObject* owner = PyCFunction_Check(f) ? PyCFunction_GET_SELF(f) : nullptr;
@@ -712,7 +729,16 @@ Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs
   return r;
 }
 
-}  // namespace
+PyObject* polyfillRebuild(PyObject* type) {
+  if (!type || !PyType_Check(type)) return nullptr;
+  PyObject* table = lookup(Obj::cdynamo_polyfills);
+  if (!table || !PyDict_Check(table)) return nullptr;
+  PyObject* poly = PyDict_GetItemWithError(table, type);  // borrowed
+  if (!poly || !PyType_Check(poly)) return nullptr;
+  Ref rebuild = Ref::steal(PyObject_GetAttrString(poly, "rebuild"));
+  // The class keeps the function alive (through its staticmethod): borrowed from there.
+  return rebuild ? rebuild.get() : nullptr;
+}
 
 bool isCacheWrapper(PyObject* f) {
   PyObject* type = lookup(Obj::functools_lru_cache_wrapper);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <string>
 
+#include "support/lookup.h"
 #include "trace/call_rules.h"
 #include "trace/callables.h"
 #include "trace/disabled.h"
@@ -42,6 +43,16 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
       if (PyUnicode_CompareWithASCIIString(m.name.get(), read[0]) == 0) return readTensorValue(t, self, read[1]);
   // A tensor method: x.relu(), x.view(2, 3), x.size() (a metadata query answers as a constant).
   args.insert(args.begin(), self);
+  // ... or its Python version (x.addcmul_(y, z, value=tensor), which the C method would read
+  // with .item()), from the method descriptor of torch.Tensor.
+  if (PyObject* tensor_type = lookup(Obj::torch_Tensor)) {
+    if (PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tensor_type), m.name.get())) {
+      Ref hold = Ref::borrow(descr);
+      if (Result<ValuePtr> r = callPolyfill(t, descr, args, kwargs); !r.notHandled()) return r;
+    }
+  } else {
+    return t.failFromPython("torch.Tensor");
+  }
   return recordCall(t, NodeOp::CallMethod, m.name.get(), args, kwargs);
 }
 

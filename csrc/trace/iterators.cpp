@@ -106,6 +106,31 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   Iterator& iter = it->as<Iterator>();
   item->reset();
   if (iter.ended) return {};
+  if (iter.made == Iterator::Made::Filter) {  // the source's items until one is kept
+    const ValuePtr fn = iter.map_fn;
+    const ValuePtr source = iter.map_sources.at(0);
+    while (true) {
+      ValuePtr x;
+      if (Done d = nextItem(t, source, &x); !d) return d;
+      if (!x) {
+        it->as<Iterator>().ended = true;
+        return {};
+      }
+      Result<bool> keep = false;
+      if (fn->isNone()) {
+        keep = truthValue(t, x);
+      } else {
+        Result<ValuePtr> r = call(t, fn, {x}, {});
+        if (!r) return r.stop();
+        keep = truthValue(t, *r);
+      }
+      if (!keep) return keep.stop();
+      if (*keep) {
+        *item = std::move(x);
+        return {};
+      }
+    }
+  }
   if (iter.made != Iterator::Made::Ahead) {  // map/zip/enumerate: the next item of every source in turn
     std::vector<ValuePtr> row;
     const std::vector<ValuePtr> sources = iter.map_sources;
@@ -141,6 +166,7 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
         return {};
       }
       case Iterator::Made::Ahead:
+      case Iterator::Made::Filter:
         break;
     }
     return t.fail("an iterator made item by item of an unknown kind");

@@ -1156,6 +1156,42 @@ Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std:
   return t.inlineFunction(fn, -1, std::move(args), {});
 }
 
+Result<ValuePtr> userObjectStr(Tracer& t, const ValuePtr& obj, bool repr) {
+  if (!isUserObject(obj)) return notHandled();
+  // str() calls the class's __str__; object.__str__ calls repr(), the class's __repr__.
+  PyObject* name = interned(repr ? Str::dunder_repr : Str::dunder_str);
+  if (!repr) {
+    PyObject* own = lookupInMro(classOf(obj), name, nullptr);
+    PyObject* base = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, name);  // borrowed
+    if (!own) return notHandled();
+    if (own == base) name = interned(Str::dunder_repr);
+  }
+  Result<ValuePtr> r = callDunder(t, obj, name, {});
+  if (!r || r.notHandled()) return r;  // object.__repr__ (the address): not modelled
+  PyObject* s = (*r)->constant();
+  if (!s || !PyUnicode_Check(s)) {
+    PyObject* type = typeOf(t, *r);
+    const char* tn = type && PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "?";
+    return t.raiseNew(PyExc_TypeError, std::string(repr ? "__repr__" : "__str__") + " returned non-string (type " + tn + ")");
+  }
+  return r;
+}
+
+Result<ValuePtr> userObjectFormat(Tracer& t, const ValuePtr& obj, int conversion) {
+  if (!isUserObject(obj)) return notHandled();
+  if (conversion == 1 || conversion == 2) return userObjectStr(t, obj, conversion == 2);
+  if (conversion != 0) return notHandled();
+  // format(obj, "") of a class without its own __format__ is str(obj).
+  static PyObject* format_name = PyUnicode_InternFromString("__format__");
+  PyObject* own = format_name ? lookupInMro(classOf(obj), format_name, nullptr) : nullptr;
+  PyObject* base = format_name ? PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, format_name) : nullptr;
+  if (!own || own != base) {
+    PyErr_Clear();
+    return notHandled();
+  }
+  return userObjectStr(t, obj, false);
+}
+
 Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* name, std::vector<ValuePtr> args) {
   if (!module->is(Kind::Module)) return notHandled();
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(module->real()));

@@ -149,6 +149,14 @@ Result<Next> opFormatValue(Tracer& t, SymbolicFrame&, const bytecode::Instructio
   if ((arg & 0x04) == 0x04) spec = Ref::borrow(io[1]->constant());
   const ValuePtr& v = io[0];
   PyObject* c = v->constant();
+  if (!c && !spec) {
+    Result<ValuePtr> s = userObjectFormat(t, v, arg & 0x03);
+    if (!s.notHandled()) {
+      if (!s) return s.stop();
+      io.assign(1, s.take());
+      return Next::Fall;
+    }
+  }
   if (!c) return t.fail(std::string("formatting a ") + kindName(v->kind()) + " in an f-string is not supported yet");
   Ref conv;
   switch (arg & 0x03) {

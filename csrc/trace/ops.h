@@ -43,6 +43,14 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
 Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs);
 // A functools.lru_cache / functools.cache wrapper (call_rules.cpp); never sets an error.
 bool isCacheWrapper(PyObject* f);
+// The rebuild function (borrowed) of the polyfill class that stands for iterator type `type`
+// (cdynamo._polyfills.count for itertools.count): it makes a real iterator of that type from
+// an instance. Null when `type` has none (a Python error set only when looking it up failed).
+PyObject* polyfillRebuild(PyObject* type);
+// A callable with a Python version in cdynamo._polyfills (itertools.chain, functools.reduce,
+// torch._foreach_pow, the method descriptor torch.Tensor.addcmul_): that version inlined in
+// its place; notHandled when it has none, or when the call comes from its own polyfill.
+Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs);
 // Borrowed value of `name` in the instance dict of `obj`, or null (objects.cpp).
 PyObject* instanceDictItem(PyObject* obj, const char* name);
 // Whether `code` is marked by cdynamo.disable, and the reason naming the function.
@@ -110,6 +118,12 @@ Done namespaceSetAttr(Tracer& t, const ValuePtr& ns, PyObject* name, const Value
 // Calls the Python-level special method `name` (a str) of a user object's class;
 // NotHandled (nothing done) when the class has none.
 Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, Args args);
+// str(obj) / repr(obj) of a user object: its class's Python __str__ (or, where that is
+// object's, __repr__) inlined; notHandled when neither is Python code.
+Result<ValuePtr> userObjectStr(Tracer& t, const ValuePtr& obj, bool repr);
+// An f-string piece {obj}, {obj!s}, {obj!r} (conversion 0, 1, 2) without a format spec, of
+// a user object: as str()/repr(); notHandled for others (own __format__, !a).
+Result<ValuePtr> userObjectFormat(Tracer& t, const ValuePtr& obj, int conversion);
 // The same for an nn.Module: the Python special method `name` its class defines (its
 // class attribute guarded), inlined; NotHandled when the class has none in Python.
 Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* name, Args args);

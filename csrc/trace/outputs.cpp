@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "support/lookup.h"
+#include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -201,16 +202,28 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       // cdynamo._resume.rebuild_iterator(type, items), or iter(items) when its type is not known.
       if (Done d = t_.iterators().usable(v.get()); !d) return d;
       const Iterator& it = v->as<Iterator>();
-      if (it.stepper) return plan(it.stepper, out);  // the user's iterator object is the iterator
+      if (it.stepper) {
+        // A polyfill's iterator object (cdynamo._polyfills.count for itertools.count): a real
+        // iterator of the original type in the same state, made by the class's rebuild().
+        if (PyObject* rebuild = polyfillRebuild(it.type.get())) {
+          std::vector<runtime::OutputPlan> args(1);
+          if (Done d = plan(it.stepper, &args[0]); !d) return d;
+          out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+          return {};
+        }
+        if (PyErr_Occurred()) return t_.failFromPython("a polyfill's rebuild");
+        return plan(it.stepper, out);  // the user's iterator object is the iterator
+      }
       if (it.made != Iterator::Made::Ahead) {  // map/zip/enumerate: what is left of it, still lazy
         // Rebuilt over its sources, it would take from them again once exhausted.
         if (it.ended) return t_.fail("an exhausted map/zip/enumerate object cannot be rebuilt yet");
         std::vector<ValuePtr> parts;
-        if (it.made == Iterator::Made::Map) parts.push_back(it.map_fn);
+        if (it.made == Iterator::Made::Map || it.made == Iterator::Made::Filter) parts.push_back(it.map_fn);
         parts.insert(parts.end(), it.map_sources.begin(), it.map_sources.end());
         std::vector<runtime::OutputPlan> args;
         if (Done d = planAll(parts, &args); !d) return d;
-        PyObject* type = it.made == Iterator::Made::Map ? reinterpret_cast<PyObject*>(&PyMap_Type)
+        PyObject* type = it.made == Iterator::Made::Map      ? reinterpret_cast<PyObject*>(&PyMap_Type)
+                         : it.made == Iterator::Made::Filter ? reinterpret_cast<PyObject*>(&PyFilter_Type)
                          : it.made == Iterator::Made::Zip ? reinterpret_cast<PyObject*>(&PyZip_Type)
                                                           : reinterpret_cast<PyObject*>(&PyEnum_Type);
         if (it.made == Iterator::Made::Enumerate) {

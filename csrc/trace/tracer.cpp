@@ -113,12 +113,13 @@ int Tracer::locationId(SymbolicFrame* f) {
   return f->loc_id;
 }
 
-Done Tracer::compileGraph() {
+Done Tracer::compileGraph(bool compile_empty) {
   std::vector<int> inputs_used;
   int op_count = 0;
   Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
   if (!gm) return failFromPython("building the FX graph");
-  if (op_count == 0) return {};  // nothing for a backend to do: no graph
+  // Nothing for a backend to do: no graph, unless `compile_empty`.
+  if (op_count == 0 && !compile_empty) return {};
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {
@@ -228,7 +229,11 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   }
   entry_->output = std::move(plan);
   entry_->memo_slots = outputs_.memoSlots();
-  if (!compileGraph()) return;
+  // A graph without ops is compiled all the same where torch._dynamo compiles one (graph
+  // counts agree): under fullgraph=True, a frame that returns one tensor and changes nothing.
+  const bool compile_empty = !stopped_at_break_ && ret.ok() && (*ret)->is(Kind::Tensor) && entry_->effects.empty() &&
+                             fullgraph();
+  if (!compileGraph(compile_empty)) return;
   // The guards of input iterators' untaken items are dropped first: the shape guards are
   // then stated over the registers that stay (a dropped register is never loaded).
   iterators_.guardInputs(*entry_);
@@ -298,6 +303,12 @@ Done Tracer::addShapeGuards() {
     if (!guards().checkShape(std::move(program), t, std::move(origin))) return fail(std::string("shape guard ") + t + " is malformed");
   }
   return {};
+}
+
+bool Tracer::fullgraph() {
+  Ref flag = Ref::steal(PyObject_GetAttrString(config_, "fullgraph"));
+  if (!flag) PyErr_Clear();
+  return flag && flag.get() == Py_True;
 }
 
 TranslateResult Tracer::report() {

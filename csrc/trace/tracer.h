@@ -158,6 +158,9 @@ class Tracer {
   // Generators are run to completion where they are called; that is only the program's
   // order of events while the generator itself changes nothing outside the trace.
   bool inGenerator() const { return generator_depth_ > 0; }
+  // The callables whose polyfill is being inlined (innermost last): a call of one of them
+  // from there is a call of the original (a polyfill that handles some arguments only).
+  std::vector<PyObject*>& polyfillsRunning() { return polyfills_running_; }
 
   // ---- the parts ----
   guards::GuardProgram& guards() { return entry_->guards; }
@@ -177,7 +180,8 @@ class Tracer {
   // tracer.cpp
   Result<ValuePtr> traceRoot(SymbolicFrame& root);
   void finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret);
-  Done compileGraph();
+  bool fullgraph();  // the compile asked for fullgraph=True
+  Done compileGraph(bool compile_empty);
   TranslateResult report();
   void setLocation(Unsupported* u);
   // The graph location (file, line, inlined callers) of the instruction `f` runs.
@@ -230,6 +234,7 @@ class Tracer {
   SymbolicFrame* current_ = nullptr;
   int instructions_run_ = 0;
   int generator_depth_ = 0;
+  std::vector<PyObject*> polyfills_running_;  // borrowed: the callables of POLYFILLS (alive in it)
   ValuePtr pending_exc_;  // the exception in flight (outcome Raised), or null
   ValuePtr current_exc_;  // the exception being handled (sys.exc_info()), or null
 

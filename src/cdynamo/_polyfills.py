@@ -5,11 +5,19 @@ When the traced program calls one of the callables in ``POLYFILLS`` (``itertools
 C function cannot be traced, its Python equivalent can, and gives the same items in the same
 order, calling the program's functions the same number of times. A polyfill that is a
 generator gives an iterator of the type of the original (itertools.chain, ...): the tracer
-gives its result that type. What these do not model (infinite iterators: count, repeat,
-cycle) is not listed, so the call is reported as not supported.
+gives its result that type.
+
+The iterators that may never end (count, repeat, cycle) are classes here, not generators:
+the tracer runs a generator to its end, but steps an iterator object one item at a time
+(its ``__next__`` inlined), so ``zip(range(3), count())`` takes three items and stops. The
+traced program sees the original's type; an instance that outlives the trace (returned,
+stored) is rebuilt as a real iterator of that type in the same state by the class's
+``rebuild`` (a staticmethod taking the instance).
 """
 import functools
 import itertools
+
+import torch
 
 
 def chain(*iterables):
@@ -198,6 +206,145 @@ def reduce(function, iterable, *initial):
     return value
 
 
+class count:
+    def __init__(self, start=0, step=1):
+        self.next_value = start
+        self.step = step
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        value = self.next_value
+        self.next_value = value + self.step
+        return value
+
+    @staticmethod
+    def rebuild(self):
+        return itertools.count(self.next_value, self.step)
+
+
+class repeat:
+    def __init__(self, object, times=None):
+        self.object = object
+        self.times = None if times is None else max(times, 0)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.times is not None:
+            if self.times <= 0:
+                raise StopIteration
+            self.times -= 1
+        return self.object
+
+    @staticmethod
+    def rebuild(self):
+        if self.times is None:
+            return itertools.repeat(self.object)
+        return itertools.repeat(self.object, self.times)
+
+
+class cycle:
+    def __init__(self, iterable):
+        self.source = iter(iterable)
+        self.saved = []
+        self.index = 0
+        self.exhausted = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.exhausted:
+            try:
+                item = next(self.source)
+            except StopIteration:
+                self.exhausted = True
+            else:
+                self.saved.append(item)
+                return item
+        if not self.saved:
+            raise StopIteration
+        item = self.saved[self.index]
+        self.index = (self.index + 1) % len(self.saved)
+        return item
+
+    @staticmethod
+    def rebuild(self):
+        if self.exhausted:
+            return itertools.cycle(self.saved[self.index:] + self.saved[:self.index])
+        # What the source has left, then what was taken of it: a real cycle saves both in
+        # that order, which is the order this one repeats them in.
+        return itertools.cycle(itertools.chain(self.source, self.saved))
+
+
+# ---- torch operators whose C binding reads a tensor argument as a Python number
+#
+# A 0-d tensor passed where the operator's schema takes a Scalar is read with .item() by
+# the binding (a data-dependent read: no graph can hold it). Where another overload or a
+# composition of operators takes the tensor itself and computes the same, these call it;
+# every other call goes to the original (a call of the original from its own polyfill is
+# the C function itself). As torch._dynamo does for the same operators.
+
+def _same_dtype(scalar, tensors):
+    return all(isinstance(t, torch.Tensor) and t.dtype == scalar.dtype and t.device == scalar.device
+               for t in tensors)
+
+
+def _foreach_lerp_(*args, **kwargs):
+    if len(args) == 3 and not kwargs and isinstance(args[2], torch.Tensor) and args[2].dim() == 0 \
+            and _same_dtype(args[2], args[0]):
+        self, end, weight = args
+        return torch._foreach_lerp_(self, end, [weight] * len(self))  # the List overload
+    return torch._foreach_lerp_(*args, **kwargs)
+
+
+def _foreach_lerp(*args, **kwargs):
+    if len(args) == 3 and not kwargs and isinstance(args[2], torch.Tensor) and args[2].dim() == 0 \
+            and _same_dtype(args[2], args[0]):
+        self, end, weight = args
+        return torch._foreach_lerp(self, end, [weight] * len(self))
+    return torch._foreach_lerp(*args, **kwargs)
+
+
+def _foreach_pow(*args, **kwargs):
+    if len(args) == 2 and not kwargs and isinstance(args[0], torch.Tensor) and args[0].dim() == 0 \
+            and isinstance(args[1], (list, tuple)) and _same_dtype(args[0], args[1]):
+        base, exponents = args
+        return torch._foreach_pow([base] * len(exponents), exponents)  # the List overload
+    return torch._foreach_pow(*args, **kwargs)
+
+
+def _tensor_value(kwargs):
+    value = kwargs.get("value")
+    # a 0-d tensor only: the binding refuses others (TypeError), and so does the original here
+    return value if len(kwargs) == 1 and isinstance(value, torch.Tensor) and value.dim() == 0 else None
+
+
+def _addcmul_(self, *args, **kwargs):
+    # self + value * tensor1 * tensor2, in that order
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self.add_(value * args[0] * args[1])
+    return self.addcmul_(*args, **kwargs)
+
+
+def _addcmul(self, *args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self + value * args[0] * args[1]
+    return self.addcmul(*args, **kwargs)
+
+
+def _torch_addcmul(*args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 3 and value is not None:
+        return args[0] + value * args[1] * args[2]
+    return torch.addcmul(*args, **kwargs)
+
+
 POLYFILLS = {
     itertools.chain: chain,
     itertools.chain.from_iterable: chain_from_iterable,
@@ -214,6 +361,15 @@ POLYFILLS = {
     itertools.permutations: permutations,
     itertools.combinations: combinations,
     functools.reduce: reduce,
+    itertools.count: count,
+    itertools.repeat: repeat,
+    itertools.cycle: cycle,
+    torch._foreach_lerp_: _foreach_lerp_,
+    torch._foreach_lerp: _foreach_lerp,
+    torch._foreach_pow: _foreach_pow,
+    torch.addcmul: _torch_addcmul,
+    torch.Tensor.addcmul_: _addcmul_,
+    torch.Tensor.addcmul: _addcmul,
 }
 
 

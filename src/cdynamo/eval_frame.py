@@ -5,11 +5,12 @@ import os
 import sys
 import sysconfig
 import time
+import types
 import weakref
 
 import torch
 
-from . import _C, _backends, _events, _rules, config as _config
+from . import _C, _backends, _events, _rules, _toplevel, config as _config
 
 
 # What a guard_fail_fn receives (torch._dynamo.types.GuardFail's fields).
@@ -108,6 +109,7 @@ def _file_rules():
         (os.path.join(torch_dir, "nn", "modules") + os.sep, True),  # nn.Module.forward code is user-level code
         (os.path.join(torch_dir, "nn", "modules", "module.py"), False),  # Module.__call__ machinery
         (here, False),  # cdynamo itself
+        (os.path.join(here, "_toplevel.py"), True),  # but the frame of a compiled C callable
     ]
     for key in ("stdlib", "platstdlib"):
         path = sysconfig.get_paths().get(key)
@@ -308,9 +310,20 @@ def compile(model=None, *, backend="inductor", fullgraph=False, dynamic=None, mo
         return _optimized_module_class()(model, cfg)
     if not callable(model):
         raise TypeError(f"cdynamo.compile: expected a function or nn.Module, got {type(model).__name__}")
-    compiled = _C.CompiledFunction(model, cfg)
+    run = _toplevel.wrap(model) if _calls_c_first(model) else model
+    compiled = _C.CompiledFunction(run, cfg)
     functools.update_wrapper(compiled, model)
     return compiled
+
+
+def _calls_c_first(fn):
+    """Whether calling ``fn`` runs C code before any Python frame of the program (an
+    lru_cache wrapper, a partial, a builtin): such a callable is compiled through
+    cdynamo._toplevel."""
+    if isinstance(fn, type) or _own_code(fn) is not None:
+        return False
+    call = getattr(type(fn), "__call__", None)
+    return not isinstance(call, types.FunctionType)
 
 
 def _innermost(fn):

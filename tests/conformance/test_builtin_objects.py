@@ -179,3 +179,44 @@ def test_partial_without_a_source_and_no_bound_arguments():
     def fn(x):
         return x * obj.factor
     same_as_eager(fn, one)
+
+
+# ---------------------------------------------------------------- str() / repr() of user objects
+
+class _WithStr:
+    def __init__(self, n):
+        self.n = n
+
+    def __str__(self):
+        return f"n={self.n}"
+
+
+class _WithRepr:
+    def __repr__(self):
+        return "R()"
+
+
+class _ReprOnlyChild(_WithRepr):
+    pass
+
+
+class _BadStr:
+    def __str__(self):
+        return 3
+
+
+def test_str_and_repr_of_user_objects_run_their_methods():
+    def fn(x, obj):
+        made = _WithStr(2)
+        return x + 1, str(made), str(obj), repr(_WithRepr()), str(_ReprOnlyChild()), f"{made}"
+    same_as_eager(fn, lambda: (torch.ones(2), _WithStr(5)), fullgraph=True)
+
+
+def test_str_of_an_object_whose_str_returns_no_string_raises_as_eager():
+    def fn(x):
+        try:
+            str(_BadStr())
+        except TypeError as e:
+            return x + 1, str(e)
+        return x - 1, ""
+    same_as_eager(fn, lambda: (torch.ones(2),), fullgraph=True)

@@ -87,11 +87,87 @@ def test_returned_itertools_iterator_keeps_its_type(make):
                                                           w if isinstance(w, tuple) else (w,)))
 
 
-def test_infinite_itertools_are_not_unrolled():
+@pytest.mark.parametrize("case", [
+    "a + next(itertools.count(2))",
+    "list(zip(range(3), filter(lambda y: y < 10, itertools.count())))",
+    "list(zip(range(10, 12), filter(lambda y: y > 10, itertools.count())))",
+    "list(map(lambda x, y: x + y, [a, b], itertools.count(3)))",
+    "list(map(operator.mul, [a, b], itertools.count(2, 3)))",
+    "list(zip(itertools.count(1.5, 0.5), [a, b]))",
+    "list(enumerate(zip(itertools.repeat(a), 'xy')))",
+    "list(itertools.repeat(a, 3)) + list(itertools.repeat(b, -1))",
+    "list(itertools.islice(itertools.cycle([a, 1, b]), 7))",
+    "list(itertools.islice(itertools.cycle(iter([a, 2])), 1, 6))",
+    "list(zip('abc', filter(None, itertools.cycle([0, 'x', (), 2]))))",
+    "[v for _, v in zip(range(4), itertools.count(5, -2))]",
+])
+def test_endless_itertools_are_taken_item_by_item(case):
+    # count/repeat/cycle are stepped one item at a time (zip/map/filter over them stop
+    # where the real ones stop), so the frame is captured whole
+    code = compile(f"def fn(a, b):\n    return a + 1, {case}\n", "<case>", "exec")
+    ns = {"itertools": itertools, "operator": operator}
+    exec(code, ns)  # noqa: S102
+    same_as_eager(ns["fn"], two(), fullgraph=True)
+
+
+def test_endless_itertools_consume_their_source_lazily():
     def fn(a):
-        it = itertools.count(2)
-        return a + next(it)
-    same_as_eager(fn, lambda: (torch.ones(2),), captured=False)
+        log = []
+
+        def step(v):
+            log.append(v)
+            return v
+        c = itertools.cycle(map(step, [1, 2, 3]))
+        first = [next(c), next(c)]
+        return a + sum(first), first, list(log)
+    same_as_eager(fn, lambda: (torch.ones(2),), fullgraph=True)
+
+
+def _taken(it, n):
+    return [next(it) for _ in range(n)]
+
+
+@pytest.mark.parametrize("make", ["count", "count_float_step", "repeat", "repeat_times", "cycle_done", "cycle_midway"])
+def test_returned_endless_itertools_are_real_ones_in_the_same_state(make):
+    def fn(a):
+        if make == "count":
+            it = itertools.count(2)
+        elif make == "count_float_step":
+            it = itertools.count(1, 0.25)
+        elif make == "repeat":
+            it = itertools.repeat(a)
+        elif make == "repeat_times":
+            it = itertools.repeat(7, 5)
+        elif make == "cycle_done":
+            it = itertools.cycle([1, 2, 3])
+            next(it), next(it), next(it)
+        else:
+            it = itertools.cycle(iter([4, 5, 6]))
+        for _ in range(2):
+            a = a + next(it)
+        return it, a
+
+    expected, ea = fn(torch.ones(2))
+    want = _taken(expected, 6 if make != "repeat_times" else 3)
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt, fullgraph=True)
+    for _ in range(2):  # a compile, then a cache hit
+        got, ga = cfn(torch.ones(2))
+        assert type(got) is type(expected)
+        assert torch.equal(ga, ea)
+        items = _taken(got, len(want))
+        assert all(torch.equal(x, y) if isinstance(x, torch.Tensor) else x == y for x, y in zip(items, want))
+        if make == "repeat_times":
+            assert list(got) == []
+    assert cnt.frame_count == 1
+    assert cdynamo.stats()["cache_hits"] >= 1
+
+
+def test_type_of_endless_itertools():
+    def fn(a):
+        c, r, y = itertools.count(), itertools.repeat(1), itertools.cycle([1])
+        return a + 1, type(c) is itertools.count, isinstance(r, itertools.repeat), type(y).__name__
+    same_as_eager(fn, lambda: (torch.ones(2),), fullgraph=True)
 
 
 # ---------------------------------------------------------------- functools.reduce
@@ -147,6 +223,33 @@ def test_lru_cache_wrapped_function_is_traced():
         warnings.simplefilter("always")
         same_as_eager(fn, lambda: (torch.ones(2),))
     assert any("lru_cache" in str(m.message) for m in w), "no warning that the cache is skipped"
+
+
+def test_compiling_an_lru_cache_wrapper_traces_the_call_of_it():
+    # The compiled callable itself is the cache wrapper (C code): its call is traced from a
+    # frame of cdynamo's, so the cache is skipped with the warning, as torch._dynamo does.
+    @functools.lru_cache
+    def cached(x):
+        return x + 1
+
+    def plain(x):
+        return x * 2
+
+    for target in (cached, functools.partial(plain), torch.relu):
+        cnt = cdynamo.testing.CompileCounter()
+        cdynamo.reset()
+        cfn = cdynamo.compile(target, backend=cnt, fullgraph=True)
+        x = torch.randn(4)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            first, hit = cfn(x), cfn(x)
+        expected = target.__wrapped__(x) if target is cached else target(x)
+        assert torch.equal(first, expected) and torch.equal(hit, expected)
+        assert cnt.frame_count == 1, target
+        assert cdynamo.stats()["cache_hits"] >= 1
+        warned = any("lru_cache" in str(m.message) for m in w)
+        assert warned == (target is cached)
+        assert cfn.__wrapped__ is target
 
 
 def test_lru_cache_on_a_method():

@@ -69,9 +69,11 @@ struct Iterator {
   // map(fn, *sources), zip(*sources) or enumerate(source, start) over a source made item
   // by item, taken lazily as Python's are: each item is made from the next item of every
   // source when it is taken (fn may read what the program changed since the previous one).
-  enum class Made : uint8_t { Ahead, Map, Zip, Enumerate };
+  // filter(fn, source) over a source made item by item: the source is stepped until fn
+  // accepts an item (None: until an item is true).
+  enum class Made : uint8_t { Ahead, Map, Zip, Enumerate, Filter };
   Made made = Made::Ahead;
-  ValuePtr map_fn;                   // Map: the function
+  ValuePtr map_fn;                   // Map, Filter: the function
   std::vector<ValuePtr> map_sources;  // Iterators
   long next_index = 0;                // Enumerate: the next count
   // Whether its items are made one at a time when taken (not known ahead).
