@@ -7,11 +7,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RUN = os.path.join(HERE, "..", "..", "benchmarks", "run.py")
 
 
-def _run_module():
+def _run_module(file="run.py"):
+    """A module of benchmarks/ (run.py by default), loaded with benchmarks/ on sys.path."""
     import sys
     sys.path.insert(0, os.path.dirname(RUN))
     try:
-        spec = importlib.util.spec_from_file_location("cdynamo_bench_run", RUN)
+        spec = importlib.util.spec_from_file_location("cdynamo_bench_" + file[:-3], os.path.join(os.path.dirname(RUN), file))
         mod = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(mod)
         return mod
@@ -39,14 +40,7 @@ def test_summary_all_met_only_when_every_target_is():
 def test_a_guard_row_with_no_positive_overhead_is_not_met():
     # The dynamic Sequential row measured cdynamo at -357 us over eager (its graph skips
     # the 40 nn.Module calls eager makes) and used to count as met.
-    import sys
-    sys.path.insert(0, os.path.dirname(RUN))
-    try:
-        spec = importlib.util.spec_from_file_location("cdynamo_bench_guards", os.path.join(os.path.dirname(RUN), "guards.py"))
-        guards = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(guards)
-    finally:
-        sys.path.remove(os.path.dirname(RUN))
+    guards = _run_module("guards.py")
     text, ok = guards.guard_verdict(-356_550.0, 391_910.0, "over eager")
     assert ok is None and text.startswith("n/a")
     assert guards.guard_verdict(0.0, 1000.0, "over its own graph")[1] is None
