@@ -4,6 +4,7 @@
 #include <cctype>
 #include <string>
 
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/ops.h"
@@ -31,6 +32,38 @@ std::string placeholderName(const std::string& source) {
 }
 
 }  // namespace
+
+// Automatic dynamic for an int read from the program (dynamic=None): once its value changed
+// since the first compile of this code, a SymInt graph input, guarded by its type and the
+// shape guards on its symbol. As torch._dynamo decides by the source: an int reached from
+// an argument of the frame (the argument itself, an attribute, item or key under it); not
+// a global, a closure cell or a class attribute (specialized); one under an nn.Module only
+// with config.allow_unspec_int_on_nn_module (torch._dynamo's flag of that name: a module's
+// ints are its configuration, rarely changed). NotHandled while it stays a constant.
+Result<ValuePtr> Tracer::wrapIntInput(PyObject* obj, int reg) {
+  bool under_module = false;
+  int root = reg;
+  for (int r = guards().baseOf(reg); r >= 0; r = guards().baseOf(r)) {
+    under_module = under_module || module_regs_.count(r) > 0;
+    root = r;
+  }
+  if (guards().kindOf(root) != LoadKind::Local) return notHandled();
+  if (under_module) {
+    int allow = graph::configFlag("allow_unspec_int_on_nn_module");
+    if (allow < 0) return failFromPython("reading cdynamo.config.allow_unspec_int_on_nn_module");
+    if (!allow) return notHandled();
+  }
+  const std::string& src = guards().sourceName(reg);
+  int node = graph_.addIntInput(obj, placeholderName(src), src);
+  if (node == -1) return failFromPython("making a symbolic int for an input");
+  if (node < 0) return notHandled();
+  guards().checkType(reg, &PyLong_Type);
+  input_reg_of_node_[node] = reg;
+  example_of_node_[node] = Ref::borrow(graph_.fake(node));  // the backend's example: the SymInt
+  ValuePtr v = Value::tensor(node, reg);
+  wrapped_[reg] = v;
+  return v;
+}
 
 Done Tracer::markStaticInput(PyObject* tensor, int reg) {
   bool static_input = Py_TYPE(tensor) == reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_nn_Parameter));
@@ -106,6 +139,10 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     v = Value::tensor(node, reg);
     wrapped_tensors_.emplace(obj, v);
   } else if (isConstantObject(obj)) {
+    if (PyLong_CheckExact(obj) && reg >= 0) {
+      Result<ValuePtr> sym = wrapIntInput(obj, reg);
+      if (!sym.notHandled()) return sym;
+    }
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
   } else if (reg < 0 && Py_IS_TYPE(obj, &PyDictProxy_Type)) {
@@ -436,22 +473,6 @@ Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
   if (!obj) return notHandled();
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
   int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
-  if (PyLong_CheckExact(obj) && reg >= 0 && !wrapped_.count(reg)) {
-    // An int argument whose value changed since the first compile (automatic dynamic): a
-    // SymInt graph input, guarded by its type and the shape guards on its symbol.
-    const std::string& src = guards().sourceName(reg);
-    int node = graph_.addIntInput(obj, placeholderName(src), src);
-    if (node == -1) return failFromPython("making a symbolic int for an input");
-    if (node >= 0) {
-      guards().checkType(reg, &PyLong_Type);
-      input_reg_of_node_[node] = reg;
-      example_of_node_[node] = Ref::borrow(graph_.fake(node));  // the backend's example: the SymInt
-      ValuePtr v = Value::tensor(node, reg);
-      wrapped_[reg] = v;
-      f.locals[index] = v;
-      return v;
-    }
-  }
   Result<ValuePtr> v = wrap(obj, reg);
   if (v) f.locals[index] = *v;
   return v;

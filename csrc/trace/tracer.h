@@ -193,6 +193,7 @@ class Tracer {
                       std::vector<runtime::OutputPlan>* items, int* ncells);
   // builder.cpp
   Result<ValuePtr> wrapContainer(PyObject* obj, int reg);
+  Result<ValuePtr> wrapIntInput(PyObject* obj, int reg);
   // The items of a dict (or of a dict subclass instance) read from the program, its keys
   // guarded, each value read through its key; `type` is the Dict value's type.
   Result<ValuePtr> wrapDictItems(PyObject* obj, int reg, PyObject* type);
