@@ -11,7 +11,7 @@ namespace cdynamo::graph {
 // FakeTensorMode.from_tensor(real), or the same made directly (the input shortcut; see the
 // header). from_tensor converts each real tensor once and returns that fake for it again;
 // the shortcut keeps the same identity for what it makes.
-Ref GraphBuilder::inputFake(PyObject* real) {
+Ref GraphBuilder::inputFake(PyObject* real, bool force_static) {
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
   auto seen = input_fakes_.find(real);
@@ -61,7 +61,16 @@ Ref GraphBuilder::inputFake(PyObject* real) {
       it->second = nullptr;
     }
   }
-  Ref fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  Ref fake;
+  if (force_static && shape_env_) {  // from_tensor(real, static_shapes=True): no symbols
+    Ref from = Ref::steal(PyObject_GetAttrString(mode_.get(), "from_tensor"));
+    Ref args = Ref::steal(PyTuple_Pack(1, real));
+    Ref kw = Ref::steal(Py_BuildValue("{s:O}", "static_shapes", Py_True));
+    if (!from || !args || !kw) return Ref();
+    fake = Ref::steal(PyObject_Call(from.get(), args.get(), kw.get()));
+  } else {
+    fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  }
   if (!fake) return Ref();
   for (const void* s : related) input_storages_.emplace(s, nullptr);
   if (!kind) return fake;
