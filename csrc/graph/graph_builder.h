@@ -276,6 +276,8 @@ class GraphBuilder {
   // and is not registered with the converter yet, or null (the converter knows it).
   std::unordered_map<const void*, PyObject*> input_storages_;
   bool registerWithConverter(PyObject* real);
+  bool beforeConversion(PyObject* real, std::vector<const void*>* related);
+  void afterConversion(const std::vector<const void*>& related);
   bool allow_data_ptr_ = false;  // the mode's _allow_unsafe_data_ptr_access
 
   Ref mode_;

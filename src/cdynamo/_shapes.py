@@ -87,7 +87,9 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
         # Every size static (parameters, buffers): the fake torch makes under an all-STATIC
         # context has plain int sizes, strides and offset and no symbol; made without the
         # ShapeEnv it is the same fake, without the symbolic machinery's cost per tensor.
-        return mode.from_tensor(real, static_shapes=True, source=ConstantSource(source_name)), []
+        # None: the graph builder makes it as in a static trace (from_tensor with
+        # static_shapes=True, or its input shortcut).
+        return None, []
     ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DUCK if x else DimDynamic.STATIC for x in dyn],
                                    constraint_sizes=[None] * n)
     fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
