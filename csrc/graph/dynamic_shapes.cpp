@@ -29,6 +29,9 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   int automatic = configFlag("automatic_dynamic_shapes");
   if (automatic < 0) return -1;
   PyObject* dynamic = dyn_.mode == 1 ? Py_True : dyn_.mode == 0 ? Py_False : Py_None;
+  // A conversion with symbols may reach a storage of an input made by the shortcut.
+  std::vector<const void*> related;
+  if (!beforeConversion(real, &related)) return -1;
   Ref r = Ref::steal(PyObject_CallMethod(mod, "input_fake", "OOsOOO", mode_.get(), real, source.c_str(), dynamic,
                                          dyn_.memory ? dyn_.memory : Py_None, automatic ? Py_True : Py_False));
   if (!r) return -1;
@@ -37,6 +40,18 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
     return -1;
   }
   PyObject* syms = PyTuple_GET_ITEM(r.get(), 1);
+  if (PyTuple_GET_ITEM(r.get(), 0) == Py_None) {
+    // Every size static: the fake of a static trace (inputFake: the input shortcut, or
+    // from_tensor with static_shapes=True), no symbol.
+    Node n{NodeOp::Placeholder};
+    n.name = uniqueInputName(name);
+    n.real = Ref::borrow(real);
+    n.fake = inputFake(real);
+    if (!n.fake) return -1;
+    nodes_.push_back(std::move(n));
+    return numNodes() - 1;
+  }
+  afterConversion(related);
   if (!symbol_nodes_) {
     symbol_nodes_ = Ref::steal(PyDict_New());
     if (!symbol_nodes_) return -1;

@@ -46,6 +46,16 @@ int GraphBuilder::addInput(PyObject* real, const std::string& name, const std::s
   return numNodes() - 1;
 }
 
+int GraphBuilder::addAttribute(PyObject* real, const std::string& name) {
+  Node n{NodeOp::GetAttr};
+  n.name = uniqueInputName(name);
+  n.real = Ref::borrow(real);
+  n.fake = inputFake(real, /*force_static=*/true);
+  if (!n.fake) return -1;
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
 Ref GraphBuilder::materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes) {
   switch (a.kind) {
     case Arg::Kind::Node:

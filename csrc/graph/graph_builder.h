@@ -56,7 +56,9 @@ struct Arg {
   Arg clone() const;
 };
 
-enum class NodeOp : uint8_t { Placeholder, CallFunction, CallMethod };
+// GetAttr: a tensor the graph module itself holds (its attribute `name`, the tensor `real`),
+// not a graph input: see GraphBuilder::addAttribute.
+enum class NodeOp : uint8_t { Placeholder, CallFunction, CallMethod, GetAttr };
 
 struct Node {
   NodeOp op;
@@ -116,6 +118,10 @@ class GraphBuilder {
   // A graph input for real tensor `real` read from `source` (the guard source's name);
   // returns the node id or -1.
   int addInput(PyObject* real, const std::string& name, const std::string& source = std::string());
+  // A tensor the graph module holds as its attribute `name` (a get_attr node, as
+  // torch._dynamo installs a static tensor whose identity is guarded) instead of an input;
+  // its fake always has static sizes. Returns the node id or -1.
+  int addAttribute(PyObject* real, const std::string& name);
   // The symbolic dims of input node `id` (bit i: dim i).
   uint64_t dynamicMask(int id) const { return nodes_[id].dyn_mask; }
   // Whether placeholder `id` is a symbol's: then it is size *dim of tensor placeholder *tensor.
@@ -257,7 +263,7 @@ class GraphBuilder {
   Ref makeFake(const FakeSpec& spec, const std::vector<PyObject*>& grad_inputs, bool input = false,
                bool input_requires_grad = false);
   bool templateDictOk(PyObject* dict, bool allow_param) const;
-  Ref inputFake(PyObject* real);
+  Ref inputFake(PyObject* real, bool force_static = false);
   int addSymbolicInput(PyObject* real, const std::string& name, const std::string& source);  // dynamic_shapes.cpp
   void tensorInputs(const Arg& a, std::vector<PyObject*>* out) const;
   void forgetSigsOf(const Node& n);  // n changes its tensor arguments in place
@@ -276,6 +282,8 @@ class GraphBuilder {
   // and is not registered with the converter yet, or null (the converter knows it).
   std::unordered_map<const void*, PyObject*> input_storages_;
   bool registerWithConverter(PyObject* real);
+  bool beforeConversion(PyObject* real, std::vector<const void*>* related);
+  void afterConversion(const std::vector<const void*>& related);
   bool allow_data_ptr_ = false;  // the mode's _allow_unsafe_data_ptr_access
 
   Ref mode_;

@@ -261,6 +261,8 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   if (!maker.init(graph.get())) return Ref();
   Ref no_args = Ref::steal(PyTuple_New(0));
   if (!no_args) return Ref();
+  Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
+  if (!root) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
   std::vector<PyObject*> order;  // the FX nodes in graph order (kept alive by fx_nodes / out)
   PyObject* meta_key = interned(Str::meta);
@@ -282,6 +284,13 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       if (!name || !kw) return Ref();
       fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true);
       inputs_used->push_back(i);
+    } else if (n.op == NodeOp::GetAttr) {
+      // The root holds the tensor; GraphModule copies it over (a Parameter as a parameter,
+      // another tensor as a buffer), the same object, so the graph reads it live.
+      Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+      Ref kw = Ref::steal(PyDict_New());
+      if (!name || !kw || PyObject_SetAttr(root.get(), name.get(), n.real.get()) < 0) return Ref();
+      fxn = maker.make(Str::get_attr, name.get(), no_args.get(), kw.get(), false);
     } else {
       Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
       if (!fargs) return Ref();
@@ -329,8 +338,6 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
   if (!out) return Ref();
   order.push_back(out.get());
-  Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
-  if (!root) return Ref();
   // The forward's source generated here when FX would generate the same (fx_codegen.h).
   Ref code = fxcodegen::precompute(graph.get(), order);
   if (code) return fxcodegen::construct(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), code.get());

@@ -187,6 +187,7 @@ class GuardProgram {
   int numRegisters() const { return static_cast<int>(loads_.size()); }
   // The register `reg` is loaded from (-1 for a frame local, global, constant).
   int baseOf(int reg) const { return loads_[reg].base; }
+  LoadKind kindOf(int reg) const { return loads_[reg].kind; }
   bool isDropped(int reg) const { return loads_[reg].dropped; }
   size_t numChecks() const;  // not counting dropped ones
 

@@ -119,10 +119,23 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
           if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return tuple.items[static_cast<size_t>(i)];
+        if (tuple.attrs) {  // its __dict__ (attributes set in the trace) before its class's
+          const Dict& attrs = tuple.attrs->as<Dict>();
+          int k = attrs.findKey(name);
+          if (k == -2) return t.failFromPython("attribute lookup");
+          if (k >= 0) return attrs.values[static_cast<size_t>(k)];
+        }
         // The class's own methods, static/class methods and properties (namedtuple's
         // _replace, _asdict, ... and tuple's methods stay the container's).
         if (n[0] != '_' && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tuple.namedtuple.get()), Py_TPFLAGS_HEAPTYPE))
           if (Result<ValuePtr> r = namedTupleClassAttr(t, obj, tuple.namedtuple.get(), name); !r.notHandled()) return r;
+      }
+      PyTypeObject* type = reinterpret_cast<PyTypeObject*>(tuple.namedtuple ? tuple.namedtuple.get() : reinterpret_cast<PyObject*>(&PyTuple_Type));
+      if (!_PyType_Lookup(type, name)) {  // not its class's: its __dict__'s, or absent
+        if (obj->reg >= 0 && type->tp_dictoffset != 0)
+          return t.fail(std::string("attribute '") + n + "' of the __dict__ of a " + type->tp_name +
+                        " from the program is not supported yet");
+        return t.raiseNew(PyExc_AttributeError, std::string("'") + type->tp_name + "' object has no attribute '" + n + "'");
       }
       return Value::namedMethod(obj, name);
     }

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <string>
 
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/ops.h"
@@ -32,18 +33,86 @@ std::string placeholderName(const std::string& source) {
 
 }  // namespace
 
+// Automatic dynamic for an int read from the program (dynamic=None): once its value changed
+// since the first compile of this code, a SymInt graph input, guarded by its type and the
+// shape guards on its symbol. As torch._dynamo decides by the source: an int reached from
+// an argument of the frame (the argument itself, an attribute, item or key under it); not
+// a global, a closure cell or a class attribute (specialized); one under an nn.Module only
+// with config.allow_unspec_int_on_nn_module (torch._dynamo's flag of that name: a module's
+// ints are its configuration, rarely changed). NotHandled while it stays a constant.
+Result<ValuePtr> Tracer::wrapIntInput(PyObject* obj, int reg) {
+  bool under_module = false;
+  int root = reg;
+  for (int r = guards().baseOf(reg); r >= 0; r = guards().baseOf(r)) {
+    under_module = under_module || module_regs_.count(r) > 0;
+    root = r;
+  }
+  if (guards().kindOf(root) != LoadKind::Local) return notHandled();
+  if (under_module) {
+    int allow = graph::configFlag("allow_unspec_int_on_nn_module");
+    if (allow < 0) return failFromPython("reading cdynamo.config.allow_unspec_int_on_nn_module");
+    if (!allow) return notHandled();
+  }
+  const std::string& src = guards().sourceName(reg);
+  int node = graph_.addIntInput(obj, placeholderName(src), src);
+  if (node == -1) return failFromPython("making a symbolic int for an input");
+  if (node < 0) return notHandled();
+  guards().checkType(reg, &PyLong_Type);
+  input_reg_of_node_[node] = reg;
+  example_of_node_[node] = Ref::borrow(graph_.fake(node));  // the backend's example: the SymInt
+  ValuePtr v = Value::tensor(node, reg);
+  wrapped_[reg] = v;
+  return v;
+}
+
+namespace {
+
+constexpr const char* kStaticMark = "_dynamo_static_input_type";
+
+// The tensor's static-input mark (borrowed), or null.
+PyObject* staticMark(PyObject* tensor) {
+  PyObject** dictptr = _PyObject_GetDictPtr(tensor);
+  PyObject* mark = dictptr && *dictptr ? PyDict_GetItemString(*dictptr, kStaticMark) : nullptr;
+  return mark == Py_None ? nullptr : mark;
+}
+
+bool markIs(PyObject* mark, const char* text) {
+  return mark && PyUnicode_Check(mark) && PyUnicode_CompareWithASCIIString(mark, text) == 0;
+}
+
+}  // namespace
+
+int Tracer::parameterFreezing() {
+  if (freezing_ >= 0) return freezing_;
+  // torch._inductor.config.freezing with grad mode off (torch._dynamo's is_parameter_freezing);
+  // inductor's config is only read when something imported it.
+  PyObject* cfg = PyDict_GetItemString(PyImport_GetModuleDict(), "torch._inductor.config");
+  int on = 0;
+  if (cfg) {
+    Ref f = Ref::steal(PyObject_GetAttrString(cfg, "freezing"));
+    on = f ? PyObject_IsTrue(f.get()) : -1;
+  }
+  if (on == 1) {
+    Ref grad = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_is_grad_enabled)));
+    on = grad ? (grad.get() == Py_False ? 1 : 0) : -1;
+  }
+  if (on < 0) return -1;
+  return freezing_ = on;
+}
+
 Done Tracer::markStaticInput(PyObject* tensor, int reg) {
   bool static_input = Py_TYPE(tensor) == reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_nn_Parameter));
   for (int r = guards().baseOf(reg); r >= 0 && !static_input; r = guards().baseOf(r)) static_input = module_regs_.count(r) > 0;
   if (!static_input) return {};
-  static const char* const kMark = "_dynamo_static_input_type";
-  PyObject** dictptr = _PyObject_GetDictPtr(tensor);
-  if (dictptr && *dictptr) {
-    PyObject* mark = PyDict_GetItemString(*dictptr, kMark);
-    if (mark && mark != Py_None) return {};
-  }
-  Ref unguarded = Ref::steal(PyUnicode_FromString("unguarded"));
-  if (!unguarded || PyObject_SetAttrString(tensor, kMark, unguarded.get()) < 0)
+  int freezing = parameterFreezing();
+  if (freezing < 0) return failFromPython("reading torch._inductor.config.freezing");
+  // Under parameter freezing a module's tensors are static and guarded (graph attributes
+  // with an identity guard: the backend folds them as constants), as torch._dynamo marks
+  // them then; otherwise "unguarded" (inputs), unless marked already.
+  PyObject* mark = staticMark(tensor);
+  if (mark && !(freezing && markIs(mark, "unguarded"))) return {};
+  Ref text = Ref::steal(PyUnicode_FromString(freezing ? "guarded" : "unguarded"));
+  if (!text || PyObject_SetAttrString(tensor, kStaticMark, text.get()) < 0)
     return failFromPython("marking a module's tensor a static input");
   return {};
 }
@@ -97,6 +166,23 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
       wrapped_[reg] = same->second;
       return same->second;
     }
+    if (markIs(staticMark(obj), "guarded")) {
+      // A static input whose identity is guarded (torch._dynamo.mark_static_address(t),
+      // a module's tensor under parameter freezing): the graph module holds it (get_attr),
+      // as torch._dynamo installs it, so the backend may treat it as a constant. A new
+      // object under the source recompiles; its metadata is checked too, since the graph
+      // reads the object live.
+      guards().checkIdentity(reg, obj);
+      guards().checkTensor(reg, obj);
+      int node = graph_.addAttribute(obj, placeholderName(guards().sourceName(reg)));
+      if (node < 0) return failFromPython("making a fake tensor for a graph attribute");
+      input_reg_of_node_[node] = reg;  // returned as is, compared by identity: the very object
+      example_of_node_[node] = Ref::borrow(obj);
+      v = Value::tensor(node, reg);
+      wrapped_[reg] = v;
+      wrapped_tensors_.emplace(obj, v);
+      return v;
+    }
     int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)),
                                guards().sourceName(reg));
     if (node < 0) return failFromPython("making a fake tensor for an input");
@@ -106,6 +192,10 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     v = Value::tensor(node, reg);
     wrapped_tensors_.emplace(obj, v);
   } else if (isConstantObject(obj)) {
+    if (PyLong_CheckExact(obj) && reg >= 0) {
+      Result<ValuePtr> sym = wrapIntInput(obj, reg);
+      if (!sym.notHandled()) return sym;
+    }
     if (reg >= 0) guards().checkEquals(reg, obj);
     v = Value::constant(obj, reg);
   } else if (reg < 0 && Py_IS_TYPE(obj, &PyDictProxy_Type)) {
@@ -436,22 +526,6 @@ Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
   if (!obj) return notHandled();
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
   int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
-  if (PyLong_CheckExact(obj) && reg >= 0 && !wrapped_.count(reg)) {
-    // An int argument whose value changed since the first compile (automatic dynamic): a
-    // SymInt graph input, guarded by its type and the shape guards on its symbol.
-    const std::string& src = guards().sourceName(reg);
-    int node = graph_.addIntInput(obj, placeholderName(src), src);
-    if (node == -1) return failFromPython("making a symbolic int for an input");
-    if (node >= 0) {
-      guards().checkType(reg, &PyLong_Type);
-      input_reg_of_node_[node] = reg;
-      example_of_node_[node] = Ref::borrow(graph_.fake(node));  // the backend's example: the SymInt
-      ValuePtr v = Value::tensor(node, reg);
-      wrapped_[reg] = v;
-      f.locals[index] = v;
-      return v;
-    }
-  }
   Result<ValuePtr> v = wrap(obj, reg);
   if (v) f.locals[index] = *v;
   return v;

@@ -644,6 +644,11 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
         if (!newObjectHas(*o)) return args[2];
       } else if (args[0]->is(Kind::Namespace)) {
         if (!namespaceHasAttr(args[0], attr_name)) return args[2];
+      } else if (const Tuple* tup = args[0]->get<Tuple>(); tup && tup->namedtuple && args[0]->reg < 0) {
+        // A namedtuple made in the trace: its fields, its __dict__, its class.
+        bool has = PyObject_HasAttr(tup->namedtuple.get(), attr_name) ||
+                   (tup->attrs && tup->attrs->as<Dict>().findKey(attr_name) >= 0);
+        if (!has) return args[2];
       }
     }
     return getAttr(t, args[0], attr_name);
@@ -665,7 +670,10 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
       PyObject* type = typeOf(t, args[0]);
       if (!type || !PyType_Check(type)) return t.fail("hasattr() on a value that cannot be probed");
       bool has = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), attr_name) != nullptr;
+      if (!has && args[0]->is(Kind::Tuple) && args[0]->reg >= 0 && reinterpret_cast<PyTypeObject*>(type)->tp_dictoffset != 0)
+        return t.fail("hasattr() on the __dict__ of a tuple subclass instance from the program is not supported yet");
       if (const Function* f = args[0]->get<Function>(); f && f->attrs) has = has || f->attrs->as<Dict>().findKey(attr_name) >= 0;
+      if (const Tuple* tup = args[0]->get<Tuple>(); tup && tup->attrs) has = has || tup->attrs->as<Dict>().findKey(attr_name) >= 0;
       return Value::constant(has ? Py_True : Py_False);
     }
     if (Result<ValuePtr> fa = guardedFunctionAttr(t, args[0], attr_name); !fa.notHandled()) {

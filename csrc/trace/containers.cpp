@@ -373,6 +373,24 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
       }
       continue;
     }
+    if (isUserObject(other) && !basePart(other)) {
+      // A mapping object (dict(m), d.update(m), {**m}, f(**m)): Python reads it through its
+      // keys() and m[key] when it has a keys attribute, else as a sequence of pairs.
+      Result<ValuePtr> keys_fn = getAttr(t, other, interned(Str::keys));
+      if (keys_fn) {
+        Result<ValuePtr> keys = call(t, *keys_fn, {}, {});
+        if (!keys) return keys;
+        std::vector<ValuePtr> ks;
+        if (Done d = iterate(t, *keys, &ks); !d) return d.stop();
+        for (const ValuePtr& k : ks) {
+          Result<ValuePtr> v = subscript(t, other, k);
+          if (!v) return v;
+          if (Done d = storeSubscript(t, self, k, *v); !d) return d.stop();
+        }
+        continue;
+      }
+      if (!takeAttributeError(t, keys_fn)) return keys_fn;
+    }
     std::vector<ValuePtr> pairs;
     if (Done d = iterate(t, other, &pairs); !d) return d.stop();
     for (const ValuePtr& p : pairs) {

@@ -1114,6 +1114,27 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
     }
     return genericSetAttr(t, obj, name, value);
   }
+  if (Tuple* tup = obj->get<Tuple>(); tup && tup->namedtuple && obj->reg < 0) {
+    // A namedtuple made in the trace, as object.__setattr__ treats it: a data descriptor of
+    // its class decides (a field's getter refuses), else its __dict__ when the class gives
+    // instances one (a subclass without __slots__).
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(tup->namedtuple.get());
+    PyObject* setattr = lookupInMro(tup->namedtuple.get(), interned(Str::dunder_setattr), nullptr);
+    if (setattr != objectSlot("__setattr__"))
+      return t.fail(std::string("a namedtuple class with its own __setattr__ is not supported yet"));
+    PyObject* descr = lookupInMro(tup->namedtuple.get(), name, nullptr);
+    if (descr && Py_TYPE(descr)->tp_descr_set) {
+      if (PyObject_TypeCheck(descr, &PyProperty_Type) || PyObject_HasAttrString(descr, "__get__"))
+        if (strcmp(Py_TYPE(descr)->tp_name, "_collections._tuplegetter") == 0)
+          return t.raiseNew(PyExc_AttributeError, "can't set attribute");
+      return t.fail(std::string("setting a descriptor of a namedtuple (") + Py_TYPE(descr)->tp_name + ") is not supported yet");
+    }
+    if (cls->tp_dictoffset == 0)
+      return t.raiseNew(PyExc_AttributeError, std::string("'") + cls->tp_name + "' object has no attribute '" +
+                                                  PyUnicode_AsUTF8(name) + "'");
+    if (!tup->attrs) tup->attrs = Value::emptyDict();
+    return storeSubscript(t, tup->attrs, Value::constant(name), value);
+  }
   bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->real()) &&
                     PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->real()), Py_TPFLAGS_HEAPTYPE);
   if ((obj->is(Kind::Object) || obj->is(Kind::Module) || user_class) && obj->reg >= 0) {

@@ -72,7 +72,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
       *out = P::Memo{it->second.first};
       return {};
     }
-    if (!v->is(Kind::Tuple)) {
+    if (!v->is(Kind::Tuple) || v->as<Tuple>().attrs) {  // a namedtuple with attributes is one object
       out->memo = memo_slots_++;
       memo_slot_.emplace(v.get(), std::make_pair(out->memo, v));
     }
@@ -111,7 +111,13 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       const Tuple& t = v->as<Tuple>();
       std::vector<runtime::OutputPlan> items;
       if (Done d = planAll(t.items, &items); !d) return d;
-      if (t.namedtuple)
+      if (t.namedtuple && t.attrs) {  // made by tuple.__new__ from its items, then given its __dict__
+        auto attrs = std::make_unique<runtime::OutputPlan>();
+        if (Done d = plan(t.attrs, attrs.get()); !d) return d;
+        out->step = P::NewObject{t.namedtuple.copy(), std::move(attrs),
+                                 Ref::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)),
+                                 std::make_unique<runtime::OutputPlan>(P::Tuple{std::move(items)})};
+      } else if (t.namedtuple)
         out->step = P::NamedTuple{t.namedtuple.copy(), std::move(items)};
       else
         out->step = P::Tuple{std::move(items)};

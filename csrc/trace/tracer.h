@@ -193,6 +193,7 @@ class Tracer {
                       std::vector<runtime::OutputPlan>* items, int* ncells);
   // builder.cpp
   Result<ValuePtr> wrapContainer(PyObject* obj, int reg);
+  Result<ValuePtr> wrapIntInput(PyObject* obj, int reg);
   // The items of a dict (or of a dict subclass instance) read from the program, its keys
   // guarded, each value read through its key; `type` is the Dict value's type.
   Result<ValuePtr> wrapDictItems(PyObject* obj, int reg, PyObject* type);
@@ -225,6 +226,10 @@ class Tracer {
   // (tensor._dynamo_static_input_type = "unguarded", unless marked already), as torch._dynamo
   // marks them: backends (cudagraphs) read the mark from the placeholder's meta["tensor_dict"].
   Done markStaticInput(PyObject* tensor, int reg);
+  // Inductor's parameter freezing is on for this trace (torch._inductor.config.freezing,
+  // grad mode off): 1/0, -1 with an error set. Read once per trace.
+  int parameterFreezing();
+  int freezing_ = -1;
   std::unordered_map<int, int> input_reg_of_node_;           // placeholder node -> guard register
   std::unordered_map<int, Ref> example_of_node_;             // placeholder node -> real tensor
   std::vector<std::pair<ValuePtr, Ref>> stand_in_ids_;       // standInId: value -> the object whose id it has

@@ -13,7 +13,8 @@ Installed, these names of torch are cdynamo's (uninstall() puts torch's back):
 * ``torch.compiler.set_stance`` / ``torch._dynamo.set_stance``: torch's stance changes (as a
   call, decorator or context manager) are mirrored into cdynamo's;
 * ``torch._dynamo.config``: writes of the options that have a cdynamo meaning
-  (``recompile_limit``/``cache_size_limit``, ``capture_scalar_outputs``), including
+  (``recompile_limit``/``cache_size_limit``, ``capture_scalar_outputs``,
+  ``allow_unspec_int_on_nn_module``), including
   through ``torch._dynamo.config.patch``, are mirrored into ``cdynamo.config``.
 
 Without install, cdynamo still honours torch's in-code markers (``torch.compiler.disable``,
@@ -174,10 +175,11 @@ def _sync_config():
     _config.accumulated_recompile_limit = int(dcfg.accumulated_recompile_limit)
     _config.fail_on_recompile_limit_hit = bool(dcfg.fail_on_recompile_limit_hit)
     _config.capture_scalar_outputs = bool(dcfg.capture_scalar_outputs)
+    _config.allow_unspec_int_on_nn_module = bool(dcfg.allow_unspec_int_on_nn_module)
 
 
 _MIRRORED = {"recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit",
-             "capture_scalar_outputs"}
+             "capture_scalar_outputs", "allow_unspec_int_on_nn_module"}
 
 
 def _mirror_config_class(cls):
@@ -236,7 +238,8 @@ def install():
         _patch(dyn_eval_frame, "_set_stance", _mirror_stance(dyn_eval_frame._set_stance))
         cfg = torch._dynamo.config
         _saved_config = (_config.recompile_limit, _config.accumulated_recompile_limit,
-                         _config.fail_on_recompile_limit_hit, _config.capture_scalar_outputs)
+                         _config.fail_on_recompile_limit_hit, _config.capture_scalar_outputs,
+                         _config.allow_unspec_int_on_nn_module)
         _patch(cfg, "__class__", _mirror_config_class(type(cfg)))
         _sync_config()
         stance = dyn_eval_frame._stance
@@ -258,7 +261,7 @@ def uninstall():
             _set(owner, name, original)
     if _saved_config is not None:
         (_config.recompile_limit, _config.accumulated_recompile_limit, _config.fail_on_recompile_limit_hit,
-         _config.capture_scalar_outputs) = _saved_config
+         _config.capture_scalar_outputs, _config.allow_unspec_int_on_nn_module) = _saved_config
         _saved_config = None
     _apply_stance("default")
 

@@ -87,7 +87,9 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
         # Every size static (parameters, buffers): the fake torch makes under an all-STATIC
         # context has plain int sizes, strides and offset and no symbol; made without the
         # ShapeEnv it is the same fake, without the symbolic machinery's cost per tensor.
-        return mode.from_tensor(real, static_shapes=True, source=ConstantSource(source_name)), []
+        # None: the graph builder makes it as in a static trace (from_tensor with
+        # static_shapes=True, or its input shortcut).
+        return None, []
     ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DUCK if x else DimDynamic.STATIC for x in dyn],
                                    constraint_sizes=[None] * n)
     fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
@@ -111,7 +113,9 @@ def int_input(shape_env, value, source_name, memory):
     "int:" + source the value the first compile saw, None once it changed, "static" when
     a trace with it symbolic failed (it is then specialized for good, as torch._dynamo
     specializes an int the program needs as a constant). Without a ShapeEnv (a first,
-    static compile) only the value is recorded. 0 and 1 stay constants, as torch's."""
+    static compile) only the value is recorded. Unlike a size, a 0 or 1 that comes after
+    the value changed is a symbol too (torch._dynamo's unspecialized ints are not 0/1
+    specialized): a counter counting up from 0 gets two graphs, not three."""
     key = "int:" + source_name
     prev = memory.get(key, value)
     if prev == "static":
@@ -120,7 +124,7 @@ def int_input(shape_env, value, source_name, memory):
         memory[key] = value
         return None
     memory[key] = None
-    if shape_env is None or value in (0, 1):
+    if shape_env is None:
         return None
     from torch.fx.experimental.symbolic_shapes import DimDynamic
     sym = shape_env.create_unspecified_symint_and_symbol(value, ConstantSource(source_name), DimDynamic.DYNAMIC)

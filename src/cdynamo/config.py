@@ -31,10 +31,17 @@ suppress_errors = False
 
 # Automatic dynamic shapes (compile(dynamic=None), the default): the first compile of a
 # frame is static; when a later compile of it sees a tensor dimension with another size
-# than before (or, for `automatic_dynamic_ints`, a Python int argument with another value), that
+# than before (or a Python int argument with another value, see allow_unspec_int_on_nn_module), that
 # dimension is symbolic from then on, so later sizes hit one entry. As torch._dynamo's
 # automatic_dynamic_shapes. Read when a frame is traced.
 automatic_dynamic_shapes = True
+
+# Python ints read from an argument (the argument itself, or an attribute, item or key under
+# it) take part in automatic dynamic; those read under an nn.Module (its attributes, a
+# submodule's) stay constants, recompiling when they change, unless this is True. As
+# torch._dynamo.config.allow_unspec_int_on_nn_module (False there too). Read when a frame is
+# traced.
+allow_unspec_int_on_nn_module = False
 
 # Sizes 0 and 1 are never made symbolic (torch's 0/1 specialization); the other sizes
 # of one trace that are equal get one symbol (duck sizing), as torch._dynamo does.

@@ -273,3 +273,79 @@ def test_ops_returning_their_input_are_remembered_as_such_but_in_place_ones_stil
         fake = n.meta["example_value"]
         assert fake is n.args[0].meta["example_value"]
         assert fake._version == 1 and type(fake.grad_fn).__name__ == "ReluBackward0"
+
+
+def _count_conversions(monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    calls = []
+    orig = FakeTensorMode.from_tensor
+
+    def counting(self, t, **kw):
+        calls.append(kw)
+        return orig(self, t, **kw)
+
+    monkeypatch.setattr(FakeTensorMode, "from_tensor", counting)
+    return calls
+
+
+def test_later_traces_make_input_fakes_from_the_first_ones_template(monkeypatch):
+    # The attributes from_tensor gives a plain leaf depend on its kind and on the mode only
+    # through fake_mode: a later trace (after reset(), a recompile) starts from the
+    # template of an earlier one, with its own mode, and converts nothing.
+    def f(a, b):
+        return a * b + 1
+
+    args = (torch.randn(3), nn.Parameter(torch.randn(3)))
+    _, gm1 = compile_once(f, *args)
+    first = values(gm1, op="placeholder")
+    cdynamo.reset()
+    calls = _count_conversions(monkeypatch)
+    out, gm2 = compile_once(f, *args)
+    torch.testing.assert_close(out, f(*args))
+    assert calls == []
+    later = values(gm2, op="placeholder")
+    for a, b, real in zip(first, later, args):
+        assert meta(b) == meta(real) == meta(a)
+        assert b.__dict__.keys() == a.__dict__.keys()
+        assert b.fake_mode is later[0].fake_mode and b.fake_mode is not a.fake_mode
+        assert b.fake_mode is values(gm2, op="call_function")[0].fake_mode
+
+
+def test_static_inputs_of_a_symbolic_trace_alias_as_the_real_tensors_do(monkeypatch):
+    # dynamic=True: parameters and non-contiguous tensors keep static sizes and are made as
+    # in a static trace (the input shortcut); the others get symbols from from_tensor, which
+    # must alias the shortcut's fakes as the real tensors alias each other.
+    p1 = nn.Parameter(torch.randn(4, 4))
+    p2 = nn.Parameter(torch.randn(4, 4))
+    cases = [
+        (p1, p2, p2.detach()),  # static, static, then a symbolic one sharing p2's storage
+        (p1, p2.detach(), p2),  # the symbolic one first
+        (p1, p2, p2.t()),       # a static view of a static one
+        (p2.detach(), p1, p2.t()),
+    ]
+    for args in cases:
+        cdynamo.reset()
+        cnt = CompileCounter()
+        fn = cdynamo.compile(lambda a, b, c: a + b * c, backend=cnt, dynamic=True)
+        out = fn(*args)
+        assert cnt.frame_count == 1
+        torch.testing.assert_close(out, args[0] + args[1] * args[2])
+        fakes = [v for v in values(cnt.graphs[0], op="placeholder") if isinstance(v, torch.Tensor)]
+        assert len(fakes) == 3
+        for (ra, fa) in zip(args, fakes):
+            static = isinstance(ra, nn.Parameter) or not ra.is_contiguous()
+            assert all(type(s) is int for s in fa.shape) == static
+            assert fa.dtype == ra.dtype and fa.requires_grad == ra.requires_grad
+            assert isinstance(fa, nn.Parameter) == isinstance(ra, nn.Parameter)
+            for (rb, fb) in zip(args, fakes):
+                assert _shares_storage(fa, fb) == _shares_storage(ra, rb)
+    # And a parameter of a symbolic trace is not converted again by a backend that
+    # fakifies the real inputs through the mode (AOT autograd): no guard on the batch size.
+    lin = nn.Linear(3, 4)
+    cf = cdynamo.compile(lambda x: lin(x).relu().sum(), backend="aot_eager", dynamic=True)
+    cdynamo.reset()
+    for n in (4, 5, 8):
+        x = torch.randn(n, 3, requires_grad=True)
+        cf(x).backward()
+    assert cdynamo.stats()["cache_misses"] == 1

@@ -46,6 +46,9 @@ struct Constant {
 struct Tuple {
   std::vector<ValuePtr> items;
   Ref namedtuple;  // the namedtuple class of a namedtuple, or null for a plain tuple
+  // A namedtuple made in the trace whose class gives instances a __dict__ (a subclass
+  // without __slots__): the attributes set on it (a Dict keyed by name), or null for none.
+  ValuePtr attrs;
 };
 struct List {
   std::vector<ValuePtr> items;
@@ -250,7 +253,7 @@ struct Value {
   static ValuePtr null() { return of(Null{}); }
   static ValuePtr tensor(int node, int reg = -1) { return of(Tensor{node}, reg); }
   static ValuePtr constant(PyObject* o, int reg = -1) { return of(Constant{Ref::borrow(o)}, reg); }
-  static ValuePtr tuple(std::vector<ValuePtr> items, int reg = -1) { return of(Tuple{std::move(items), Ref()}, reg); }
+  static ValuePtr tuple(std::vector<ValuePtr> items, int reg = -1) { return of(Tuple{std::move(items), Ref(), nullptr}, reg); }
   static ValuePtr list(std::vector<ValuePtr> items, int reg = -1) { return of(List{std::move(items), Ref(), Ref()}, reg); }
   static ValuePtr set(std::vector<ValuePtr> items, int reg = -1) { return of(Set{std::move(items), false}, reg); }
   static ValuePtr frozenSet(std::vector<ValuePtr> items) { return of(Set{std::move(items), true}); }
@@ -313,7 +316,9 @@ void forEachChild(const Value& v, F&& f) {
     for (const ValuePtr& c : items) each(c);
   };
   switch (v.kind()) {
-    case Kind::Tuple: return all(v.as<Tuple>().items);
+    case Kind::Tuple:
+      all(v.as<Tuple>().items);
+      return each(v.as<Tuple>().attrs);
     case Kind::List: return all(v.as<List>().items);
     case Kind::Set: return all(v.as<Set>().items);
     case Kind::Iterator:
