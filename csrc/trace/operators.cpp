@@ -602,7 +602,9 @@ bool isModuleContainer(const ValuePtr& m, PyObject* dunder) {
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
   if (obj->is(Kind::NdArray)) return ndarraySubscript(t, obj, index);
   PyObject* container = obj->is(Kind::Module) ? moduleContainerOwning(obj->real(), interned(Str::dunder_getitem)) : nullptr;
-  if (container && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+  // A slice of a container is a new container of its class (Sequential, ModuleList): the
+  // class's own __getitem__ below builds it in the trace; a list here would be a wrong type.
+  if (container && index->is(Kind::Constant)) {
     // ModuleDict's __getitem__ takes names; Sequential's and ModuleList's take positions.
     const bool by_name = container == lookup(Obj::torch_nn_ModuleDict);
     const bool name = index->constant() && PyUnicode_Check(index->constant());
