@@ -199,6 +199,17 @@ void guardClassAttr(Tracer& t, PyObject* type, PyObject* name, PyObject* after, 
   if (reg >= 0) t.guards().checkIdentity(reg, descr);
 }
 
+// A property's getter as a value to call: a function or C callable by identity; a callable
+// object (a class with __call__) as the object, its attributes read through a source of its
+// own (the property, fixed by the class attribute guard, fixes which object it is).
+Result<ValuePtr> getterValue(Tracer& t, PyObject* fget) {
+  if (PyFunction_Check(fget) || PyCFunction_Check(fget) || PyType_Check(fget) ||
+      !PyType_HasFeature(Py_TYPE(fget), Py_TPFLAGS_HEAPTYPE))
+    return Value::callable(fget);
+  int reg = t.load(LoadKind::Constant, -1, 0, fget, std::string("<property getter ") + Py_TYPE(fget)->tp_name + ">");
+  return t.wrap(fget, reg);
+}
+
 // The __get__ of a descriptor whose class is a Python class (borrowed), or null.
 PyObject* pythonDescrGet(PyObject* descr) {
   PyTypeObject* dt = Py_TYPE(descr);
@@ -315,7 +326,9 @@ Result<ValuePtr> classGetAttr(Tracer& t, const ValuePtr& cls_value, PyObject* na
       Ref fget = Ref::steal(PyObject_GetAttrString(meta_descr, "fget"));
       if (!fget || fget.get() == Py_None) return PyErr_Clear(), t.fail(std::string("property '") + n + "' has no getter");
       guardClassAttr(t, meta, name, nullptr, meta_descr);
-      return call(t, Value::callable(fget.get()), {cls_value}, {});
+      Result<ValuePtr> fget_value = getterValue(t, fget.get());
+      if (!fget_value) return fget_value;
+      return call(t, fget_value.take(), {cls_value}, {});
     }
     if (pythonDescrGet(meta_descr))
       return t.fail(std::string("metaclass attribute '") + n + "' of type " + Py_TYPE(meta_descr)->tp_name + " is not supported yet");
@@ -436,7 +449,9 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
         }
         return t.wrap(v.get(), t.load(LoadKind::Attr, self->reg, 0, name, t.guards().sourceName(self->reg) + "." + n));
       }
-      return call(t, Value::callable(fget.get()), {self}, {});
+      Result<ValuePtr> fget_value = getterValue(t, fget.get());
+      if (!fget_value) return fget_value;
+      return call(t, fget_value.take(), {self}, {});
     }
     if (descr == objectSlot("__class__")) return Value::callable(cls);  // the type, guarded by the reader
     if (PyObject* get = pythonDescrGet(descr)) return inlineDescrGet(t, get, cls, name, after, descr, self, cls);
@@ -577,7 +592,9 @@ Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* 
     if (!fget || fget.get() == Py_None)
       return PyErr_Clear(), t.fail(std::string("property '") + PyUnicode_AsUTF8(name) + "' has no getter");
     guardClassAttr(t, cls, name, nullptr, descr);
-    return call(t, Value::callable(fget.get()), {self}, {});
+    Result<ValuePtr> fget_value = getterValue(t, fget.get());
+    if (!fget_value) return fget_value;
+    return call(t, fget_value.take(), {self}, {});
   }
   return bindClassAttr(t, self, nullptr, cls, name, nullptr, descr);
 }
