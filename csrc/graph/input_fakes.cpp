@@ -20,7 +20,9 @@ Ref GraphBuilder::inputFake(PyObject* real) {
   uint64_t keys = 0;
   Ref kind;
   const void* storage = torchimpl::storageId(real);
-  if (!shape_env_ && (type == lookup(Obj::torch_Tensor) || type == lookup(Obj::torch_nn_Parameter)) && storage &&
+  // Under a ShapeEnv only in a symbolic trace, for the static inputs addSymbolicInput sends
+  // here (parameters of at least one dimension).
+  if ((!shape_env_ || symbolic_) && (type == lookup(Obj::torch_Tensor) || type == lookup(Obj::torch_nn_Parameter)) && storage &&
       !input_storages_.count(storage) && torchimpl::plainLeaf(real, &keys)) {
     Ref dtype = Ref::steal(PyObject_GetAttrString(real, "dtype"));
     Ref device = Ref::steal(PyObject_GetAttrString(real, "device"));
@@ -61,7 +63,18 @@ Ref GraphBuilder::inputFake(PyObject* real) {
       it->second = nullptr;
     }
   }
-  Ref fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  Ref fake;
+  if (symbolic_) {
+    // The mode makes symbolic sizes by default: this input's are static (as input_fake
+    // makes a parameter's).
+    Ref from = Ref::steal(PyObject_GetAttrString(mode_.get(), "from_tensor"));
+    Ref args = Ref::steal(PyTuple_Pack(1, real));
+    Ref kw = Ref::steal(Py_BuildValue("{s:O}", "static_shapes", Py_True));
+    if (!from || !args || !kw) return Ref();
+    fake = Ref::steal(PyObject_Call(from.get(), args.get(), kw.get()));
+  } else {
+    fake = Ref::steal(PyObject_CallMethod(mode_.get(), "from_tensor", "O", real));
+  }
   if (!fake) return Ref();
   for (const void* s : related) input_storages_.emplace(s, nullptr);
   if (!kind) return fake;
