@@ -11,6 +11,15 @@ Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example
   if (!shape_env_) return Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
+  // A backend that re-traces (AOT autograd) fakes the example inputs again with
+  // FakeTensorMode.from_tensor: each must find the fake the graph has, or it gets a new
+  // one, with fresh symbols under a symbolic mode. The input shortcut's fakes are
+  // registered with the converter first.
+  for (auto& [storage, real] : input_storages_) {
+    if (!real) continue;
+    if (!registerWithConverter(real)) return Ref();
+    real = nullptr;
+  }
   if (cache_was_enabled_ && PyObject_SetAttrString(mode_.get(), "cache_enabled", cache_was_enabled_.get()) < 0)
     return Ref();
   Ref context = Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_TracingContext), mode_.get()));

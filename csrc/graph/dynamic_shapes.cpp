@@ -3,6 +3,7 @@
 // placeholders of their symbols, as torch._dynamo's graphs carry them.
 #include "graph/graph_builder.h"
 
+#include "graph/fake_autograd.h"
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
 
@@ -21,6 +22,37 @@ Ref exprOf(PyObject* symint) {
   return node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
 }
 
+// Whether CDYNAMO_LOGS has the "dynamic" channel (cdynamo._logging); -1 with an error.
+int dynamicLogEnabled() {
+  static Ref& logging = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!logging) logging = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
+  if (!logging) return -1;
+  Ref on = Ref::steal(PyObject_CallMethod(logging.get(), "enabled", "s", "dynamic"));
+  return on ? PyObject_IsTrue(on.get()) : -1;
+}
+
+// What cdynamo._shapes.input_fake records of a tensor input in the code object's size memory
+// (automatic dynamic, dynamic=None): its sizes, None for a dim that differed from the sizes
+// remembered with the same rank.
+bool rememberSizes(PyObject* memory, PyObject* real, const std::string& source) {
+  Ref shape = Ref::steal(PyObject_GetAttrString(real, "shape"));
+  Ref now = shape ? Ref::steal(PySequence_List(shape.get())) : Ref();
+  if (!now) return false;
+  PyObject* prev = PyDict_GetItemString(memory, source.c_str());  // borrowed; never raises
+  if (prev && PyList_Check(prev) && PyList_GET_SIZE(prev) == PyList_GET_SIZE(now.get())) {
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(prev); ++i) {
+      PyObject* p = PyList_GET_ITEM(prev, i);
+      int same = p == Py_None ? 0 : PyObject_RichCompareBool(p, PyList_GET_ITEM(now.get(), i), Py_EQ);
+      if (same < 0) return false;
+      if (!same) {
+        Py_INCREF(Py_None);
+        if (PyList_SetItem(now.get(), i, Py_None) < 0) return false;
+      }
+    }
+  }
+  return PyDict_SetItemString(memory, source.c_str(), now.get()) == 0;
+}
+
 }  // namespace
 
 int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, const std::string& source) {
@@ -28,6 +60,30 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   if (!mod) return -1;
   int automatic = configFlag("automatic_dynamic_shapes");
   if (automatic < 0) return -1;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(real)) == lookup(Obj::torch_nn_Parameter)) {
+    // A parameter keeps static sizes whatever the compile asks (input_fake, as
+    // torch._dynamo's force_parameter_static_shapes): its fake made as in a static trace,
+    // by the input shortcut, without input_fake's Python and from_tensor per parameter.
+    // Input_fake itself for a 0-d one (from_tensor may give it a constant value) and
+    // when the "dynamic" log channel wants its line.
+    Ref dim = Ref::steal(PyObject_CallMethod(real, "dim", nullptr));
+    long d = dim ? PyLong_AsLong(dim.get()) : -1;
+    if (d < 0) return -1;
+    if (dyn_log_ < 0) dyn_log_ = dynamicLogEnabled();
+    if (dyn_log_ < 0) return -1;
+    if (d >= 1 && !dyn_log_) {
+      if (dyn_.mode == -1 && dyn_.memory && PyDict_Check(dyn_.memory) && !source.empty() &&
+          !rememberSizes(dyn_.memory, real, source))
+        return -1;
+      Node n{NodeOp::Placeholder};
+      n.name = uniqueInputName(name);
+      n.real = Ref::borrow(real);
+      n.fake = inputFake(real);
+      if (!n.fake) return -1;
+      nodes_.push_back(std::move(n));
+      return numNodes() - 1;
+    }
+  }
   PyObject* dynamic = dyn_.mode == 1 ? Py_True : dyn_.mode == 0 ? Py_False : Py_None;
   // A conversion with symbols may reach a storage of an input made by the shortcut.
   std::vector<const void*> related;
@@ -35,6 +91,7 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   Ref r = Ref::steal(PyObject_CallMethod(mod, "input_fake", "OOsOOO", mode_.get(), real, source.c_str(), dynamic,
                                          dyn_.memory ? dyn_.memory : Py_None, automatic ? Py_True : Py_False));
   if (!r) return -1;
+  for (const void* s : related) input_storages_.emplace(s, nullptr);
   if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2 || !PyList_Check(PyTuple_GET_ITEM(r.get(), 1))) {
     PyErr_SetString(PyExc_TypeError, "cdynamo._shapes.input_fake: unexpected result");
     return -1;

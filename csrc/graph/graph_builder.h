@@ -290,6 +290,7 @@ class GraphBuilder {
   Ref shape_env_;                      // set when capturing scalar outputs or when sizes may be symbolic
   DynamicConfig dyn_;
   Ref cache_was_enabled_;              // the mode's cache_enabled, turned off for a symbolic trace (begin)
+  int dyn_log_ = -1;                   // the "dynamic" log channel is on (1), off (0), not read yet (-1)
   bool symbolic_ = false;              // input fakes are made with symbolic contexts (_shapes.input_fake)
   Ref symbol_nodes_;                   // dict: sympy symbol -> its placeholder node id
   std::vector<std::string> int_sources_;  // see symbolicIntSources
