@@ -11,6 +11,8 @@ Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example
   if (!shape_env_) return Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
+  if (cache_was_enabled_ && PyObject_SetAttrString(mode_.get(), "cache_enabled", cache_was_enabled_.get()) < 0)
+    return Ref();
   Ref context = Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_TracingContext), mode_.get()));
   Ref manager = context ? Ref::steal(PyObject_CallOneArg(lookup(Obj::torch_guards_tracing), context.get())) : Ref();
   Ref entered = manager ? Ref::steal(PyObject_CallMethod(manager.get(), "__enter__", nullptr)) : Ref();

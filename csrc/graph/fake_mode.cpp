@@ -38,6 +38,18 @@ bool GraphBuilder::begin() {
     mode_ = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_FakeTensorMode)));
   }
   if (!mode_) return false;
+  if (symbolic_) {
+    // FakeTensorMode's dispatch cache keys a call with symbolic sizes on the trace's own,
+    // fresh ShapeEnv: in a trace it rarely hits (the output-metadata memo answers repeated
+    // calls first), and each miss pays for the key and for synthesizing a second output to
+    // validate the entry, under a ShapeEnv every size a Python SymNode computation: about
+    // half of a dynamic trace's fake propagation. Off for the trace (torch's uncached path,
+    // the reference); back on for the backend (callBackend), whose re-traces repeat calls.
+    Ref on = Ref::steal(PyObject_GetAttrString(mode_.get(), "cache_enabled"));
+    if (!on) return false;
+    cache_was_enabled_ = Ref::borrow(on.get());
+    if (PyObject_SetAttrString(mode_.get(), "cache_enabled", Py_False) < 0) return false;
+  }
   Ref allow = Ref::steal(PyObject_GetAttrString(mode_.get(), "_allow_unsafe_data_ptr_access"));
   if (!allow) return false;
   allow_data_ptr_ = PyObject_IsTrue(allow.get()) == 1;

@@ -309,6 +309,7 @@ class GraphBuilder {
   Ref mode_;
   Ref shape_env_;                      // set when capturing scalar outputs or when sizes may be symbolic
   DynamicConfig dyn_;
+  Ref cache_was_enabled_;              // the mode's cache_enabled, turned off for a symbolic trace (begin)
   bool symbolic_ = false;              // input fakes are made with symbolic contexts (_shapes.input_fake)
   Ref symbol_nodes_;                   // dict: sympy symbol -> its placeholder node id
   std::vector<std::string> int_sources_;  // see symbolicIntSources

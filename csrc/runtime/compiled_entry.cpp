@@ -89,6 +89,11 @@ struct Builder {
     return dict;
   }
   Ref make(const OutputPlan& p, const plan::Set& s) {
+    if (s.frozen) {  // immutable: made from its items once they are built (nothing in them can reach it)
+      Ref items = sequence(false, s.items, nullptr);
+      if (!items) return Ref();
+      return remember(p, Ref::steal(PyFrozenSet_New(items.get())));
+    }
     Ref set = Ref::steal(PySet_New(nullptr));
     if (!set) return Ref();
     remember(p, Ref::borrow(set.get()));
@@ -172,7 +177,15 @@ struct MemoOrder {
   void walk(const OutputPlan& p, const plan::List& l) { fill(p); all(l.items); }
   void walk(const OutputPlan& p, const plan::Deque& d) { all(d.items); fill(p); }
   void walk(const OutputPlan& p, const plan::Dict& d) { fill(p); all(d.values); }
-  void walk(const OutputPlan& p, const plan::Set& s) { fill(p); all(s.items); }
+  void walk(const OutputPlan& p, const plan::Set& s) {
+    if (s.frozen) {  // built from its items, as a tuple is
+      all(s.items);
+      fill(p);
+      return;
+    }
+    fill(p);
+    all(s.items);
+  }
   void walk(const OutputPlan& p, const plan::NewObject& n) {
     bool tuple = n.base.get() == reinterpret_cast<PyObject*>(&PyTuple_Type);
     if (tuple && n.items) visit(*n.items);  // a tuple subclass instance is made from its items

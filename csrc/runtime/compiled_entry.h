@@ -57,6 +57,7 @@ struct Dict {
 };
 struct Set {
   std::vector<OutputPlan> items;
+  bool frozen = false;  // a frozenset: made from its items once they are built
 };
 // An object made in the trace that escapes: cls.tp_alloc() with its __dict__ replaced by
 // `attrs` (a Dict plan). An instance of a dict/OrderedDict subclass is made by its base's

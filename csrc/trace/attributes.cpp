@@ -126,9 +126,12 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       }
       return Value::namedMethod(obj, name);
     }
+    case Kind::Set:
+      if (obj->as<Set>().frozen && !PyObject_HasAttr(reinterpret_cast<PyObject*>(&PyFrozenSet_Type), name))
+        return t.raiseNew(PyExc_AttributeError, std::string("'frozenset' object has no attribute '") + n + "'");
+      return Value::namedMethod(obj, name);  // set.add, ...: called later
     case Kind::List:
     case Kind::Dict:
-    case Kind::Set:
       return Value::namedMethod(obj, name);  // list.append, dict.items, ...: called later
     case Kind::Function:
       return functionAttr(t, obj, name);

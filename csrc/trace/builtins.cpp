@@ -253,6 +253,12 @@ Result<ValuePtr> builtinVars(Tracer& t, PyObject*, const char*, Args& args, Kwar
 Result<ValuePtr> builtinCollection(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (!((is("tuple") || is("list") || is("set") || is("frozenset")) && args.size() <= 1 && kwargs.empty())) return notHandled();
+  if (is("frozenset")) {
+    if (!args.empty()) return makeFrozenSet(t, args[0]);
+    Ref empty = Ref::steal(PyFrozenSet_New(nullptr));
+    if (!empty) return t.failFromPython("frozenset()");
+    return Value::constant(empty.get());
+  }
   std::vector<ValuePtr> items;
   if (!args.empty())
     if (Done d = iterate(t, args[0], &items); !d) return d.stop();
@@ -265,17 +271,7 @@ Result<ValuePtr> builtinCollection(Tracer& t, PyObject* f, const char* which, Ar
     a[0] = v;
     if (Result<ValuePtr> r = callContainerMethod(t, s, interned(Str::add), a, kw); !r) return r;
   }
-  if (is("frozenset")) {
-    Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
-    if (!fs) return t.failFromPython("frozenset()");
-    for (const ValuePtr& v : s->as<Set>().items) {
-      if (!v->real()) return t.fail("frozenset() of values made in the trace (tensors) is not supported yet");
-      if (PySet_Add(fs.get(), v->real()) < 0) return t.failFromPython("frozenset()");
-    }
-    return Value::constant(fs.get());
-  }
   return s;
-  
 }
 
 // dict(...).

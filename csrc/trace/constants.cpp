@@ -47,7 +47,7 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
       return real;
     }
     Ref out = v->is(Kind::Tuple) ? Ref::steal(PyList_AsTuple(list.get()))
-              : v->is(Kind::Set)   ? Ref::steal(PySet_New(list.get()))
+              : v->is(Kind::Set)   ? Ref::steal(v->as<Set>().frozen ? PyFrozenSet_New(list.get()) : PySet_New(list.get()))
                                    : std::move(list);
     if (!out) PyErr_Clear();  // unhashable items of a set: not a constant
     return out;
@@ -214,7 +214,7 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
     }
     case Kind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
     case Kind::Dict: return v->as<Dict>().type.get();
-    case Kind::Set: return reinterpret_cast<PyObject*>(&PySet_Type);
+    case Kind::Set: return reinterpret_cast<PyObject*>(v->as<Set>().frozen ? &PyFrozenSet_Type : &PySet_Type);
     case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);
     case Kind::Function: return reinterpret_cast<PyObject*>(&PyFunction_Type);
     case Kind::NewObject: return v->as<NewObject>().cls.get();

@@ -16,6 +16,7 @@
 
 namespace cdynamo::trace {
 
+using bytecode::BinaryOp;
 using bytecode::Op;
 
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
@@ -57,16 +58,6 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
 
 namespace {
 
-bool isHashableConstant(const ValuePtr& v) { return v->constant() && PyObject_Hash(v->constant()) != -1; }
-
-// Set members the trace can compare: hashable constants, and modules (hashed and compared
-// by identity, as nn.Module does: named_modules() keeps a set of them).
-bool isSetMember(const ValuePtr& v) {
-  if (v->is(Kind::Module) || v->is(Kind::Tensor)) return true;
-  if (isHashableConstant(v)) return true;
-  PyErr_Clear();
-  return false;
-}
 
 PyObject* longOf(Py_ssize_t n) { return PyLong_FromSsize_t(n); }
 
@@ -395,98 +386,410 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
   return Value::constant(Py_None);
 }
 
+// ---- sets made in the trace --------------------------------------------------------------
+// A set holds constants, modules and tensors (hashed and compared by identity: two graph
+// inputs are one object exactly when they alias at trace time, which a guard then pins),
+// and frozensets of those (equal when their members are). Lookups answer as Python's do.
+
+// The items of a set-like value (a Set, or a constant set/frozenset as constants); false
+// when `v` is not one.
+bool setLikeItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (const Set* s = v->get<Set>()) {
+    *out = s->items;
+    return true;
+  }
+  PyObject* c = v->constant();
+  if (!c || !PyAnySet_Check(c)) return false;
+  out->clear();
+  Ref it = Ref::steal(PyObject_GetIter(c));
+  if (!it) return PyErr_Clear(), false;
+  while (Ref x = Ref::steal(PyIter_Next(it.get()))) out->push_back(Value::constant(x.get()));
+  if (PyErr_Occurred()) return PyErr_Clear(), false;
+  return true;
+}
+
+bool isFrozenSetLike(const ValuePtr& v) {
+  if (const Set* s = v->get<Set>()) return s->frozen;
+  return v->constant() && PyFrozenSet_Check(v->constant());
+}
+
+// A set (or frozenset) value of `items`: a frozenset of constants only is a constant.
+Result<ValuePtr> makeSet(Tracer& t, std::vector<ValuePtr> items, bool frozen) {
+  if (!frozen) return Value::set(std::move(items));
+  bool constants = true;
+  for (const ValuePtr& v : items) constants = constants && v->is(Kind::Constant);
+  if (!constants) return Value::frozenSet(std::move(items));
+  Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
+  if (!fs) return t.failFromPython("frozenset()");
+  for (const ValuePtr& v : items)
+    if (PySet_Add(fs.get(), v->constant()) < 0) return t.failFromPython("frozenset()");
+  return Value::constant(fs.get());
+}
+
+Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const ValuePtr& v);
+
+// Whether two lists of set items hold the same members.
+Result<bool> sameMembers(Tracer& t, const std::vector<ValuePtr>& a, const std::vector<ValuePtr>& b) {
+  if (a.size() != b.size()) return false;
+  for (const ValuePtr& v : a) {
+    Result<long> k = setIndex(t, b, v);
+    if (!k) return k.stop();
+    if (*k < 0) return false;
+  }
+  return true;
+}
+
+// Where `v` is among a set's `items` (Python's lookup: identity, then == among items of
+// equal hash), -1 when absent. `v` may be a set (a lookup converts it to a frozenset).
+Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const ValuePtr& v) {
+  if (isScalarValue(t, v))
+    return t.fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
+  std::vector<ValuePtr> members;
+  if (v->is(Kind::Set) || (v->constant() && PyAnySet_Check(v->constant()))) {
+    setLikeItems(v, &members);
+    for (size_t i = 0; i < items.size(); ++i) {
+      std::vector<ValuePtr> other;
+      if (!setLikeItems(items[i], &other)) continue;  // a set equals only a set
+      Result<bool> same = sameMembers(t, members, other);
+      if (!same) return same.stop();
+      if (*same) return static_cast<long>(i);
+    }
+    return -1;
+  }
+  if (v->is(Kind::Tensor)) {
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i]->is(Kind::Tensor)) continue;  // a tensor hashes by identity: only itself is equal
+      Result<bool> same = sameTensorObject(t, items[i], v);
+      if (!same) return same.stop();
+      if (*same) return static_cast<long>(i);
+    }
+    return -1;
+  }
+  if (v->is(Kind::List) || v->is(Kind::Dict))
+    return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
+  PyObject* o = v->is(Kind::Module) ? v->real() : v->constant();
+  if (!o) return t.fail(std::string("a ") + kindName(v->kind()) + " as a set item is not supported yet");
+  if (!v->is(Kind::Module) && PyObject_Hash(o) == -1) return t.raisePython();  // unhashable: TypeError
+  for (size_t i = 0; i < items.size(); ++i) {
+    PyObject* item = items[i]->real();
+    if (!item) continue;  // a tensor or a frozenset holding one: never equal to a constant or a module
+    if (item == o) return static_cast<long>(i);
+    if (v->is(Kind::Module) || items[i]->is(Kind::Module)) continue;  // compared by identity
+    int eq = PyObject_RichCompareBool(item, o, Py_EQ);
+    if (eq < 0) return t.failFromPython("set lookup");
+    if (eq) return static_cast<long>(i);
+  }
+  return -1;
+}
+
+// Whether `v` may be added to a set: hashable (a mutable set is not: TypeError).
+Done checkHashable(Tracer& t, const ValuePtr& v) {
+  if (const Set* s = v->get<Set>(); s && !s->frozen) return t.raiseNew(PyExc_TypeError, "unhashable type: 'set'");
+  if (v->is(Kind::List) || v->is(Kind::Dict))
+    return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
+  return {};
+}
+
+// Adds `v` to `items` unless a member equal to it is there.
+Done setAdd(Tracer& t, std::vector<ValuePtr>& items, const ValuePtr& v) {
+  if (Done d = checkHashable(t, v); !d) return d;
+  Result<long> k = setIndex(t, items, v);
+  if (!k) return k.stop();
+  if (*k < 0) items.push_back(v);
+  return {};
+}
+
+// The items of an iterable argument of a set method, as a set would hold them.
+Done setItemsOf(Tracer& t, const ValuePtr& other, std::vector<ValuePtr>* out) {
+  std::vector<ValuePtr> all;
+  if (Done d = iterate(t, other, &all); !d) return d;
+  out->clear();
+  for (const ValuePtr& m : all)
+    if (Done d = setAdd(t, *out, m); !d) return d;
+  return {};
+}
+
+// The set operations on item lists, in the order Python's build their results.
+enum class SetOp { Union, Intersection, Difference, SymmetricDifference };
+
+Done setCombine(Tracer& t, SetOp op, const std::vector<ValuePtr>& a, const std::vector<ValuePtr>& b,
+                std::vector<ValuePtr>* out) {
+  out->clear();
+  switch (op) {
+    case SetOp::Union:
+      *out = a;
+      for (const ValuePtr& v : b)
+        if (Done d = setAdd(t, *out, v); !d) return d;
+      return {};
+    case SetOp::Intersection: {
+      // Python walks the smaller set and keeps its items found in the larger one.
+      const bool swap = b.size() > a.size();
+      const std::vector<ValuePtr>& walk = swap ? a : b;
+      const std::vector<ValuePtr>& in = swap ? b : a;
+      for (const ValuePtr& v : walk) {
+        Result<long> k = setIndex(t, in, v);
+        if (!k) return k.stop();
+        if (*k >= 0)
+          if (Done d = setAdd(t, *out, v); !d) return d;
+      }
+      return {};
+    }
+    case SetOp::Difference:
+      for (const ValuePtr& v : a) {
+        Result<long> k = setIndex(t, b, v);
+        if (!k) return k.stop();
+        if (*k < 0) out->push_back(v);
+      }
+      return {};
+    case SetOp::SymmetricDifference: {
+      *out = b;  // a copy of the other set, then each item of this one toggled in it
+      for (const ValuePtr& v : a) {
+        Result<long> k = setIndex(t, *out, v);
+        if (!k) return k.stop();
+        if (*k >= 0)
+          out->erase(out->begin() + *k);
+        else
+          out->push_back(v);
+      }
+      return {};
+    }
+  }
+  return {};
+}
+
+// Whether every member of `a` is in `b`.
+Result<bool> setIsSubset(Tracer& t, const std::vector<ValuePtr>& a, const std::vector<ValuePtr>& b) {
+  for (const ValuePtr& v : a) {
+    Result<long> k = setIndex(t, b, v);
+    if (!k) return k.stop();
+    if (*k < 0) return false;
+  }
+  return true;
+}
+
 Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
-  std::vector<ValuePtr>& items = self->as<Set>().items;
-  // Constants (and modules, by identity) already in the set; tensors are compared below.
-  auto contains = [&](PyObject* o) -> int {
-    for (const ValuePtr& v : items) {
-      PyObject* item = v->real();
-      if (!item) continue;  // a tensor: never equal to a constant or module
-      if (item == o) return 1;
-      if (v->is(Kind::Module) || !PyObject_TypeCheck(o, &PyBaseObject_Type)) continue;
-      int eq = PyObject_RichCompareBool(item, o, Py_EQ);
-      if (eq != 0) return eq;
-    }
-    return 0;
-  };
-  // Tensors are hashed by identity: two graph inputs are the same object exactly when
-  // they alias at trace time (shared parameters), which a guard then pins.
-  auto containsTensor = [&](const ValuePtr& tensor) -> int {
-    for (const ValuePtr& v : items) {
-      if (!v->is(Kind::Tensor)) continue;
-      Result<bool> same = sameTensorObject(t, v, tensor);
-      if (*same) return 1;
-    }
-    return 0;
-  };
-  auto member = [&](const ValuePtr& v) { return v->is(Kind::Tensor) ? containsTensor(v) : contains(v->real()); };
-  // A number read from a tensor hashes and compares by its value, unknown until the graph runs.
-  if (!args.empty() && isScalarValue(t, args[0]))
-    return t.fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
-  if (is("__contains__")) {
-    if (args.size() != 1 || !isSetMember(args[0])) return t.fail("set membership needs a constant, module or tensor");
-    int c = member(args[0]);
-    if (c < 0) return t.failFromPython("set membership");
-    return Value::constant(c ? Py_True : Py_False);
+  Set& set = self->as<Set>();
+  std::vector<ValuePtr>& items = set.items;
+  auto boolean = [](bool b) { return Value::constant(b ? Py_True : Py_False); };
+  if (is("__contains__") && args.size() == 1) {
+    Result<long> k = setIndex(t, items, args[0]);
+    if (!k) return k.stop();
+    return boolean(*k >= 0);
   }
-  if (is("copy")) return Value::set(items);
+  if (is("copy") && args.empty()) return set.frozen ? self : Value::of(Set{items, false});
+  static const std::pair<const char*, SetOp> kCombining[] = {{"union", SetOp::Union},
+                                                             {"intersection", SetOp::Intersection},
+                                                             {"difference", SetOp::Difference},
+                                                             {"symmetric_difference", SetOp::SymmetricDifference}};
+  for (const auto& [name, op] : kCombining) {
+    if (!is(name)) continue;
+    if (op == SetOp::SymmetricDifference && args.size() != 1)
+      return t.raiseNew(PyExc_TypeError, "symmetric_difference() takes exactly one argument");
+    std::vector<ValuePtr> result = items, other, next;
+    for (const ValuePtr& arg : args) {
+      if (Done d = setItemsOf(t, arg, &other); !d) return d.stop();
+      if (Done d = setCombine(t, op, result, other, &next); !d) return d.stop();
+      result.swap(next);
+    }
+    return makeSet(t, std::move(result), set.frozen);
+  }
+  if ((is("issubset") || is("issuperset") || is("isdisjoint")) && args.size() == 1) {
+    std::vector<ValuePtr> other;
+    if (Done d = setItemsOf(t, args[0], &other); !d) return d.stop();
+    if (is("isdisjoint")) {
+      std::vector<ValuePtr> common;
+      if (Done d = setCombine(t, SetOp::Intersection, items, other, &common); !d) return d.stop();
+      return boolean(common.empty());
+    }
+    Result<bool> r = is("issubset") ? setIsSubset(t, items, other) : setIsSubset(t, other, items);
+    if (!r) return r.stop();
+    return boolean(*r);
+  }
+  // The operators' special methods called by name (s.__or__(t), s.__ior__(t)).
+  static const std::pair<const char*, BinaryOp> kDunders[] = {
+      {"__or__", BinaryOp::Or},          {"__and__", BinaryOp::And},          {"__sub__", BinaryOp::Subtract},
+      {"__xor__", BinaryOp::Xor},        {"__ior__", BinaryOp::InplaceOr},    {"__iand__", BinaryOp::InplaceAnd},
+      {"__isub__", BinaryOp::InplaceSubtract}, {"__ixor__", BinaryOp::InplaceXor}};
+  for (const auto& [name, op] : kDunders)
+    if (is(name) && args.size() == 1 && !(set.frozen && bytecode::isInplace(op))) {
+      Result<ValuePtr> r = setBinaryOp(t, op, self, args[0]);
+      if (r.notHandled()) return Value::constant(Py_NotImplemented);
+      return r;
+    }
+  static const char* const kMutating[] = {"add", "discard", "remove", "pop", "clear", "update", "__init__",
+                                          "intersection_update", "difference_update", "symmetric_difference_update"};
+  bool mutating = false;
+  for (const char* m : kMutating) mutating = mutating || is(m);
+  if (!mutating) return notHandled();
+  if (set.frozen && !is("__init__"))
+    return t.raiseNew(PyExc_AttributeError, std::string("'frozenset' object has no attribute '") + n + "'");
+  if (set.frozen) return Value::constant(Py_None);  // frozenset.__init__ is object's: it changes nothing
   if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
   if (is("add") && args.size() == 1) {
-    if (!isSetMember(args[0])) return t.fail("set items must be constants, modules or tensors");
-    int c = member(args[0]);
-    if (c < 0) return t.failFromPython("set add");
-    if (!c) items.push_back(args[0]);
+    if (Done d = setAdd(t, items, args[0]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  if ((is("discard") || is("remove")) && args.size() == 1) {
+    Result<long> k = setIndex(t, items, args[0]);
+    if (!k) return k.stop();
+    if (*k >= 0) {
+      items.erase(items.begin() + *k);
+    } else if (is("remove")) {
+      Ref key = toPython(t, args[0]);
+      if (!key) return t.raiseNew(PyExc_KeyError, "set.remove(): the item is not in the set");
+      PyErr_SetObject(PyExc_KeyError, key.get());
+      return t.raisePython();
+    }
+    return Value::constant(Py_None);
+  }
+  if (is("pop") && args.empty()) {
+    if (items.empty()) return t.raiseNew(PyExc_KeyError, "pop from an empty set");
+    ValuePtr first = setIterationOrder(set).front();  // the first item a walk of the set meets
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i] == first) {
+        items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+        break;
+      }
+    return first;
+  }
+  if (is("clear") && args.empty()) {
+    items.clear();
     return Value::constant(Py_None);
   }
   if (is("__init__") && args.size() <= 1) {  // set.__init__(iterable=()): emptied, then filled
     std::vector<ValuePtr> more;
     if (!args.empty())
-      if (Done d = iterate(t, args[0], &more); !d) return d.stop();
-    items.clear();
-    for (const ValuePtr& m : more) {
-      if (!isSetMember(m)) return t.fail("set items must be constants, modules or tensors");
-      int c = member(m);
-      if (c < 0) return t.failFromPython("set.__init__");
-      if (!c) items.push_back(m);
-    }
+      if (Done d = setItemsOf(t, args[0], &more); !d) return d.stop();
+    items = std::move(more);
     return Value::constant(Py_None);
   }
-  if (is("update") && !args.empty()) {
-    for (const ValuePtr& other : args) {
-      std::vector<ValuePtr> more;
-      if (Done d = iterate(t, other, &more); !d) return d.stop();
-      for (const ValuePtr& m : more) {
-        std::vector<ValuePtr> a{m};
-        std::vector<std::pair<Ref, ValuePtr>> kw;
-        if (Result<ValuePtr> r = callContainerMethod(t, self, interned(Str::add), a, kw); !r) return r;
+  SetOp op = SetOp::Union;
+  if (is("intersection_update")) op = SetOp::Intersection;
+  else if (is("difference_update")) op = SetOp::Difference;
+  else if (is("symmetric_difference_update")) op = SetOp::SymmetricDifference;
+  else if (!is("update")) return notHandled();
+  if (op == SetOp::SymmetricDifference && args.size() != 1)
+    return t.raiseNew(PyExc_TypeError, "symmetric_difference_update() takes exactly one argument");
+  std::vector<ValuePtr> result = items, other, next;
+  for (const ValuePtr& arg : args) {
+    if (Done d = setItemsOf(t, arg, &other); !d) return d.stop();
+    if (op == SetOp::SymmetricDifference) {
+      // Python toggles each item of the other set in this one, in place.
+      for (const ValuePtr& v : other) {
+        Result<long> k = setIndex(t, result, v);
+        if (!k) return k.stop();
+        if (*k >= 0)
+          result.erase(result.begin() + *k);
+        else
+          result.push_back(v);
       }
+      continue;
     }
-    return Value::constant(Py_None);
+    if (Done d = setCombine(t, op, result, other, &next); !d) return d.stop();
+    result.swap(next);
   }
-  if ((is("discard") || is("remove")) && !args.empty()) {
-    if (!isHashableConstant(args[0])) return PyErr_Clear(), t.fail("set items must be constants");
-    for (size_t i = 0; i < items.size(); ++i) {
-      PyObject* item = items[i]->real();
-      if (!item) continue;  // a tensor is never equal to a constant
-      int eq = PyObject_RichCompareBool(item, args[0]->constant(), Py_EQ);
-      if (eq < 0) return t.failFromPython("set remove");
-      if (eq) {
-        items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
-        return Value::constant(Py_None);
-      }
-    }
-    if (is("remove")) return t.fail("KeyError in set.remove");
-    return Value::constant(Py_None);
-  }
-  if (is("clear")) {
-    items.clear();
-    return Value::constant(Py_None);
-  }
-  return notHandled();
+  items = std::move(result);
+  return Value::constant(Py_None);
 }
 
 }  // namespace
+
+std::vector<ValuePtr> setIterationOrder(const Set& s) {
+  // Python walks a set in the order of its table, which the items' hashes decide: a set of
+  // real objects (constants, modules, whose hashes are the same on every call the guards
+  // admit) is rebuilt for real to read it. A set holding a tensor is walked in the order
+  // its items were added (a tensor's hash is its address, another one on each call).
+  if (s.items.size() < 2) return s.items;
+  Ref real = Ref::steal(PySet_New(nullptr));
+  if (!real) return PyErr_Clear(), s.items;
+  for (const ValuePtr& v : s.items) {
+    PyObject* o = v->real();
+    if (!o || PySet_Add(real.get(), o) < 0) return PyErr_Clear(), s.items;
+  }
+  std::vector<ValuePtr> out;
+  Ref it = Ref::steal(PyObject_GetIter(real.get()));
+  if (!it) return PyErr_Clear(), s.items;
+  while (Ref o = Ref::steal(PyIter_Next(it.get())))
+    for (const ValuePtr& v : s.items)
+      if (v->real() == o.get()) {
+        out.push_back(v);
+        break;
+      }
+  if (PyErr_Occurred() || out.size() != s.items.size()) return PyErr_Clear(), s.items;
+  return out;
+}
+
+Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable) {
+  if (const Set* s = iterable->get<Set>(); s && s->frozen) return iterable;  // frozenset(fs) is fs
+  if (iterable->constant() && PyFrozenSet_CheckExact(iterable->constant())) return iterable;
+  std::vector<ValuePtr> items;
+  if (Done d = setItemsOf(t, iterable, &items); !d) return d.stop();
+  return makeSet(t, std::move(items), true);
+}
+
+Result<ValuePtr> setBinaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const ValuePtr& b) {
+  std::vector<ValuePtr> x, y, result;
+  if (!setLikeItems(a, &x) || !setLikeItems(b, &y)) return notHandled();
+  SetOp which;
+  switch (op) {
+    case BinaryOp::Or:
+    case BinaryOp::InplaceOr: which = SetOp::Union; break;
+    case BinaryOp::And:
+    case BinaryOp::InplaceAnd: which = SetOp::Intersection; break;
+    case BinaryOp::Subtract:
+    case BinaryOp::InplaceSubtract: which = SetOp::Difference; break;
+    case BinaryOp::Xor:
+    case BinaryOp::InplaceXor: which = SetOp::SymmetricDifference; break;
+    default: return notHandled();
+  }
+  Set* target = bytecode::isInplace(op) ? a->get<Set>() : nullptr;
+  if (target && target->frozen) target = nullptr;  // frozenset |= ...: a new frozenset
+  if (target && which == SetOp::SymmetricDifference) {  // toggled in place, as Python does
+    result = x;
+    for (const ValuePtr& v : y) {
+      Result<long> k = setIndex(t, result, v);
+      if (!k) return k.stop();
+      if (*k >= 0)
+        result.erase(result.begin() + *k);
+      else
+        result.push_back(v);
+    }
+  } else if (Done d = setCombine(t, which, x, y, &result); !d) {
+    return d.stop();
+  }
+  if (target) {  // the set itself changes: every alias sees it
+    if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+    target->items = std::move(result);
+    return a;
+  }
+  return makeSet(t, std::move(result), isFrozenSetLike(a));
+}
+
+Result<ValuePtr> setCompare(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b) {
+  std::vector<ValuePtr> x, y;
+  if (!setLikeItems(a, &x) || !setLikeItems(b, &y)) return notHandled();
+  bool r = false;
+  Result<bool> sub = true, sup = true;
+  if (op == Py_LT || op == Py_LE || op == Py_EQ || op == Py_NE) {
+    sub = setIsSubset(t, x, y);
+    if (!sub) return sub.stop();
+  }
+  if (op == Py_GT || op == Py_GE) {
+    sup = setIsSubset(t, y, x);
+    if (!sup) return sup.stop();
+  }
+  switch (op) {
+    case Py_LT: r = *sub && x.size() < y.size(); break;
+    case Py_LE: r = *sub; break;
+    case Py_EQ: r = *sub && x.size() == y.size(); break;
+    case Py_NE: r = !(*sub && x.size() == y.size()); break;
+    case Py_GT: r = *sup && y.size() < x.size(); break;
+    case Py_GE: r = *sup; break;
+    default: return notHandled();
+  }
+  return Value::constant(r ? Py_True : Py_False);
+}
 
 Result<Ref> constantSlice(Tracer& t, const Slice& slice) {
   PyObject* parts[3];

@@ -317,7 +317,7 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
   }
   // set |=, &=, -=, ^= change the set itself: the result computed as for the binary
   // operator, then made the set's contents (aliases see it).
-  if (a->is(Kind::Set) && (op == BinaryOp::InplaceOr || op == BinaryOp::InplaceAnd ||
+  if (a->is(Kind::Set) && !a->as<Set>().frozen && (op == BinaryOp::InplaceOr || op == BinaryOp::InplaceAnd ||
                            op == BinaryOp::InplaceSubtract || op == BinaryOp::InplaceXor)) {
     const Kind other = b->kind();
     const bool set_like = other == Kind::Set || (b->constant() && PyAnySet_Check(b->constant()));
@@ -354,6 +354,9 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
       return fromPython(t, r.get());
     }
   }
+  // Sets holding values made in the trace (tensors): by their members.
+  if (a->is(Kind::Set) || b->is(Kind::Set))
+    if (Result<ValuePtr> r = setBinaryOp(t, op, a, b); !r.notHandled()) return r;
   std::vector<ValuePtr> left, right;
   if ((op == BinaryOp::Add || op == BinaryOp::InplaceAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
       (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
@@ -520,6 +523,11 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     if (!isConstantObject(r.get())) return t.fail("comparison returned a non-constant");
     return Value::constant(r.get());
   }
+  if (a->is(Kind::Set) || b->is(Kind::Set)) {  // sets holding values made in the trace: by their members
+    if (Result<ValuePtr> r = setCompare(t, op, a, b); !r.notHandled()) return r;
+    // A set is never equal to what is not a set (set.__eq__ answers NotImplemented, then identity).
+    if (op == Py_EQ || op == Py_NE) return Value::constant(op == Py_NE ? Py_True : Py_False);
+  }
   // Tuples and lists compared item by item as Python does (identity first, then ==, up to
   // the first difference), when every comparison it needs is known.
   if ((op == Py_EQ || op == Py_NE) && a->kind() == b->kind() && (a->is(Kind::Tuple) || a->is(Kind::List))) {
@@ -627,7 +635,9 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     if (!i.notHandled()) return i ? subscript(t, obj, *i) : i;
   }
   PyObject* container = obj->is(Kind::Module) ? moduleContainerOwning(obj->real(), interned(Str::dunder_getitem)) : nullptr;
-  if (container && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
+  // A slice of a container is a new container of its class (Sequential, ModuleList): the
+  // class's own __getitem__ below builds it in the trace; a list here would be a wrong type.
+  if (container && index->is(Kind::Constant)) {
     // ModuleDict's __getitem__ takes names; Sequential's and ModuleList's take positions.
     const bool by_name = container == lookup(Obj::torch_nn_ModuleDict);
     const bool name = index->constant() && PyUnicode_Check(index->constant());
@@ -766,8 +776,9 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     }
     case Kind::Tuple:
     case Kind::List:
-    case Kind::Set:
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
+    case Kind::Set:
+      return Value::iterator(setIterationOrder(obj->as<Set>()), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
       for (const Ref& k : obj->as<Dict>().keys) {

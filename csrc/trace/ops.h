@@ -186,6 +186,18 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 // at trace time: true with *eq set (0 or 1), false when it cannot be known.
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
+// Sets and frozensets made in the trace (their items constants, modules, tensors by
+// identity, frozensets of those). The order a walk of set `s` meets its items in: Python's
+// (from the items' hashes) when they are all real objects, else the order they were added.
+std::vector<ValuePtr> setIterationOrder(const Set& s);
+// frozenset(iterable): a constant when its items are constants, else a frozen Set.
+Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable);
+// a | b, a & b, a - b, a ^ b (and the in-place forms, which change a set itself) of two
+// sets or frozensets; NotHandled when either is not one.
+Result<ValuePtr> setBinaryOp(Tracer& t, bytecode::BinaryOp op, const ValuePtr& a, const ValuePtr& b);
+// a <op> b (COMPARE_OP's order: <, <=, ==, !=, >, >=) of two sets or frozensets by their
+// members; NotHandled when either is not one.
+Result<ValuePtr> setCompare(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
 // The object that stands for `v` as a dict key (borrowed): a hashable constant, or a real
 // object hashed by identity (a tensor or nn.Module from the program, a class, a function, a

@@ -65,7 +65,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
       // themselves; what is built by a call from its parts may not.
       // (A deque is made by a call from its items.)
       const bool filled_after = (v->is(Kind::List) && !v->as<List>().deque) || v->is(Kind::Dict) ||
-                                v->is(Kind::Set) || v->is(Kind::NewObject);
+                                (v->is(Kind::Set) && !v->as<Set>().frozen) || v->is(Kind::NewObject);
       if (in_progress_.count(v.get()) && !filled_after)
         return t_.fail(std::string("a ") + kindName(v->kind()) +
                        " made in the trace that contains itself cannot be rebuilt yet");
@@ -138,7 +138,7 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Set: {
       std::vector<runtime::OutputPlan> items;
       if (Done d = planAll(v->as<Set>().items, &items); !d) return d;
-      out->step = P::Set{std::move(items)};
+      out->step = P::Set{std::move(items), v->as<Set>().frozen};
       return {};
     }
     case Kind::Module:

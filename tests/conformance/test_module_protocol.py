@@ -442,3 +442,20 @@ def test_module_made_in_the_trace_passed_through_a_partial():
     def fn(x, y):
         return functools.partial(use, mod=Pairwise())(x=x, y=y) + functools.partial(use, mod=Pairwise().forward)(x=x, y=y)
     same_as_eager(fn, two())
+
+
+# ---------------------------------------------------------------- slices of containers
+
+def test_slices_of_containers_are_containers_of_their_class():
+    # Sequential[1:] is a Sequential and ModuleList[::-1] a ModuleList, as eagerly: called,
+    # measured, iterated and returned (a plain list here was a TypeError on the call).
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    layers = torch.nn.ModuleList([torch.nn.Linear(4, 4), torch.nn.Tanh(), torch.nn.Sigmoid()])
+
+    def fn(x):
+        tail = seq[1:]
+        y = tail(seq[0](x))
+        for layer in layers[::-1]:
+            x = layer(x)
+        return y, x, len(tail), type(layers[1:]).__name__, seq[:2]
+    same_as_eager(fn, one(3, 4))

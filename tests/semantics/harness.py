@@ -88,6 +88,10 @@ def _fail(path, msg):
     raise AssertionError(f"at {path or '<result>'}: {msg}")
 
 
+def _holds_tensor(v):
+    return isinstance(v, torch.Tensor) or (isinstance(v, frozenset) and any(_holds_tensor(x) for x in v))
+
+
 def assert_same(expected, actual, path="", _depth=0):
     """Deep equality with type identity; tensors by value, dtype, shape, requires_grad."""
     if _depth > 50:
@@ -149,8 +153,23 @@ def assert_same(expected, actual, path="", _depth=0):
             assert_same(expected[k], actual[k], f"{path}[{k!r}]", d)
         return
     if isinstance(expected, (set, frozenset)):
-        if expected != actual:
+        # Tensors (and frozensets of them) hash by identity: the compiled run's are other
+        # objects, matched by value; the rest compare as Python does.
+        plain_e = {v for v in expected if not _holds_tensor(v)}
+        plain_a = {v for v in actual if not _holds_tensor(v)}
+        if plain_e != plain_a or len(expected) != len(actual):
             _fail(path, f"{actual!r:.200} != expected {expected!r:.200}")
+        left = [v for v in actual if _holds_tensor(v)]
+        for e in (v for v in expected if _holds_tensor(v)):
+            for i, a in enumerate(left):
+                try:
+                    assert_same(e, a, path, d)
+                except AssertionError:
+                    continue
+                del left[i]
+                break
+            else:
+                _fail(path, f"no item of {actual!r:.200} matches {e!r:.200}")
         return
     if isinstance(expected, float):
         if not (expected == actual or (math.isnan(expected) and math.isnan(actual))):

@@ -111,8 +111,11 @@ struct Dict {
   // Index of `key` among the keys, -1 when absent, -2 on a comparison error (set).
   int findKey(PyObject* key) const;
 };
+// A set or frozenset made in the trace, in the order its items were added (the order a
+// set built by adding them would iterate in is computed where it matters: iteration).
 struct Set {
-  std::vector<ValuePtr> items;  // constants, modules or tensors (a set made in the trace)
+  std::vector<ValuePtr> items;  // constants, modules, tensors (by identity) or frozen Sets
+  bool frozen = false;          // a frozenset (immutable, hashable) holding values made in the trace
 };
 // A closure cell made in the trace.
 struct Cell {
@@ -249,7 +252,8 @@ struct Value {
   static ValuePtr constant(PyObject* o, int reg = -1) { return of(Constant{Ref::borrow(o)}, reg); }
   static ValuePtr tuple(std::vector<ValuePtr> items, int reg = -1) { return of(Tuple{std::move(items), Ref()}, reg); }
   static ValuePtr list(std::vector<ValuePtr> items, int reg = -1) { return of(List{std::move(items), Ref(), Ref()}, reg); }
-  static ValuePtr set(std::vector<ValuePtr> items, int reg = -1) { return of(Set{std::move(items)}, reg); }
+  static ValuePtr set(std::vector<ValuePtr> items, int reg = -1) { return of(Set{std::move(items), false}, reg); }
+  static ValuePtr frozenSet(std::vector<ValuePtr> items) { return of(Set{std::move(items), true}); }
   static ValuePtr iterator(std::vector<ValuePtr> items, int reg = -1) {
     return of(Iterator{std::move(items), 0, false, Ref(), nullptr, Iterator::Made::Ahead, nullptr, {}, 0}, reg);
   }
