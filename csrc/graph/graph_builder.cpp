@@ -126,6 +126,19 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
+  if (!choice_nodes_.empty() && isMutating(op, target)) {
+    std::vector<int> arg_nodes;
+    for (const Arg& a : n.args) argNodes(a, &arg_nodes);
+    for (const auto& kv : n.kwargs) argNodes(kv.second, &arg_nodes);
+    for (int id : arg_nodes)
+      if (choice_nodes_.count(id)) {
+        choice_conflict_ = true;
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "an in-place op on the result or an argument of min()/max() over tensors (eager changes "
+                        "whichever argument won, the graph has a copy)");
+        return -1;
+      }
+  }
 
   // The memo first: an identical op on identically shaped inputs makes its result directly.
   std::vector<bool> in_rg;

@@ -14,6 +14,7 @@
 #pragma once
 #include <Python.h>
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <string>
@@ -161,6 +162,30 @@ class GraphBuilder {
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
               std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
 
+  // Node `id` stands for a value eager picks among its arguments by their values (the
+  // result of max(a, b) over tensors is a or b itself, computed here as a new tensor), and
+  // `candidates` are those arguments: from now on an in-place op on any of them fails
+  // (addCall returns -1, NotImplementedError), since eager would change whichever won.
+  // And the result may not leave the graph with one of its candidates also leaving it or
+  // being a graph input (eager hands back the same object twice): choiceEscapes. Both are
+  // failures no graph break fixes (choiceConflict: the frame runs natively).
+  void markChoice(int id, const std::vector<int>& candidates) {
+    choice_nodes_.insert(id);
+    choice_nodes_.insert(candidates.begin(), candidates.end());
+    choices_[id] = candidates;
+  }
+  bool choiceEscapes(const std::vector<int>& outputs) {
+    for (int o : outputs) {
+      auto it = choices_.find(o);
+      if (it == choices_.end()) continue;
+      for (int c : it->second)
+        if (nodes_[c].op == NodeOp::Placeholder || std::find(outputs.begin(), outputs.end(), c) != outputs.end())
+          return choice_conflict_ = true;
+    }
+    return false;
+  }
+  bool choiceConflict() const { return choice_conflict_; }
+
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
   // never removed as dead, whatever it returns. Returns the node id or -1.
   int addEffect(PyObject* target, std::vector<Arg> args);
@@ -193,6 +218,9 @@ class GraphBuilder {
 
  private:
   Ref materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes);
+  std::unordered_set<int> choice_nodes_;  // see markChoice
+  std::unordered_map<int, std::vector<int>> choices_;
+  bool choice_conflict_ = false;
 
   // Output-metadata memo (the fake-propagation shortcut of DESIGN.md): for a known-functional
   // op whose tensor inputs carry the same metadata (dtype, device, sizes, strides,

@@ -232,22 +232,57 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
 
-  // Liveness: everything reachable from the outputs, plus impure nodes and their inputs.
-  std::vector<char> live(nodes_.size(), 0);
-  std::vector<int> work(outputs.begin(), outputs.end());
-  for (int i = 0; i < numNodes(); ++i)
-    if (nodes_[i].impure) work.push_back(i);
-  auto visitArg = [&](const Arg& a, auto&& self) -> void {
-    if (a.kind == Arg::Kind::Node) work.push_back(a.node);
-    for (const Arg& i : a.items) self(i, self);
+  // Liveness, by torch._dynamo's rule: every recorded call stays in the graph, used or not
+  // (a dead `x + 1` is compiled and counted), except the calls that only read something
+  // out of another node: an unused operator.getitem, an unused size/stride/storage_offset/
+  // item method call on a tensor, and an unused call computing a symbolic number from
+  // symbolic numbers and constants. One pass from the last node back, so a chain of them
+  // (item() read only by unused arithmetic) goes as a whole. Placeholders are kept when a
+  // kept node or an output uses them.
+  std::vector<int> uses(nodes_.size(), 0);
+  auto countArg = [&](const Arg& a, int delta, auto&& self) -> void {
+    if (a.kind == Arg::Kind::Node) uses[a.node] += delta;
+    for (const Arg& i : a.items) self(i, delta, self);
   };
-  while (!work.empty()) {
-    int id = work.back();
-    work.pop_back();
-    if (live[id]) continue;
-    live[id] = 1;
-    for (const Arg& a : nodes_[id].args) visitArg(a, visitArg);
-    for (const auto& kv : nodes_[id].kwargs) visitArg(kv.second, visitArg);
+  auto countNode = [&](const Node& n, int delta) {
+    for (const Arg& a : n.args) countArg(a, delta, countArg);
+    for (const auto& kv : n.kwargs) countArg(kv.second, delta, countArg);
+  };
+  for (const Node& n : nodes_) countNode(n, 1);
+  for (int o : outputs) ++uses[o];
+  PyObject* getitem = lookup(Obj::operator_getitem);
+  if (!getitem) return Ref();
+  auto symArg = [&](const Arg& a) {
+    if (a.kind == Arg::Kind::Node) return isScalar(a.node);
+    if (a.kind != Arg::Kind::Const || !a.constant) return false;
+    PyObject* c = a.constant.get();
+    return PyLong_Check(c) || PyFloat_Check(c) || isSymScalar(c, t);  // bool is an int
+  };
+  auto readsOnly = [&](const Node& n) {
+    if (n.impure) return false;
+    if (n.op == NodeOp::CallFunction && n.target.get() == getitem) return true;
+    if (n.op == NodeOp::CallMethod && !n.args.empty() && n.args[0].kind == Arg::Kind::Node &&
+        PyUnicode_Check(n.target.get())) {
+      for (const char* m : {"size", "stride", "storage_offset", "item"})
+        if (PyUnicode_CompareWithASCIIString(n.target.get(), m) == 0) return !isScalar(n.args[0].node);
+    }
+    if (n.op != NodeOp::CallFunction || !n.fake || !isSymScalar(n.fake.get(), t)) return false;
+    for (const Arg& a : n.args)
+      if (!symArg(a)) return false;
+    for (const auto& kv : n.kwargs)
+      if (!symArg(kv.second)) return false;
+    return true;
+  };
+  std::vector<char> live(nodes_.size(), 0);
+  for (int i = numNodes() - 1; i >= 0; --i) {
+    const Node& n = nodes_[i];
+    if (n.op == NodeOp::Placeholder) {
+      live[i] = uses[i] > 0;
+    } else if (uses[i] == 0 && readsOnly(n)) {
+      countNode(n, -1);
+    } else {
+      live[i] = 1;
+    }
   }
   // A symbol's placeholder lives with every live input whose sizes mention it (backends
   // bind the symbols of the inputs' metadata from those placeholders).

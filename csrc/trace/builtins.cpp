@@ -586,6 +586,48 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
   return Value::list(std::move(out));
 }
 
+// min() / max() over 0-d tensors of one dtype. Python's max keeps the first item and takes
+// each later one that compares greater (min: less), so a pair is torch.where(b > a, b, a)
+// (b < a for min), folded from the left: eager's value and dtype, NaN and ties included,
+// and the gradient goes to the item eager returns. Eager returns that item itself, the
+// graph a new tensor: an in-place op on the result or on an item afterwards stops the
+// trace (GraphBuilder::markChoice). Not modelled (NotHandled): a larger tensor (eager's
+// comparison raises), tensors of different dtypes, bool or complex ones, and a number
+// among the items (eager returns the number itself when it wins: a type no graph gives).
+Result<ValuePtr> minMaxOfTensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& items) {
+  if (items.size() == 1 && items[0]->is(Kind::Tensor)) return items[0];  // one item: never compared
+  if (items.size() < 2) return notHandled();
+  PyObject* bool_dtype = lookup(Obj::torch_bool);
+  PyObject* where = lookup(Obj::torch_where);
+  PyObject* compare = lookup(is_max ? Obj::operator_gt : Obj::operator_lt);
+  if (!bool_dtype || !where || !compare) return t.failFromPython("min()/max() of tensors");
+  Ref dtype;
+  std::vector<int> nodes;
+  for (const ValuePtr& v : items) {
+    const Tensor* tensor = v->get<Tensor>();
+    if (!tensor || isScalarValue(t, v)) return notHandled();
+    PyObject* fake = t.graph().fake(tensor->node);
+    Ref d = Ref::steal(PyObject_GetAttrString(fake, "dtype"));
+    Ref dim = d ? Ref::steal(PyObject_CallMethod(fake, "dim", nullptr)) : Ref();
+    Ref cx = dim ? Ref::steal(PyObject_GetAttrString(d.get(), "is_complex")) : Ref();
+    if (!cx) return t.failFromPython("min()/max() of tensors");
+    if (PyLong_AsLong(dim.get()) != 0 || cx.get() == Py_True || d.get() == bool_dtype) return notHandled();
+    if (dtype && dtype.get() != d.get()) return notHandled();
+    dtype = std::move(d);
+    nodes.push_back(tensor->node);
+  }
+  ValuePtr acc = items[0];
+  for (size_t i = 1; i < items.size(); ++i) {
+    Result<ValuePtr> takes = recordCall(t, graph::NodeOp::CallFunction, compare, {items[i], acc}, {});
+    if (!takes) return takes;
+    Result<ValuePtr> r = recordCall(t, graph::NodeOp::CallFunction, where, {takes.take(), items[i], acc}, {});
+    if (!r) return r;
+    acc = r.take();
+    if (const Tensor* out = acc->get<Tensor>()) t.graph().markChoice(out->node, nodes);
+  }
+  return acc;
+}
+
 Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (is("sorted")) return builtinSorted(t, f, args, kwargs);
@@ -615,6 +657,10 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
     std::vector<ValuePtr> cargs{Value::constant(tup.get())};
     std::vector<std::pair<Ref, ValuePtr>> nokw;
     Result<ValuePtr> r = runPure(t, f, which, cargs, nokw);
+    if (!r.notHandled()) return r;
+  }
+  if (is("min") || is("max")) {
+    Result<ValuePtr> r = minMaxOfTensors(t, is("max"), items);
     if (!r.notHandled()) return r;
   }
   return t.fail(std::string(which) + "() over tensors depends on their values");

@@ -114,9 +114,25 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
       const auto& parts = v->as<Slice>().parts;
       return items(graph::Arg::Kind::Slice, parts.data(), parts.data() + parts.size());
     }
+    case Kind::Callable: {
+      // A legacy tensor type (torch.HalfTensor, torch.cuda.FloatTensor: a torch.tensortype)
+      // cannot be held by an FX graph; the ops that take one (Tensor.type) take its
+      // qualified name, which is how torch._dynamo records it.
+      PyObject* c = v->as<Callable>().obj.get();
+      PyObject* float_tensor = lookup(Obj::torch_FloatTensor);
+      if (!float_tensor) return t.failFromPython("torch.FloatTensor");
+      if (!PyType_Check(c) || Py_TYPE(c) != Py_TYPE(float_tensor)) break;
+      Ref module = Ref::steal(PyObject_GetAttr(c, interned(Str::dunder_module)));
+      Ref base = module ? Ref::steal(PyObject_GetAttr(c, interned(Str::dunder_name))) : Ref();
+      Ref name = base && PyUnicode_Check(module.get()) && PyUnicode_Check(base.get())
+                     ? Ref::steal(PyUnicode_FromFormat("%U.%U", module.get(), base.get()))
+                     : Ref();
+      if (!name) return PyErr_Occurred() ? t.failFromPython("the name of a tensor type") : t.fail("a tensor type without a name");
+      *out = graph::Arg::ofConst(name.get());
+      return {};
+    }
     case Kind::Null:
     case Kind::Iterator:
-    case Kind::Callable:
     case Kind::BoundMethod:
     case Kind::NamedMethod:
     case Kind::Module:

@@ -599,8 +599,41 @@ bool isModuleContainer(const ValuePtr& m, PyObject* dunder) {
   return m->is(Kind::Module) && moduleContainerOwning(m->real(), dunder) != nullptr;
 }
 
+namespace {
+
+// A tensor used as a list or tuple index (its __index__): a TypeError when its dtype or
+// size can never give one (a floating or complex tensor, not one element), and its value
+// when the trace made it from constants (torch.as_tensor(2): the fake mode keeps such a
+// tensor's value, FakeTensor.constant, dropped when it is written to), as torch._dynamo
+// reads it. NotHandled otherwise (an index known only when the graph runs).
+Result<ValuePtr> tensorIndex(Tracer& t, const ValuePtr& v) {
+  const Tensor* tensor = v->get<Tensor>();
+  if (!tensor || t.graph().isScalar(tensor->node)) return notHandled();
+  PyObject* fake = t.graph().fake(tensor->node);
+  Ref fp = Ref::steal(PyObject_CallMethod(fake, "is_floating_point", nullptr));
+  Ref cx = fp ? Ref::steal(PyObject_CallMethod(fake, "is_complex", nullptr)) : Ref();
+  Ref numel = cx ? Ref::steal(PyObject_CallMethod(fake, "numel", nullptr)) : Ref();
+  if (!numel || !PyLong_Check(numel.get())) return t.failFromPython("a tensor used as an index");
+  if (fp.get() != Py_False || cx.get() != Py_False || PyLong_AsLong(numel.get()) != 1)
+    return t.raiseNew(PyExc_TypeError, "only integer tensors of a single element can be converted to an index");
+  static PyObject* const constant_attr = PyUnicode_InternFromString("constant");
+  Ref c = Ref::steal(PyObject_GetAttr(fake, constant_attr));
+  if (!c) PyErr_Clear();
+  if (!c || c.get() == Py_None) return notHandled();
+  Ref item = Ref::steal(PyObject_CallMethod(fake, "item", nullptr));  // the fake mode answers from the constant
+  Ref index = item ? Ref::steal(PyNumber_Index(item.get())) : Ref();
+  if (!index) return t.failFromPython("the value of a tensor index");
+  return Value::constant(index.get());
+}
+
+}  // namespace
+
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
   if (obj->is(Kind::NdArray)) return ndarraySubscript(t, obj, index);
+  if (index->is(Kind::Tensor) && (obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->constant())) {
+    Result<ValuePtr> i = tensorIndex(t, index);
+    if (!i.notHandled()) return i ? subscript(t, obj, *i) : i;
+  }
   PyObject* container = obj->is(Kind::Module) ? moduleContainerOwning(obj->real(), interned(Str::dunder_getitem)) : nullptr;
   // A slice of a container is a new container of its class (Sequential, ModuleList): the
   // class's own __getitem__ below builds it in the trace; a list here would be a wrong type.

@@ -16,6 +16,7 @@ stored) is rebuilt as a real iterator of that type in the same state by the clas
 """
 import functools
 import itertools
+import operator
 
 import torch
 
@@ -190,6 +191,20 @@ def combinations(iterable, r):
         yield tuple(pool[i] for i in indices)
 
 
+def methodcaller(name, /, *args, **kwargs):
+    # operator.methodcaller: a callable calling obj.<name>(*args, **kwargs). The tracer
+    # cannot make the C object from values it holds (tensors among the arguments), so the
+    # object is this closure, as torch._dynamo models it; it calls the same method with
+    # the same arguments, and raises methodcaller's TypeError for a name that is no str.
+    if not isinstance(name, str):
+        raise TypeError("method name must be a string")
+
+    def caller(obj, /):
+        return getattr(obj, name)(*args, **kwargs)
+
+    return caller
+
+
 def reduce(function, iterable, *initial):
     if len(initial) > 1:
         raise TypeError(f"reduce expected at most 3 arguments, got {2 + len(initial)}")
@@ -361,6 +376,7 @@ POLYFILLS = {
     itertools.permutations: permutations,
     itertools.combinations: combinations,
     functools.reduce: reduce,
+    operator.methodcaller: methodcaller,
     itertools.count: count,
     itertools.repeat: repeat,
     itertools.cycle: cycle,
