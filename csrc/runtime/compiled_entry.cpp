@@ -54,6 +54,15 @@ struct Builder {
     return Ref::borrow(o);
   }
   Ref make(const OutputPlan&, const plan::GraphOutput& g) {
+    // A backend's artifact that returns fewer outputs than its graph has (or a plan that
+    // disagrees with its graph) is an error, never a read past the sequence.
+    if (!graph_out || g.index < 0 || g.index >= PySequence_Fast_GET_SIZE(graph_out)) {
+      PyErr_Format(PyExc_RuntimeError,
+                   "cdynamo: the compiled graph returned %zd outputs; output %d is needed (a backend's "
+                   "compiled function must return every output of the graph it was given)",
+                   graph_out ? PySequence_Fast_GET_SIZE(graph_out) : Py_ssize_t(0), g.index);
+      return Ref();
+    }
     return Ref::borrow(PySequence_Fast_GET_ITEM(graph_out, g.index));
   }
   Ref make(const OutputPlan&, const plan::Constant& c) { return c.obj.copy(); }

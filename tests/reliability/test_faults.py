@@ -66,6 +66,19 @@ def test_backend_returning_a_non_callable():
         f(torch.ones(2))
 
 
+def test_backend_whose_artifact_returns_too_few_outputs_raises():
+    # The output plan reads graph outputs by position: a compiled function returning fewer
+    # than its graph has is a RuntimeError naming the count, on the first call and on hits,
+    # never a read past the end of the tuple (it crashed the process).
+    def short(gm, example_inputs):
+        return lambda *args: ()
+
+    f = cdynamo.compile(lambda x: (x + 1, x * 2), backend=short)
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match="returned 0 outputs; output 0 is needed"):
+            f(torch.ones(2))
+
+
 def test_keyboard_interrupt_in_a_backend_propagates_and_state_is_restored():
     calls = []
 
