@@ -588,10 +588,11 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
 
 // min() / max() over 0-d tensors of one dtype. Python's max keeps the first item and takes
 // each later one that compares greater (min: less), so a pair is torch.where(b > a, b, a)
-// (b < a for min), folded from the left: eager's value and dtype, NaN and ties included,
-// and the gradient goes to the item eager returns. Eager returns that item itself, the
+// (b < a for min), folded from the left: eager's value and dtype, NaN and ties included.
+// Eager returns that item itself, the
 // graph a new tensor: an in-place op on the result or on an item afterwards stops the
-// trace (GraphBuilder::markChoice). Not modelled (NotHandled): a larger tensor (eager's
+// trace (GraphBuilder::markChoice). Not modelled (NotHandled): an item that requires grad
+// (see below), a larger tensor (eager's
 // comparison raises), tensors of different dtypes, bool or complex ones, and a number
 // among the items (eager returns the number itself when it wins: a type no graph gives).
 Result<ValuePtr> minMaxOfTensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& items) {
@@ -612,6 +613,12 @@ Result<ValuePtr> minMaxOfTensors(Tracer& t, bool is_max, const std::vector<Value
     Ref cx = dim ? Ref::steal(PyObject_GetAttrString(d.get(), "is_complex")) : Ref();
     if (!cx) return t.failFromPython("min()/max() of tensors");
     if (PyLong_AsLong(dim.get()) != 0 || cx.get() == Py_True || d.get() == bool_dtype) return notHandled();
+    // An item that takes part in autograd: where() would send the losing items a zero
+    // gradient (their .grad zeros) where eager's max, returning the winner itself, leaves
+    // them out of the backward graph (.grad None). Not modelled.
+    Ref rg = Ref::steal(PyObject_GetAttrString(fake, "requires_grad"));
+    if (!rg) return t.failFromPython("min()/max() of tensors");
+    if (rg.get() == Py_True) return notHandled();
     if (dtype && dtype.get() != d.get()) return notHandled();
     dtype = std::move(d);
     nodes.push_back(tensor->node);
