@@ -91,7 +91,6 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   Ref r = Ref::steal(PyObject_CallMethod(mod, "input_fake", "OOsOOO", mode_.get(), real, source.c_str(), dynamic,
                                          dyn_.memory ? dyn_.memory : Py_None, automatic ? Py_True : Py_False));
   if (!r) return -1;
-  for (const void* s : related) input_storages_.emplace(s, nullptr);
   if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2 || !PyList_Check(PyTuple_GET_ITEM(r.get(), 1))) {
     PyErr_SetString(PyExc_TypeError, "cdynamo._shapes.input_fake: unexpected result");
     return -1;
