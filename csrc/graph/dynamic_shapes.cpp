@@ -75,13 +75,7 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
       if (dyn_.mode == -1 && dyn_.memory && PyDict_Check(dyn_.memory) && !source.empty() &&
           !rememberSizes(dyn_.memory, real, source))
         return -1;
-      Node n{NodeOp::Placeholder};
-      n.name = uniqueInputName(name);
-      n.real = Ref::borrow(real);
-      n.fake = inputFake(real);
-      if (!n.fake) return -1;
-      nodes_.push_back(std::move(n));
-      return numNodes() - 1;
+      return addStaticPlaceholder(real, name);
     }
   }
   PyObject* dynamic = dyn_.mode == 1 ? Py_True : dyn_.mode == 0 ? Py_False : Py_None;
@@ -99,13 +93,7 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   if (PyTuple_GET_ITEM(r.get(), 0) == Py_None) {
     // Every size static: the fake of a static trace (inputFake: the input shortcut, or
     // from_tensor with static_shapes=True), no symbol.
-    Node n{NodeOp::Placeholder};
-    n.name = uniqueInputName(name);
-    n.real = Ref::borrow(real);
-    n.fake = inputFake(real);
-    if (!n.fake) return -1;
-    nodes_.push_back(std::move(n));
-    return numNodes() - 1;
+    return addStaticPlaceholder(real, name);
   }
   afterConversion(related);
   if (!symbol_nodes_) {

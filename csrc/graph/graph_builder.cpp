@@ -37,6 +37,10 @@ int GraphBuilder::addInput(PyObject* real, const std::string& name, const std::s
     Ref sizes = shape ? Ref::steal(PySequence_List(shape.get())) : Ref();
     if (!sizes || PyDict_SetItemString(dyn_.memory, source.c_str(), sizes.get()) < 0) return -1;
   }
+  return addStaticPlaceholder(real, name);
+}
+
+int GraphBuilder::addStaticPlaceholder(PyObject* real, const std::string& name) {
   Node n{NodeOp::Placeholder};
   n.name = uniqueInputName(name);
   n.real = Ref::borrow(real);

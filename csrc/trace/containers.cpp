@@ -500,6 +500,20 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   return -1;
 }
 
+// Each of `items` toggled in `result` (removed when a member, else added), in order: how
+// Python's symmetric_difference_update changes a set in place.
+Done setToggle(Tracer& t, const std::vector<ValuePtr>& items, std::vector<ValuePtr>* result) {
+  for (const ValuePtr& v : items) {
+    Result<long> k = setIndex(t, *result, v);
+    if (!k) return k.stop();
+    if (*k >= 0)
+      result->erase(result->begin() + *k);
+    else
+      result->push_back(v);
+  }
+  return {};
+}
+
 // Whether `v` may be added to a set: hashable (a mutable set is not: TypeError).
 Done checkHashable(Tracer& t, const ValuePtr& v) {
   if (const Set* s = v->get<Set>(); s && !s->frozen) return t.raiseNew(PyExc_TypeError, "unhashable type: 'set'");
@@ -694,14 +708,7 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
     if (Done d = setItemsOf(t, arg, &other); !d) return d.stop();
     if (op == SetOp::SymmetricDifference) {
       // Python toggles each item of the other set in this one, in place.
-      for (const ValuePtr& v : other) {
-        Result<long> k = setIndex(t, result, v);
-        if (!k) return k.stop();
-        if (*k >= 0)
-          result.erase(result.begin() + *k);
-        else
-          result.push_back(v);
-      }
+      if (Done d = setToggle(t, other, &result); !d) return d.stop();
       continue;
     }
     if (Done d = setCombine(t, op, result, other, &next); !d) return d.stop();
@@ -765,14 +772,7 @@ Result<ValuePtr> setBinaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Va
   if (target && target->frozen) target = nullptr;  // frozenset |= ...: a new frozenset
   if (target && which == SetOp::SymmetricDifference) {  // toggled in place, as Python does
     result = x;
-    for (const ValuePtr& v : y) {
-      Result<long> k = setIndex(t, result, v);
-      if (!k) return k.stop();
-      if (*k >= 0)
-        result.erase(result.begin() + *k);
-      else
-        result.push_back(v);
-    }
+    if (Done d = setToggle(t, y, &result); !d) return d.stop();
   } else if (Done d = setCombine(t, which, x, y, &result); !d) {
     return d.stop();
   }
