@@ -123,8 +123,10 @@ Done Tracer::compileGraph(bool compile_empty) {
                 "object twice, the graph a copy)");
   Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
   if (!gm) return failFromPython("building the FX graph");
-  // Nothing for a backend to do: no graph, unless `compile_empty`.
-  if (op_count == 0 && !compile_empty) return {};
+  // Nothing for a backend to do: no graph, unless `compile_empty`, or unless the plan reads
+  // graph outputs all the same: a size symbol's placeholder is one (x.shape[0] held across
+  // a graph break under dynamic shapes); with no graph its value would never be made.
+  if (op_count == 0 && !compile_empty && outputs_.graphOutputs().empty()) return {};
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {

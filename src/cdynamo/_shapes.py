@@ -146,6 +146,14 @@ def specialize_ints(memory, sources):
             _logging.emit("dynamic", f"{s} is specialized: the trace with it symbolic did not complete")
 
 
+def specialize_int(value):
+    """int() of a backed SymInt (its ShapeEnv records the guard Eq(symbol, value)), or None
+    when it has no hint (an unbacked value read from a tensor)."""
+    if not value.node.has_hint():
+        return None
+    return int(value)
+
+
 def truth(value):
     """bool() of a backed SymBool/SymInt/SymFloat (records the guard in its ShapeEnv), or
     None when it has no hint (an unbacked value read from a tensor)."""
