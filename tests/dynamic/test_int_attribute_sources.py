@@ -288,3 +288,17 @@ def test_cdynamo_setting_wins_over_torch_dynamo_config():
             assert run_both(make_stepper, stepper_steps) == [4, 2]
     finally:
         cdynamo.config.allow_unspec_int_on_nn_module = None
+
+
+def test_an_argument_that_was_a_tensor_and_becomes_an_int_is_a_symbol_at_once():
+    # torch._dynamo's frame state: a source that changed kind (a tensor, then an int) has
+    # changed, so the int is a symbol in the compile that first sees it and later ints hit.
+    def mul(x, y):
+        return x * y
+
+    def steps(fn, _):
+        for n, y in [(2, None), (3, 3), (4, None), (4, None), (5, 4), (5, 4), (6, None)]:
+            yield fn(torch.randn(n), torch.randn(n) if y is None else y)
+
+    counts = run_both(lambda: (mul, None), steps)
+    assert counts == [3, 3]
