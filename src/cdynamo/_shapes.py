@@ -118,7 +118,10 @@ def int_input(shape_env, value, source_name, memory, always=False):
     specialized): a counter counting up from 0 gets two graphs, not three. `always`
     (dynamic=True): a symbol from the first compile on, unless specialized for good."""
     key = "int:" + source_name
-    prev = memory.get(key, value)
+    # A source seen before as something other than an int (a tensor: its sizes are kept
+    # under the plain source name) has changed too, as torch._dynamo's frame state says:
+    # `f(x, y)` called with a tensor y, then an int, makes the int a symbol at once.
+    prev = memory.get(key, "a tensor" if source_name in memory else value)
     if prev == "static":
         return None
     if always:

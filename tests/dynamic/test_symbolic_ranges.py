@@ -90,14 +90,12 @@ def size_across_a_break(x):
 
 
 def test_a_size_held_across_a_graph_break_reaches_the_resumed_code():
-    # This crashed: the graph before the break has no op, only the size symbol as its
-    # output, so it was not compiled and the entry read an output nobody made. It is
-    # compiled now (one graph more than torch._dynamo, which makes the size in its resume
-    # code instead).
+    # The graph before the break has no op, only the size symbol as its output: it is run as
+    # the graph module itself, no backend (this raised "the compiled graph returned 0
+    # outputs" when it was not run at all).
     cnt = CompileCounter()
     cf = cdynamo.compile(size_across_a_break, backend=cnt, dynamic=True)
     calls = [(torch.randn(n),) for n in (4, 5, 9)]
     run(cf, size_across_a_break, calls)
-    assert cnt.frame_count == 2
     assert cdynamo.stats()["native_frames"] == []
-    assert dynamo_count(size_across_a_break, calls, dynamic=True) >= 1
+    assert cnt.frame_count == 1 <= dynamo_count(size_across_a_break, calls, dynamic=True)
