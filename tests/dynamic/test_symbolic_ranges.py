@@ -2,6 +2,7 @@
 size (or int) passed to it is specialized with a shape guard, as torch._dynamo specializes
 it; a size held across a graph break reaches the resumed code. Each case is compared with
 eager on the first call and on hits, and with torch._dynamo's compile count."""
+import pytest
 import torch
 import torch._dynamo.testing
 
@@ -99,3 +100,41 @@ def test_a_size_held_across_a_graph_break_reaches_the_resumed_code():
     run(cf, size_across_a_break, calls)
     assert cdynamo.stats()["native_frames"] == []
     assert cnt.frame_count == 1 <= dynamo_count(size_across_a_break, calls, dynamic=True)
+
+
+def index_by_int(x, n):
+    return x[n] + x[-1]
+
+
+def test_indexing_a_tensor_by_a_symbolic_int_keeps_it_symbolic():
+    # x[n] with n a symbol is torch.select(x, 0, n) in the graph, as torch._dynamo records
+    # it (Tensor.__getitem__ on the fake would take n's __index__ and specialize it).
+    cnt = CompileCounter()
+    cf = cdynamo.compile(index_by_int, backend=cnt, dynamic=True)
+    x = torch.randn(6, 2)
+    calls = [(x, k) for k in (1, 2, 4, 5)]
+    run(cf, index_by_int, calls)
+    assert cnt.frame_count == 1 == dynamo_count(index_by_int, calls, dynamic=True)
+    assert any(n.target is torch.select for n in cnt.graphs[0].graph.nodes)
+    # Negative and out-of-range indices: eager's results and eager's errors.
+    run(cf, index_by_int, [(x, -1), (x, -6)])
+    for k in (6, -7):
+        with pytest.raises(IndexError) as eager:
+            index_by_int(x, k)
+        with pytest.raises(IndexError) as compiled:
+            cf(x, k)
+        assert str(compiled.value) == str(eager.value)
+    assert cdynamo.stats()["native_frames"] == []
+
+
+def index_0d(x, n):
+    return x.sum()[n]
+
+
+def test_indexing_a_0d_tensor_by_a_symbolic_int_raises_like_eager():
+    cf = cdynamo.compile(index_0d, backend=CompileCounter(), dynamic=True)
+    with pytest.raises(IndexError) as eager:
+        index_0d(torch.randn(3), 0)
+    with pytest.raises(IndexError) as compiled:
+        cf(torch.randn(3), 0)
+    assert str(compiled.value) == str(eager.value)
