@@ -586,8 +586,9 @@ Result<ValuePtr> readState(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   return Value::constant(r.get());
 }
 
-// A Python function or class of torch.utils or torch.fx (pytree's tree_flatten and
-// TreeSpec, fx's map_arg).
+// A Python function or class of torch.utils, torch.fx or torch.testing (pytree's tree_flatten
+// and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual): pure Python
+// over Python structures, traced like user code, as TorchDynamo inlines these modules.
 bool isStructureHelper(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
@@ -596,7 +597,8 @@ bool isStructureHelper(PyObject* f) {
   if (!m || !PyUnicode_Check(m)) return false;
   const char* name = PyUnicode_AsUTF8(m);
   if (!name) return PyErr_Clear(), false;
-  return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0;
+  return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
+         strncmp(name, "torch.testing.", 14) == 0;
 }
 
 // A torch callable: recorded in the graph when it has tensor arguments; without them,
