@@ -332,8 +332,18 @@ Result<ValuePtr> makeNamedTupleClass(Tracer& t, PyObject* f, const char*, Args& 
 Result<ValuePtr> makeDefaultdict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
   ValuePtr d = Value::dict(f, {}, {});
   if (!args.empty()) {
-    if (!args[0]->real() || !PyCallable_Check(args[0]->real())) return t.fail("defaultdict factory must be a callable");
-    d->as<Dict>().default_factory = Ref::borrow(args[0]->real());
+    // The factory: a real callable (list, a class, a function of the program), one made in
+    // the trace (a lambda: called as a value), or None (missing keys raise KeyError).
+    PyObject* real = args[0]->real();
+    if (real && real != Py_None) {
+      if (!PyCallable_Check(real)) return t.raiseNew(PyExc_TypeError, "first argument must be callable or None");
+      d->as<Dict>().default_factory = Ref::borrow(real);
+    } else if (!real) {
+      Kind k = args[0]->kind();
+      if (k != Kind::Function && k != Kind::BoundMethod && k != Kind::Callable)
+        return t.fail(std::string("a defaultdict whose factory is a ") + kindName(k) + " made in the trace");
+      d->as<Dict>().factory_value = args[0];
+    }
     std::vector<ValuePtr> rest(args.begin() + 1, args.end());
     if (Result<ValuePtr> r = callContainerMethod(t, d, interned(Str::update), rest, kwargs); !r) return r;
   }
