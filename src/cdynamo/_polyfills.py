@@ -414,6 +414,12 @@ def reduce(function, iterable, *initial):
     return value
 
 
+def lru_cache_holds(wrapper):
+    # Whether a functools.lru_cache wrapper of a function without parameters has cached its
+    # result: the guard of a call traced as a cache hit (call_rules.cpp callCacheWrapper).
+    return wrapper.cache_info().currsize > 0
+
+
 class count:
     def __init__(self, start=0, step=1):
         self.next_value = start
