@@ -143,9 +143,22 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (obj->as<Set>().frozen && !PyObject_HasAttr(reinterpret_cast<PyObject*>(&PyFrozenSet_Type), name))
         return t.raiseNew(PyExc_AttributeError, std::string("'frozenset' object has no attribute '") + n + "'");
       return Value::namedMethod(obj, name);  // set.add, ...: called later
-    case Kind::List:
     case Kind::Dict:
-      return Value::namedMethod(obj, name);  // list.append, dict.items, ...: called later
+      if (strcmp(n, "default_factory") == 0) {
+        // A defaultdict's factory (its data attribute, not a method): the value the trace
+        // holds, the real one (guarded when the dict was read), or None.
+        const Dict& d = obj->as<Dict>();
+        PyObject* dd_type = lookup(Obj::collections_defaultdict);
+        if (!dd_type) return t.failFromPython("collections.defaultdict");
+        if (d.type && PyType_Check(d.type.get()) &&
+            PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(d.type.get()), reinterpret_cast<PyTypeObject*>(dd_type))) {
+          if (d.factory_value) return d.factory_value;
+          return d.default_factory ? Value::callable(d.default_factory.get()) : Value::constant(Py_None);
+        }
+      }
+      return Value::namedMethod(obj, name);  // dict.items, ...: called later
+    case Kind::List:
+      return Value::namedMethod(obj, name);  // list.append, ...: called later
     case Kind::Function:
       return functionAttr(t, obj, name);
     case Kind::Context:

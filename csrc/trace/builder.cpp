@@ -321,18 +321,32 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
     PyObject* dd_type = lookup(Obj::collections_defaultdict);
     if (!dd_type) return failFromPython("collections.defaultdict");
     if (PyObject_TypeCheck(obj, reinterpret_cast<PyTypeObject*>(dd_type))) {
-      // A defaultdict: a missing key calls its factory (the object the program holds there,
-      // guarded by identity).
+      // A defaultdict: a missing key calls its factory (the object the program holds there).
+      // A Python function without defaults is guarded by its code and globals, not its
+      // identity (what it closes over is read through it when it runs): a factory made by
+      // the frame before a graph break is a new function on every call, as a closure is.
+      // Anything else is guarded by identity.
       static PyObject* attr = PyUnicode_InternFromString("default_factory");
       Ref held = Ref::steal(PyObject_GetAttr(obj, attr));
       if (!held) return failFromPython("a defaultdict's default_factory");
       PyObject* factory = held.get();
       if (factory != Py_None) {
+        int freg = -1;
         if (reg >= 0) {
-          int freg = load(LoadKind::Attr, reg, 0, attr, guards().sourceName(reg) + ".default_factory");
-          guards().checkIdentity(freg, factory);
+          freg = load(LoadKind::Attr, reg, 0, attr, guards().sourceName(reg) + ".default_factory");
+          if (PyFunction_Check(factory) && !PyFunction_GET_DEFAULTS(factory) && !PyFunction_GET_KW_DEFAULTS(factory)) {
+            guards().checkType(freg, Py_TYPE(factory));
+            int code_reg = load(LoadKind::Attr, freg, 0, interned(Str::dunder_code), guards().sourceName(freg) + ".__code__");
+            guards().checkIdentity(code_reg, PyFunction_GET_CODE(factory));
+            int globals_reg =
+                load(LoadKind::Attr, freg, 0, interned(Str::dunder_globals), guards().sourceName(freg) + ".__globals__");
+            guards().checkIdentity(globals_reg, PyFunction_GET_GLOBALS(factory));
+          } else {
+            guards().checkIdentity(freg, factory);
+          }
         }
         v->as<Dict>().default_factory = Ref::borrow(factory);
+        v->as<Dict>().factory_value = Value::callable(factory, freg);
       }
     }
   } else if (PySet_CheckExact(obj)) {

@@ -768,6 +768,16 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
   return notHandled();
 }
 
+// format(obj) / format(obj, ""): a user object's __format__, object's being str(obj).
+Result<ValuePtr> builtinFormat(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.empty() || args.size() > 2 || !kwargs.empty()) return notHandled();
+  if (args.size() == 2) {
+    PyObject* spec = args[1]->constant();
+    if (!spec || !PyUnicode_Check(spec) || PyUnicode_GET_LENGTH(spec) != 0) return notHandled();
+  }
+  return userObjectFormat(t, args[0], 0);
+}
+
 Result<ValuePtr> builtinIter(Tracer& t, PyObject*, const char*, Args& args, Kwargs&) {
   if (args.size() == 1) return getIter(t, args[0]);
   return notHandled();
@@ -825,7 +835,7 @@ const std::vector<BuiltinRow> kBuiltinRows = {
     {"exec", {"exec", builtinEffects, false}},
     {"filter", {"filter", builtinMapFilter, false}},
     {"float", {"float", builtinOfTensor, true}},
-    {"format", {"format", nullptr, true}},
+    {"format", {"format", builtinFormat, true}},
     {"frozenset", {"frozenset", builtinCollection, true}},
     {"getattr", {"getattr", builtinAttribute, false}},
     {"globals", {"globals", builtinUnsupported, false}},

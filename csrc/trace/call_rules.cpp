@@ -332,8 +332,18 @@ Result<ValuePtr> makeNamedTupleClass(Tracer& t, PyObject* f, const char*, Args& 
 Result<ValuePtr> makeDefaultdict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
   ValuePtr d = Value::dict(f, {}, {});
   if (!args.empty()) {
-    if (!args[0]->real() || !PyCallable_Check(args[0]->real())) return t.fail("defaultdict factory must be a callable");
-    d->as<Dict>().default_factory = Ref::borrow(args[0]->real());
+    // The factory: a real callable (list, a class, a function of the program), one made in
+    // the trace (a lambda: called as a value), or None (missing keys raise KeyError).
+    PyObject* real = args[0]->real();
+    if (real && real != Py_None) {
+      if (!PyCallable_Check(real)) return t.raiseNew(PyExc_TypeError, "first argument must be callable or None");
+      d->as<Dict>().default_factory = Ref::borrow(real);
+    } else if (!real) {
+      Kind k = args[0]->kind();
+      if (k != Kind::Function && k != Kind::BoundMethod && k != Kind::Callable)
+        return t.fail(std::string("a defaultdict whose factory is a ") + kindName(k) + " made in the trace");
+      d->as<Dict>().factory_value = args[0];
+    }
     std::vector<ValuePtr> rest(args.begin() + 1, args.end());
     if (Result<ValuePtr> r = callContainerMethod(t, d, interned(Str::update), rest, kwargs); !r) return r;
   }
@@ -586,8 +596,9 @@ Result<ValuePtr> readState(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   return Value::constant(r.get());
 }
 
-// A Python function or class of torch.utils or torch.fx (pytree's tree_flatten and
-// TreeSpec, fx's map_arg).
+// A Python function or class of torch.utils, torch.fx or torch.testing (pytree's tree_flatten
+// and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual): pure Python
+// over Python structures, traced like user code, as TorchDynamo inlines these modules.
 bool isStructureHelper(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
@@ -596,7 +607,8 @@ bool isStructureHelper(PyObject* f) {
   if (!m || !PyUnicode_Check(m)) return false;
   const char* name = PyUnicode_AsUTF8(m);
   if (!name) return PyErr_Clear(), false;
-  return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0;
+  return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
+         strncmp(name, "torch.testing.", 14) == 0;
 }
 
 // A torch callable: recorded in the graph when it has tensor arguments; without them,
@@ -642,6 +654,29 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
   return t.fail("call of " + torchName(f) + "(), a torch binding that may change state");
 }
 
+// A call without arguments of an lru_cache wrapper of a function without parameters whose
+// cache holds its result (the one key such a call has): eagerly a cache hit, which runs
+// nothing. When that result is a constant the call is that constant, guarded that the cache
+// still holds it (a cache_clear() makes the next call run the function, traced then). As
+// torch's `is_fx_tracing_warning()` (a log call, cached after its first run).
+Result<ValuePtr> cachedResult(Tracer& t, PyObject* f, PyObject* wrapped, Args& args, Kwargs& kwargs) {
+  if (!args.empty() || !kwargs.empty() || !PyFunction_Check(wrapped)) return notHandled();
+  auto* co = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(wrapped));
+  if (co->co_argcount != 0 || co->co_kwonlyargcount != 0 || (co->co_flags & (CO_VARARGS | CO_VARKEYWORDS)))
+    return notHandled();
+  PyObject* holds = lookup(Obj::cdynamo_lru_cache_holds);
+  if (!holds) return t.failFromPython("cdynamo._polyfills.lru_cache_holds");
+  Ref probe_args = Ref::steal(PyTuple_Pack(1, f));
+  Ref held = probe_args ? Ref::steal(PyObject_Call(holds, probe_args.get(), nullptr)) : Ref();
+  if (!held) return t.failFromPython("an lru_cache's cache_info()");
+  if (held.get() != Py_True) return notHandled();
+  Ref result = Ref::steal(PyObject_CallNoArgs(f));  // a hit: nothing of the program runs
+  if (!result) return t.raisePython();
+  if (!isConstantObject(result.get())) return notHandled();
+  t.guards().checkStateQuery(holds, probe_args.get(), nullptr, Py_True);
+  return Value::constant(result.get());
+}
+
 // A functools.lru_cache/cache wrapper called: the function it wraps is inlined, skipping
 // the cache (as TorchDynamo does, with the same warning): the traced call computes what a
 // cache miss would. The wrapped function is read through the wrapper (guarded).
@@ -651,6 +686,7 @@ Result<ValuePtr> callCacheWrapper(Tracer& t, const ValuePtr& fn, Args& args, Kwa
   if (!wrapped_name) return t.failFromPython("__wrapped__");
   Ref wrapped = Ref::steal(PyObject_GetAttr(f, wrapped_name));
   if (!wrapped) return t.failFromPython("the function an lru_cache wraps");
+  if (Result<ValuePtr> hit = cachedResult(t, f, wrapped.get(), args, kwargs); !hit.notHandled()) return hit;
   if (PyErr_WarnEx(PyExc_UserWarning,
                    "Dynamo detected a call to a `functools.lru_cache`-wrapped function. Dynamo ignores the cache "
                    "wrapper and directly traces the wrapped function. Silent incorrectness is only a *potential* "

@@ -316,7 +316,7 @@ Result<Ref> realArgument(Tracer& t, const ValuePtr& v) {
     return made;
   }
   if (const Dict* d = v->get<Dict>()) {
-    if (d->type.get() != reinterpret_cast<PyObject*>(&PyDict_Type) || d->default_factory)
+    if (d->type.get() != reinterpret_cast<PyObject*>(&PyDict_Type) || d->hasFactory())
       return t.fail("a dict subclass handed to Python code run at trace time");
     Ref out = Ref::steal(PyDict_New());
     if (!out) return t.failFromPython("a dict");

@@ -296,9 +296,10 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
     if (k == -2) return t.failFromPython("dict key comparison");
     if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
     if (k >= 0) return values[static_cast<size_t>(k)];
-    if (is("__getitem__") && dict.default_factory) {  // defaultdict: the factory makes the value
+    if (is("__getitem__") && dict.hasFactory()) {  // defaultdict: the factory makes the value
       if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
-      Result<ValuePtr> v = call(t, Value::callable(dict.default_factory.get()), {}, {});
+      ValuePtr factory = dict.factory_value ? dict.factory_value : Value::callable(dict.default_factory.get());
+      Result<ValuePtr> v = call(t, factory, {}, {});
       if (!v) return v;
       keys.push_back(Ref::borrow(key));
       values.push_back(*v);

@@ -1194,6 +1194,30 @@ Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std:
   return t.inlineFunction(fn, -1, std::move(args), {});
 }
 
+// object.__repr__ of an object made in the trace: "<module.Class object at 0x...>" with the
+// address of the stand-in that id() gives it (Tracer::standInId), so repr and id agree and
+// two objects of the trace have different reprs. The object itself is made only if it
+// escapes, at another address: what eager's would be is unknowable at trace time, and any
+// address is one eager could give an object that died (the same one on every call too).
+Result<ValuePtr> defaultRepr(Tracer& t, const ValuePtr& obj) {
+  PyObject* cls = classOf(obj);
+  if (!cls || !PyType_Check(cls)) return notHandled();
+  PyObject* stand_in = t.standInId(obj);
+  if (!stand_in) return t.failFromPython("a stand-in for the object's address");
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
+  PyObject* mod = PyDict_GetItemWithError(type->tp_dict, interned(Str::dunder_module));  // borrowed
+  if (!mod && PyErr_Occurred()) return t.failFromPython("the class's __module__");
+  Ref qualname = Ref::steal(PyObject_GetAttrString(cls, "__qualname__"));
+  if (!qualname) return t.failFromPython("the class's __qualname__");
+  Ref s;
+  if (mod && PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "builtins") != 0)
+    s = Ref::steal(PyUnicode_FromFormat("<%U.%U object at %p>", mod, qualname.get(), stand_in));
+  else
+    s = Ref::steal(PyUnicode_FromFormat("<%s object at %p>", type->tp_name, stand_in));
+  if (!s) return t.failFromPython("the default repr");
+  return Value::constant(s.get());
+}
+
 Result<ValuePtr> userObjectStr(Tracer& t, const ValuePtr& obj, bool repr) {
   if (!isUserObject(obj)) return notHandled();
   // str() calls the class's __str__; object.__str__ calls repr(), the class's __repr__.
@@ -1205,7 +1229,13 @@ Result<ValuePtr> userObjectStr(Tracer& t, const ValuePtr& obj, bool repr) {
     if (own == base) name = interned(Str::dunder_repr);
   }
   Result<ValuePtr> r = callDunder(t, obj, name, {});
-  if (!r || r.notHandled()) return r;  // object.__repr__ (the address): not modelled
+  if (r.notHandled() && obj->is(Kind::NewObject)) {
+    PyObject* repr_name = interned(Str::dunder_repr);
+    PyObject* own = lookupInMro(classOf(obj), repr_name, nullptr);
+    if (own && own == PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, repr_name)) return defaultRepr(t, obj);
+    if (PyErr_Occurred()) return t.failFromPython("__repr__ lookup");
+  }
+  if (!r || r.notHandled()) return r;
   PyObject* s = (*r)->constant();
   if (!s || !PyUnicode_Check(s)) {
     PyObject* type = typeOf(t, *r);

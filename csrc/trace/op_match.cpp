@@ -54,7 +54,7 @@ Result<Next> opMatchKeys(Tracer& t, SymbolicFrame&, const bytecode::Instruction&
   const Dict* d = subject->get<Dict>();
   if (!d || !keys || !PyTuple_Check(keys))
     return t.fail(std::string("a mapping pattern on a ") + kindName(subject->kind()) + " is not supported yet");
-  if (d->default_factory) return t.fail("a mapping pattern on a defaultdict is not supported yet");
+  if (d->hasFactory()) return t.fail("a mapping pattern on a defaultdict is not supported yet");
   std::vector<ValuePtr> values;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
     int k = d->findKey(PyTuple_GET_ITEM(keys, i));

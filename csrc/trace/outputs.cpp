@@ -135,10 +135,21 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     }
     case Kind::Dict: {
       const Dict& d = v->as<Dict>();
-      P::Dict dict{d.type.copy(), d.default_factory.copy(), {}, {}};
+      const bool traced_factory = d.factory_value && !d.default_factory;
+      P::Dict dict{traced_factory ? Ref::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)) : d.type.copy(),
+                   d.default_factory.copy(), {}, {}};
       for (const Ref& k : d.keys) dict.keys.push_back(k.copy());
       if (Done done = planAll(d.values, &dict.values); !done) return done;
-      out->step = std::move(dict);
+      if (!traced_factory) {
+        out->step = std::move(dict);
+        return {};
+      }
+      // A factory made in the trace is rebuilt like any value (a function): the defaultdict
+      // is then its type called with it and the items, in their order.
+      std::vector<runtime::OutputPlan> args(2);
+      if (Done done = plan(d.factory_value, &args[0]); !done) return done;
+      args[1].step = std::move(dict);
+      out->step = P::Call{d.type.copy(), std::move(args)};
       return {};
     }
     case Kind::Set: {

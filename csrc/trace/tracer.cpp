@@ -369,6 +369,24 @@ bool Tracer::fullgraph() {
   return flag && flag.get() == Py_True;
 }
 
+namespace {
+
+// "    obj = BadClass()\n": the source text of a line (linecache, stripped), as Python's
+// tracebacks show it under the location; empty when it cannot be read.
+std::string sourceLine(const std::string& filename, int line) {
+  Ref linecache = Ref::steal(PyImport_ImportModule("linecache"));
+  Ref text = linecache ? Ref::steal(PyObject_CallMethod(linecache.get(), "getline", "si", filename.c_str(), line)) : Ref();
+  Ref stripped = text ? Ref::steal(PyObject_CallMethod(text.get(), "strip", nullptr)) : Ref();
+  const char* s = stripped && PyUnicode_Check(stripped.get()) ? PyUnicode_AsUTF8(stripped.get()) : nullptr;
+  if (!s) {
+    PyErr_Clear();
+    return "";
+  }
+  return *s ? std::string("    ") + s + "\n" : "";
+}
+
+}  // namespace
+
 TranslateResult Tracer::report() {
   TranslateResult result;
   if (user_error_) {
@@ -387,7 +405,8 @@ TranslateResult Tracer::report() {
   }
   if (fullgraph.get() == Py_True) {
     std::string msg = unsupported_.reason + "\n  at " + unsupported_.filename + ":" + std::to_string(unsupported_.line) +
-                      " in " + unsupported_.function + "\n  inlined call stack:\n" + unsupported_.user_stack;
+                      " in " + unsupported_.function + "\n" + sourceLine(unsupported_.filename, unsupported_.line) +
+                      "  inlined call stack:\n" + unsupported_.user_stack;
     raiseChained(Obj::cdynamo_exc_Unsupported, msg);
     result.error = true;
   }

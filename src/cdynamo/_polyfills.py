@@ -21,122 +21,315 @@ import operator
 import torch
 
 
-def chain(*iterables):
-    for it in iterables:
-        yield from it
-
-
 def chain_from_iterable(iterables):
     for it in iterables:
         yield from it
 
 
-def islice(iterable, *args):
-    s = slice(*args)
-    start = 0 if s.start is None else s.start
-    stop = s.stop
-    step = 1 if s.step is None else s.step
-    if start < 0 or (stop is not None and stop < 0) or step <= 0:
-        raise ValueError("Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize.")
-    it = iter(iterable)
-    nexti = start
-    i = 0
-    while stop is None or i < stop:
-        try:
-            item = next(it)
-        except StopIteration:
-            return
-        if i == nexti:
-            yield item
-            nexti += step
-        i += 1
+# The iterators over other iterators are classes too (see the module docstring): each item
+# is taken from the source only when the program takes it, as the C iterators do, so a
+# source the program also uses directly (`s = islice(it, 3); next(s); list(it)`) gives the
+# program's items in the program's order. Each rebuild() gives the real iterator in the same
+# state (through the C type's own __setstate__ where it has one).
+
+class chain:
+    def __init__(self, *iterables):
+        self.source = iter(iterables)
+        self.active = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            if self.active is None:
+                self.active = iter(next(self.source))  # StopIteration: the end
+            try:
+                return next(self.active)
+            except StopIteration:
+                self.active = None
+
+    @staticmethod
+    def rebuild(self):
+        real = itertools.chain()
+        real.__setstate__((self.source,) if self.active is None else (self.source, self.active))
+        return real
 
 
-def compress(data, selectors):
-    for d, s in zip(data, selectors):
-        if s:
-            yield d
+_ISLICE_STOP = "Stop argument for islice() must be None or an integer: 0 <= x <= sys.maxsize."
+_ISLICE_INDEX = "Indices for islice() must be None or an integer: 0 <= x <= sys.maxsize."
 
 
-def filterfalse(predicate, iterable):
-    if predicate is None:
-        for x in iterable:
-            if not x:
-                yield x
-    else:
-        for x in iterable:
-            if not predicate(x):
-                yield x
-
-
-def takewhile(predicate, iterable):
-    for x in iterable:
-        if not predicate(x):
-            return
-        yield x
-
-
-def dropwhile(predicate, iterable):
-    it = iter(iterable)
-    for x in it:
-        if not predicate(x):
-            yield x
-            break
-    for x in it:
-        yield x
-
-
-def starmap(function, iterable):
-    for args in iterable:
-        yield function(*args)
-
-
-def accumulate(iterable, func=None, *, initial=None):
-    it = iter(iterable)
-    total = initial
-    if initial is None:
-        try:
-            total = next(it)
-        except StopIteration:
-            return
-    yield total
-    for x in it:
-        total = total + x if func is None else func(total, x)
-        yield total
-
-
-def pairwise(iterable):
-    it = iter(iterable)
+def _islice_index(value, message):
+    if value is None:
+        return None
     try:
-        a = next(it)
-    except StopIteration:
-        return
-    for b in it:
-        yield a, b
-        a = b
+        return operator.index(value)
+    except TypeError:
+        raise ValueError(message) from None
 
 
-def zip_longest(*iterables, fillvalue=None):
-    iterators = [iter(it) for it in iterables]
-    done = [False] * len(iterators)
-    active = len(iterators)
-    if not active:
-        return
-    while True:
+class islice:
+    # CPython's islice: `next` is the index of the next item to give, `count` how many the
+    # source gave; items before `next` are skipped when the next one is asked for (even
+    # past `stop`: islice(it, 3, 3) takes three), and nothing is taken once it has ended.
+    def __init__(self, iterable, *args):
+        if not args:
+            raise TypeError("islice expected at least 2 arguments, got 1")
+        if len(args) > 3:
+            raise TypeError(f"islice expected at most 4 arguments, got {len(args) + 1}")
+        start, step = 0, 1
+        if len(args) == 1:
+            stop = _islice_index(args[0], _ISLICE_STOP)
+        else:
+            start = _islice_index(args[0], _ISLICE_INDEX)
+            start = 0 if start is None else start
+            stop = _islice_index(args[1], _ISLICE_STOP)
+            if len(args) == 3:
+                step = _islice_index(args[2], _ISLICE_INDEX)
+                step = 1 if step is None else step
+        if stop is not None and stop < 0:
+            raise ValueError(_ISLICE_STOP)
+        if start < 0:
+            raise ValueError(_ISLICE_INDEX)
+        if step < 1:
+            raise ValueError("Step for islice() must be a positive integer or None.")
+        self.source = iter(iterable)
+        self.next = start
+        self.stop = stop
+        self.step = step
+        self.count = 0
+        self.ended = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.ended:
+            raise StopIteration
+        try:
+            while self.count < self.next:
+                next(self.source)
+                self.count += 1
+            if self.stop is not None and self.count >= self.stop:
+                raise StopIteration
+            item = next(self.source)
+        except StopIteration:
+            self.ended = True
+            raise
+        self.count += 1
+        self.next += self.step
+        if self.stop is not None and self.next > self.stop:
+            self.next = self.stop
+        return item
+
+    @staticmethod
+    def rebuild(self):
+        if self.ended:
+            return itertools.islice((), 0)
+        stop = None if self.stop is None else self.stop - self.count
+        return itertools.islice(self.source, self.next - self.count, stop, self.step)
+
+
+class compress:
+    def __init__(self, data, selectors):
+        self.data = iter(data)
+        self.selectors = iter(selectors)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            d = next(self.data)
+            if next(self.selectors):
+                return d
+
+    @staticmethod
+    def rebuild(self):
+        return itertools.compress(self.data, self.selectors)
+
+
+class filterfalse:
+    def __init__(self, predicate, iterable):
+        self.predicate = predicate
+        self.source = iter(iterable)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            x = next(self.source)
+            if not (x if self.predicate is None else self.predicate(x)):
+                return x
+
+    @staticmethod
+    def rebuild(self):
+        return itertools.filterfalse(self.predicate, self.source)
+
+
+class takewhile:
+    def __init__(self, predicate, iterable):
+        self.predicate = predicate
+        self.source = iter(iterable)
+        self.stopped = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.stopped:
+            raise StopIteration
+        x = next(self.source)
+        if not self.predicate(x):
+            self.stopped = True
+            raise StopIteration
+        return x
+
+    @staticmethod
+    def rebuild(self):
+        real = itertools.takewhile(self.predicate, self.source)
+        real.__setstate__(self.stopped)
+        return real
+
+
+class dropwhile:
+    def __init__(self, predicate, iterable):
+        self.predicate = predicate
+        self.source = iter(iterable)
+        self.started = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        while True:
+            x = next(self.source)
+            if self.started or not self.predicate(x):
+                self.started = True
+                return x
+
+    @staticmethod
+    def rebuild(self):
+        real = itertools.dropwhile(self.predicate, self.source)
+        real.__setstate__(self.started)
+        return real
+
+
+class starmap:
+    def __init__(self, function, iterable):
+        self.function = function
+        self.source = iter(iterable)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        return self.function(*next(self.source))
+
+    @staticmethod
+    def rebuild(self):
+        return itertools.starmap(self.function, self.source)
+
+
+class accumulate:
+    def __init__(self, iterable, func=None, *, initial=None):
+        self.source = iter(iterable)
+        self.func = func
+        self.initial = initial
+        self.total = None
+        self.started = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.initial is not None:
+            self.total, self.initial, self.started = self.initial, None, True
+            return self.total
+        x = next(self.source)
+        if not self.started:
+            self.total, self.started = x, True
+        else:
+            self.total = self.total + x if self.func is None else self.func(self.total, x)
+        return self.total
+
+    @staticmethod
+    def rebuild(self):
+        real = itertools.accumulate(self.source, self.func, initial=self.initial)
+        if self.started:
+            real.__setstate__(self.total)
+        return real
+
+
+class pairwise:
+    def __init__(self, iterable):
+        self.source = iter(iterable)
+        self.started = False
+        self.ended = False
+        self.previous = None
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if self.ended:
+            raise StopIteration
+        try:
+            if not self.started:
+                self.previous = next(self.source)
+                self.started = True
+            b = next(self.source)
+        except StopIteration:
+            self.ended = True
+            raise
+        a, self.previous = self.previous, b
+        return a, b
+
+    @staticmethod
+    def rebuild(self):
+        if self.ended:
+            return itertools.pairwise(())
+        if not self.started:
+            return itertools.pairwise(self.source)
+        return itertools.pairwise(itertools.chain((self.previous,), self.source))
+
+
+class zip_longest:
+    def __init__(self, *iterables, fillvalue=None):
+        self.sources = [iter(it) for it in iterables]
+        self.alive = [True] * len(self.sources)
+        self.active = len(self.sources)
+        self.fillvalue = fillvalue
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        if not self.active:
+            raise StopIteration
         values = []
-        for i in range(len(iterators)):
-            if done[i]:
-                values.append(fillvalue)
+        for i in range(len(self.sources)):
+            if not self.alive[i]:
+                values.append(self.fillvalue)
                 continue
             try:
-                values.append(next(iterators[i]))
+                values.append(next(self.sources[i]))
             except StopIteration:
-                done[i] = True
-                active -= 1
-                if not active:
-                    return
-                values.append(fillvalue)
-        yield tuple(values)
+                self.alive[i] = False
+                self.active -= 1
+                if not self.active:
+                    raise
+                values.append(self.fillvalue)
+        return tuple(values)
+
+    @staticmethod
+    def rebuild(self):
+        if not self.active:
+            return itertools.zip_longest()
+        return itertools.zip_longest(*[s if alive else iter(()) for s, alive in zip(self.sources, self.alive)],
+                                     fillvalue=self.fillvalue)
 
 
 def product(*iterables, repeat=1):
@@ -219,6 +412,12 @@ def reduce(function, iterable, *initial):
     for element in it:
         value = function(value, element)
     return value
+
+
+def lru_cache_holds(wrapper):
+    # Whether a functools.lru_cache wrapper of a function without parameters has cached its
+    # result: the guard of a call traced as a cache hit (call_rules.cpp callCacheWrapper).
+    return wrapper.cache_info().currsize > 0
 
 
 class count:

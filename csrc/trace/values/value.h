@@ -111,6 +111,11 @@ struct Dict {
   std::vector<Ref> keys;
   std::vector<ValuePtr> values;  // one per key
   Ref default_factory;           // a defaultdict's factory, or null
+  // A defaultdict's factory as a value: one made in the trace (a lambda, a closure; then
+  // default_factory is null), or the one a dict read from the program holds (read through
+  // it). Called when a key is missing. hasFactory(): either field.
+  ValuePtr factory_value;
+  bool hasFactory() const { return default_factory || factory_value; }
   // Index of `key` among the keys, -1 when absent, -2 on a comparison error (set).
   int findKey(PyObject* key) const;
 };
@@ -326,7 +331,9 @@ void forEachChild(const Value& v, F&& f) {
       all(v.as<Iterator>().map_sources);
       each(v.as<Iterator>().map_fn);
       return each(v.as<Iterator>().stepper);
-    case Kind::Dict: return all(v.as<Dict>().values);
+    case Kind::Dict:
+      each(v.as<Dict>().factory_value);
+      return all(v.as<Dict>().values);
     case Kind::Context: return all(v.as<Context>().args);
     case Kind::Slice:
       for (const ValuePtr& c : v.as<Slice>().parts) each(c);
