@@ -33,6 +33,20 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (!descr) return t.fail(std::string("Tensor has no attribute '") + n + "'");
       if (Py_TYPE(descr)->tp_descr_set == nullptr || PyFunction_Check(descr))
         return Value::namedMethod(obj, name);  // methods: called later as call_method
+      // The result of min()/max() over tensors stands for the item that won (markChoice):
+      // what the where() node it is computed as answers alike (metadata, values) is read
+      // from it; state of the object itself (.grad, ._base, ...) breaks the graph.
+      if (t.graph().choiceOf(obj->as<Tensor>().node)) {
+        static const char* const kValueAttrs[] = {"shape", "dtype", "device", "ndim", "requires_grad", "is_leaf",
+                                                  "grad_fn", "layout", "T", "mT", "H", "mH", "real", "imag", "data",
+                                                  "is_cuda", "is_cpu", "is_meta", "is_sparse", "is_quantized",
+                                                  "itemsize", "nbytes", "is_nested"};
+        bool value_attr = false;
+        for (const char* a : kValueAttrs) value_attr = value_attr || strcmp(n, a) == 0;
+        if (!value_attr)
+          return t.fail(std::string("Tensor.") + n + " of the result of min()/max() over tensors (the state of the item "
+                        "that won, which the trace computes as a new tensor)");
+      }
       // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
       // ones (x.T, x.mT) become getattr nodes.
       PyObject* getattr = lookup(Obj::builtins_getattr);

@@ -95,6 +95,19 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         out->step = P::Register{in};
         return {};
       }
+      if (const graph::GraphBuilder::Choice* choice = t_.graph().choiceOf(node)) {
+        // The result of min()/max() over tensors is the item that won itself, as in eager:
+        // (items...)[index], the index a graph output (a 0-d integer tensor is an index).
+        PyObject* getitem = lookup(Obj::operator_getitem);
+        if (!getitem) return t_.failFromPython("operator.getitem");
+        std::vector<ValuePtr> candidates;
+        for (int c : choice->candidates) candidates.push_back(Value::tensor(c));
+        std::vector<runtime::OutputPlan> args(2);
+        if (Done d = plan(Value::tuple(std::move(candidates)), &args[0]); !d) return d;
+        if (Done d = plan(Value::tensor(choice->index), &args[1]); !d) return d;
+        out->step = P::Call{Ref::borrow(getitem), std::move(args)};
+        return {};
+      }
       for (size_t i = 0; i < graph_outputs_.size(); ++i)
         if (graph_outputs_[i] == node) {
           out->step = P::GraphOutput{static_cast<int>(i)};
