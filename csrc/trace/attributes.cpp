@@ -119,7 +119,7 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (callable && PyType_Check(o) && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(o), Py_TPFLAGS_HEAPTYPE) &&
           PyCallable_Check(v.get()))
         return Value::callable(v.get());  // object.__setattr__, dict.fromkeys, ...
-      return t.fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
+      return t.fail(std::string("attribute '") + n + "\' of " + describe(obj) + " is not supported yet");
     }
     case Kind::Tuple: {
       const Tuple& tuple = obj->as<Tuple>();
@@ -179,7 +179,7 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     case Kind::Partial:
       break;
   }
-  return t.fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
+  return t.fail(std::string("attribute '") + n + "\' of " + describe(obj) + " is not supported yet");
 }
 
 }  // namespace cdynamo::trace

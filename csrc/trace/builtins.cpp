@@ -119,7 +119,7 @@ Result<ValuePtr> builtinId(Tracer& t, PyObject*, const char*, Args& args, Kwargs
   if (!obj && v->reg >= 0) {  // a container read from the program: the object it was wrapped from
     for (const auto& [o, wrapped] : t.wrappedObjects())
       if (wrapped == v) obj = o;
-    if (!obj) return t.fail(std::string("id() of a ") + kindName(v->kind()) + " read from the program");
+    if (!obj) return t.fail(std::string("id() of ") + describe(v) + " read from the program");
   }
   if (obj && v->reg >= 0) t.guards().checkIdentity(v->reg, obj);
   if (!obj) obj = t.standInId(v);

@@ -486,7 +486,7 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
   PyObject* o = v->is(Kind::Module) ? v->real() : v->constant();
-  if (!o) return t.fail(std::string("a ") + kindName(v->kind()) + " as a set item is not supported yet");
+  if (!o) return t.fail(describe(v) + " as a set item is not supported yet");
   if (!v->is(Kind::Module) && PyObject_Hash(o) == -1) return t.raisePython();  // unhashable: TypeError
   for (size_t i = 0; i < items.size(); ++i) {
     PyObject* item = items[i]->real();
@@ -862,7 +862,7 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     }
     return {};
   }
-  return t.fail(std::string("item assignment on a ") + kindName(obj->kind()) + " is not supported yet");
+  return t.fail(std::string("item assignment on ") + describe(obj) + " is not supported yet");
 }
 
 bool isIdentityKey(PyObject* o) {
@@ -1046,7 +1046,7 @@ Result<Next> opDeleteSubscr(Tracer& t, SymbolicFrame&, const bytecode::Instructi
   else if (obj->is(Kind::List) && index->is(Kind::Slice))
     done = storeSubscript(t, obj, index, nullptr);  // del xs[a:b]
   else
-    return t.fail(std::string("del on an item of a ") + kindName(obj->kind()) + " is not supported yet");
+    return t.fail(std::string("del on an item of ") + describe(obj) + " is not supported yet");
   if (!done) return done.stop();
   io.clear();
   return Next::Fall;

@@ -151,7 +151,7 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
     case Kind::Namespace:
       break;
   }
-  return t.fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");
+  return t.fail(describe(v) + " cannot be passed to a graph operation");
 }
 
 // x.shape / x.size() of a tensor with symbolic sizes: a tuple whose symbolic items are the

@@ -2,6 +2,7 @@
 #include "trace/outputs.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "support/lookup.h"
 #include "trace/ops.h"
@@ -67,7 +68,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
       const bool filled_after = (v->is(Kind::List) && !v->as<List>().deque) || v->is(Kind::Dict) ||
                                 (v->is(Kind::Set) && !v->as<Set>().frozen) || v->is(Kind::NewObject);
       if (in_progress_.count(v.get()) && !filled_after)
-        return t_.fail(std::string("a ") + kindName(v->kind()) +
+        return t_.fail(describe(v) +
                        " made in the trace that contains itself cannot be rebuilt yet");
       *out = P::Memo{it->second.first};
       return {};
@@ -170,6 +171,25 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       }
       if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
         out->step = P::Constant{Ref::borrow(v->real())};
+        return {};
+      }
+      if (v->is(Kind::Object) && !v->as<Object>().owned &&
+          strcmp(Py_TYPE(v->real())->tp_name, "types.UnionType") == 0) {
+        // A union type made in the trace (int | None): made again from its members as eager
+        // makes it, a new object each call (or_(or_(a, b), c)); they are classes, aliases
+        // and type variables, which outlive the trace.
+        Ref members = Ref::steal(PyObject_GetAttrString(v->real(), "__args__"));
+        PyObject* or_ = lookup(Obj::operator_or_);
+        if (!members || !or_ || !PyTuple_Check(members.get()) || PyTuple_GET_SIZE(members.get()) < 2)
+          return t_.failFromPython("the members of a union type");
+        runtime::OutputPlan acc = runtime::OutputPlan::constant(PyTuple_GET_ITEM(members.get(), 0));
+        for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(members.get()); ++i) {
+          std::vector<runtime::OutputPlan> args;
+          args.push_back(std::move(acc));
+          args.push_back(runtime::OutputPlan::constant(PyTuple_GET_ITEM(members.get(), i)));
+          acc = P::Call{Ref::borrow(or_), std::move(args)};
+        }
+        *out = std::move(acc);
         return {};
       }
       break;
@@ -338,7 +358,7 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Super:
       break;
   }
-  return t_.fail(std::string("returning a ") + kindName(v->kind()) + " is not supported yet");
+  return t_.fail(std::string("returning ") + describe(v) + " is not supported yet");
 }
 
 Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -298,6 +299,9 @@ void forEachChild(const Value& v, F&& f);
 
 // Readable kind name for messages.
 const char* kindName(Kind k);
+// The value for a message, with its article: "a tensor", "an iterator", "an object of type
+// types.UnionType" (an object's or a constant's own type named).
+std::string describe(const ValuePtr& v);
 // True when `o` is a Python value the tracer models as a Constant.
 bool isConstantObject(PyObject* o);
 // A NumPy dtype or scalar (np.dtype("float32"), np.float64(0.5)): constants.
