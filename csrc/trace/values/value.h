@@ -120,6 +120,13 @@ struct Dict {
 struct Set {
   std::vector<ValuePtr> items;  // constants, modules, tensors (by identity) or frozen Sets
   bool frozen = false;          // a frozenset (immutable, hashable) holding values made in the trace
+  // Python walks a set in its table's order, which its history decides (removals leave
+  // dummies, pop() moves a finger, update() may resize first): once it is changed, a real
+  // set of its real items replays each change (containers.cpp, setShadow). Null before;
+  // `shadow_lost` when an item or an argument has no real object (the order is then
+  // rebuilt from the items, as for a set never changed).
+  Ref shadow;
+  bool shadow_lost = false;
 };
 // A closure cell made in the trace.
 struct Cell {
