@@ -965,6 +965,20 @@ PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
     if (PyObject_Hash(c) == -1) return PyErr_Clear(), nullptr;
     return c;
   }
+  if (const Set* s = v->get<Set>(); s && s->frozen) {
+    // A frozenset made in the trace holding tensors (by identity) or constants: the key is
+    // a real frozenset of the members' key objects (each guarded as a key of its own), equal
+    // to, and hashed as, the one the program makes. Kept alive with the trace's key objects.
+    Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
+    if (!fs) return PyErr_Clear(), nullptr;
+    for (const ValuePtr& item : s->items) {
+      PyObject* k = dictKeyOf(t, item);
+      if (!k || PySet_Add(fs.get(), k) < 0) return PyErr_Clear(), nullptr;
+    }
+    PyObject* key = fs.get();
+    t.keyObjects().emplace(key, std::make_pair(std::move(fs), v));
+    return key;
+  }
   PyObject* obj = nullptr;
   int reg = v->reg;
   if (const Tensor* tensor = v->get<Tensor>()) {
