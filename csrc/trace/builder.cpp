@@ -336,36 +336,11 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       }
     }
   } else if (PySet_CheckExact(obj)) {
-    // A set read from the program: a set of constants is guarded equal as a whole (its
-    // order of iteration is then the same too).
+    // A set read from the program: only sets of constants, guarded equal as a whole
+    // (their order of iteration is then the same too).
     Ref items = Ref::steal(PySequence_List(obj));
     if (!items) return failFromPython("reading a set");
     std::vector<ValuePtr> values;
-    bool constants = true;
-    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i)
-      constants = constants && isConstantObject(PyList_GET_ITEM(items.get(), i));
-    if (!constants && reg >= 0) {
-      // One holding tensors (a resume function's set, alive at a graph break): its items
-      // are read in the order a walk meets them (a tensor hashes by address: the order may
-      // differ on the next call) and each is guarded as a value of its own (a tensor as a
-      // graph input, a constant equal); two of them, or one and another input, being one
-      // object is what the aliasing guards of the trace's identity tests fix.
-      guards().checkType(reg, Py_TYPE(obj));
-      guards().checkLength(reg, PyList_GET_SIZE(items.get()));
-      int items_reg = load(LoadKind::SetItems, reg, 0, nullptr, guards().sourceName(reg) + ".<items>");
-      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
-        PyObject* item = PyList_GET_ITEM(items.get(), i);
-        if (!isConstantObject(item) && !isTensor(item))
-          return fail("a set read from the program must hold constants and tensors only");
-        int item_reg = load(LoadKind::TupleItem, items_reg, static_cast<int>(i), nullptr,
-                            guards().sourceName(items_reg) + "[" + std::to_string(i) + "]");
-        if (isConstantObject(item)) guards().checkEquals(item_reg, item);
-        Result<ValuePtr> v = wrap(item, item_reg);
-        if (!v) return v;
-        values.push_back(v.take());
-      }
-      return Value::set(std::move(values), reg);
-    }
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
       PyObject* item = PyList_GET_ITEM(items.get(), i);
       if (!isConstantObject(item)) return fail("a set read from the program must hold constants only");

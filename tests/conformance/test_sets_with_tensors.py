@@ -187,46 +187,6 @@ def test_constant_membership_in_a_set_of_one_tensor(listlike):
     same_as_eager(fn, one, fullgraph=True)
 
 
-def test_set_holding_tensors_alive_at_a_graph_break():
-    # The resume function gets the set (rebuilt after the first graph) and is captured too:
-    # the set's items are read in the order a walk meets them, each a graph input or a
-    # guarded constant (it ran natively: "a set read from the program must hold constants
-    # only"). Fresh tensors on every call: the second call is a cache hit all the same.
-    def fn(x, y):
-        z = x + 1
-        s = {x, z, 1}
-        torch._dynamo.graph_break()
-        s.discard(1)
-        s.add(2)
-        found = (x in s, y in s, z in s)
-        tensors = 0
-        for t in s:
-            tensors += isinstance(t, torch.Tensor)
-        return len(s), found, tensors, z * 2, s
-
-    def run(f):
-        torch.manual_seed(0)
-        x, y = torch.randn(3), torch.randn(3)
-        return f(x, y), x
-
-    expected, ex = run(fn)
-    cdynamo.reset()
-    cnt = cdynamo.testing.CompileCounter()
-    cfn = cdynamo.compile(fn, backend=cnt)
-    hits = []
-    for _ in range(2):  # first call and cache hit
-        got, gx = run(cfn)
-        assert (got[0], got[1], got[2]) == (expected[0], expected[1], expected[2]), (got, expected)
-        assert torch.equal(got[3], expected[3])
-        assert type(got[4]) is set and len(got[4]) == 3 and 2 in got[4]
-        assert any(t is gx for t in got[4]), "the returned set holds the argument itself"
-        hits.append(cdynamo.stats()["cache_hits"])
-    st = cdynamo.stats()
-    assert st["frames_native"] == 0, [n.get("reason") for n in st["native_frames"]]
-    assert cnt.frame_count == 2, cnt.frame_count  # the graph before the break, the resume function's
-    assert hits[1] > hits[0]
-
-
 def test_frozenset_holding_a_tensor_as_a_dict_key():
     # A frozenset of tensors hashes by its members' identities: a real frozenset of the
     # very tensors is the key (it stopped the trace: "dict keys must be constants or objects
