@@ -3,10 +3,12 @@
 // the GraphModule (graph_module.cpp) and the backend call (backend.cpp) are units of their own.
 #include "graph/graph_builder.h"
 
+#include "graph/fake_autograd.h"
 #include "graph/torch_refs.h"
 #include "support/check.h"
 #include "support/lookup.h"
 #include "support/stats.h"
+#include "support/torch_types.h"
 
 namespace cdynamo::graph {
 
@@ -131,18 +133,21 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
-  if (!choice_nodes_.empty() && isMutating(op, target)) {
-    std::vector<int> arg_nodes;
-    for (const Arg& a : n.args) argNodes(a, &arg_nodes);
-    for (const auto& kv : n.kwargs) argNodes(kv.second, &arg_nodes);
-    for (int id : arg_nodes)
-      if (choice_nodes_.count(id)) {
-        choice_conflict_ = true;
+  // An in-place change of what a min()/max() over tensors may have returned (markChoice):
+  // the tensor an in-place op changes is its first argument (the receiver of x.add_(),
+  // operator.iadd's left side, setitem's target); by storage, views included.
+  if (!choices_.empty() && !n.args.empty() && isMutating(op, target)) {
+    std::vector<int> changed;
+    argNodes(n.args[0], &changed);
+    for (int id : changed) {
+      const void* storage = isTensor(nodes_[id].fake.get()) ? torchimpl::storageId(nodes_[id].fake.get()) : nullptr;
+      if (storage && std::find(choice_storages_.begin(), choice_storages_.end(), storage) != choice_storages_.end()) {
         PyErr_SetString(PyExc_NotImplementedError,
-                        "an in-place op on the result or an argument of min()/max() over tensors (eager changes "
-                        "whichever argument won, the graph has a copy)");
+                        "an in-place change of the result of min()/max() over tensors, of one of its items or of a "
+                        "view of them (eager changes the item that won itself)");
         return -1;
       }
+    }
   }
 
   // The memo first: an identical op on identically shaped inputs makes its result directly.
@@ -215,6 +220,19 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     }
   }
   if (!n.fake) return -1;
+  if (!choice_results_.empty() && isTensor(n.fake.get())) {
+    // A view of the result of min()/max() over tensors (m[()], m.detach(), m.data) is a
+    // view of the where() node, where eager's is a view of the item that won: it would
+    // leave the frame, or be changed in place, as a view of the wrong tensor. (The result
+    // itself, m.float() of a float m, is m: choiceOf.)
+    const void* storage = torchimpl::storageId(n.fake.get());
+    for (int c : choice_results_)
+      if (storage && storage == torchimpl::storageId(nodes_[c].fake.get()) && n.fake.get() != nodes_[c].fake.get()) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "a view of the result of min()/max() over tensors (eager's is a view of the item that won)");
+        return -1;
+      }
+  }
   if (shape_env_) {
     // A deferred runtime assert (torch._check(s > 0), or `s >= 0` assumed by an op using
     // s as a size) would have to become a graph node checked on every call; until it is,
@@ -333,6 +351,28 @@ int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
   if (!n.fake) return -1;
   nodes_.push_back(std::move(n));
   return numNodes() - 1;
+}
+
+}  // namespace cdynamo::graph
+
+namespace cdynamo::graph {
+
+void GraphBuilder::markChoice(int id, std::vector<int> candidates, int index) {
+  for (int c : candidates)
+    if (const void* s = torchimpl::storageId(nodes_[c].fake.get())) choice_storages_.push_back(s);
+  if (const void* s = torchimpl::storageId(nodes_[id].fake.get())) choice_storages_.push_back(s);
+  choice_results_.push_back(id);
+  choices_[id] = Choice{std::move(candidates), index};
+}
+
+const GraphBuilder::Choice* GraphBuilder::choiceOf(int id) const {
+  if (choices_.empty()) return nullptr;
+  auto it = choices_.find(id);
+  if (it != choices_.end()) return &it->second;
+  PyObject* fake = nodes_[id].fake.get();
+  for (const auto& [node, choice] : choices_)
+    if (nodes_[node].fake.get() == fake) return &choice;
+  return nullptr;
 }
 
 }  // namespace cdynamo::graph

@@ -162,29 +162,26 @@ class GraphBuilder {
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
               std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
 
-  // Node `id` stands for a value eager picks among its arguments by their values (the
-  // result of max(a, b) over tensors is a or b itself, computed here as a new tensor), and
-  // `candidates` are those arguments: from now on an in-place op on any of them fails
-  // (addCall returns -1, NotImplementedError), since eager would change whichever won.
-  // And the result may not leave the graph with one of its candidates also leaving it or
-  // being a graph input (eager hands back the same object twice): choiceEscapes. Both are
-  // failures no graph break fixes (choiceConflict: the frame runs natively).
-  void markChoice(int id, const std::vector<int>& candidates) {
-    choice_nodes_.insert(id);
-    choice_nodes_.insert(candidates.begin(), candidates.end());
-    choices_[id] = candidates;
-  }
-  bool choiceEscapes(const std::vector<int>& outputs) {
-    for (int o : outputs) {
-      auto it = choices_.find(o);
-      if (it == choices_.end()) continue;
-      for (int c : it->second)
-        if (nodes_[c].op == NodeOp::Placeholder || std::find(outputs.begin(), outputs.end(), c) != outputs.end())
-          return choice_conflict_ = true;
-    }
-    return false;
-  }
-  bool choiceConflict() const { return choice_conflict_; }
+  // Node `id` stands for a value eager picks among its arguments by their values: the
+  // result of max(a, b) over tensors is a or b itself, computed here as a new tensor (for
+  // the uses of its value), with `index` (a 0-d integer node) saying which candidate won.
+  // Where the object itself matters, the trace asks choiceOf: the output plans rebuild it
+  // as candidates[index] from the graph's outputs (returned, stored, alive at a graph
+  // break), identity tests against it break the graph unless every candidate answers
+  // alike, and an in-place op on it, on a candidate or on a view of either fails here
+  // (addCall, NotImplementedError: the graph breaks before it), since eager changes the
+  // winner itself and the graph's copy would go stale.
+  struct Choice {
+    std::vector<int> candidates;
+    int index;
+  };
+  void markChoice(int id, std::vector<int> candidates, int index);
+  // Node `id` is the trace's own bookkeeping (a choice's index), not the program's: unlike
+  // the program's calls it is dropped from the graph when nothing uses it.
+  void markBookkeeping(int id) { bookkeeping_.insert(id); }
+  // The choice node `id` stands for: by node, or by fake (an op that returned its receiver,
+  // m.float() of a float m, is the same object); null when none.
+  const Choice* choiceOf(int id) const;
 
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
   // never removed as dead, whatever it returns. Returns the node id or -1.
@@ -218,9 +215,10 @@ class GraphBuilder {
 
  private:
   Ref materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes);
-  std::unordered_set<int> choice_nodes_;  // see markChoice
-  std::unordered_map<int, std::vector<int>> choices_;
-  bool choice_conflict_ = false;
+  std::unordered_map<int, Choice> choices_;  // see markChoice
+  std::vector<const void*> choice_storages_;  // the storages of choices and their candidates
+  std::vector<int> choice_results_;           // the choice nodes themselves
+  std::unordered_set<int> bookkeeping_;       // see markBookkeeping
 
   // Output-metadata memo (the fake-propagation shortcut of DESIGN.md): for a known-functional
   // op whose tensor inputs carry the same metadata (dtype, device, sizes, strides,

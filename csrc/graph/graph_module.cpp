@@ -236,7 +236,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   // (a dead `x + 1` is compiled and counted), except the calls that only read something
   // out of another node: an unused operator.getitem, an unused size/stride/storage_offset/
   // item method call on a tensor, and an unused call computing a symbolic number from
-  // symbolic numbers and constants. One pass from the last node back, so a chain of them
+  // symbolic numbers and constants, and the trace's own bookkeeping (markBookkeeping). One pass from the last node back, so a chain of them
   // (item() read only by unused arithmetic) goes as a whole. Placeholders are kept when a
   // kept node or an output uses them.
   std::vector<int> uses(nodes_.size(), 0);
@@ -278,7 +278,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     const Node& n = nodes_[i];
     if (n.op == NodeOp::Placeholder) {
       live[i] = uses[i] > 0;
-    } else if (uses[i] == 0 && readsOnly(n)) {
+    } else if (uses[i] == 0 && (readsOnly(n) || bookkeeping_.count(i))) {
       countNode(n, -1);
     } else {
       live[i] = 1;

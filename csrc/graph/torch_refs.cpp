@@ -110,25 +110,42 @@ bool holdsTensor(PyObject* o) {
   return false;
 }
 
+namespace {
+
+// A method or function name that says it changes its first argument: x.add_(), torch.relu_,
+// and the special methods that do (x.__setitem__(i, v), x.__iadd__(y): the names ending in
+// "_" are not theirs, and a call by name records no node when it returns no tensor).
+bool mutatingName(const char* q) {
+  size_t n = strlen(q);
+  if (n > 1 && q[n - 1] == '_' && q[n - 2] != '_') return true;
+  if (n < 5 || strncmp(q, "__", 2) != 0 || strcmp(q + n - 2, "__") != 0) return false;
+  static const char* const kInPlace[] = {"__setitem__", "__delitem__", "__iadd__", "__isub__", "__imul__",
+                                         "__imatmul__", "__itruediv__", "__ifloordiv__", "__imod__", "__ipow__",
+                                         "__ilshift__", "__irshift__", "__iand__", "__ixor__", "__ior__"};
+  for (const char* m : kInPlace)
+    if (strcmp(q, m) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
 bool isMutating(NodeOp op, PyObject* target) {
   if (op == NodeOp::CallMethod) {
     const char* name = PyUnicode_AsUTF8(target);
-    size_t n = name ? strlen(name) : 0;
-    return n > 1 && name[n - 1] == '_' && name[n - 2] != '_';
+    return name && mutatingName(name);
   }
   Ref modname = Ref::steal(PyObject_GetAttrString(target, "__module__"));
   Ref qualname = Ref::steal(PyObject_GetAttrString(target, "__name__"));
   bool mutating = false;
-  if (modname && qualname && PyUnicode_Check(modname.get()) && PyUnicode_Check(qualname.get())) {
-    const char* m = PyUnicode_AsUTF8(modname.get());
+  if (qualname && PyUnicode_Check(qualname.get())) {
+    const char* m = modname && PyUnicode_Check(modname.get()) ? PyUnicode_AsUTF8(modname.get()) : "";
     const char* q = PyUnicode_AsUTF8(qualname.get());
-    size_t n = strlen(q);
     if (strcmp(m, "_operator") == 0 || strcmp(m, "operator") == 0)
       mutating = (q[0] == 'i' && strcmp(q, "is_") != 0 && strcmp(q, "is_not") != 0 &&
                   strcmp(q, "index") != 0 && strcmp(q, "indexOf") != 0 && strcmp(q, "invert") != 0) ||
                  strcmp(q, "setitem") == 0 || strcmp(q, "delitem") == 0;
     else
-      mutating = n > 1 && q[n - 1] == '_' && q[n - 2] != '_';  // torch.relu_ and friends
+      mutating = mutatingName(q);  // torch.relu_, torch.Tensor.__setitem__ and friends
   }
   PyErr_Clear();
   return mutating;

@@ -691,6 +691,9 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
     case LoadKind::IterRemaining:
       out = iterRemaining(regs[ld.base]).release();
       break;
+    case LoadKind::SetItems:
+      if (PyAnySet_Check(regs[ld.base])) out = PySequence_Tuple(regs[ld.base]);
+      break;
     case LoadKind::ViewDict: {
       PyObject* view = regs[ld.base];
       if (PyDictKeys_Check(view) || PyDictValues_Check(view) || PyDictItems_Check(view))

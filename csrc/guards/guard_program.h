@@ -37,6 +37,7 @@ enum class LoadKind : uint8_t {
   ViewDict,      // the dict that reg[base] (a dict_keys/dict_values/dict_items view) reads (borrowed)
   ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
                  // heap type (fails once the class is gone), the type itself otherwise
+  SetItems,      // a tuple of the set reg[base]'s items in the order a walk meets them: owned
 };
 
 enum class CheckKind : uint8_t {
@@ -92,7 +93,9 @@ struct Load {
   Ref name;
   mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
   bool dropped = false;   // removed by dropRegisters: never run, never shared again
-  bool owned() const { return kind == LoadKind::Attr || kind == LoadKind::IterRemaining; }
+  bool owned() const {
+    return kind == LoadKind::Attr || kind == LoadKind::IterRemaining || kind == LoadKind::SetItems;
+  }
 };
 
 // Where a check came from (cold, for recompile reasons): the traced program's instruction

@@ -33,6 +33,20 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (!descr) return t.fail(std::string("Tensor has no attribute '") + n + "'");
       if (Py_TYPE(descr)->tp_descr_set == nullptr || PyFunction_Check(descr))
         return Value::namedMethod(obj, name);  // methods: called later as call_method
+      // The result of min()/max() over tensors stands for the item that won (markChoice):
+      // what the where() node it is computed as answers alike (metadata, values) is read
+      // from it; state of the object itself (.grad, ._base, ...) breaks the graph.
+      if (t.graph().choiceOf(obj->as<Tensor>().node)) {
+        static const char* const kValueAttrs[] = {"shape", "dtype", "device", "ndim", "requires_grad", "is_leaf",
+                                                  "grad_fn", "layout", "T", "mT", "H", "mH", "real", "imag", "data",
+                                                  "is_cuda", "is_cpu", "is_meta", "is_sparse", "is_quantized",
+                                                  "itemsize", "nbytes", "is_nested"};
+        bool value_attr = false;
+        for (const char* a : kValueAttrs) value_attr = value_attr || strcmp(n, a) == 0;
+        if (!value_attr)
+          return t.fail(std::string("Tensor.") + n + " of the result of min()/max() over tensors (the state of the item "
+                        "that won, which the trace computes as a new tensor)");
+      }
       // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
       // ones (x.T, x.mT) become getattr nodes.
       PyObject* getattr = lookup(Obj::builtins_getattr);
@@ -105,7 +119,7 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (callable && PyType_Check(o) && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(o), Py_TPFLAGS_HEAPTYPE) &&
           PyCallable_Check(v.get()))
         return Value::callable(v.get());  // object.__setattr__, dict.fromkeys, ...
-      return t.fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
+      return t.fail(std::string("attribute '") + n + "\' of " + describe(obj) + " is not supported yet");
     }
     case Kind::Tuple: {
       const Tuple& tuple = obj->as<Tuple>();
@@ -178,7 +192,7 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     case Kind::Partial:
       break;
   }
-  return t.fail(std::string("attribute '") + n + "' of a " + kindName(obj->kind()) + " is not supported yet");
+  return t.fail(std::string("attribute '") + n + "\' of " + describe(obj) + " is not supported yet");
 }
 
 }  // namespace cdynamo::trace

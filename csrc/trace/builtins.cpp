@@ -119,7 +119,7 @@ Result<ValuePtr> builtinId(Tracer& t, PyObject*, const char*, Args& args, Kwargs
   if (!obj && v->reg >= 0) {  // a container read from the program: the object it was wrapped from
     for (const auto& [o, wrapped] : t.wrappedObjects())
       if (wrapped == v) obj = o;
-    if (!obj) return t.fail(std::string("id() of a ") + kindName(v->kind()) + " read from the program");
+    if (!obj) return t.fail(std::string("id() of ") + describe(v) + " read from the program");
   }
   if (obj && v->reg >= 0) t.guards().checkIdentity(v->reg, obj);
   if (!obj) obj = t.standInId(v);
@@ -617,12 +617,14 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
 // min() / max() over 0-d tensors of one dtype. Python's max keeps the first item and takes
 // each later one that compares greater (min: less), so a pair is torch.where(b > a, b, a)
 // (b < a for min), folded from the left: eager's value and dtype, NaN and ties included.
-// Eager returns that item itself, the
-// graph a new tensor: an in-place op on the result or on an item afterwards stops the
-// trace (GraphBuilder::markChoice). Not modelled (NotHandled): an item that requires grad
-// (see below), a larger tensor (eager's
-// comparison raises), tensors of different dtypes, bool or complex ones, and a number
-// among the items (eager returns the number itself when it wins: a type no graph gives).
+// Eager returns that item itself: the graph also computes which item won (the same fold
+// over the items' positions, torch.where(b > a, i, k)), and the result is a choice
+// (GraphBuilder::markChoice): its value is the where() node's, and where the object
+// matters it is the winning item itself (rebuilt from the graph's outputs; an identity test
+// or an in-place change breaks the graph). Not modelled (NotHandled): an item that requires
+// grad (see below), a larger tensor (eager's comparison raises), tensors of different
+// dtypes, bool or complex ones, and a number among the items (eager returns the number
+// itself when it wins: a type no graph gives).
 Result<ValuePtr> minMaxOfTensors(Tracer& t, bool is_max, const std::vector<ValuePtr>& items) {
   if (items.size() == 1 && items[0]->is(Kind::Tensor)) return items[0];  // one item: never compared
   if (items.size() < 2) return notHandled();
@@ -652,14 +654,23 @@ Result<ValuePtr> minMaxOfTensors(Tracer& t, bool is_max, const std::vector<Value
     nodes.push_back(tensor->node);
   }
   ValuePtr acc = items[0];
+  ValuePtr index = constInt(0);
   for (size_t i = 1; i < items.size(); ++i) {
     Result<ValuePtr> takes = recordCall(t, graph::NodeOp::CallFunction, compare, {items[i], acc}, {});
     if (!takes) return takes;
-    Result<ValuePtr> r = recordCall(t, graph::NodeOp::CallFunction, where, {takes.take(), items[i], acc}, {});
+    Result<ValuePtr> r = recordCall(t, graph::NodeOp::CallFunction, where, {*takes, items[i], acc}, {});
     if (!r) return r;
+    Result<ValuePtr> won =
+        recordCall(t, graph::NodeOp::CallFunction, where, {takes.take(), constInt(static_cast<long>(i)), index}, {});
+    if (!won) return won;
     acc = r.take();
-    if (const Tensor* out = acc->get<Tensor>()) t.graph().markChoice(out->node, nodes);
+    index = won.take();
+    if (const Tensor* w = index->get<Tensor>()) t.graph().markBookkeeping(w->node);
   }
+  const Tensor* out = acc->get<Tensor>();
+  const Tensor* which = index->get<Tensor>();
+  if (!out || !which) return t.fail("min()/max() of tensors: where() did not give tensors");
+  t.graph().markChoice(out->node, std::move(nodes), which->node);
   return acc;
 }
 

@@ -167,7 +167,7 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     case Kind::NdArray:
       break;
   }
-  return t.fail(std::string("calling a ") + kindName(fn->kind()) + " is not supported");
+  return t.fail(std::string("calling ") + describe(fn) + " is not supported");
 }
 
 Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
@@ -328,7 +328,7 @@ Result<Ref> realArgument(Tracer& t, const ValuePtr& v) {
     return out;
   }
   if (PyObject* real = v->real()) return Ref::borrow(real);
-  return t.fail(std::string("a ") + kindName(v->kind()) + " handed to Python code run at trace time");
+  return t.fail(describe(v) + " handed to Python code run at trace time");
 }
 
 // A lazy module (torch.nn.modules.lazy.LazyModuleMixin) that still has its initialising

@@ -487,7 +487,7 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
   PyObject* o = v->is(Kind::Module) ? v->real() : v->constant();
-  if (!o) return t.fail(std::string("a ") + kindName(v->kind()) + " as a set item is not supported yet");
+  if (!o) return t.fail(describe(v) + " as a set item is not supported yet");
   if (!v->is(Kind::Module) && PyObject_Hash(o) == -1) return t.raisePython();  // unhashable: TypeError
   for (size_t i = 0; i < items.size(); ++i) {
     PyObject* item = items[i]->real();
@@ -600,6 +600,48 @@ Result<bool> setIsSubset(Tracer& t, const std::vector<ValuePtr>& a, const std::v
   return true;
 }
 
+// The real set replaying `set`'s changes (Set::shadow), made from its items in the order
+// they were added on first need: what a set built in the trace is (BUILD_SET and set() of
+// a list add them in order). Null when an item has no real object (a tensor made in the trace).
+PyObject* setShadow(Set& set) {
+  if (set.shadow_lost) return nullptr;
+  if (set.shadow) return set.shadow.get();
+  Ref real = Ref::steal(PySet_New(nullptr));
+  if (!real) return PyErr_Clear(), set.shadow_lost = true, nullptr;
+  for (const ValuePtr& v : set.items) {
+    PyObject* o = v->real();
+    if (!o || v->is(Kind::Tensor) || PySet_Add(real.get(), o) < 0) return PyErr_Clear(), set.shadow_lost = true, nullptr;
+  }
+  set.shadow = std::move(real);
+  return set.shadow.get();
+}
+
+// Runs `method`(*args) on the shadow of `set` for real, after the trace made the same change
+// to its items; the shadow is given up when an argument has no real object.
+void replayOnShadow(Tracer& t, Set& set, const char* method, const std::vector<ValuePtr>& args) {
+  PyObject* shadow = setShadow(set);
+  if (!shadow) return;
+  Ref real_args = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!real_args) return PyErr_Clear(), set.shadow = Ref(), set.shadow_lost = true, void();
+  for (size_t i = 0; i < args.size(); ++i) {
+    Ref a;
+    if (Set* other = args[i]->get<Set>(); other && args[i]->reg < 0) {
+      if (PyObject* o = setShadow(*other)) a = Ref::borrow(o);
+    } else if (!args[i]->is(Kind::Tensor)) {
+      a = toPython(t, args[i]);
+    }
+    if (!a) return PyErr_Clear(), set.shadow = Ref(), set.shadow_lost = true, void();
+    PyTuple_SET_ITEM(real_args.get(), static_cast<Py_ssize_t>(i), a.release());
+  }
+  Ref fn = Ref::steal(PyObject_GetAttrString(shadow, method));
+  Ref r = fn ? Ref::steal(PyObject_Call(fn.get(), real_args.get(), nullptr)) : Ref();
+  if (!r || static_cast<size_t>(PySet_GET_SIZE(shadow)) != set.items.size()) {
+    PyErr_Clear();
+    set.shadow = Ref();
+    set.shadow_lost = true;
+  }
+}
+
 Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   Set& set = self->as<Set>();
@@ -660,14 +702,18 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
   if (set.frozen) return Value::constant(Py_None);  // frozenset.__init__ is object's: it changes nothing
   if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
   if (is("add") && args.size() == 1) {
+    setShadow(set);  // made before the change: from the items it held
     if (Done d = setAdd(t, items, args[0]); !d) return d.stop();
+    replayOnShadow(t, set, n, args);
     return Value::constant(Py_None);
   }
   if ((is("discard") || is("remove")) && args.size() == 1) {
     Result<long> k = setIndex(t, items, args[0]);
     if (!k) return k.stop();
     if (*k >= 0) {
+      setShadow(set);
       items.erase(items.begin() + *k);
+      replayOnShadow(t, set, "discard", args);
     } else if (is("remove")) {
       Ref key = toPython(t, args[0]);
       if (!key) return t.raiseNew(PyExc_KeyError, "set.remove(): the item is not in the set");
@@ -678,6 +724,25 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
   }
   if (is("pop") && args.empty()) {
     if (items.empty()) return t.raiseNew(PyExc_KeyError, "pop from an empty set");
+    if (PyObject* shadow = setShadow(set)) {
+      // Python's pop takes the entry at its finger (where the last pop left off): the
+      // shadow's own pop says which.
+      Ref popped = Ref::steal(PyObject_CallMethod(shadow, "pop", nullptr));
+      if (!popped) {
+        PyErr_Clear();
+        set.shadow = Ref();
+        set.shadow_lost = true;
+      } else {
+        for (size_t i = 0; i < items.size(); ++i)
+          if (items[i]->real() == popped.get()) {
+            ValuePtr v = items[i];
+            items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
+            return v;
+          }
+        set.shadow = Ref();
+        set.shadow_lost = true;
+      }
+    }
     ValuePtr first = setIterationOrder(set).front();  // the first item a walk of the set meets
     for (size_t i = 0; i < items.size(); ++i)
       if (items[i] == first) {
@@ -688,6 +753,8 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
   }
   if (is("clear") && args.empty()) {
     items.clear();
+    set.shadow = Ref();  // a cleared set starts a fresh table
+    set.shadow_lost = false;
     return Value::constant(Py_None);
   }
   if (is("__init__") && args.size() <= 1) {  // set.__init__(iterable=()): emptied, then filled
@@ -695,6 +762,8 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
     if (!args.empty())
       if (Done d = setItemsOf(t, args[0], &more); !d) return d.stop();
     items = std::move(more);
+    set.shadow = Ref();
+    set.shadow_lost = false;
     return Value::constant(Py_None);
   }
   SetOp op = SetOp::Union;
@@ -715,7 +784,9 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
     if (Done d = setCombine(t, op, result, other, &next); !d) return d.stop();
     result.swap(next);
   }
+  setShadow(set);
   items = std::move(result);
+  replayOnShadow(t, set, n, args);
   return Value::constant(Py_None);
 }
 
@@ -727,6 +798,20 @@ std::vector<ValuePtr> setIterationOrder(const Set& s) {
   // admit) is rebuilt for real to read it. A set holding a tensor is walked in the order
   // its items were added (a tensor's hash is its address, another one on each call).
   if (s.items.size() < 2) return s.items;
+  if (s.shadow && static_cast<size_t>(PySet_GET_SIZE(s.shadow.get())) == s.items.size()) {
+    // Changed in the trace: its shadow has the history (Set::shadow).
+    std::vector<ValuePtr> out;
+    Py_ssize_t pos = 0;
+    PyObject* key;
+    Py_hash_t hash;
+    while (_PySet_NextEntry(s.shadow.get(), &pos, &key, &hash))
+      for (const ValuePtr& v : s.items)
+        if (v->real() == key) {
+          out.push_back(v);
+          break;
+        }
+    if (out.size() == s.items.size()) return out;
+  }
   Ref real = Ref::steal(PySet_New(nullptr));
   if (!real) return PyErr_Clear(), s.items;
   for (const ValuePtr& v : s.items) {
@@ -779,7 +864,10 @@ Result<ValuePtr> setBinaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Va
   }
   if (target) {  // the set itself changes: every alias sees it
     if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
+    setShadow(*target);
     target->items = std::move(result);
+    static const char* const kInPlace[] = {"__ior__", "__iand__", "__isub__", "__ixor__"};
+    replayOnShadow(t, *target, kInPlace[static_cast<int>(which)], {b});
     return a;
   }
   return makeSet(t, std::move(result), isFrozenSetLike(a));
@@ -863,7 +951,7 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     }
     return {};
   }
-  return t.fail(std::string("item assignment on a ") + kindName(obj->kind()) + " is not supported yet");
+  return t.fail(std::string("item assignment on ") + describe(obj) + " is not supported yet");
 }
 
 bool isIdentityKey(PyObject* o) {
@@ -877,6 +965,20 @@ PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
   if (PyObject* c = v->constant()) {
     if (PyObject_Hash(c) == -1) return PyErr_Clear(), nullptr;
     return c;
+  }
+  if (const Set* s = v->get<Set>(); s && s->frozen) {
+    // A frozenset made in the trace holding tensors (by identity) or constants: the key is
+    // a real frozenset of the members' key objects (each guarded as a key of its own), equal
+    // to, and hashed as, the one the program makes. Kept alive with the trace's key objects.
+    Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
+    if (!fs) return PyErr_Clear(), nullptr;
+    for (const ValuePtr& item : s->items) {
+      PyObject* k = dictKeyOf(t, item);
+      if (!k || PySet_Add(fs.get(), k) < 0) return PyErr_Clear(), nullptr;
+    }
+    PyObject* key = fs.get();
+    t.keyObjects().emplace(key, std::make_pair(std::move(fs), v));
+    return key;
   }
   PyObject* obj = nullptr;
   int reg = v->reg;
@@ -1047,7 +1149,7 @@ Result<Next> opDeleteSubscr(Tracer& t, SymbolicFrame&, const bytecode::Instructi
   else if (obj->is(Kind::List) && index->is(Kind::Slice))
     done = storeSubscript(t, obj, index, nullptr);  // del xs[a:b]
   else
-    return t.fail(std::string("del on an item of a ") + kindName(obj->kind()) + " is not supported yet");
+    return t.fail(std::string("del on an item of ") + describe(obj) + " is not supported yet");
   if (!done) return done.stop();
   io.clear();
   return Next::Fall;

@@ -151,7 +151,7 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
     case Kind::Namespace:
       break;
   }
-  return t.fail(std::string("a ") + kindName(v->kind()) + " cannot be passed to a graph operation");
+  return t.fail(describe(v) + " cannot be passed to a graph operation");
 }
 
 // x.shape / x.size() of a tensor with symbolic sizes: a tuple whose symbolic items are the
@@ -253,6 +253,27 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
 Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   const int na = a->as<Tensor>().node, nb = b->as<Tensor>().node;
   if (na == nb) return true;
+  // The result of min()/max() over tensors is one of its items, chosen by their values
+  // (GraphBuilder::markChoice): the same object as `b` when every item is, another when
+  // none is; else it depends on the values and the trace cannot tell.
+  const graph::GraphBuilder::Choice* ca = t.graph().choiceOf(na);
+  const graph::GraphBuilder::Choice* cb = t.graph().choiceOf(nb);
+  if (ca || cb) {
+    PyObject* fa = t.graph().fake(na);
+    if (fa && fa == t.graph().fake(nb)) return true;  // one object (m.float() of a float m is m)
+    const ValuePtr& other = ca ? b : a;
+    int same = 0;
+    for (int c : (ca ? ca : cb)->candidates) {
+      Result<bool> r = sameTensorObject(t, Value::tensor(c), other);
+      if (!r) return r;
+      same += *r ? 1 : 0;
+    }
+    const size_t n = (ca ? ca : cb)->candidates.size();
+    if (same == 0) return false;
+    if (static_cast<size_t>(same) == n) return true;
+    return t.fail("whether the result of min()/max() over tensors is a given tensor depends on their values "
+                  "(eager returns the item that won itself)");
+  }
   PyObject* ea = t.exampleOf(na);
   PyObject* eb = t.exampleOf(nb);
   if (!ea || !eb) {

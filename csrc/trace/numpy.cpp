@@ -197,7 +197,7 @@ Result<ValuePtr> ndarrayMethod(Tracer& t, const ValuePtr& a, PyObject* name, Arg
 Result<ValuePtr> ndarrayOperator(Tracer& t, const char* op, Args args) {
   for (const ValuePtr& a : args)
     if (!a->is(Kind::NdArray) && !a->is(Kind::Constant) && !a->is(Kind::Slice) && !a->is(Kind::Tuple))
-      return t.fail(std::string("operator ") + op + " between a numpy array and a " + kindName(a->kind()) +
+      return t.fail(std::string("operator ") + op + " between a numpy array and " + describe(a) +
                     " is not supported yet");
   Ref name = Ref::steal(PyUnicode_FromString(op));
   if (!name) return t.failFromPython("an operator's name");

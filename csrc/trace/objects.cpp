@@ -431,7 +431,7 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
   PyObject* cls = nullptr;
   if (self->is(Kind::Module)) cls = reinterpret_cast<PyObject*>(Py_TYPE(self->real()));
   else if (isUserObject(self)) cls = classOf(self);
-  if (!cls) return t.fail(std::string("attribute '") + n + "' of a " + kindName(self->kind()) + " is not supported yet");
+  if (!cls) return t.fail(std::string("attribute '") + n + "\' of " + describe(self) + " is not supported yet");
   PyObject* descr = lookupInMro(cls, name, after);
   if (descr && Py_TYPE(descr)->tp_descr_set) {  // a data descriptor: it wins over the instance
     if (PyObject_TypeCheck(descr, &PyProperty_Type)) {
@@ -465,7 +465,7 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
       }
       return t.fail(std::string("attribute '") + n + "' (a " + Py_TYPE(descr)->tp_name + ") of an object made in the trace");
     }
-    if (!self->real()) return t.fail(std::string("attribute '") + n + "' of a " + kindName(self->kind()));
+    if (!self->real()) return t.fail(std::string("attribute '") + n + "\' of " + describe(self));
     // __slots__ members and C getset descriptors (an exception's args): C code, read for
     // real and guarded when the object comes from the program.
     Ref v = Ref::steal(PyObject_GetAttr(self->real(), name));
@@ -1047,7 +1047,7 @@ Done genericDelAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   // object.__delattr__; reads later in the trace see it gone.
   const Object* po = obj->get<Object>();
   if (!po || po->owned || obj->reg < 0 || basePart(obj))
-    return t.fail(std::string("deleting an attribute of a ") + kindName(obj->kind()) + " is not supported yet");
+    return t.fail(std::string("deleting an attribute of ") + describe(obj) + " is not supported yet");
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj->real()));
   PyObject* descr = lookupInMro(cls, name, nullptr);
   if (descr && PyObject_TypeCheck(descr, &PyProperty_Type)) {
@@ -1080,7 +1080,7 @@ Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
                   : (obj->is(Kind::Object) || obj->is(Kind::Module)) && obj->real()
                       ? reinterpret_cast<PyObject*>(Py_TYPE(obj->real()))
                       : nullptr;
-  if (!cls) return t.fail(std::string("deleting an attribute of a ") + kindName(obj->kind()) + " is not supported yet");
+  if (!cls) return t.fail(std::string("deleting an attribute of ") + describe(obj) + " is not supported yet");
   PyObject* own = lookupInMro(cls, delattrName(), nullptr);
   if (obj->is(Kind::Module)) {
     // nn.Module.__delattr__ (a parameter, buffer, submodule or instance attribute removed)
@@ -1177,7 +1177,7 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
       if (Done d = checkModuleStateNotRead(t, obj); !d) return d;
     return t.effects().setAttr(obj->reg, name, value);
   }
-  return t.fail(std::string("setting an attribute of a ") + kindName(obj->kind()) +
+  return t.fail(std::string("setting an attribute of ") + describe(obj) +
               " that exists outside the trace is not supported yet");
 }
 

@@ -182,7 +182,7 @@ Result<Next> opBeforeWith(Tracer& t, SymbolicFrame&, const bytecode::Instruction
     return Next::Fall;
   }
   if (!ctx->is(Kind::Context))
-    return t.fail(std::string("`with` on a ") + kindName(ctx->kind()) + " is not supported yet");
+    return t.fail(std::string("`with` on ") + describe(ctx) + " is not supported yet");
   Result<ValuePtr> entered = t.contexts().enter(ctx);
   if (!entered) return entered.stop();
   io = {Value::namedMethod(ctx, interned(Str::dunder_exit)), entered.take()};

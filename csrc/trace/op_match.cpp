@@ -17,7 +17,7 @@ namespace {
 // Unsupported when its type is not known.
 Result<bool> typeHasFlag(Tracer& t, const ValuePtr& subject, unsigned long flag, const char* what) {
   PyObject* type = typeOf(t, subject);
-  if (!type || !PyType_Check(type)) return t.fail(std::string("a ") + what + " pattern on a " + kindName(subject->kind()) + " of unknown type");
+  if (!type || !PyType_Check(type)) return t.fail(std::string("a ") + what + " pattern on " + describe(subject) + " of unknown type");
   return (PyType_GetFlags(reinterpret_cast<PyTypeObject*>(type)) & flag) != 0;
 }
 
@@ -53,7 +53,7 @@ Result<Next> opMatchKeys(Tracer& t, SymbolicFrame&, const bytecode::Instruction&
   PyObject* keys = io[1]->constant();
   const Dict* d = subject->get<Dict>();
   if (!d || !keys || !PyTuple_Check(keys))
-    return t.fail(std::string("a mapping pattern on a ") + kindName(subject->kind()) + " is not supported yet");
+    return t.fail(std::string("a mapping pattern on ") + describe(subject) + " is not supported yet");
   if (d->hasFactory()) return t.fail("a mapping pattern on a defaultdict is not supported yet");
   std::vector<ValuePtr> values;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {

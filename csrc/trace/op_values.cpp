@@ -157,7 +157,7 @@ Result<Next> opFormatValue(Tracer& t, SymbolicFrame&, const bytecode::Instructio
       return Next::Fall;
     }
   }
-  if (!c) return t.fail(std::string("formatting a ") + kindName(v->kind()) + " in an f-string is not supported yet");
+  if (!c) return t.fail(std::string("formatting ") + describe(v) + " in an f-string is not supported yet");
   Ref conv;
   switch (arg & 0x03) {
     case 1: conv = Ref::steal(PyObject_Str(c)); break;

@@ -384,8 +384,8 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (!r) return t.raisePython();
     return Value::of(Object{std::move(r), true});
   }
-  return t.fail(std::string("operator ") + fn_name + " on " + kindName(a->kind()) + " and " +
-              kindName(b->kind()) + " is not supported yet");
+  return t.fail(std::string("operator ") + fn_name + " on " + describe(a) + " and " +
+              describe(b) + " is not supported yet");
 }
 
 Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
@@ -413,7 +413,7 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
     if (!r) return t.failFromPython(std::string("operator.") + name + " on a constant");
     return Value::constant(r.get());
   }
-  return t.fail(std::string("unary operator on a ") + kindName(a->kind()) + " is not supported yet");
+  return t.fail(std::string("unary operator on ") + describe(a) + " is not supported yet");
 }
 
 Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b) {
@@ -548,7 +548,7 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     }
     if (known) return Value::constant((equal == (op == Py_EQ)) ? Py_True : Py_False);
   }
-  return t.fail(std::string("comparison of ") + kindName(a->kind()) + " and " + kindName(b->kind()) +
+  return t.fail(std::string("comparison of ") + describe(a) + " and " + describe(b) +
               " is not supported yet");
 }
 
@@ -736,7 +736,7 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     if (!isConstantObject(r.get())) return t.fail("subscript of a constant returned a non-constant");
     return Value::constant(r.get());
   }
-  return t.fail(std::string("subscript of a ") + kindName(obj->kind()) + " by a " + kindName(index->kind()) +
+  return t.fail(std::string("subscript of ") + describe(obj) + " by " + describe(index) +
               " is not supported yet");
 }
 
@@ -787,7 +787,7 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
         it->as<Iterator>().stepper = r.take();
         return it;
       }
-      return t.fail(std::string("__iter__ returned a ") + kindName((*r)->kind()) + " (TypeError: iter() returned non-iterator)");
+      return t.fail(std::string("__iter__ returned ") + describe(*r) + " (TypeError: iter() returned non-iterator)");
     }
     case Kind::Tuple:
     case Kind::List:
@@ -849,7 +849,7 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     case Kind::NdArray:
       break;
   }
-  return t.fail(std::string("iterating a ") + kindName(obj->kind()) + " is not supported yet");
+  return t.fail(std::string("iterating ") + describe(obj) + " is not supported yet");
 }
 
 Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
@@ -931,7 +931,7 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
     case Kind::Iterator:
       break;
   }
-  return t.fail(std::string("truth value of a ") + kindName(v->kind()));
+  return t.fail(std::string("truth value of ") + describe(v));
 }
 
 Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
@@ -964,7 +964,7 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   // A tensor is never a module, class, function or user object read from the program.
   if ((a->is(Kind::Tensor) && b->real() && !isTensor(b->real())) || (b->is(Kind::Tensor) && a->real() && !isTensor(a->real())))
     return false;
-  return t.fail(std::string("`is` between ") + kindName(a->kind()) + " and " + kindName(b->kind()));
+  return t.fail(std::string("`is` between ") + describe(a) + " and " + describe(b));
 }
 
 Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item) {
@@ -996,7 +996,7 @@ Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item
   Kwargs kw;
   bool mapping = container->is(Kind::Dict) || container->is(Kind::Set);
   if (!mapping && !container->is(Kind::List) && !container->is(Kind::Tuple))
-    return t.fail(std::string("`in` on a ") + kindName(container->kind()) + " is not supported yet");
+    return t.fail(std::string("`in` on ") + describe(container) + " is not supported yet");
   Result<ValuePtr> c = callContainerMethod(t, container, interned(Str::dunder_contains), a, kw);
   if (!c) return c.stop();
   return PyObject_IsTrue((*c)->constant()) != 0;

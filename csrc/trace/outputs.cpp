@@ -2,6 +2,7 @@
 #include "trace/outputs.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "support/lookup.h"
 #include "trace/ops.h"
@@ -67,7 +68,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
       const bool filled_after = (v->is(Kind::List) && !v->as<List>().deque) || v->is(Kind::Dict) ||
                                 (v->is(Kind::Set) && !v->as<Set>().frozen) || v->is(Kind::NewObject);
       if (in_progress_.count(v.get()) && !filled_after)
-        return t_.fail(std::string("a ") + kindName(v->kind()) +
+        return t_.fail(describe(v) +
                        " made in the trace that contains itself cannot be rebuilt yet");
       *out = P::Memo{it->second.first};
       return {};
@@ -93,6 +94,19 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       if (in >= 0) {
         // An input returned as is: hand back the very same object, as eager does.
         out->step = P::Register{in};
+        return {};
+      }
+      if (const graph::GraphBuilder::Choice* choice = t_.graph().choiceOf(node)) {
+        // The result of min()/max() over tensors is the item that won itself, as in eager:
+        // (items...)[index], the index a graph output (a 0-d integer tensor is an index).
+        PyObject* getitem = lookup(Obj::operator_getitem);
+        if (!getitem) return t_.failFromPython("operator.getitem");
+        std::vector<ValuePtr> candidates;
+        for (int c : choice->candidates) candidates.push_back(Value::tensor(c));
+        std::vector<runtime::OutputPlan> args(2);
+        if (Done d = plan(Value::tuple(std::move(candidates)), &args[0]); !d) return d;
+        if (Done d = plan(Value::tensor(choice->index), &args[1]); !d) return d;
+        out->step = P::Call{Ref::borrow(getitem), std::move(args)};
         return {};
       }
       for (size_t i = 0; i < graph_outputs_.size(); ++i)
@@ -168,6 +182,25 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       }
       if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
         out->step = P::Constant{Ref::borrow(v->real())};
+        return {};
+      }
+      if (v->is(Kind::Object) && !v->as<Object>().owned &&
+          strcmp(Py_TYPE(v->real())->tp_name, "types.UnionType") == 0) {
+        // A union type made in the trace (int | None): made again from its members as eager
+        // makes it, a new object each call (or_(or_(a, b), c)); they are classes, aliases
+        // and type variables, which outlive the trace.
+        Ref members = Ref::steal(PyObject_GetAttrString(v->real(), "__args__"));
+        PyObject* or_ = lookup(Obj::operator_or_);
+        if (!members || !or_ || !PyTuple_Check(members.get()) || PyTuple_GET_SIZE(members.get()) < 2)
+          return t_.failFromPython("the members of a union type");
+        runtime::OutputPlan acc = runtime::OutputPlan::constant(PyTuple_GET_ITEM(members.get(), 0));
+        for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(members.get()); ++i) {
+          std::vector<runtime::OutputPlan> args;
+          args.push_back(std::move(acc));
+          args.push_back(runtime::OutputPlan::constant(PyTuple_GET_ITEM(members.get(), i)));
+          acc = P::Call{Ref::borrow(or_), std::move(args)};
+        }
+        *out = std::move(acc);
         return {};
       }
       break;
@@ -336,7 +369,7 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Super:
       break;
   }
-  return t_.fail(std::string("returning a ") + kindName(v->kind()) + " is not supported yet");
+  return t_.fail(std::string("returning ") + describe(v) + " is not supported yet");
 }
 
 Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {

@@ -46,7 +46,7 @@ Done SideEffects::noteContainerMutation(const ValuePtr& c) {
   ++mutations_;
   if (c->reg < 0) return {};  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set))
-    return t_.fail(std::string("mutating a ") + kindName(c->kind()) + " from outside the trace is not supported yet");
+    return t_.fail(std::string("mutating ") + describe(c) + " from outside the trace is not supported yet");
   for (const Effect& e : effects_)
     if (const auto* r = std::get_if<Effect::Replace>(&e.what); r && r->container == c) return {};
   return record({c->reg, Effect::Replace{c}});

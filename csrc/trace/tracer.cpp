@@ -49,9 +49,7 @@ Stop Tracer::fail(std::string reason) {
     setLocation(&unsupported_);
     const SymbolicFrame* root = current_;
     while (root && root->parent) root = root->parent;
-    // A failure no graph break fixes (min()/max()'s result aliased in eager, see
-    // GraphBuilder::markChoice) leaves no break target: the frame runs natively.
-    if (root && root->root && !stopped_at_break_ && root->pc < root->instrs.size() && !graph_.choiceConflict()) {
+    if (root && root->root && !stopped_at_break_ && root->pc < root->instrs.size()) {
       fail_index_ = static_cast<int>(root->pc);
       fail_visit_ = root_visits_[root->pc];
     }
@@ -119,9 +117,6 @@ int Tracer::locationId(SymbolicFrame* f) {
 Done Tracer::compileGraph(bool compile_empty) {
   std::vector<int> inputs_used;
   int op_count = 0;
-  if (graph_.choiceEscapes(outputs_.graphOutputs()))
-    return fail("the result of min()/max() over tensors leaves the frame with one of its items (eager gives the same "
-                "object twice, the graph a copy)");
   Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
   if (!gm) return failFromPython("building the FX graph");
   // Nothing for a backend to do: no graph, unless `compile_empty`. The output plan may still

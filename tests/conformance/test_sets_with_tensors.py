@@ -185,3 +185,28 @@ def test_constant_membership_in_a_set_of_one_tensor(listlike):
         s = listlike([x])
         return 1 in s, x in s
     same_as_eager(fn, one, fullgraph=True)
+
+
+def test_frozenset_holding_a_tensor_as_a_dict_key():
+    # A frozenset of tensors hashes by its members' identities: a real frozenset of the
+    # very tensors is the key (it stopped the trace: "dict keys must be constants or objects
+    # hashed by identity", and the frame ran natively).
+    def fn(x, y):
+        d = {frozenset([x]): 1, frozenset([x, 2]): 2}
+        d[frozenset([y])] = 3
+        return d[frozenset([x])], d.get(frozenset([2, x])), frozenset([y]) in d, frozenset([x, y]) in d, x + 1, d
+
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x, y = torch.randn(3), torch.randn(3)
+    expected = fn(x, y)
+    for _ in range(2):  # first call and cache hit (the same tensors: keys are guarded by identity)
+        got = cfn(x, y)
+        assert got[:4] == expected[:4], (got, expected)
+        assert torch.equal(got[4], expected[4])
+        assert list(got[5].items()) == list(expected[5].items())
+        assert all(type(k) is frozenset for k in got[5])
+    st = cdynamo.stats()
+    assert st["frames_native"] == 0 and st["graph_breaks"] == 0, st["native_frames"]
+    assert cnt.frame_count == 1 and st["cache_hits"] >= 1

@@ -128,6 +128,19 @@ const char* kindName(Kind k) {
   return "?";
 }
 
+std::string describe(const ValuePtr& v) {
+  if (!v) return "a NULL";
+  if (v->is(Kind::Object) || v->is(Kind::Constant)) {
+    PyObject* o = v->is(Kind::Object) ? v->as<Object>().obj.get() : v->as<Constant>().obj.get();
+    if (o) return std::string(v->is(Kind::Object) ? "an object" : "a constant") + " of type " + Py_TYPE(o)->tp_name;
+  }
+  if (v->is(Kind::NewObject) && v->as<NewObject>().cls && PyType_Check(v->as<NewObject>().cls.get()))
+    return std::string("an object of class ") + reinterpret_cast<PyTypeObject*>(v->as<NewObject>().cls.get())->tp_name;
+  const char* name = kindName(v->kind());
+  const bool vowel = strchr("aeiouAEIOU", name[0]) != nullptr || strncmp(name, "nn.", 3) == 0;
+  return std::string(vowel ? "an " : "a ") + name;
+}
+
 bool isConstantObject(PyObject* o) {
   if (o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented) return true;
   PyTypeObject* t = Py_TYPE(o);

@@ -19,6 +19,7 @@
 
 #include <array>
 #include <memory>
+#include <string>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -124,6 +125,13 @@ struct Dict {
 struct Set {
   std::vector<ValuePtr> items;  // constants, modules, tensors (by identity) or frozen Sets
   bool frozen = false;          // a frozenset (immutable, hashable) holding values made in the trace
+  // Python walks a set in its table's order, which its history decides (removals leave
+  // dummies, pop() moves a finger, update() may resize first): once it is changed, a real
+  // set of its real items replays each change (containers.cpp, setShadow). Null before;
+  // `shadow_lost` when an item or an argument has no real object (the order is then
+  // rebuilt from the items, as for a set never changed).
+  Ref shadow;
+  bool shadow_lost = false;
 };
 // A closure cell made in the trace.
 struct Cell {
@@ -303,6 +311,9 @@ void forEachChild(const Value& v, F&& f);
 
 // Readable kind name for messages.
 const char* kindName(Kind k);
+// The value for a message, with its article: "a tensor", "an iterator", "an object of type
+// types.UnionType" (an object's or a constant's own type named).
+std::string describe(const ValuePtr& v);
 // True when `o` is a Python value the tracer models as a Constant.
 bool isConstantObject(PyObject* o);
 // A NumPy dtype or scalar (np.dtype("float32"), np.float64(0.5)): constants.
