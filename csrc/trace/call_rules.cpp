@@ -555,6 +555,8 @@ Result<ValuePtr> dispatchQuery(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
     objs = args;
   }
   for (const ValuePtr& o : objs) {
+    if (takesPartInDispatch(o)) return Value::constant(Py_True);  // a tensor subclass instance (torch_function.cpp)
+    if (o->is(Kind::Tensor) || o->is(Kind::SubclassTensor)) continue;  // a plain tensor, or a subclass that opted out
     PyObject* type = typeOf(t, o);
     if (!type) return t.fail(torchName(f) + "() of a value whose type is not known at trace time");
     int has = PyObject_HasAttrString(type, "__torch_function__");
@@ -868,5 +870,7 @@ Result<ValuePtr> applyCallRule(Tracer& t, CallRule rule, PyObject* fn, Args& arg
   }
   return t.fail("internal: unknown call rule");
 }
+
+bool isTorchCallable(PyObject* fn) { return isTorchFunction(fn); }
 
 }  // namespace cdynamo::trace
