@@ -601,6 +601,23 @@ bool isStructureHelper(PyObject* f) {
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0;
 }
 
+// Whether the Python function `f` is what its module's attribute path __qualname__ names
+// (torch._tensor.Tensor.split): the graph's code names its targets so. A function made by a
+// decorator that copied another's names (functools.wraps in torch._tensor's operator
+// wrappers: Tensor.__pow__ says it is TensorBase.pow) is not, and is traced instead.
+bool reachableByName(PyObject* f) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(f);
+  if (!fo->func_module || !PyUnicode_Check(fo->func_module) || !fo->func_qualname) return false;
+  Ref obj = Ref::steal(PyImport_GetModule(fo->func_module));
+  if (!obj) return PyErr_Clear(), false;
+  Ref parts = Ref::steal(PyUnicode_Split(fo->func_qualname, Ref::steal(PyUnicode_FromString(".")).get(), -1));
+  if (!parts) return PyErr_Clear(), false;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts.get()) && obj; ++i)
+    obj = Ref::steal(PyObject_GetAttr(obj.get(), PyList_GET_ITEM(parts.get(), i)));
+  if (!obj) return PyErr_Clear(), false;
+  return obj.get() == f;
+}
+
 // A torch callable: recorded in the graph when it has tensor arguments; without them,
 // decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
@@ -612,7 +629,7 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
         // can take its arguments; one that takes callables or objects (torch.utils._pytree
         // .tree_map, torch.fx map_aggregate) is traced like user code, as are the helpers of
         // torch.utils and torch.fx, which build structures, not tensors (tree_flatten).
-        if (!graphArguments(args, kwargs) || isStructureHelper(f))
+        if (!graphArguments(args, kwargs) || isStructureHelper(f) || !reachableByName(f))
           return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
         break;
       case TorchKind::Binding:

@@ -192,7 +192,7 @@ Result<ValuePtr> runWithoutSubclassDispatch(Tracer& t, PyObject* func, Args args
     r = getAttr(t, args[0], name);
   } else if (isTensorMethodDescriptor(func) && !args.empty() && args[0]->is(Kind::Tensor) &&
              PyUnicode_CompareWithASCIIString(PyDescr_NAME(func), "as_subclass") == 0) {
-    r = tensorAsSubclass(t, args[0], Args(args.begin() + 1, args.end()), std::move(kwargs));
+    return tensorAsSubclass(t, args[0], Args(args.begin() + 1, args.end()), std::move(kwargs));  // a new object
   } else if (isTensorMethodDescriptor(func) && args.size() == 2 && kwargs.empty() &&
              PyUnicode_CompareWithASCIIString(PyDescr_NAME(func), "__getitem__") == 0) {
     r = subscript(t, args[0], args[1]);
@@ -385,39 +385,6 @@ Result<ValuePtr> torchFunctionDispatch(Tracer& t, PyObject* func, const std::vec
   return t.raiseNew(PyExc_TypeError, "no implementation found for a torch function on types that implement __torch_function__");
 }
 
-Result<ValuePtr> callWithSubclassArgs(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
-  PyObject* f = fn->real();
-  if (!f) return notHandled();
-  PyObject* handle = lookup(Obj::torch_overrides_handle_torch_function);
-  if (!handle) return t.failFromPython("torch.overrides.handle_torch_function");
-  if (f == handle) {
-    // handle_torch_function(public_api, relevant_args, *args, **kwargs), as torch's Python
-    // functions call it once has_torch_function said yes.
-    if (args.size() < 2) return t.fail("torch.overrides.handle_torch_function() with too few arguments");
-    PyObject* public_api = args[0]->real();
-    const std::vector<ValuePtr>* relevant = args[1]->elements();
-    if (!public_api || !relevant || args[1]->is(Kind::Iterator)) return t.fail("torch.overrides.handle_torch_function() of these arguments");
-    return torchFunctionDispatch(t, public_api, *relevant, Args(args.begin() + 2, args.end()), std::move(kwargs), true);
-  }
-  // torch's dispatch queries are answered from the types (call_rules.cpp dispatchQuery).
-  if (f == lookup(Obj::torch_C_has_torch_function) || f == lookup(Obj::torch_C_has_torch_function_unary) ||
-      f == lookup(Obj::torch_C_has_torch_function_variadic))
-    return notHandled();
-  PyErr_Clear();
-  if (PyFunction_Check(f)) {
-    // A Python function of torch (F.sigmoid, Tensor.__rsub__, Tensor.split) is traced: it
-    // asks has_torch_function and hands over to handle_torch_function, or calls what
-    // dispatches, as eagerly; the user's functions are inlined anyway.
-    if (!isTorchCallable(f)) return notHandled();
-    return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
-  }
-  if (isTensorMethodDescriptor(f) || propertyGetterName(f) || (PyCFunction_Check(f) && isTorchCallable(f))) {
-    std::vector<ValuePtr> relevant = relevantOf(args, kwargs);
-    return torchFunctionDispatch(t, f, relevant, std::move(args), std::move(kwargs), false);
-  }
-  return notHandled();
-}
-
 namespace {
 
 // The method torch hands to __torch_function__ for an operator's special method of its C
@@ -453,6 +420,53 @@ Result<ValuePtr> callTensorDunder(Tracer& t, const std::string& dunder, Args arg
 bool tensorLike(const ValuePtr& v) { return v->is(Kind::Tensor) || v->is(Kind::SubclassTensor); }
 
 }  // namespace
+
+Result<ValuePtr> callWithSubclassArgs(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
+  PyObject* f = fn->real();
+  if (!f) return notHandled();
+  PyObject* handle = lookup(Obj::torch_overrides_handle_torch_function);
+  if (!handle) return t.failFromPython("torch.overrides.handle_torch_function");
+  if (f == handle) {
+    // handle_torch_function(public_api, relevant_args, *args, **kwargs), as torch's Python
+    // functions call it once has_torch_function said yes.
+    if (args.size() < 2) return t.fail("torch.overrides.handle_torch_function() with too few arguments");
+    PyObject* public_api = args[0]->real();
+    const std::vector<ValuePtr>* relevant = args[1]->elements();
+    if (!public_api || !relevant || args[1]->is(Kind::Iterator)) return t.fail("torch.overrides.handle_torch_function() of these arguments");
+    return torchFunctionDispatch(t, public_api, *relevant, Args(args.begin() + 2, args.end()), std::move(kwargs), true);
+  }
+  // torch's dispatch queries are answered from the types (call_rules.cpp dispatchQuery).
+  if (f == lookup(Obj::torch_C_has_torch_function) || f == lookup(Obj::torch_C_has_torch_function_unary) ||
+      f == lookup(Obj::torch_C_has_torch_function_variadic))
+    return notHandled();
+  PyErr_Clear();
+  if (PyCFunction_Check(f) && args.size() == 1 && kwargs.empty() && args[0]->is(Kind::SubclassTensor)) {
+    // len(x) and abs(x): the tensor's special method (Tensor.__len__ traced, TensorBase.abs dispatched).
+    const char* n = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
+    PyObject* self = PyCFunction_GET_SELF(f);
+    bool builtin = self && PyModule_Check(self) && strcmp(PyModule_GetName(self), "builtins") == 0;
+    if (!builtin) PyErr_Clear();
+    if (builtin && (strcmp(n, "len") == 0 || strcmp(n, "abs") == 0))
+      return callTensorDunder(t, std::string("__") + n + "__", {args[0]});
+  }
+  if (PyFunction_Check(f)) {
+    // A Python function of torch (F.sigmoid, Tensor.__rsub__, Tensor.split) is traced: it
+    // asks has_torch_function and hands over to handle_torch_function, or calls what
+    // dispatches, as eagerly; the user's functions are inlined anyway.
+    if (!isTorchCallable(f)) return notHandled();
+    return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+  }
+  // Tensor.as_subclass is not handed to __torch_function__ (torch's C method does not ask).
+  if (isTensorMethodDescriptor(f) && PyUnicode_CompareWithASCIIString(PyDescr_NAME(f), "as_subclass") == 0 && !args.empty() &&
+      args[0]->is(Kind::SubclassTensor))
+    return tensorAsSubclass(t, args[0], Args(args.begin() + 1, args.end()), std::move(kwargs));
+  if (isTensorMethodDescriptor(f) || propertyGetterName(f) || (PyCFunction_Check(f) && isTorchCallable(f))) {
+    std::vector<ValuePtr> relevant = relevantOf(args, kwargs);
+    return torchFunctionDispatch(t, f, relevant, std::move(args), std::move(kwargs), false);
+  }
+  return notHandled();
+}
+
 
 Result<ValuePtr> subclassOperator(Tracer& t, const char* op, Args operands) {
   bool any = false;
@@ -491,12 +505,16 @@ Result<ValuePtr> subclassTensorMethod(Tracer& t, const ValuePtr& self, PyObject*
   PyObject* descr = _PyType_Lookup(tt, name);
   if (!descr) return t.fail(std::string("Tensor has no method '") + PyUnicode_AsUTF8(name) + "'");
   Ref hold = Ref::borrow(descr);
+  if (PyUnicode_CompareWithASCIIString(name, "as_subclass") == 0) return tensorAsSubclass(t, self, args, std::move(kwargs));
   args.insert(args.begin(), self);
   if (PyFunction_Check(descr)) return t.inlineFunction(descr, -1, std::move(args), std::move(kwargs));  // Tensor.split
   if (!isTensorMethodDescriptor(descr))
     return t.fail(std::string("Tensor.") + PyUnicode_AsUTF8(name) + " of a tensor subclass instance is not supported yet");
+  // x.__iadd__(1) is handed over as TensorBase.add_, as x += 1 is.
+  Ref func = Ref::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(tt), dispatchedName(PyUnicode_AsUTF8(name))));
+  if (!func) return t.failFromPython("torch.Tensor's method");
   std::vector<ValuePtr> relevant = relevantOf(args, kwargs);
-  return torchFunctionDispatch(t, descr, relevant, std::move(args), std::move(kwargs), false);
+  return torchFunctionDispatch(t, func.get(), relevant, std::move(args), std::move(kwargs), false);
 }
 
 Result<ValuePtr> subclassTensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {

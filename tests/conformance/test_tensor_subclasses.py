@@ -234,3 +234,102 @@ def test_disabling_subclass_dispatch_is_a_clear_break():
     reasons = [b.get("reason") for b in cdynamo.stats()["graph_break_reasons"]] + [
         n.get("reason") for n in cdynamo.stats()["native_frames"]]
     assert any("DisableTorchFunctionSubclass" in (r or "") for r in reasons), reasons
+
+
+CALLS = []
+
+
+class Logged(torch.Tensor):
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        CALLS.append(func.__name__)
+        return super().__torch_function__(func, types, args, kwargs)
+
+    def twice(self):  # the subclass's own method, traced with the instance
+        return self * 2
+
+    @property
+    def first(self):
+        return self[0]
+
+
+def _iadd(x):
+    z = x.clone()
+    z += 1
+    return z
+
+
+def _setitem(x):
+    z = x.clone()
+    z[0] = 5
+    return z
+
+
+CASES = {
+    "reflected add": lambda x: 1 + x,
+    "reflected sub": lambda x: 2 - x,
+    "reflected div": lambda x: 2 / x,
+    "pow": lambda x: x ** 2,
+    "explicit __iadd__": lambda x: x.clone().__iadd__(1),
+    "+=": _iadd,
+    "setitem": _setitem,
+    "property T": lambda x: x.view(2, 2).T,
+    "len and abs": lambda x: (len(x), abs(x)),
+    "split and max": lambda x: (x.split(2), x.max(0)),
+    "new_zeros": lambda x: x.new_zeros(2),
+    "as_subclass back to Tensor": lambda x: x.as_subclass(torch.Tensor) + 1,
+    "Tensor method through the class": lambda x: torch.Tensor.add(x, 1),
+    "type and identity": lambda x: (type(x + 1), (x + 0) is x, x.contiguous() is x),
+    "own method and property": lambda x: (x.twice(), x.first),
+    "cat with a plain tensor": lambda x: torch.cat([torch.ones(4), x]),
+}
+
+
+def describe(out):
+    if isinstance(out, (tuple, list)):
+        return (type(out).__name__, [describe(o) for o in out])
+    if isinstance(out, torch.Tensor):
+        return (type(out).__name__, out.as_subclass(torch.Tensor).tolist())
+    return out
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_operations_dispatch_as_eagerly(name):
+    fn = CASES[name]
+
+    def make():
+        return torch.arange(4.0).as_subclass(Logged)
+
+    CALLS.clear()
+    eager = describe(fn(make()))
+    eager_calls = list(CALLS)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        CALLS.clear()
+        assert describe(cfn(make())) == eager
+        assert CALLS == eager_calls  # the same __torch_function__ calls, in the same order
+    st = cdynamo.stats()
+    reasons = [b.get("reason") for b in st["graph_break_reasons"]] + [n.get("reason") for n in st["native_frames"]]
+    assert cnt.frame_count == 1 and not reasons, reasons
+
+
+def test_torch_python_operator_wrapper_on_plain_tensors():
+    # torch.Tensor.__pow__ is a functools.wraps wrapper naming TensorBase.pow: the graph
+    # cannot name it, so it is traced (it was recorded and failed: AttributeError).
+    def fn(y):
+        return torch.Tensor.__pow__(y, 2), torch.Tensor.__rsub__(y, 2)
+
+    y = torch.arange(4.0)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt, fullgraph=True)
+    for _ in range(2):
+        got = cfn(y)
+        for g, e in zip(got, fn(y)):
+            assert torch.equal(g, e)
+    assert cnt.frame_count == 1
