@@ -27,7 +27,7 @@ def forward_backend(gm, example_inputs):
 class CountingBackend:
     """Counts graphs and call nodes; returns gm.forward (the same for both frontends)."""
 
-    def __init__(self, keep=False, time_graphs=False, replay=False):
+    def __init__(self, keep=False, time_graphs=False, replay=False, record_calls=False):
         self.graphs = 0
         self.ops = 0
         self.keep = keep
@@ -43,6 +43,12 @@ class CountingBackend:
         # a near-free function call, which a graph of several hundred microseconds would
         # otherwise bury in its own run-to-run noise (section 2's module stack).
         self.replay = replay
+        # With record_calls (and keep): a symbolic graph's example inputs are SymInts and fakes,
+        # so the graph-only baseline calls it with the real inputs of its first calls instead
+        # (sizes as ints, tensors), through the same recording wrapper the frontend calls, so
+        # the wrapper's cost cancels out of "frontend - its graph".
+        self.record_calls = record_calls
+        self.calls = []  # per kept graph: the real argument tuples of its first calls
 
     def __call__(self, gm, example_inputs):
         self.graphs += 1
@@ -57,7 +63,16 @@ class CountingBackend:
         if self.keep:
             ex = list(example_inputs)
             real = all(type(e) in (torch.Tensor, torch.nn.Parameter) for e in ex)
+            calls = []
+            if self.record_calls and not real:
+                inner = compiled
+
+                def compiled(*args, _f=inner, _calls=calls):
+                    if len(_calls) < 64:
+                        _calls.append(args)
+                    return _f(*args)
             self.compiled.append((compiled, ex if real else None))
+            self.calls.append(calls)
         if self.time_graphs:
             forward, backend = gm.forward, self
 
@@ -83,6 +98,24 @@ class CountingBackend:
         def run():
             for f, ex in plan:
                 f(*ex)
+        return run
+
+    def dynamic_graph_loop(self, which):
+        """For one symbolic graph serving every argument set: a callable running it on the real
+        inputs it was first called with for the sets `which` (call i = set i), or None."""
+        if len(self.compiled) != 1 or not self.record_calls:
+            return None
+        f, calls = self.compiled[0][0], self.calls[0]
+        if len(calls) <= max(which):
+            return None
+        plan = [calls[i] for i in which]
+        if len(plan) == 1:
+            (a,) = plan
+            return lambda: f(*a)
+
+        def run():
+            for a in plan:
+                f(*a)
         return run
 
 
@@ -291,7 +324,7 @@ class Section:
 # ----------------------------------------------------------------------------- cache-hit timing
 
 def measure_hits(label, fn, arg_sets, rounds, target_ns, ctx=None, fullgraph=False, timed=None, replay=False,
-                 dynamic=False):
+                 dynamic=False, own_graph=False):
     """Cache-hit time per call of eager fn, cdynamo and torch._dynamo (same backend).
 
     arg_sets: list of argument tuples, each compiled (in order) into its own cache entry;
@@ -310,7 +343,10 @@ def measure_hits(label, fn, arg_sets, rounds, target_ns, ctx=None, fullgraph=Fal
     ctx = ctx or contextlib.nullcontext
     timed = list(range(len(arg_sets))) if timed is None else list(timed)
     reset_all()
-    cb_c, cb_d = CountingBackend(keep=True, replay=replay), CountingBackend(keep=True, replay=replay)
+    # own_graph (dynamic=True, one symbolic entry): the graph-only baseline runs the one graph
+    # on the real inputs of each set (CountingBackend.record_calls).
+    cb_c = CountingBackend(keep=True, replay=replay, record_calls=own_graph)
+    cb_d = CountingBackend(keep=True, replay=replay, record_calls=own_graph)
     # Both frontends with the same `dynamic` (False: one entry per argument set, as the
     # sections were written; True: one symbolic entry).
     c = cdynamo.compile(fn, backend=cb_c, fullgraph=fullgraph, dynamic=dynamic)
@@ -358,6 +394,10 @@ def measure_hits(label, fn, arg_sets, rounds, target_ns, ctx=None, fullgraph=Fal
         # inputs; frontend minus its graph = guard evaluation + argument gathering + dispatch.
         if len(cb_c.compiled) == len(arg_sets) and len(cb_d.compiled) == len(arg_sets):
             gc_, gd_ = cb_c.graph_loop(timed), cb_d.graph_loop(timed)
+            if gc_ is not None and gd_ is not None:
+                cands["graph_c"], cands["graph_d"] = gc_, gd_
+        elif own_graph:
+            gc_, gd_ = cb_c.dynamic_graph_loop(timed), cb_d.dynamic_graph_loop(timed)
             if gc_ is not None and gd_ is not None:
                 cands["graph_c"], cands["graph_d"] = gc_, gd_
         inner = calibrate_inner(cands["dynamo"], target_ns)

@@ -19,10 +19,15 @@ def run(quick):
         ("`x + 1` under torch.inference_mode()", add_one, [(torch.randn(1),)], torch.inference_mode),
         ("`nn.Linear(8, 8)` module, input [1, 8]", lin, [(torch.randn(1, 8),)], None),
     ]
+    cases = [c + (False,) for c in cases]
+    # A dynamic entry (issue 13): one symbolic entry serves both lengths; the hit pays the
+    # size-symbol reads and shape guards (x.size(0) >= 2) in the guard program.
+    cases.append(("`x + 1`, dynamic=True, lengths 4 / 7 hit one symbolic entry", add_one,
+                  [(torch.randn(4),), (torch.randn(7),)], None, True))
     results = []
-    for label, fn, args, ctx in cases:
+    for label, fn, args, ctx, dynamic in cases:
         log(f"  [overhead] {label}")
-        r = measure_hits(label, fn, args, rounds, target, ctx=ctx)
+        r = measure_hits(label, fn, args, rounds, target, ctx=ctx, dynamic=dynamic)
         results.append(r)
         if r["captured"]:
             oc, od = r["cdynamo"] - r["eager"], r["dynamo"] - r["eager"]

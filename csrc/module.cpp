@@ -169,10 +169,11 @@ PyObject* py_reset(PyObject*, PyObject*) {
 
 PyObject* py_stats(PyObject*, PyObject*) {
   const cdynamo::Stats& s = cdynamo::stats();
-  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
+  return Py_BuildValue("{s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:K,s:n}", "frames_seen", s.frames_seen, "frames_captured",
                        s.frames_captured, "frames_native", s.frames_native, "graphs_compiled", s.graphs_compiled,
                        "graph_breaks", s.graph_breaks,
                        "cache_hits", s.cache_hits, "cache_misses", s.cache_misses, "recompiles", s.recompiles, "translate_ns", s.translate_ns,
+                       "memo_hits", s.memo_hits, "memo_misses", s.memo_misses,
                        "cache_entries", static_cast<Py_ssize_t>(cdynamo::cache::numEntries()));
 }
 

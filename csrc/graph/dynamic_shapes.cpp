@@ -140,14 +140,20 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
 }
 
 int GraphBuilder::addIntInput(PyObject* value, const std::string& name, const std::string& source) {
-  if (dyn_.mode != -1 || !dyn_.memory || !PyDict_Check(dyn_.memory) || source.empty()) return kNoTensorResult;
-  int automatic = configFlag("automatic_dynamic_shapes");
-  if (automatic < 0) return -1;
-  if (!automatic) return kNoTensorResult;
+  // dynamic=False: never a symbol. dynamic=True: a symbol from the first compile (as
+  // torch._dynamo's dynamic=True: no 0/1 specialization for ints), unless a trace with it
+  // symbolic failed before. dynamic=None: automatic dynamic, once its value changed.
+  if (dyn_.mode == 0 || !dyn_.memory || !PyDict_Check(dyn_.memory) || source.empty()) return kNoTensorResult;
+  if (dyn_.mode == -1) {
+    int automatic = configFlag("automatic_dynamic_shapes");
+    if (automatic < 0) return -1;
+    if (!automatic) return kNoTensorResult;
+  }
   PyObject* mod = shapesModule();
   if (!mod) return -1;
   PyObject* env = symbolic_ && shape_env_ ? shape_env_.get() : Py_None;
-  Ref sym = Ref::steal(PyObject_CallMethod(mod, "int_input", "OOsO", env, value, source.c_str(), dyn_.memory));
+  Ref sym = Ref::steal(PyObject_CallMethod(mod, "int_input", "OOsOO", env, value, source.c_str(), dyn_.memory,
+                                           dyn_.mode == 1 ? Py_True : Py_False));
   if (!sym) return -1;
   if (sym.get() == Py_None) return kNoTensorResult;
   if (reinterpret_cast<PyObject*>(Py_TYPE(sym.get())) != lookup(Obj::torch_SymInt)) {

@@ -6,6 +6,7 @@
 #include "graph/torch_refs.h"
 #include "support/check.h"
 #include "support/lookup.h"
+#include "support/stats.h"
 
 namespace cdynamo::graph {
 
@@ -164,12 +165,14 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
         n.sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get());
         n.sig_rg = spec.requires_grad;
       }
+      if (n.fake) ++stats().memo_hits;
       int check = n.fake ? memoCheck() : 0;
       if (check < 0) return -1;
       if (check) memo_result = std::move(n.fake);
     }
   }
 
+  if (key && !n.fake && !memo_result) ++stats().memo_misses;
   std::vector<long long> versions_before;
   bool ran = false;  // the op ran on fakes (a memo candidate when `key` is set)
   if (!n.fake) {

@@ -118,7 +118,11 @@ void GuardProgram::weakenOrigin(Origin* o) {
   Origin out;
   for (OriginFrame& f : *o) {
     PyObject* code = f.code.get();
-    if (!code || PyWeakref_Check(code)) continue;
+    if (!code) continue;
+    if (PyWeakref_Check(code)) {  // a frame of another check's origin: weak already
+      out.push_back(OriginFrame{f.code.copy(), f.offset});
+      continue;
+    }
     Ref* weak = nullptr;
     for (auto& [c, w] : weak_codes_)
       if (c == code) weak = &w;
@@ -181,6 +185,21 @@ bool GuardProgram::checkShape(std::vector<ShapeOp> ops, std::string text, Origin
     if (depth > kMaxShapeDepth) return false;
   }
   if (depth != 1) return false;
+  if (origin.empty()) {
+    // No instruction of the program installed it: a relation duck sizing made (two inputs'
+    // sizes one symbol) or a symbol's range (0/1 specialization). It is about the first size
+    // or int it reads, so it comes from where the trace read that input (as torch._dynamo
+    // names the value's first use): that input's own check's origin.
+    for (const ShapeOp& op : ops) {
+      if (op.op != ShapeOpKind::Size && op.op != ShapeOpKind::Int) continue;
+      for (const Check& k : checks_)
+        if (k.reg == op.reg && !k.dropped && !k.origin.empty()) {
+          for (const OriginFrame& f : k.origin) origin.push_back(OriginFrame{f.code.copy(), f.offset});
+          break;
+        }
+      break;
+    }
+  }
   Check c{CheckKind::Shape, -1};
   c.shape_ops = std::move(ops);
   c.what = std::move(text);

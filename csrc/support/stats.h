@@ -14,6 +14,10 @@ struct Stats {
   uint64_t cache_misses = 0;
   uint64_t recompiles = 0;         // misses on a code object that already had entries
   uint64_t translate_ns = 0;       // wall time in trace::translate (the frontend and the backends it calls)
+  // The output-metadata memo (graph/memo.cpp): ops whose result it made without running
+  // them on fakes, and memoizable ops it had no fitting entry for (they ran, and are stored).
+  uint64_t memo_hits = 0;
+  uint64_t memo_misses = 0;
 };
 
 Stats& stats();

@@ -158,6 +158,34 @@ Result<ValuePtr> builtinSetattr(Tracer& t, PyObject* f, const char* which, Args&
 }
 
 // len(): a container's size, a user object's __len__, a tensor's (a graph op), a module container's children.
+// range() of symbolic ints (x.shape[0] under dynamic shapes, an int argument made a
+// symbol): range needs their values, so each is specialized to the int it stands for, as
+// torch._dynamo specializes it; int() of the SymInt makes its ShapeEnv record the guard
+// (Eq(s, value)), which becomes one of the entry's shape guards. NotHandled when no
+// argument is a symbolic int.
+Result<ValuePtr> builtinRange(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
+  if (!kwargs.empty()) return notHandled();
+  bool any = false;
+  Args values;
+  for (const ValuePtr& a : args) {
+    if (!isScalarValue(t, a) || scalarType(t, a) != reinterpret_cast<PyObject*>(&PyLong_Type)) {
+      values.push_back(a);
+      continue;
+    }
+    static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+    Ref v = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_int", "O",
+                                                    t.graph().fake(a->as<Tensor>().node)))
+                   : Ref();
+    if (!v) return t.failFromPython("specializing a symbolic int for range()");
+    if (v.get() == Py_None) return t.fail("range() of a value read from a tensor (Tensor.item())");
+    values.push_back(Value::constant(v.get()));
+    any = true;
+  }
+  if (!any) return notHandled();
+  return runPure(t, f, which, values, kwargs);
+}
+
 Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (!(is("len") && args.size() == 1 && kwargs.empty())) return notHandled();
@@ -823,7 +851,7 @@ const std::vector<BuiltinRow> kBuiltinRows = {
     {"ord", {"ord", nullptr, true}},
     {"pow", {"pow", builtinOfTensor, true}},
     {"print", {"print", builtinEffects, false}},
-    {"range", {"range", nullptr, true}},
+    {"range", {"range", builtinRange, true}},
     {"repr", {"repr", builtinOfTensor, true}},
     {"reversed", {"reversed", builtinReversed, false}},
     {"round", {"round", builtinOfTensor, true}},

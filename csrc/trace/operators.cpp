@@ -674,6 +674,21 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     return t.fail("object is not subscriptable (TypeError)");
   }
   if (obj->is(Kind::Tensor)) {
+    // x[n] with n a symbolic int (a size, an int argument made a symbol): torch.select(x, 0,
+    // n) as torch._dynamo records it. Tensor.__getitem__ would take the SymInt's __index__
+    // and specialize n (Eq(n, value)): a recompile for every index.
+    if (isScalarValue(t, index) && scalarType(t, index) == reinterpret_cast<PyObject*>(&PyLong_Type) &&
+        !isScalarValue(t, obj)) {
+      Ref dim = Ref::steal(PyObject_CallMethod(t.graph().fake(obj->as<Tensor>().node), "dim", nullptr));
+      if (!dim) return t.failFromPython("Tensor.dim()");
+      if (PyLong_AsLong(dim.get()) >= 1) {
+        PyObject* sel = lookup(Obj::torch_select);
+        if (!sel) return t.failFromPython("torch.select lookup");
+        Ref zero = Ref::steal(PyLong_FromLong(0));
+        if (!zero) return t.failFromPython("index");
+        return recordCall(t, NodeOp::CallFunction, sel, {obj, Value::constant(zero.get()), index}, {});
+      }
+    }
     PyObject* fn = lookup(Obj::operator_getitem);
     if (!fn) return t.failFromPython("operator lookup");
     return recordCall(t, NodeOp::CallFunction, fn, {obj, index}, {});

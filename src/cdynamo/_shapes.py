@@ -107,7 +107,7 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
     return fake, syms
 
 
-def int_input(shape_env, value, source_name, memory):
+def int_input(shape_env, value, source_name, memory, always=False):
     """Automatic dynamic for a Python int argument (dynamic=None): the SymInt it becomes, or
     None while it stays a constant. `memory` (the code object's, see input_fake) keeps under
     "int:" + source the value the first compile saw, None once it changed, "static" when
@@ -115,7 +115,8 @@ def int_input(shape_env, value, source_name, memory):
     specializes an int the program needs as a constant). Without a ShapeEnv (a first,
     static compile) only the value is recorded. Unlike a size, a 0 or 1 that comes after
     the value changed is a symbol too (torch._dynamo's unspecialized ints are not 0/1
-    specialized): a counter counting up from 0 gets two graphs, not three."""
+    specialized): a counter counting up from 0 gets two graphs, not three. `always`
+    (dynamic=True): a symbol from the first compile on, unless specialized for good."""
     key = "int:" + source_name
     # A source seen before as something other than an int (a tensor: its sizes are kept
     # under the plain source name) has changed too, as torch._dynamo's frame state says:
@@ -123,16 +124,20 @@ def int_input(shape_env, value, source_name, memory):
     prev = memory.get(key, "a tensor" if source_name in memory else value)
     if prev == "static":
         return None
-    if prev is not None and prev == value:
+    if always:
+        why = "dynamic=True"
+    elif prev is not None and prev == value:
         memory[key] = value
         return None
-    memory[key] = None
+    else:
+        why = f"automatic dynamic (was {prev})"
+        memory[key] = None
     if shape_env is None:
         return None
     from torch.fx.experimental.symbolic_shapes import DimDynamic
     sym = shape_env.create_unspecified_symint_and_symbol(value, ConstantSource(source_name), DimDynamic.DYNAMIC)
     if _logging.enabled("dynamic"):
-        _logging.emit("dynamic", f"{source_name} = {value} is symbol {sym} (automatic dynamic (was {prev}))")
+        _logging.emit("dynamic", f"{source_name} = {value} is symbol {sym} ({why})")
     return sym
 
 
@@ -142,6 +147,14 @@ def specialize_ints(memory, sources):
         memory["int:" + s] = "static"
         if _logging.enabled("dynamic"):
             _logging.emit("dynamic", f"{s} is specialized: the trace with it symbolic did not complete")
+
+
+def specialize_int(value):
+    """int() of a backed SymInt (its ShapeEnv records the guard Eq(symbol, value)), or None
+    when it has no hint (an unbacked value read from a tensor)."""
+    if not value.node.has_hint():
+        return None
+    return int(value)
 
 
 def truth(value):

@@ -170,6 +170,9 @@ def test_relation_between_inputs_is_guarded_and_mismatch_raises_like_eager():
     check(cf, add, torch.randn(3), torch.randn(3))  # the entry still serves equal sizes
     guards = cdynamo.cache_entries(add)[-1]["guards"]
     assert "L['y'].size()[0] == L['x'].size()[0]" in guards
+    assert cnt.frame_count == 1
+    calls = [(torch.randn(n), torch.randn(n)) for n in (5, 8, 3)]
+    assert cnt.frame_count <= dynamo_count(add, calls, dynamic=True)
 
 
 def test_broadcast_relation_from_different_sizes():
@@ -178,6 +181,8 @@ def test_broadcast_relation_from_different_sizes():
     check(cf, add, torch.randn(5, 1), torch.randn(1, 7))
     check(cf, add, torch.randn(6, 1), torch.randn(1, 9))
     assert cnt.frame_count == 1
+    calls = [(torch.randn(5, 1), torch.randn(1, 7)), (torch.randn(6, 1), torch.randn(1, 9))]
+    assert cnt.frame_count <= dynamo_count(add, calls, dynamic=True)
 
 
 def sizes_in_the_trace(x):
@@ -334,6 +339,10 @@ def test_three_instances_of_one_module_class_share_one_graph():
         cm = cdynamo.compile(m, backend=cnt)
         check(cm, m, x)
     assert cnt.frame_count == 1
+    dcnt = torch._dynamo.testing.CompileCounter()
+    for m in mods:
+        torch.compile(m, backend=dcnt)(x)
+    assert cnt.frame_count <= dcnt.frame_count
 
 
 def test_replaced_parameter_same_shape_no_recompile_float64_recompiles_naming_dtype():
@@ -350,6 +359,16 @@ def test_replaced_parameter_same_shape_no_recompile_float64_recompiles_naming_dt
     assert cnt.frame_count == 2
     assert "dtype of" in cdynamo.stats()["recompile_reasons"][-1]["reason"]
     assert "torch.float64" in cdynamo.stats()["recompile_reasons"][-1]["reason"]
+    m = Block()
+    dcnt = torch._dynamo.testing.CompileCounter()
+    dm = torch.compile(m, backend=dcnt)
+    dm(x)
+    m.lin.weight = torch.nn.Parameter(torch.randn(4, 4))
+    dm(x)
+    assert dcnt.frame_count == 1
+    m.double()
+    dm(x.double())
+    assert cnt.frame_count <= dcnt.frame_count == 2
 
 
 def test_shape_guards_run_in_the_guard_program_without_python():
@@ -384,16 +403,22 @@ def test_transformer_encoder_training_aot_eager_gradients_equal():
     enc = make_encoder().train()
     ref = make_encoder().train()
     cenc = cdynamo.compile(enc, backend="aot_eager")
-    for n in (8, 16, 24, 40):
+    lengths = range(8, 65, 8)
+    for n in lengths:
         x = torch.randn(2, n, 16)
-        enc.zero_grad()
-        ref.zero_grad()
-        cenc(x).square().sum().backward()
-        ref(x).square().sum().backward()
-        for (name, p), q in zip(enc.named_parameters(), ref.parameters()):
-            torch.testing.assert_close(p.grad, q.grad, msg=name)
+        for _ in range(2):  # the first call and a hit
+            enc.zero_grad()
+            ref.zero_grad()
+            out, expected = cenc(x), ref(x)
+            torch.testing.assert_close(out, expected)
+            out.square().sum().backward()
+            expected.square().sum().backward()
+            for (name, p), q in zip(enc.named_parameters(), ref.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, msg=name)
     assert cdynamo.stats()["frames_captured"] <= 2
     assert cdynamo.stats()["native_frames"] == []
+    d = dynamo_count(make_encoder().train(), [(torch.randn(2, n, 16),) for n in lengths])
+    assert cdynamo.stats()["frames_captured"] <= d
 
 
 def test_inductor_compiles_a_dynamic_kernel():
@@ -462,3 +487,54 @@ def test_transformer_encoder_over_sequence_lengths_with_inductor():
             torch.testing.assert_close(cenc(x), enc(x), rtol=1e-4, atol=1e-4)  # a cache hit
     assert 1 <= cdynamo.stats()["frames_captured"] <= 2
     assert cdynamo.stats()["native_frames"] == []
+    # torch._dynamo's count on the same lengths (its compiles counted; the backend does not
+    # change how many frames it compiles).
+    with torch.no_grad():
+        d = dynamo_count(enc, [(torch.randn(2, n, 16),) for n in range(8, 65, 8)])
+    assert cdynamo.stats()["frames_captured"] <= d
+
+
+def test_maybe_mark_dynamic_before_the_first_call():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(add_one, backend=cnt)
+    x = torch.randn(4, 3)
+    cdynamo.maybe_mark_dynamic(x, 0)
+    check(cf, add_one, x)
+    for n in (5, 9):
+        check(cf, add_one, torch.randn(n, 3))
+    assert cnt.frame_count == 1
+    assert len(sym_placeholders(cnt.graphs[0])) == 1
+    y = torch.randn(4, 3)
+    torch._dynamo.maybe_mark_dynamic(y, 0)
+    assert dynamo_count(add_one, [(y,)] + [(torch.randn(n, 3),) for n in (5, 9)]) == 1
+    # torch's own mark is honoured too.
+    cdynamo.reset()
+    cnt = CompileCounter()
+    cf = cdynamo.compile(add_one, backend=cnt)
+    z = torch.randn(4, 3)
+    torch._dynamo.maybe_mark_dynamic(z, 0)
+    check(cf, add_one, z)
+    check(cf, add_one, torch.randn(6, 3))
+    assert cnt.frame_count == 1
+
+
+def checked(x):
+    torch._check(x.shape[0] >= 3)
+    return x * x.shape[0]
+
+
+def test_torch_check_on_a_symbolic_size_is_a_shape_guard():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(checked, backend=cnt, dynamic=True)
+    for n in (3, 4, 8):
+        check(cf, checked, torch.randn(n))
+    assert cnt.frame_count == 1 == dynamo_count(checked, [(torch.randn(n),) for n in (3, 4, 8)], dynamic=True)
+    assert "shape guard: L['x'].size()[0] >= 3" in cdynamo.cache_entries(checked)[0]["guards"]
+    # A size the check rejects: the same error as eager (torch._dynamo raises its own
+    # TorchRuntimeError from its compile).
+    with pytest.raises(RuntimeError) as eager:
+        checked(torch.randn(2))
+    with pytest.raises(RuntimeError) as compiled:
+        cf(torch.randn(2))
+    assert str(compiled.value) == str(eager.value)
+    check(cf, checked, torch.randn(5))  # the entry still serves

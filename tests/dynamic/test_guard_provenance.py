@@ -3,6 +3,7 @@ file:line of the traced program's use that installed it with the inlined call ch
 explain() shows symbolic sizes and shape guards. The text is built on the miss, from what
 the trace recorded."""
 import torch
+import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
@@ -95,3 +96,42 @@ def test_explain_shows_symbolic_sizes_and_shape_guards():
     # A static compile shows none.
     report = cdynamo.explain(branchy)(torch.ones(6, 3))
     assert report.symbolic_sizes == [{}] and report.shape_guards == []
+
+
+def read_apart(x, y):
+    a = x.sum()
+    b = y.sum() * 2
+    return a + b
+
+
+def test_duck_sizing_relation_reason_names_where_the_tied_input_is_read():
+    # x and y of equal sizes share one symbol (duck sizing); no instruction installed the
+    # relation, so its origin is where the trace read y, whose size was tied to x's.
+    cnt = CompileCounter()
+    cf = cdynamo.compile(read_apart, backend=cnt, dynamic=True)
+    args = (torch.ones(5), torch.ones(5))
+    torch.testing.assert_close(cf(*args), read_apart(*args))
+    args = (torch.ones(5), torch.ones(6))
+    torch.testing.assert_close(cf(*args), read_apart(*args))
+    assert cnt.frame_count == 2
+    dcnt = torch._dynamo.testing.CompileCounter()
+    df = torch.compile(read_apart, backend=dcnt, dynamic=True)
+    df(torch.ones(5), torch.ones(5))
+    df(torch.ones(5), torch.ones(6))
+    assert cnt.frame_count <= dcnt.frame_count
+    (r,) = reasons()
+    assert r == ("shape guard L['y'].size()[0] == L['x'].size()[0] failed (L['y'].size()[0] = 6, "
+                 f"L['x'].size()[0] = 5) (guard from {line_of(read_apart, 'b = y.sum()')})"), r
+
+
+def test_specialization_range_reason_names_where_the_input_is_read():
+    # The symbolic entry assumes size >= 2 (0/1 specialization, no instruction of the program
+    # asked for it): the reason points at the input's first read.
+    cnt = CompileCounter()
+    cf = cdynamo.compile(read_apart, backend=cnt, dynamic=True)
+    for n in (4, 1):
+        args = (torch.ones(3), torch.ones(n))
+        torch.testing.assert_close(cf(*args), read_apart(*args))
+    assert cnt.frame_count == 2
+    r = reasons()[0]
+    assert "L['y'].size()[0] >= 2" in r and r.endswith(f"(guard from {line_of(read_apart, 'b = y.sum()')})"), r

@@ -1,6 +1,7 @@
 """The output-metadata memo under a ShapeEnv (csrc/graph/memo.cpp): keys hold the sizes'
 sympy expressions, memoized results copy the op's own result's (symbolic) layout. What a
 backend sees and what runs must be what running every op on fakes gives."""
+import pytest
 import torch
 from torch import nn
 
@@ -122,3 +123,36 @@ def test_memo_hit_after_broadcast_keeps_guards():
         assert str(e) == msg
     else:
         raise AssertionError("unequal sizes did not raise")
+
+
+def _encoder(layers):
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=0.0, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False).eval()
+
+
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_stats_count_memo_hits_and_misses(dynamic):
+    # Every layer after the first repeats the first one's ops on the same metadata: the memo
+    # makes their results (a hit each). The second layer's input is the first's output (not
+    # the graph input: one op's key differs, one more miss); from the third on, each added
+    # layer adds only hits.
+    seen = []
+    for layers in (1, 2, 3):
+        cdynamo.reset()
+        assert (cdynamo.stats()["memo_hits"], cdynamo.stats()["memo_misses"]) == (0, 0)
+        m = _encoder(layers)
+        cnt = CompileCounter()
+        cf = cdynamo.compile(m, backend=cnt, dynamic=dynamic)
+        x = torch.randn(2, 6, 16)
+        # With grad on (under no_grad an eval encoder takes torch's one-op fast path).
+        torch.testing.assert_close(cf(x), m(x))
+        s = cdynamo.stats()
+        seen.append((s["memo_hits"], s["memo_misses"]))
+        assert 0 < s["memo_hits"] + s["memo_misses"] <= cnt.op_count
+        torch.testing.assert_close(cf(x), m(x))  # a cache hit: no op is traced
+        assert (cdynamo.stats()["memo_hits"], cdynamo.stats()["memo_misses"]) == seen[-1]
+        assert cnt.frame_count == 1
+    (h1, m1), (h2, m2), (h3, m3) = seen
+    assert h3 - h2 >= h2 - h1 > 0
+    assert m3 == m2 >= m1 > 0
