@@ -56,11 +56,41 @@ bool captureTensorSpec(PyObject* t, TensorSpec* out) {
     PyErr_Format(PyExc_TypeError, "expected a torch.Tensor, got %s", Py_TYPE(t)->tp_name);
     return false;
   }
-  // Python objects kept for descriptions only (cold).
+  // Python objects kept for descriptions only (cold). Read with subclass dispatch off: a
+  // tensor subclass's __torch_function__ would run for each (user code, at guard-making time).
+  static PyObject* const plain_types[2] = {[] () -> PyObject* {
+    Ref mod = Ref::steal(PyImport_ImportModule("torch"));
+    PyObject* r = mod ? PyObject_GetAttrString(mod.get(), "Tensor") : nullptr;  // kept for the process
+    if (!r) PyErr_Clear();
+    return r;
+  }(), [] () -> PyObject* {
+    Ref mod = Ref::steal(PyImport_ImportModule("torch.nn"));
+    PyObject* r = mod ? PyObject_GetAttrString(mod.get(), "Parameter") : nullptr;
+    if (!r) PyErr_Clear();
+    return r;
+  }()};
+  Ref disabled;
+  PyObject* exact = reinterpret_cast<PyObject*>(Py_TYPE(t));
+  if (exact != plain_types[0] && exact != plain_types[1]) {
+    Ref mod = Ref::steal(PyImport_ImportModule("torch._C"));
+    Ref cls = mod ? Ref::steal(PyObject_GetAttrString(mod.get(), "DisableTorchFunctionSubclass")) : Ref();
+    disabled = cls ? Ref::steal(PyObject_CallNoArgs(cls.get())) : Ref();
+    Ref entered = disabled ? Ref::steal(PyObject_CallMethod(disabled.get(), "__enter__", nullptr)) : Ref();
+    if (!entered) return false;
+  }
   out->dtype = Ref::steal(PyObject_GetAttrString(t, "dtype"));
-  if (!out->dtype) return false;
-  out->device = Ref::steal(PyObject_GetAttrString(t, "device"));
-  if (!out->device) return false;
+  out->device = out->dtype ? Ref::steal(PyObject_GetAttrString(t, "device")) : Ref();
+  if (disabled) {
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Ref exited = Ref::steal(PyObject_CallMethod(disabled.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+    if (!exited) {
+      Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
+      return false;
+    }
+    PyErr_Restore(type, value, tb);
+  }
+  if (!out->dtype || !out->device) return false;
   try {
     const at::Tensor& tensor = reinterpret_cast<THPVariable*>(t)->cdata;
     if (!tensor.defined()) {

@@ -183,6 +183,8 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return Value::namedMethod(obj, name);  // isdisjoint, ...: called later (unsupported there)
     case Kind::NdArray:
       return ndarrayAttr(t, obj, name);
+    case Kind::SubclassTensor:
+      return subclassTensorAttr(t, obj, name);
     case Kind::Null:
     case Kind::Slice:
     case Kind::Iterator:

@@ -82,6 +82,38 @@ bool markIs(PyObject* mark, const char* text) {
 
 }  // namespace
 
+Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  if (!subclassModelled(cls))
+    return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
+                " (an nn.Parameter subclass, or one with its own __torch_dispatch__) is not supported yet");
+  if (reg < 0) return fail("a tensor subclass instance without a source is not supported yet");
+  if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
+    guards().checkAliasing(same->second->reg, reg, true);
+    wrapped_[reg] = same->second;
+    return same->second;
+  }
+  if (markIs(staticMark(obj), "guarded")) return fail("a static tensor subclass instance is not supported yet");
+  // The graph and its backend see the plain tensor of its data (what the default
+  // __torch_function__ runs functions on); the guards check the object itself, its class
+  // exactly (tensor guards do) and the __torch_function__ its class resolves to.
+  PyObject* to_plain = lookup(Obj::cdynamo_subclass_plain);
+  Ref plain = to_plain ? Ref::steal(PyObject_CallOneArg(to_plain, obj)) : Ref();
+  if (!plain) return failFromPython("the plain tensor of a tensor subclass instance");
+  int node = graph_.addInput(plain.get(), placeholderName(guards().sourceName(reg)), guards().sourceName(reg));
+  if (node < 0) return failFromPython("making a fake tensor for an input");
+  guards().checkTensor(reg, obj, graph_.dynamicMask(node));
+  static PyObject* const tf_name = PyUnicode_InternFromString("__torch_function__");
+  guardTypeAttribute(*this, cls, tf_name);
+  input_reg_of_node_[node] = reg;
+  example_of_node_[node] = plain.copy();
+  subclass_input_nodes_[node] = Ref::borrow(obj);
+  ValuePtr v = Value::of(SubclassTensor{node, Ref::borrow(cls)}, reg);
+  wrapped_[reg] = v;
+  wrapped_tensors_.emplace(obj, v);
+  return v;
+}
+
 int Tracer::parameterFreezing() {
   if (freezing_ >= 0) return freezing_;
   // torch._inductor.config.freezing with grad mode off (torch._dynamo's is_parameter_freezing);
@@ -154,8 +186,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   }
   ValuePtr v;
   if (isTensor(obj)) {
-    if (!isPlainTensorOrParameter(obj))
-      return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name + " is not supported yet");
+    if (!isPlainTensorOrParameter(obj)) return wrapSubclassTensor(obj, reg);
     if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
     if (Done d = markStaticInput(obj, reg); !d) return d.stop();
     // One tensor reached through two sources (f(x, x), a partial's keyword and an argument,

@@ -565,6 +565,8 @@ Result<ValuePtr> dispatchQuery(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
     objs = args;
   }
   for (const ValuePtr& o : objs) {
+    if (takesPartInDispatch(o)) return Value::constant(Py_True);  // a tensor subclass instance (torch_function.cpp)
+    if (o->is(Kind::Tensor) || o->is(Kind::SubclassTensor)) continue;  // a plain tensor, or a subclass that opted out
     PyObject* type = typeOf(t, o);
     if (!type) return t.fail(torchName(f) + "() of a value whose type is not known at trace time");
     int has = PyObject_HasAttrString(type, "__torch_function__");
@@ -611,6 +613,23 @@ bool isStructureHelper(PyObject* f) {
          strncmp(name, "torch.testing.", 14) == 0;
 }
 
+// Whether the Python function `f` is what its module's attribute path __qualname__ names
+// (torch._tensor.Tensor.split): the graph's code names its targets so. A function made by a
+// decorator that copied another's names (functools.wraps in torch._tensor's operator
+// wrappers: Tensor.__pow__ says it is TensorBase.pow) is not, and is traced instead.
+bool reachableByName(PyObject* f) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(f);
+  if (!fo->func_module || !PyUnicode_Check(fo->func_module) || !fo->func_qualname) return false;
+  Ref obj = Ref::steal(PyImport_GetModule(fo->func_module));
+  if (!obj) return PyErr_Clear(), false;
+  Ref parts = Ref::steal(PyUnicode_Split(fo->func_qualname, Ref::steal(PyUnicode_FromString(".")).get(), -1));
+  if (!parts) return PyErr_Clear(), false;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(parts.get()) && obj; ++i)
+    obj = Ref::steal(PyObject_GetAttr(obj.get(), PyList_GET_ITEM(parts.get(), i)));
+  if (!obj) return PyErr_Clear(), false;
+  return obj.get() == f;
+}
+
 // A torch callable: recorded in the graph when it has tensor arguments; without them,
 // decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
@@ -622,7 +641,7 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
         // can take its arguments; one that takes callables or objects (torch.utils._pytree
         // .tree_map, torch.fx map_aggregate) is traced like user code, as are the helpers of
         // torch.utils and torch.fx, which build structures, not tensors (tree_flatten).
-        if (!graphArguments(args, kwargs) || isStructureHelper(f))
+        if (!graphArguments(args, kwargs) || isStructureHelper(f) || !reachableByName(f))
           return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
         break;
       case TorchKind::Binding:
@@ -904,5 +923,7 @@ Result<ValuePtr> applyCallRule(Tracer& t, CallRule rule, PyObject* fn, Args& arg
   }
   return t.fail("internal: unknown call rule");
 }
+
+bool isTorchCallable(PyObject* fn) { return isTorchFunction(fn); }
 
 }  // namespace cdynamo::trace

@@ -32,8 +32,10 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
     return t.fail(std::string("context manager method ") + mname + " is not supported");
   }
   if (self->is(Kind::NdArray)) return ndarrayMethod(t, self, m.name.get(), args, kwargs);
+  if (self->is(Kind::SubclassTensor)) return subclassTensorMethod(t, self, m.name.get(), args, kwargs);
   if (!self->is(Kind::Tensor)) return callContainerMethod(t, self, m.name.get(), args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "numpy") == 0) return tensorAsNdarray(t, self, args, kwargs);
+  if (PyUnicode_CompareWithASCIIString(m.name.get(), "as_subclass") == 0) return tensorAsSubclass(t, self, args, std::move(kwargs));
   // Reading the tensor's value into Python: stops the trace, or (with
   // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
   static const char* const kValueReads[][2] = {
@@ -165,6 +167,7 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     case Kind::Namespace:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       break;
   }
   return t.fail(std::string("calling ") + describe(fn) + " is not supported");
@@ -183,6 +186,9 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), nullptr));
     if (!r) return t.raisePython();
     return fromPython(t, r.get());
+  }
+  if (anySubclassTensor(args, kwargs)) {  // torch's callables dispatch to the subclass's __torch_function__
+    if (Result<ValuePtr> r = callWithSubclassArgs(t, fn, args, kwargs); !r.notHandled()) return r;
   }
   if (const CallableRow* row = findCallable(f)) {
     if (row->builtin) return callBuiltin(t, f, *row, args, kwargs);
@@ -528,6 +534,7 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
     func = original;
     func_reg = -1;  // the wrapper's closure holds it for as long as the wrapper is installed
   }
+  if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
   if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,

@@ -240,6 +240,7 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
       if (!type) PyErr_Clear();
       return type;
     }
+    case Kind::SubclassTensor: return v->as<SubclassTensor>().cls.get();
     case Kind::Null:
     case Kind::Cell:
     case Kind::Context:

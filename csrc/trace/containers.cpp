@@ -1058,6 +1058,7 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
     case Kind::Namespace:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       break;
   }
   if (!r.notHandled()) return r;

@@ -145,6 +145,7 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
     case Kind::Context:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
     case Kind::NewObject:
     case Kind::Super:
     case Kind::Partial:

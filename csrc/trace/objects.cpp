@@ -1272,4 +1272,8 @@ Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* n
   return t.inlineFunction(fn, -1, std::move(args), {});
 }
 
+void guardTypeAttribute(Tracer& t, PyObject* type, PyObject* name) {
+  if (PyObject* descr = lookupInMro(type, name, nullptr)) guardClassAttr(t, type, name, nullptr, descr);
+}
+
 }  // namespace cdynamo::trace

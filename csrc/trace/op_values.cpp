@@ -86,7 +86,10 @@ Result<Next> opStoreSubscr(Tracer& t, SymbolicFrame&, const bytecode::Instructio
   const ValuePtr& value = io[0];
   const ValuePtr& obj = io[1];
   const ValuePtr& index = io[2];
-  if (!obj->is(Kind::Tensor)) {
+  if (obj->is(Kind::SubclassTensor) || index->is(Kind::SubclassTensor) || value->is(Kind::SubclassTensor)) {
+    Result<ValuePtr> r = subclassOperator(t, "setitem", {obj, index, value});
+    if (!r) return r.stop();
+  } else if (!obj->is(Kind::Tensor)) {
     if (Done d = storeSubscript(t, obj, index, value); !d) return d.stop();
   } else {
     PyObject* setitem = lookup(Obj::operator_setitem);

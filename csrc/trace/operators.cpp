@@ -76,6 +76,7 @@ bool madeMutable(const ValuePtr& v) {
     case Kind::Context:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       return false;
   }
   return false;
@@ -252,6 +253,7 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
   }
   if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, fn_name, {a, b});
+  if (Result<ValuePtr> r = subclassOperator(t, fn_name, {a, b}); !r.notHandled()) return r;
   // list += iterable and list *= n change the list itself (list.__iadd__/__imul__, also
   // a deque's): every alias of it sees the new items, and the result is the same list.
   if (a->is(Kind::List) && (op == BinaryOp::InplaceAdd || op == BinaryOp::InplaceMultiply)) {
@@ -407,6 +409,7 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
                                                              : Obj::operator_invert);
   if (!fn) return t.failFromPython("operator lookup");
   if (a->is(Kind::NdArray)) return ndarrayOperator(t, name, {a});
+  if (Result<ValuePtr> r = subclassOperator(t, name, {a}); !r.notHandled()) return r;
   if (a->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a}, {});
   if (a->is(Kind::Constant)) {
     Ref r = Ref::steal(PyObject_CallOneArg(fn, a->constant()));
@@ -478,6 +481,7 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     return t.fail("comparison of objects without the special method (TypeError)");
   }
   if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, kCompareOps[op], {a, b});
+  if (Result<ValuePtr> r = subclassOperator(t, kCompareOps[op], {a, b}); !r.notHandled()) return r;
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, fn, {a, b}, {});
   if ((op == Py_EQ || op == Py_NE) && (a->is(Kind::Module) || b->is(Kind::Module))) {
     // A module class's own __ne__ / __eq__ (traced; a then b, skipping NotImplemented),
@@ -630,6 +634,7 @@ Result<ValuePtr> tensorIndex(Tracer& t, const ValuePtr& v) {
 
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
   if (obj->is(Kind::NdArray)) return ndarraySubscript(t, obj, index);
+  if (Result<ValuePtr> r = subclassOperator(t, "getitem", {obj, index}); !r.notHandled()) return r;
   if (index->is(Kind::Tensor) && (obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->constant())) {
     Result<ValuePtr> i = tensorIndex(t, index);
     if (!i.notHandled()) return i ? subscript(t, obj, *i) : i;
@@ -847,6 +852,7 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     case Kind::Context:
     case Kind::Namespace:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       break;
   }
   return t.fail(std::string("iterating ") + describe(obj) + " is not supported yet");
@@ -903,6 +909,8 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
       return t.fail("control flow depends on a tensor's value (data-dependent branch)");
     case Kind::NdArray:
       return t.fail("control flow depends on a numpy array's value (data-dependent branch)");
+    case Kind::SubclassTensor:
+      return t.fail("control flow depends on a tensor subclass instance's value (data-dependent branch)");
     case Kind::Callable:
     case Kind::PyModule:
     case Kind::BoundMethod:
@@ -936,6 +944,7 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
 
 Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a == b) return true;  // the same value: the same object
+  if (a->is(Kind::SubclassTensor) || b->is(Kind::SubclassTensor)) return subclassIdentical(t, a, b);
   if (a->real() && b->real()) return a->real() == b->real();
   // An object made in the trace is new: no other value (another one made, or one read from
   // the program) is that object.

@@ -37,6 +37,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Cell:
     case Kind::Function:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
     case Kind::Partial:
       made_once = true;
       break;
@@ -91,6 +92,18 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Tensor: {
       const int node = v->as<Tensor>().node;
       const int in = t_.inputRegOf(node);
+      if (in >= 0 && t_.isSubclassInput(node)) {
+        // The plain tensor of a tensor subclass input (Tensor.as_subclass(x, torch.Tensor)):
+        // a new plain tensor object of its data.
+        PyObject* as_subclass = lookup(Obj::cdynamo_subclass_as_subclass);
+        PyObject* tensor_type = lookup(Obj::torch_Tensor);
+        if (!as_subclass || !tensor_type) return t_.failFromPython("cdynamo._tensor_subclass.as_subclass");
+        std::vector<runtime::OutputPlan> args(2);
+        args[0].step = P::Register{in};
+        args[1] = runtime::OutputPlan::constant(tensor_type);
+        out->step = P::Call{Ref::borrow(as_subclass), std::move(args)};
+        return {};
+      }
       if (in >= 0) {
         // An input returned as is: hand back the very same object, as eager does.
         out->step = P::Register{in};
@@ -350,6 +363,25 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       std::vector<runtime::OutputPlan> args(1);
       if (Done d = plan(Value::tensor(v->as<NdArray>().node), &args[0]); !d) return d;
       out->step = P::Call{Ref::borrow(to_ndarray), std::move(args)};
+      return {};
+    }
+    case Kind::SubclassTensor: {
+      // The object read from the program is itself; one made in the trace is its graph
+      // tensor viewed as an instance of its class, as torch's default __torch_function__
+      // makes it (as_subclass).
+      const SubclassTensor& s = v->as<SubclassTensor>();
+      if (v->reg >= 0) {
+        out->step = P::Register{v->reg};
+        return {};
+      }
+      PyObject* as_subclass = lookup(Obj::cdynamo_subclass_as_subclass);
+      if (!as_subclass) return t_.failFromPython("cdynamo._tensor_subclass.as_subclass");
+      std::vector<runtime::OutputPlan> args(2);
+      const int in = t_.inputRegOf(s.node);
+      if (in >= 0) args[0].step = P::Register{in};
+      else if (Done d = plan(Value::tensor(s.node), &args[0]); !d) return d;
+      args[1] = runtime::OutputPlan::constant(s.cls.get());
+      out->step = P::Call{Ref::borrow(as_subclass), std::move(args)};
       return {};
     }
     case Kind::Partial: {  // functools.partial(fn, *args, **keywords); not a decorated function (a context)

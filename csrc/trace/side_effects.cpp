@@ -99,6 +99,7 @@ ValuePtr contentsOf(const Value& c) {
     case Kind::Namespace:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       break;
   }
   CDYNAMO_CHECK(false, "a replaced container that is not a list, set or dict");

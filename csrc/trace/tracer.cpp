@@ -170,6 +170,13 @@ Done Tracer::compileGraph(bool compile_empty) {
                                                              entry_->name);
     return userError();
   }
+  if (!subclass_input_nodes_.empty()) {
+    // Its inputs include tensor subclass instances whose __torch_function__ the trace
+    // applied already: the graph runs with subclass dispatch off.
+    PyObject* plain_call = lookup(Obj::cdynamo_subclass_plain_call);
+    compiled = plain_call ? Ref::steal(PyObject_CallOneArg(plain_call, compiled.get())) : Ref();
+    if (!compiled) return failFromPython("cdynamo._tensor_subclass.plain_call");
+  }
   entry_->compiled = std::move(compiled);
   entry_->graph_module = std::move(gm);
   return {};

@@ -123,6 +123,14 @@ class Tracer {
   int inputRegOf(int node) const;
   // The real tensor of graph input `node` (borrowed), or null.
   PyObject* exampleOf(int node) const;
+  // Whether graph input `node` is an instance of a tensor subclass (its example is a plain
+  // tensor of its data; the object itself is the register's).
+  bool isSubclassInput(int node) const { return subclass_input_nodes_.count(node) > 0; }
+  // That object (borrowed), or null.
+  PyObject* subclassInputObject(int node) const {
+    auto it = subclass_input_nodes_.find(node);
+    return it == subclass_input_nodes_.end() ? nullptr : it->second.get();
+  }
   // Guard register -> the value wrapped from it (one per source).
   const std::unordered_map<int, ValuePtr>& wrappedValues() const { return wrapped_; }
   // The value a mutable object from the program was wrapped as (one per object), or null.
@@ -197,6 +205,9 @@ class Tracer {
   // builder.cpp
   Result<ValuePtr> wrapContainer(PyObject* obj, int reg);
   Result<ValuePtr> wrapIntInput(PyObject* obj, int reg);
+  // An instance of a torch.Tensor subclass (torch_function.cpp's SubclassTensor): a graph
+  // input of its plain tensor, guarded by its exact class and its __torch_function__.
+  Result<ValuePtr> wrapSubclassTensor(PyObject* obj, int reg);
   // The items of a dict (or of a dict subclass instance) read from the program, its keys
   // guarded, each value read through its key; `type` is the Dict value's type.
   Result<ValuePtr> wrapDictItems(PyObject* obj, int reg, PyObject* type);
@@ -225,6 +236,7 @@ class Tracer {
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
   std::unordered_map<PyObject*, ValuePtr> wrapped_tensors_;  // tensor input -> its value (one placeholder)
   std::unordered_set<int> module_regs_;                      // registers holding an nn.Module
+  std::unordered_map<int, Ref> subclass_input_nodes_;        // placeholder of a tensor subclass instance -> it
   // A parameter, or a tensor read from a module's attributes, is marked a static input
   // (tensor._dynamo_static_input_type = "unguarded", unless marked already), as torch._dynamo
   // marks them: backends (cudagraphs) read the mark from the placeholder's meta["tensor_dict"].

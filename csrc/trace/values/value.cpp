@@ -32,6 +32,7 @@ ValuePtr Value::sequence(Kind kind, std::vector<ValuePtr> items, int reg) {
     case Kind::Namespace:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       break;
   }
   CDYNAMO_CHECK(false, "Value::sequence of a kind that is not a sequence");
@@ -64,6 +65,7 @@ PyObject* Value::real() const {
     case Kind::Namespace:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       return nullptr;
   }
   return nullptr;
@@ -95,6 +97,7 @@ const std::vector<ValuePtr>* Value::elements() const {
     case Kind::Namespace:
     case Kind::DictView:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       return nullptr;
   }
   return nullptr;

@@ -201,6 +201,16 @@ struct NdArray {
   int node = -1;
 };
 
+// An instance of a Python subclass of torch.Tensor (one that does not override
+// __torch_dispatch__), held in the graph as the plain tensor `node`: every torch function,
+// Tensor method and attribute applied to it goes through its class's __torch_function__
+// (trace/torch_function.cpp), and it is made an instance of `cls` again (as_subclass) when
+// it leaves the trace. `reg` >= 0: the very object read from the program.
+struct SubclassTensor {
+  int node = -1;
+  Ref cls;
+};
+
 // ---- the value -------------------------------------------------------------------------
 
 enum class Kind : uint8_t {
@@ -213,7 +223,7 @@ struct Value {
   // In the order of kinds.def (checked below).
   using Payload = std::variant<Null, Tensor, Constant, Tuple, List, Slice, Iterator, Callable, BoundMethod,
                                NamedMethod, Module, PyModule, Dict, Set, Cell, Function, Object, NewObject, Super,
-                               Partial, Context, Namespace, DictView, NdArray>;
+                               Partial, Context, Namespace, DictView, NdArray, SubclassTensor>;
 
   Payload payload;
   int reg = -1;
@@ -373,6 +383,7 @@ void forEachChild(const Value& v, F&& f) {
     case Kind::PyModule:
     case Kind::Object:
     case Kind::NdArray:
+    case Kind::SubclassTensor:
       return;
   }
 }
