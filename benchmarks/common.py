@@ -97,7 +97,9 @@ def configure(cache_limit=64):
         cfg.recompile_limit = cache_limit
     else:  # older torch
         cfg.cache_size_limit = cache_limit
-    cfg.automatic_dynamic_shapes = False  # cdynamo has static shapes only; compare like with like
+    # Static shapes unless a workload asks for dynamic=True; cdynamo.config.automatic_dynamic_shapes
+    # is None, so cdynamo follows this setting too: like with like.
+    cfg.automatic_dynamic_shapes = False
     torch._dynamo.reset()
 
 

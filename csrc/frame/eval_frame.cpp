@@ -16,6 +16,7 @@
 
 #include "bytecode/resume.h"
 #include "cache/code_cache.h"
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/pyref.h"
 #include "support/stats.h"
@@ -561,10 +562,9 @@ PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::Co
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(cause.get())), cause.get());
     return nullptr;
   }
-  Ref cfg = Ref::steal(PyImport_ImportModule("cdynamo.config"));
-  Ref suppress = cfg ? Ref::steal(PyObject_GetAttrString(cfg.get(), "suppress_errors")) : Ref();
-  if (!suppress) PyErr_Clear();
-  if (!suppress || !PyObject_IsTrue(suppress.get())) {
+  int suppress = graph::configFlag("suppress_errors");
+  if (suppress < 0) PyErr_Clear();
+  if (suppress <= 0) {
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.get())), exc.get());
     return nullptr;
   }

@@ -138,6 +138,12 @@ int configFlag(const char* name) {
   PyObject* config = lookup(Obj::cdynamo_config);
   if (!config) return -1;
   Ref v = Ref::steal(PyObject_GetAttrString(config, name));
+  if (v && v.get() == Py_None) {
+    // None: as torch._dynamo.config's option of the same name (see config.py), so code
+    // written for torch.compile that sets or patches torch's option gets that behaviour.
+    Ref torch_config = Ref::steal(PyImport_ImportModule("torch._dynamo.config"));
+    v = torch_config ? Ref::steal(PyObject_GetAttrString(torch_config.get(), name)) : Ref();
+  }
   return v ? PyObject_IsTrue(v.get()) : -1;
 }
 

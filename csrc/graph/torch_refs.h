@@ -28,7 +28,8 @@ bool holdsTensor(PyObject* o);
 // In-place operations (x.add_(y), x += y, x[i] = y) are kept even when their result is
 // unused: they mutate a tensor the rest of the program sees.
 bool isMutating(NodeOp op, PyObject* target);
-// cdynamo.config.<name> as a bool; -1 with an error set.
+// cdynamo.config.<name> as a bool (None there: torch._dynamo.config.<name>); -1 with an
+// error set.
 int configFlag(const char* name);
 // Whether `o` is a torch.SymInt, SymFloat or SymBool.
 bool isSymScalar(PyObject* o, const TorchRefs* t);

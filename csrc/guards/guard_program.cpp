@@ -2,6 +2,7 @@
 
 #include "support/lookup.h"
 
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -296,7 +297,9 @@ void GuardProgram::dropRegisters(const std::vector<int>& roots) {
       if (gone[s.index]) continue;
     } else {
       Check& c = checks_[s.index];
-      if ((c.reg >= 0 && gone[c.reg]) || (c.kind == CheckKind::Aliasing && gone[c.index])) {
+      bool storage_gone = false;
+      for (int r : c.storage_regs) storage_gone = storage_gone || gone[r];
+      if ((c.reg >= 0 && gone[c.reg]) || (c.kind == CheckKind::Aliasing && gone[c.index]) || storage_gone) {
         c.dropped = true;
         continue;
       }
@@ -362,6 +365,69 @@ void GuardProgram::checkAliasing(int reg, int other, bool same) {
   c.what = names_[reg] + (same ? " is " : " is not ") + names_[other];
   addCheck(std::move(c));
 }
+
+void GuardProgram::checkStorages(std::vector<int> regs, std::vector<int> groups, std::vector<uint8_t> mutated) {
+  Check c{CheckKind::Storages, -1};
+  std::string mutated_names;
+  for (size_t i = 0; i < regs.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) c.all_distinct = c.all_distinct && groups[i] != groups[j];
+    if (mutated[i]) mutated_names += (mutated_names.empty() ? "" : ", ") + names_[regs[i]];
+  }
+  c.what = "the storages of the tensor inputs alias as at trace time (mutated by the graph: " + mutated_names + ")";
+  c.storage_regs = std::move(regs);
+  c.storage_groups = std::move(groups);
+  c.storage_mutated = std::move(mutated);
+  addCheck(std::move(c));
+}
+
+namespace {
+
+// Storages: the first pair (i, j), one of them mutated, whose storages relate otherwise than
+// at trace time; false when there is none. `st` holds each register's storage now.
+bool storagePairMismatch(const Check& c, const void* const* st, size_t* bad_i, size_t* bad_j) {
+  const size_t n = c.storage_regs.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (!c.storage_mutated[i]) continue;
+    for (size_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      const bool shares = st[i] != nullptr && st[i] == st[j];
+      if (shares != (c.storage_groups[i] == c.storage_groups[j])) {
+        *bad_i = i;
+        *bad_j = j;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+// Hot: whether the storages relate as at trace time. Up to kSmall registers on the stack,
+// pairwise (mutated x all); beyond, when every register had its own storage, one sort.
+bool storagesAsTraced(const Check& c, PyObject** regs) {
+  constexpr size_t kSmall = 32;
+  const size_t n = c.storage_regs.size();
+  const void* small[kSmall];
+  std::vector<const void*> big;
+  const void** st = small;
+  if (n > kSmall) {
+    big.resize(n);
+    st = big.data();
+  }
+  size_t nmut = 0;
+  for (size_t i = 0; i < n; ++i) {
+    st[i] = tensorStorage(regs[c.storage_regs[i]]);
+    nmut += c.storage_mutated[i];
+  }
+  size_t bi, bj;
+  if (!c.all_distinct || nmut * n <= 1024) return !storagePairMismatch(c, st, &bi, &bj);
+  // Here n > kSmall (nmut <= n), so the storages are in `big`. Every pair must be apart:
+  // no storage twice (a tensor without one shares nothing).
+  big.erase(std::remove(big.begin(), big.end(), nullptr), big.end());
+  std::sort(big.begin(), big.end());
+  return std::adjacent_find(big.begin(), big.end()) == big.end();
+}
+
+}  // namespace
 
 void GuardProgram::checkNoModuleHooks(int reg) {
   Check c{CheckKind::NoHooks, reg};
@@ -662,6 +728,8 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       return PyDict_Check(v) && PyDict_GET_SIZE(v) == 0;
     case CheckKind::Aliasing:
       return (v == regs[c.index]) == (c.obj.get() == Py_True);
+    case CheckKind::Storages:
+      return storagesAsTraced(c, regs);
     case CheckKind::NoHooks: {
       // One read of the module's __dict__ for its four hook dicts (a module is called
       // inline only while none of its hooks would run).
@@ -772,6 +840,7 @@ std::string GuardProgram::describeCheck(const Check& c) const {
     case CheckKind::NoHooks:
       return c.what + " has no module hooks";
     case CheckKind::Aliasing:
+    case CheckKind::Storages:
       return c.what;
     case CheckKind::NoInstanceAttr:
       return "'" + std::string(PyUnicode_AsUTF8(c.obj.get())) + "' not in " + c.what + ".__dict__";
@@ -836,6 +905,20 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
       case CheckKind::Equals:
         reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
+      case CheckKind::Storages: {
+        std::vector<const void*> st;
+        for (int r : c.storage_regs) st.push_back(tensorStorage(regs[r]));
+        size_t i = 0, j = 0;
+        if (storagePairMismatch(c, st.data(), &i, &j)) {
+          const bool traced_shared = c.storage_groups[i] == c.storage_groups[j];
+          reason = names_[c.storage_regs[i]] + " (mutated by the graph) and " + names_[c.storage_regs[j]] +
+                   (traced_shared ? " shared a storage at trace time, now they do not"
+                                  : " had separate storages at trace time, now they share one");
+        } else {
+          reason = c.what;
+        }
+        break;
+      }
       case CheckKind::Type:
         reason = "type of " + c.what + ": expected " + typeName(deref(c)) + ", got " + Py_TYPE(v)->tp_name;
         break;

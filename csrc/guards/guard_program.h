@@ -56,6 +56,8 @@ enum class CheckKind : uint8_t {
   NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
   StateQuery, // obj = (fn, args, kwargs, expected): fn(*args, **kwargs) == expected, same type
               // (a reader of global state the trace folded); reg unused
+  Storages,   // the tensors in `storage_regs` share storages as they did at trace time, for
+              // every pair with a tensor the graph mutates (see checkStorages); reg unused
 };
 
 // One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
@@ -123,6 +125,13 @@ struct Check {
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
   Origin origin;  // see Origin
+  // Storages: the registers, each one's storage group at trace time (registers of one group
+  // shared a storage then) and whether the graph mutates it; all_distinct: every group has
+  // one register (the common case: one sort of the storages decides).
+  std::vector<int> storage_regs;
+  std::vector<int> storage_groups;
+  std::vector<uint8_t> storage_mutated;
+  bool all_distinct = true;
 };
 
 // A new tuple of the items the tuple_iterator `it` has left, without consuming them (from
@@ -179,6 +188,12 @@ class GuardProgram {
   void checkNoInstanceAttr(int reg, PyObject* name);
   void checkNoModuleHooks(int reg);
   void checkAliasing(int reg, int other, bool same);
+  // The graph mutates some of its tensor inputs (mutated[i]): a backend that
+  // functionalizes it (AOT autograd, inductor) computes with the aliasing it saw, so the
+  // entry runs only while every pair (one of them mutated) shares a storage exactly when it
+  // did at trace time (groups[i]: register i's storage at trace time, as a group number).
+  // Two distinct tensors passed as one, or a view of one input passed as another, recompile.
+  void checkStorages(std::vector<int> regs, std::vector<int> groups, std::vector<uint8_t> mutated);
   void checkGradMode(bool enabled);
   // fn(*args, **kwargs) (a reader of global state: torch._C._is_tracing()) still returns
   // `expected`. `kwargs` may be null. Identical queries are checked once.

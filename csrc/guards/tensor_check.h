@@ -49,6 +49,9 @@ bool tensorMatches(const TensorSpec& spec, PyObject* obj);
 // Size `dim` of tensor `obj` (a THPVariable whose tensor check passed), or -1 when it has
 // no such dim. Allocates nothing.
 int64_t tensorSize(PyObject* obj, int dim);
+// Identity of the storage (its c10::StorageImpl) of tensor `obj` (a THPVariable whose
+// tensor check passed), or null when it has none. Allocates nothing.
+const void* tensorStorage(PyObject* obj);
 // Cold: why `obj`, read from source `what`, does not match, in the user's terms ("size of
 // dim 0 of L['x']: expected 8, got 9"); empty if it does.
 std::string tensorMismatch(const TensorSpec& spec, PyObject* obj, const std::string& what);

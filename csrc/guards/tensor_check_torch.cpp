@@ -136,6 +136,17 @@ int64_t tensorSize(PyObject* t, int dim) {
   }
 }
 
+const void* tensorStorage(PyObject* t) {
+  if (t == nullptr) return nullptr;
+  try {
+    const c10::TensorImpl* impl = implOf(t);
+    if (impl == nullptr || !impl->has_storage()) return nullptr;
+    return impl->storage().unsafeGetStorageImpl();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
 bool checkTorchVersion() {
   Ref torch = Ref::steal(PyImport_ImportModule("torch"));
   if (!torch) return false;

@@ -8,6 +8,7 @@
 #include "support/lookup.h"
 #include "support/stats.h"
 #include "support/torch_types.h"
+#include "graph/fake_autograd.h"
 
 namespace cdynamo::trace {
 
@@ -123,8 +124,12 @@ Done Tracer::compileGraph(bool compile_empty) {
                 "object twice, the graph a copy)");
   Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
   if (!gm) return failFromPython("building the FX graph");
-  // Nothing for a backend to do: no graph, unless `compile_empty`.
-  if (op_count == 0 && !compile_empty) return {};
+  // Nothing for a backend to do: no graph, unless `compile_empty`. The output plan may still
+  // read graph outputs that are graph inputs (a symbolic size alive at a break is its
+  // symbol's placeholder): then the graph module itself returns them, no backend involved
+  // (torch._dynamo compiles no graph there either).
+  const bool passthrough = op_count == 0 && !compile_empty && !outputs_.graphOutputs().empty();
+  if (op_count == 0 && !compile_empty && !passthrough) return {};
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {
@@ -142,6 +147,12 @@ Done Tracer::compileGraph(bool compile_empty) {
     entry_->input_regs.push_back(input_reg_of_node_.at(node));
     if (!entry_->input_dims.empty()) entry_->input_dims.push_back(-1);
     PyList_SET_ITEM(example_inputs.get(), i, example_of_node_.at(node).copy().release());
+  }
+  if (Done d = guardInputStorages(inputs_used); !d) return d;
+  if (passthrough) {
+    entry_->compiled = gm.copy();
+    entry_->graph_module = std::move(gm);
+    return {};
   }
   // A user-facing error (a Python exception raised out of translate()) stops the trace
   // without an unsupported reason.
@@ -166,6 +177,48 @@ Done Tracer::compileGraph(bool compile_empty) {
   }
   entry_->compiled = std::move(compiled);
   entry_->graph_module = std::move(gm);
+  return {};
+}
+
+Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
+  // A graph that mutates a tensor input computes, once a backend functionalizes it (AOT
+  // autograd, inductor), with the aliasing between its inputs it was traced with: an entry
+  // traced with two separate tensors must not run when one tensor (or a view of it) comes
+  // as both, or the mutation is not seen through the other (torch._dynamo guards the first
+  // case by identity; views it misses). The fakes' version counters say which inputs the
+  // graph mutated, directly or through a view (views share their base's counter).
+  std::vector<int> regs, groups;
+  std::vector<uint8_t> mutated;
+  std::vector<const void*> storages;
+  bool any_mutated = false;
+  PyObject* parameter_type = lookup(Obj::torch_nn_Parameter);
+  for (int node : inputs_used) {
+    PyObject* real = exampleOf(node);
+    int reg = inputRegOf(node);
+    int sym_tensor = -1, sym_dim = -1;
+    if (!real || reg < 0 || !isTensor(real) || graph_.symInputOf(node, &sym_tensor, &sym_dim)) continue;
+    // An inference tensor has no version counter: taken as mutated (the guard stays sound).
+    Ref version = Ref::steal(PyObject_GetAttrString(graph_.fake(node), "_version"));
+    if (!version) PyErr_Clear();
+    const bool was_mutated = !version || !PyLong_Check(version.get()) || PyLong_AsLong(version.get()) != 0;
+    // Parameters the graph only reads are left out, as torch._dynamo leaves them out of
+    // its aliasing guard: a model's parameters do not become views of its inputs, and a
+    // large model's would make the check slow.
+    if (!was_mutated && reinterpret_cast<PyObject*>(Py_TYPE(real)) == parameter_type) continue;
+    const void* storage = graph::torchimpl::storageId(real);
+    int group = static_cast<int>(storages.size());
+    for (size_t k = 0; k < storages.size(); ++k)
+      if (storage && storages[k] == storage) {
+        group = groups[k];
+        break;
+      }
+    regs.push_back(reg);
+    groups.push_back(group);
+    mutated.push_back(was_mutated ? 1 : 0);
+    storages.push_back(storage);
+    any_mutated = any_mutated || was_mutated;
+  }
+  if (any_mutated && regs.size() > 1) guards().checkStorages(std::move(regs), std::move(groups), std::move(mutated));
   return {};
 }
 

@@ -182,6 +182,9 @@ class Tracer {
   void finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret);
   bool fullgraph();  // the compile asked for fullgraph=True
   Done compileGraph(bool compile_empty);
+  // The guard on how the graph's tensor inputs share storages, when it mutates one of them
+  // (GuardProgram::checkStorages). tracer.cpp.
+  Done guardInputStorages(const std::vector<int>& inputs_used);
   TranslateResult report();
   void setLocation(Unsupported* u);
   // The graph location (file, line, inlined callers) of the instruction `f` runs.

@@ -12,10 +12,12 @@ Installed, these names of torch are cdynamo's (uninstall() puts torch's back):
   ``assume_constant_result``: registered with cdynamo as well;
 * ``torch.compiler.set_stance`` / ``torch._dynamo.set_stance``: torch's stance changes (as a
   call, decorator or context manager) are mirrored into cdynamo's;
-* ``torch._dynamo.config``: writes of the options that have a cdynamo meaning
-  (``recompile_limit``/``cache_size_limit``, ``capture_scalar_outputs``,
-  ``allow_unspec_int_on_nn_module``), including
-  through ``torch._dynamo.config.patch``, are mirrored into ``cdynamo.config``.
+* ``torch._dynamo.config``: writes of the recompile policy (``recompile_limit``/
+  ``cache_size_limit``, ``accumulated_recompile_limit``, ``fail_on_recompile_limit_hit``),
+  including through ``torch._dynamo.config.patch``, are mirrored into ``cdynamo.config``.
+  (The other options both have -- ``capture_scalar_outputs``, ``suppress_errors``,
+  ``automatic_dynamic_shapes``, ``allow_unspec_int_on_nn_module`` -- follow torch's
+  whether installed or not: see cdynamo/config.py.)
 
 Without install, cdynamo still honours torch's in-code markers (``torch.compiler.disable``,
 ``torch._dynamo.graph_break()``, ``torch.compiler.is_compiling()``,
@@ -174,12 +176,9 @@ def _sync_config():
     _config.recompile_limit = int(dcfg.recompile_limit)
     _config.accumulated_recompile_limit = int(dcfg.accumulated_recompile_limit)
     _config.fail_on_recompile_limit_hit = bool(dcfg.fail_on_recompile_limit_hit)
-    _config.capture_scalar_outputs = bool(dcfg.capture_scalar_outputs)
-    _config.allow_unspec_int_on_nn_module = bool(dcfg.allow_unspec_int_on_nn_module)
 
 
-_MIRRORED = {"recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit",
-             "capture_scalar_outputs", "allow_unspec_int_on_nn_module"}
+_MIRRORED = {"recompile_limit", "cache_size_limit", "accumulated_recompile_limit", "fail_on_recompile_limit_hit"}
 
 
 def _mirror_config_class(cls):
@@ -238,8 +237,7 @@ def install():
         _patch(dyn_eval_frame, "_set_stance", _mirror_stance(dyn_eval_frame._set_stance))
         cfg = torch._dynamo.config
         _saved_config = (_config.recompile_limit, _config.accumulated_recompile_limit,
-                         _config.fail_on_recompile_limit_hit, _config.capture_scalar_outputs,
-                         _config.allow_unspec_int_on_nn_module)
+                         _config.fail_on_recompile_limit_hit)
         _patch(cfg, "__class__", _mirror_config_class(type(cfg)))
         _sync_config()
         stance = dyn_eval_frame._stance
@@ -260,8 +258,8 @@ def uninstall():
         else:
             _set(owner, name, original)
     if _saved_config is not None:
-        (_config.recompile_limit, _config.accumulated_recompile_limit, _config.fail_on_recompile_limit_hit,
-         _config.capture_scalar_outputs, _config.allow_unspec_int_on_nn_module) = _saved_config
+        (_config.recompile_limit, _config.accumulated_recompile_limit,
+         _config.fail_on_recompile_limit_hit) = _saved_config
         _saved_config = None
     _apply_stance("default")
 

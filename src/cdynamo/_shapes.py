@@ -117,7 +117,10 @@ def int_input(shape_env, value, source_name, memory):
     the value changed is a symbol too (torch._dynamo's unspecialized ints are not 0/1
     specialized): a counter counting up from 0 gets two graphs, not three."""
     key = "int:" + source_name
-    prev = memory.get(key, value)
+    # A source seen before as something other than an int (a tensor: its sizes are kept
+    # under the plain source name) has changed too, as torch._dynamo's frame state says:
+    # `f(x, y)` called with a tensor y, then an int, makes the int a symbol at once.
+    prev = memory.get(key, "a tensor" if source_name in memory else value)
     if prev == "static":
         return None
     if prev is not None and prev == value:

@@ -2,6 +2,13 @@
 import sys as _sys
 import types as _types
 
+# Options that torch._dynamo.config also has (capture_scalar_outputs, suppress_errors,
+# automatic_dynamic_shapes, allow_unspec_int_on_nn_module) are None by default: None means
+# "as torch._dynamo.config's option of that name" (same defaults), read where the option is
+# used, so code written for torch.compile that sets torch's option -- or a test that patches
+# it -- gets the same behaviour from cdynamo. True or False set here wins over torch's.
+# effective(name) gives the value in force.
+#
 # The recompile policy (torch._dynamo's names and defaults). A code object keeps at most
 # `recompile_limit` cache entries per compile configuration, and `accumulated_recompile_limit`
 # over all configurations. Past a limit the entries it has still run on the inputs they
@@ -19,7 +26,7 @@ fail_on_recompile_limit_hit = False
 # Off: such a read stops the trace, naming the operation. Read when a frame is traced,
 # so a change applies to frames traced afterwards (cdynamo.reset() re-traces the others).
 # Branching on such a value (`if t.item() > 0`) always stops the trace.
-capture_scalar_outputs = False
+capture_scalar_outputs = None
 
 # A backend that fails (raises, or returns something not callable) raises
 # cdynamo.BackendCompilerFailed from the compiled call (the backend's error chained as
@@ -27,21 +34,21 @@ capture_scalar_outputs = False
 # natively from then on (cdynamo.stats()["native_frames"] gives the reason), as
 # torch._dynamo.config.suppress_errors does. A KeyboardInterrupt or SystemExit raised by a
 # backend always propagates as itself; Unsupported under fullgraph=True is never suppressed.
-suppress_errors = False
+suppress_errors = None
 
 # Automatic dynamic shapes (compile(dynamic=None), the default): the first compile of a
 # frame is static; when a later compile of it sees a tensor dimension with another size
 # than before (or a Python int argument with another value, see allow_unspec_int_on_nn_module), that
 # dimension is symbolic from then on, so later sizes hit one entry. As torch._dynamo's
 # automatic_dynamic_shapes. Read when a frame is traced.
-automatic_dynamic_shapes = True
+automatic_dynamic_shapes = None
 
 # Python ints read from an argument (the argument itself, or an attribute, item or key under
 # it) take part in automatic dynamic; those read under an nn.Module (its attributes, a
 # submodule's) stay constants, recompiling when they change, unless this is True. As
 # torch._dynamo.config.allow_unspec_int_on_nn_module (False there too). Read when a frame is
 # traced.
-allow_unspec_int_on_nn_module = False
+allow_unspec_int_on_nn_module = None
 
 # Sizes 0 and 1 are never made symbolic (torch's 0/1 specialization); the other sizes
 # of one trace that are equal get one symbol (duck sizing), as torch._dynamo does.
@@ -81,6 +88,17 @@ class _Config(_types.ModuleType):
         super().__setattr__(name, value)
         if name in _Config._POLICY:
             _apply()
+
+
+def effective(name):
+    """The value in force of option `name`: cdynamo's own, or torch._dynamo.config's where
+    cdynamo's is None (see the top of this module). A module function, not a method: it
+    must survive a test shim swapping the module's class."""
+    value = getattr(_sys.modules[__name__], name)
+    if value is None:
+        import torch._dynamo.config as torch_config
+        value = getattr(torch_config, name)
+    return value
 
 
 def _apply():

@@ -123,7 +123,7 @@ def item_in_factory(x, t):
     (dunder_float_mul, "float() of a tensor reads its value"),
 ])
 def test_off_each_read_is_a_graph_break_naming_the_operation(fn, op):
-    assert cdynamo.config.capture_scalar_outputs is False
+    assert cdynamo.config.effective("capture_scalar_outputs") is False
     cf, cnt = compiled(fn)
     x, t = torch.randn(3), torch.tensor(2.5)
     assert same(cf(x, t), fn(x, t))
@@ -142,6 +142,22 @@ def test_off_each_read_is_a_graph_break_naming_the_operation(fn, op):
     assert cnt.frame_count == 2 == len(dynamo_graphs(fn, (x, t), (x, t2), dynamic=False))
 
 
+def test_torch_dynamo_config_capture_scalar_outputs_is_followed():
+    # cdynamo.config.capture_scalar_outputs is None: torch._dynamo.config's option decides,
+    # as code written for torch.compile (and PyTorch's own tests) set it.
+    assert cdynamo.config.capture_scalar_outputs is None
+    x, t = torch.randn(3), torch.tensor(2.5)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        cf, cnt = compiled(item_mul)
+        assert same(cf(x, t), item_mul(x, t))
+        assert same(cf(x, t), item_mul(x, t))
+    assert ops_of(cnt.graphs) == [["item", "mul"]] and break_reasons() == []
+    cdynamo.reset()
+    cf, cnt = compiled(item_mul)
+    assert same(cf(x, t), item_mul(x, t))
+    assert ops_of(cnt.graphs) == [["mul"]] and len(break_reasons()) == 1
+
+
 def test_tolist_is_never_captured():
     for flag in (False, True):
         cdynamo.reset()
@@ -152,7 +168,7 @@ def test_tolist_is_never_captured():
             assert same(cf(x, t), tolist_mul(x, t))
             assert same(cf(x, t), tolist_mul(x, t))
         finally:
-            cdynamo.config.capture_scalar_outputs = False
+            cdynamo.config.capture_scalar_outputs = None
         assert break_reasons() == ["Tensor.tolist() reads a tensor's values into Python lists (not capturable)"]
         assert native_reasons() == []
         assert ops_of(cnt.graphs) == [["mul"]], "tolist() is never in a graph, only what follows it"
@@ -344,7 +360,7 @@ def test_option_is_read_when_a_frame_is_traced():
         assert same(cf(x, t), item_mul(x, t))
         assert ops_of(cnt.graphs[1:]) == [["item", "mul"]] and break_reasons() == []
     finally:
-        cdynamo.config.capture_scalar_outputs = False
+        cdynamo.config.capture_scalar_outputs = None
 
 
 @pytest.mark.parametrize("backend", ["aot_eager", "inductor"])

@@ -151,7 +151,7 @@ def make_stepper():
 
 def test_module_int_attribute_recompiles_by_default():
     # torch._dynamo's default: a module's ints are its configuration, specialized.
-    assert cdynamo.config.allow_unspec_int_on_nn_module is False
+    assert cdynamo.config.effective("allow_unspec_int_on_nn_module") is False
     assert run_both(make_stepper, stepper_steps) == [4, 4]
 
 
@@ -160,7 +160,7 @@ def unspec_module_ints():
     cdynamo.config.allow_unspec_int_on_nn_module = True
     with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
         yield
-    cdynamo.config.allow_unspec_int_on_nn_module = False
+    cdynamo.config.allow_unspec_int_on_nn_module = None
 
 
 def test_module_int_attribute_automatic_dynamic_with_the_flag(unspec_module_ints):
@@ -254,12 +254,51 @@ def test_int_attribute_the_program_needs_as_a_constant_is_specialized():
     assert cdynamo.stats()["native_frames"] == []
 
 
-def test_install_mirrors_the_flag():
-    cdynamo.install()
+@pytest.mark.parametrize("installed", [False, True])
+def test_torch_dynamo_config_flag_is_followed(installed):
+    # cdynamo.config's option is None (as torch._dynamo.config's), so patching torch's flag
+    # -- code written for torch.compile does that -- changes what cdynamo compiles, installed
+    # or not: automatic dynamic for the module's int, 2 compiles as torch._dynamo's, not 4.
+    assert cdynamo.config.allow_unspec_int_on_nn_module is None
+    if installed:
+        cdynamo.install()
+    try:
+        # Installed, torch.compile is cdynamo's too (its run shares cdynamo's cache): only
+        # cdynamo's own count is compared there.
+        compared = slice(0, 1) if installed else slice(0, 2)
+        with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
+            assert cdynamo.config.effective("allow_unspec_int_on_nn_module") is True
+            assert run_both(make_stepper, stepper_steps)[compared] == [2, 2][compared]
+        assert cdynamo.config.effective("allow_unspec_int_on_nn_module") is False
+        cdynamo.reset()
+        torch._dynamo.reset()
+        assert run_both(make_stepper, stepper_steps)[compared] == [4, 4][compared]
+    finally:
+        if installed:
+            cdynamo.uninstall()
+    assert cdynamo.config.allow_unspec_int_on_nn_module is None
+
+
+def test_cdynamo_setting_wins_over_torch_dynamo_config():
+    cdynamo.config.allow_unspec_int_on_nn_module = False
     try:
         with torch._dynamo.config.patch(allow_unspec_int_on_nn_module=True):
-            assert cdynamo.config.allow_unspec_int_on_nn_module is True
-        assert cdynamo.config.allow_unspec_int_on_nn_module is False
+            assert cdynamo.config.effective("allow_unspec_int_on_nn_module") is False
+            # cdynamo's own False: one compile per value (4); torch._dynamo, flag on: 2.
+            assert run_both(make_stepper, stepper_steps) == [4, 2]
     finally:
-        cdynamo.uninstall()
-    assert cdynamo.config.allow_unspec_int_on_nn_module is False
+        cdynamo.config.allow_unspec_int_on_nn_module = None
+
+
+def test_an_argument_that_was_a_tensor_and_becomes_an_int_is_a_symbol_at_once():
+    # torch._dynamo's frame state: a source that changed kind (a tensor, then an int) has
+    # changed, so the int is a symbol in the compile that first sees it and later ints hit.
+    def mul(x, y):
+        return x * y
+
+    def steps(fn, _):
+        for n, y in [(2, None), (3, 3), (4, None), (4, None), (5, 4), (5, 4), (6, None)]:
+            yield fn(torch.randn(n), torch.randn(n) if y is None else y)
+
+    counts = run_both(lambda: (mul, None), steps)
+    assert counts == [3, 3]

@@ -61,6 +61,26 @@ def test_backend_that_raises_with_suppress_errors_runs_eagerly_with_a_warning(mo
     assert any("backend compiler failed" in r for r in reasons), reasons
 
 
+def test_suppress_errors_follows_torch_dynamo_config():
+    # cdynamo.config.suppress_errors is None: torch._dynamo.config.suppress_errors decides
+    # (code written for torch.compile sets torch's); cdynamo's own False wins over it.
+    def bad(gm, example_inputs):
+        raise ValueError("no thanks")
+
+    assert cdynamo.config.suppress_errors is None
+    with torch._dynamo.config.patch(suppress_errors=True):
+        f = cdynamo.compile(lambda x: x * 5, backend=bad)
+        with pytest.warns(RuntimeWarning, match="no thanks.*suppress_errors"):
+            assert torch.equal(f(torch.ones(2)), torch.full((2,), 5.0))
+        cdynamo.reset()
+        cdynamo.config.suppress_errors = False
+        try:
+            with pytest.raises(cdynamo.BackendCompilerFailed):
+                f(torch.ones(2))
+        finally:
+            cdynamo.config.suppress_errors = None
+
+
 def test_backend_returning_a_non_callable():
     f = cdynamo.compile(lambda x: x - 1, backend=lambda gm, ex: 42)
     with pytest.raises(cdynamo.BackendCompilerFailed, match="non-callable"):

@@ -2,6 +2,7 @@
 diagnoses is kept in the fuzz bug list, F1, F2, ...). Fixed ones pass; the others are strict
 xfails naming the mechanism to fix."""
 import torch
+import torch._dynamo.testing
 
 import cdynamo
 from cdynamo.testing import CompileCounter
@@ -50,3 +51,39 @@ def test_recursive_closure_escaping_the_trace():
     assert got[0] == "ok" and torch.equal(got[1], f(x)), got
     got = outcome(cdynamo.compile(f2, backend=CompileCounter()), x)
     assert got[0] == "ok" and torch.equal(got[1][0], x + 1) and got[1][1](0) == 0, got
+
+
+def test_symbolic_size_alive_at_a_break_in_a_graph_without_ops():
+    # F3 (seed 40000): the resume function of a break (print) is traced with x's size
+    # symbolic (automatic dynamic, after a length change) and breaks at min(n, x.shape[0]);
+    # its graph has no op, but the break needs the size, which is the graph's symbol
+    # placeholder. The graph was not compiled (no op), so the entry raised "the compiled
+    # graph returned 0 outputs". Now the graph module itself returns such inputs, with no
+    # backend involved and no graph counted (torch._dynamo compiles none there either).
+    class K:
+        def __init__(self, k):
+            self.k = k
+
+    def f(x, n):
+        t0 = x + 1
+        k0 = K(n)
+        print("a break")
+        k0.k = min(n, x.shape[0])
+        return x, t0, k0.k
+
+    cnt = CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt)
+    for size, n in [(4, 2), (4, 3), (4, 2), (3, 2), (3, 2)]:
+        x = torch.randn(size)
+        got, want = outcome(cf, x, n), outcome(f, x, n)
+        assert got[0] == want[0] == "ok", got
+        assert got[1][0] is x and torch.equal(got[1][1], want[1][1]) and got[1][2] == want[1][2]
+    # Graphs: f's for n == 2, for n changed, for x's size changed (x + 1 each); none for the
+    # resume frames. (A later new n recompiles f once more, where torch._dynamo's third entry
+    # takes it: n stored into an object alive at the break keeps n a constant in cdynamo.)
+    ref = torch._dynamo.testing.CompileCounter()
+    opt = torch.compile(f, backend=ref)
+    for size, n in [(4, 2), (4, 3), (4, 2), (3, 2), (3, 2)]:
+        opt(torch.randn(size), n)
+    torch._dynamo.reset()
+    assert cnt.frame_count <= ref.frame_count
