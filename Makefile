@@ -88,13 +88,18 @@ sanitize-subset:
 
 sanitize: $(DEPS_STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DPython_EXECUTABLE=$(abspath $(PY)) -DCDYNAMO_SANITIZE=ON
+	  -DPython_EXECUTABLE=$(abspath $(PY)) -DCDYNAMO_SANITIZE=ON $(CMAKE_ARGS)
+	# Both builds link the same file (src/cdynamo/_C*.so), and ninja does not relink an
+	# output that is newer than its inputs: without the rm, the second run would test the
+	# normal extension (nothing sanitized), and the rebuild below would keep the ASan one.
+	rm -f src/cdynamo/_C*.so
 	PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(ASAN_DIR) -j2
+	ldd src/cdynamo/_C*.so | grep -q libasan || (echo "src/cdynamo/_C*.so is not the ASan build" >&2; exit 1)
 	cd $(ASAN_DIR) && ASAN_OPTIONS=detect_leaks=0 PATH=$(abspath $(VENV))/bin:$$PATH ctest --output-on-failure
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0,abort_on_error=1,allocator_may_return_null=1 \
 	UBSAN_OPTIONS=print_stacktrace=1,halt_on_error=1 PYTHONMALLOC=malloc \
-	  $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS); rc=$$?; \
+	  $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS); rc=$$?; rm -f src/cdynamo/_C*.so; \
 	  PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(BUILD_DIR) -j2; exit $$rc
 
 bench: build

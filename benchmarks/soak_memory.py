@@ -1,14 +1,17 @@
 """Memory soak (issue 14): RSS and tracemalloc over many cache hits and compile/reset cycles.
 
-    .venv/bin/python benchmarks/soak_memory.py [--hits 1000000] [--cycles 10000]
+    .venv/bin/python benchmarks/soak_memory.py [--hits 1000000] [--cycles 10000] [--checkpoints 10] [--log FILE]
 
-Prints RSS (from /proc/self/statm) and tracemalloc's traced Python memory at ten checkpoints of
-each phase, and the growth from the first checkpoint to the last. A hit allocates nothing
+Prints RSS (from /proc/self/statm), tracemalloc's traced Python memory and the number of
+history records (cdynamo._events, at most MAX_RECORDS) at --checkpoints checkpoints of each
+phase, and the growth from the first checkpoint to the last; --log appends each checkpoint to
+FILE as it is taken, so that a run lost half way still leaves its numbers. A hit allocates nothing
 that outlives the call, and a compile/reset cycle frees what it made, so both should be flat
 (a few hundred KiB of noise from allocator caches). Numbers, not assertions: tests cover the
 freeing itself (tests/reliability/test_memory.py).
 """
 import argparse
+import collections
 import gc
 import os
 import sys
@@ -19,6 +22,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "src"))
 import cdynamo  # noqa: E402
+from cdynamo import _events  # noqa: E402
 from cdynamo.testing import CompileCounter  # noqa: E402
 
 torch.set_num_threads(1)
@@ -29,16 +33,25 @@ def rss_kib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") // 1024
 
 
+LOG = None
+
+
 def checkpoint(rows, label):
     gc.collect()
     cur, _ = tracemalloc.get_traced_memory()
-    rows.append((label, rss_kib(), cur // 1024))
+    rows.append((label, rss_kib(), cur // 1024, len(_events.records)))
+    if LOG:
+        with open(LOG, "a") as out:
+            out.write("%s %-14s RSS %8d KiB  tracemalloc %8d KiB  records %5d\n"
+                      % (time.strftime("%H:%M:%S"), label, *rows[-1][1:]))
 
 
 def report(title, rows):
     print(title)
-    for label, rss, traced in rows:
-        print("  %-18s RSS %8d KiB   tracemalloc %8d KiB" % (label, rss, traced))
+    for label, rss, traced, nrec in rows:
+        print("  %-18s RSS %8d KiB   tracemalloc %8d KiB   records %5d" % (label, rss, traced, nrec))
+    if len(rows) < 3:
+        return
     print("  growth first->last: RSS %+d KiB, tracemalloc %+d KiB" % (rows[-1][1] - rows[1][1], rows[-1][2] - rows[1][2]))
 
 
@@ -60,8 +73,21 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hits", type=int, default=1_000_000)
     ap.add_argument("--cycles", type=int, default=10_000)
+    ap.add_argument("--checkpoints", type=int, default=10)
+    ap.add_argument("--log", help="append each checkpoint to this file as it is taken")
+    ap.add_argument("--diff", type=int, default=0, metavar="N",
+                    help="print the N source lines whose traced memory grew most from the middle "
+                         "of the cycles (the history full by then) to the end")
+    ap.add_argument("--max-records", type=int, default=None, metavar="N",
+                    help="keep only the newest N history records instead of MAX_RECORDS, so that "
+                         "the cycles run past a full history sooner (3 records a cycle)")
+    ap.add_argument("--frames", type=int, default=1, help="frames tracemalloc keeps per allocation (--diff groups by the innermost)")
     args = ap.parse_args()
-    tracemalloc.start()
+    if args.max_records is not None:
+        _events.records = collections.deque(maxlen=args.max_records)
+    global LOG
+    LOG = args.log
+    tracemalloc.start(args.frames)
 
     cf = cdynamo.compile(f, backend="eager")
     cg = cdynamo.compile(g, backend="eager")
@@ -70,7 +96,7 @@ def main():
     checkpoint(rows, "before")
     cf(x, y, 3), cg(x)
     t0 = time.time()
-    step = max(1, args.hits // 10)
+    step = max(1, args.hits // args.checkpoints)
     for i in range(args.hits):
         cf(x, y, 3)
         if i % 4 == 0:
@@ -85,7 +111,7 @@ def main():
     rows = []
     checkpoint(rows, "before")
     t0 = time.time()
-    step = max(1, args.cycles // 10)
+    step = max(1, args.cycles // args.checkpoints)
     for i in range(args.cycles):
         cnt = CompileCounter()
         c1 = cdynamo.compile(f, backend=cnt)
@@ -95,7 +121,21 @@ def main():
         cdynamo.reset()
         if i % step == step - 1:
             checkpoint(rows, "cycles %d" % (i + 1))
+        if args.diff and i == args.cycles // 2:
+            gc.collect()
+            middle = tracemalloc.take_snapshot()
     report("%d compile/reset cycles (3 graphs each) in %.0f s" % (args.cycles, time.time() - t0), rows)
+    if args.diff:
+        gc.collect()
+        top = tracemalloc.take_snapshot().compare_to(middle, "traceback")[:args.diff]
+        lines = ["growth from cycle %d to %d by where it was allocated:" % (args.cycles // 2 + 1, args.cycles)]
+        for stat in top:
+            lines.append("  %s" % stat)
+            lines += ["      %s" % frame for frame in list(stat.traceback)[:args.frames][::-1]]
+        print("\n".join(lines))
+        if LOG:
+            with open(LOG, "a") as out:
+                out.write("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #include "bytecode/opcodes.h"
 #include "cache/code_cache.h"
 #include "frame/eval_frame.h"
+#include "graph/fake_propagation.h"
 #include "guards/tensor_check.h"
 #include "runtime/continuation.h"
 #include "support/pyref.h"
@@ -287,6 +288,10 @@ PyObject* py_set_call_rules(PyObject*, PyObject* rules) {
   Py_RETURN_NONE;
 }
 
+PyObject* py_in_fake_propagation(PyObject*, PyObject*) {
+  return PyBool_FromLong(cdynamo::graph::inFakePropagation());
+}
+
 PyMethodDef methods[] = {
     {"call_compiled", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(py_call_compiled)),
      METH_FASTCALL | METH_KEYWORDS, "call_compiled(config, fn, *args, **kwargs): call with the frame hook on"},
@@ -313,6 +318,8 @@ PyMethodDef methods[] = {
     {"set_call_rules", py_set_call_rules, METH_O,
      "set_call_rules(dict): {callable: rule} the tracer consults (1 graph break, 2 in graph, 3 constant result)"},
     {"set_event_sink", py_set_event_sink, METH_O, "set_event_sink(fn or None): fn(dict) per translation outcome"},
+    {"in_fake_propagation", py_in_fake_propagation, METH_NOARGS,
+     "whether this thread is running a trace's ops on fake tensors (not its backend)"},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -2,12 +2,14 @@
 // when the graph may hold symbolic scalars).
 #include "graph/graph_builder.h"
 
+#include "graph/fake_propagation.h"
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
 
 namespace cdynamo::graph {
 
 Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example_inputs) {
+  FakePropagationPaused paused;
   if (!shape_env_) return Ref::steal(PyObject_CallFunctionObjArgs(backend, gm, example_inputs, nullptr));
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();

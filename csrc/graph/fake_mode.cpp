@@ -5,10 +5,20 @@
 #include <optional>
 
 #include "graph/fake_autograd.h"
+#include "graph/fake_propagation.h"
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
 
 namespace cdynamo::graph {
+
+namespace {
+thread_local int tls_fake_propagation = 0;  // builders between begin() and finish() on this thread
+}  // namespace
+
+bool inFakePropagation() { return tls_fake_propagation > 0; }
+
+FakePropagationPaused::FakePropagationPaused() : saved_(tls_fake_propagation) { tls_fake_propagation = 0; }
+FakePropagationPaused::~FakePropagationPaused() { tls_fake_propagation = saved_; }
 
 bool GraphBuilder::begin() {
   const TorchRefs* t = torchRefs();
@@ -56,12 +66,14 @@ bool GraphBuilder::begin() {
   Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__enter__", nullptr));
   if (!r) return false;
   entered_ = true;
+  ++tls_fake_propagation;
   return true;
 }
 
 void GraphBuilder::finish() {
   if (!entered_) return;
   entered_ = false;
+  --tls_fake_propagation;
   // Keep a pending exception (if any) across __exit__.
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);

@@ -17,6 +17,20 @@ log = logging.getLogger("cdynamo")
 _enabled = set()
 
 
+class _QuietFakePropagation(logging.Filter):
+    """torch's FakeTensorMode logs an op whose meta kernel raises (at ERROR, with the
+    traceback) before re-raising. Inside cdynamo's fake propagation that exception is the
+    program's own (torch.stack of unequal sizes under a try), which the tracer raises as
+    eagerly or breaks the graph on: the log would only print a traceback to stderr. Outside
+    a trace, and in a backend's call, the record passes."""
+
+    def filter(self, record):
+        return not (record.exc_info and _C.in_fake_propagation())
+
+
+logging.getLogger("torch._subclasses.fake_tensor").addFilter(_QuietFakePropagation())
+
+
 def _ensure_handler():
     if not log.handlers:
         h = logging.StreamHandler()

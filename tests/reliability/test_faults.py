@@ -4,6 +4,7 @@ functions, and the other frontend (torch.compile) mixed in. Each compiled call i
 with eager; afterwards the next call must work and torch's global state must be as eager
 leaves it."""
 import asyncio
+import logging
 import os
 import subprocess
 import sys
@@ -448,3 +449,69 @@ def test_setprofile_sees_the_calls_of_a_compiled_function():
     x = torch.randn(2)
     cf(x)
     assert calls_of(cf, x) == calls_of(f, x) == ["f", "helper"]
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.messages = []
+
+    def emit(self, record):
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def fake_tensor_log():
+    logger = logging.getLogger("torch._subclasses.fake_tensor")
+    handler = _Records()
+    logger.addHandler(handler)
+    try:
+        yield handler.messages
+    finally:
+        logger.removeHandler(handler)
+
+
+def _stack_or_message(x, y):
+    try:
+        out = torch.stack([x, y])
+    except RuntimeError as e:
+        return x.sin(), str(e)
+    return out.cos(), None
+
+
+def test_a_failing_op_of_the_program_is_not_logged_by_fake_tensor_mode(fake_tensor_log):
+    # The program's own torch.stack of unequal sizes fails on the fakes as eagerly; torch's
+    # fake-tensor logger would print the traceback to stderr during the trace.
+    cnt = CompileCounter()
+    fn = cdynamo.compile(_stack_or_message, backend=cnt)
+    for x, y in [(torch.ones(2), torch.ones(3)), (torch.ones(2) * 2, torch.ones(3)), (torch.ones(2), torch.ones(2))]:
+        got, want = fn(x, y), _stack_or_message(x, y)
+        assert torch.equal(got[0], want[0]) and got[1] == want[1]
+    s = cdynamo.stats()
+    assert s["cache_hits"] == 1 and s["cache_misses"] == 2
+    # Unequal sizes: the frame breaks at the stack (no graph before it), which runs eagerly
+    # and raises into the handler; equal sizes: one graph.
+    assert [b["reason"].split(":")[0] for b in s["graph_break_reasons"]] == ["running stack on fake tensors"]
+    assert cnt.frame_count == 1
+    assert fake_tensor_log == []
+
+
+def test_fake_tensor_errors_are_still_logged_outside_the_trace_and_in_a_backend(fake_tensor_log):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    def stack_fakes():
+        with FakeTensorMode() as mode:
+            a, b = mode.from_tensor(torch.ones(2)), mode.from_tensor(torch.ones(3))
+            with pytest.raises(RuntimeError, match="stack expects"):
+                torch.stack([a, b])
+
+    stack_fakes()
+    assert len(fake_tensor_log) == 1 and "failed while attempting to run meta" in fake_tensor_log[0]
+
+    def backend(gm, example_inputs):
+        stack_fakes()  # the backend's own fake propagation: its errors are its to report
+        return gm
+
+    fn = cdynamo.compile(lambda x: x + 1, backend=backend)
+    assert torch.equal(fn(torch.ones(2)), torch.ones(2) + 1)
+    assert len(fake_tensor_log) == 2
