@@ -20,6 +20,14 @@ bool inFakePropagation() { return tls_fake_propagation > 0; }
 FakePropagationPaused::FakePropagationPaused() : saved_(tls_fake_propagation) { tls_fake_propagation = 0; }
 FakePropagationPaused::~FakePropagationPaused() { tls_fake_propagation = saved_; }
 
+namespace {
+// torch._C._autograd._saved_tensors_hooks_set_tracing (new reference), or null with an error.
+Ref savedTensorsHooksSetTracing() {
+  Ref autograd = Ref::steal(PyImport_ImportModule("torch._C._autograd"));
+  return autograd ? Ref::steal(PyObject_GetAttrString(autograd.get(), "_saved_tensors_hooks_set_tracing")) : Ref();
+}
+}  // namespace
+
 bool GraphBuilder::begin() {
   const TorchRefs* t = torchRefs();
   if (!t) return false;
@@ -67,6 +75,14 @@ bool GraphBuilder::begin() {
   if (!r) return false;
   entered_ = true;
   ++tls_fake_propagation;
+  // Saved-tensor hooks the program set (torch.autograd.graph.saved_tensors_hooks) are for its
+  // real tensors: the fake ops of the trace must not run them (a user's pack hook would see
+  // FakeTensors, once more than eagerly). torch._dynamo marks its tracing the same way.
+  Ref set_tracing = savedTensorsHooksSetTracing();
+  Ref prev = set_tracing ? Ref::steal(PyObject_CallOneArg(set_tracing.get(), Py_True)) : Ref();
+  if (!prev) return false;
+  hooks_tracing_was_ = prev.get() == Py_True;
+  hooks_tracing_set_ = true;
   return true;
 }
 
@@ -77,6 +93,13 @@ void GraphBuilder::finish() {
   // Keep a pending exception (if any) across __exit__.
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
+  if (hooks_tracing_set_) {
+    hooks_tracing_set_ = false;
+    Ref set_tracing = savedTensorsHooksSetTracing();
+    Ref done = set_tracing ? Ref::steal(PyObject_CallOneArg(set_tracing.get(), hooks_tracing_was_ ? Py_True : Py_False))
+                           : Ref();
+    if (!done) PyErr_Clear();
+  }
   Ref r = Ref::steal(PyObject_CallMethod(mode_.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
   if (!r) PyErr_Clear();
   PyErr_Restore(type, value, tb);

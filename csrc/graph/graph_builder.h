@@ -327,6 +327,9 @@ class GraphBuilder {
   Ref memo_;  // dict: memo key -> index in memo_entries_ of the key's newest entry
   std::vector<MemoEntry> memo_entries_;
   bool entered_ = false;
+  // begin() set torch's saved-tensor-hooks tracing flag; finish() puts back its old value.
+  bool hooks_tracing_set_ = false;
+  bool hooks_tracing_was_ = false;
   std::vector<Node> nodes_;
   // The names of the graph inputs so far: a new one that would repeat one gets a suffix
   // _0, _1, ... (as torch._dynamo's get_unique_name_wrt), so forward's parameters differ.

@@ -135,6 +135,14 @@ bool isMutating(NodeOp op, PyObject* target) {
     return name && mutatingName(name);
   }
   Ref modname = Ref::steal(PyObject_GetAttrString(target, "__module__"));
+  if (strcmp(Py_TYPE(target)->tp_name, "OpOverload") == 0) {
+    // torch.ops.aten.add_.Tensor: named "add_.Tensor"; its schema says whether it mutates.
+    Ref schema = Ref::steal(PyObject_GetAttrString(target, "_schema"));
+    Ref mutable_ = schema ? Ref::steal(PyObject_GetAttrString(schema.get(), "is_mutable")) : Ref();
+    bool mutates = mutable_ && PyObject_IsTrue(mutable_.get()) == 1;
+    PyErr_Clear();
+    return mutates;
+  }
   Ref qualname = Ref::steal(PyObject_GetAttrString(target, "__name__"));
   bool mutating = false;
   if (qualname && PyUnicode_Check(qualname.get())) {

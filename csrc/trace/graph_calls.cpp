@@ -187,11 +187,34 @@ static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObjec
 
 Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
                                     const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  // The autograd engine (Tensor.backward(), torch.autograd.backward/grad, which reach
+  // Variable._execution_engine.run_backward) works on the real tensors' autograd graph and
+  // sets .grad: nothing a graph node can do (its None result made it a dead query). A graph
+  // break, as in torch._dynamo.
+  auto autogradEngine = [](PyObject* f) {
+    if (PyCFunction_Check(f)) return strcmp(reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name, "run_backward") == 0;
+    if (!PyFunction_Check(f)) return false;
+    PyObject* name = reinterpret_cast<PyFunctionObject*>(f)->func_name;
+    PyObject* mod = reinterpret_cast<PyFunctionObject*>(f)->func_module;
+    return mod && PyUnicode_Check(mod) && PyUnicode_Check(name) &&
+           (PyUnicode_CompareWithASCIIString(mod, "torch.autograd") == 0 ||
+            PyUnicode_CompareWithASCIIString(mod, "torch.autograd.graph") == 0) &&
+           (PyUnicode_CompareWithASCIIString(name, "backward") == 0 || PyUnicode_CompareWithASCIIString(name, "grad") == 0 ||
+            PyUnicode_CompareWithASCIIString(name, "_engine_run_backward") == 0);
+  };
+  if ((op == NodeOp::CallMethod && PyUnicode_Check(target) && PyUnicode_CompareWithASCIIString(target, "backward") == 0) ||
+      (op != NodeOp::CallMethod && autogradEngine(target)))
+    return t.fail("the autograd engine (backward(), torch.autograd.backward/grad) runs outside the graph");
   std::vector<graph::Arg> gargs(args.size());
   for (size_t i = 0; i < args.size(); ++i)
     if (Done d = toArg(t, args[i], &gargs[i]); !d) return d.stop();
   std::vector<std::pair<Ref, graph::Arg>> gkwargs;
   for (const auto& [k, v] : kwargs) {
+    // A tensor made in the graph with requires_grad=True is a new leaf: AOT autograd gives
+    // a graph output back without requires_grad. A graph break, as in torch._dynamo.
+    if (PyUnicode_CompareWithASCIIString(k.get(), "requires_grad") == 0 && v->is(Kind::Constant) &&
+        v->constant() == Py_True)
+      return t.fail("a tensor made with requires_grad=True is a new autograd leaf, made outside the graph");
     // out= writes into a tensor the trace holds as another value: the write would be a
     // node nothing reads (dropped) and later reads would see the old value.
     if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !v->isNone())

@@ -1,9 +1,8 @@
 """Wrong results that PyTorch's TorchDynamo tests found in cdynamo (docs/conformance.md).
 
-Every test here fails today (strict xfail, with the diagnosis as the reason): cdynamo returns
-something else than eager Python, on the first call or on a cache hit, without saying so.
-The fix must come with the mechanism (see the reason), not with a special case; when a test
-starts to pass, take its mark off.
+Each case compares with eager on the first call and on a cache hit. The wrong results are
+fixed (at the mechanism, not as special cases); a case still marked `wrong` is a strict xfail
+whose reason says what is still missing (today only a capture: the result is right).
 """
 import collections
 import types
@@ -169,9 +168,6 @@ def test_forward_assigned_in_the_trace_is_called():
 
 # ---------------------------------------------------------------- autograd
 
-@wrong("Tensor.backward() returns None, and the graph builder drops a call whose result holds no "
-       "tensor as a metadata query (graph/graph_builder.cpp: mutation is guessed from a trailing '_'): "
-       ".grad is never set")
 def test_backward_in_compiled_function_sets_grad():
     def fn(x):
         y = (x * x).sum()
@@ -187,7 +183,6 @@ def test_backward_in_compiled_function_sets_grad():
         assert x2.grad is not None and torch.equal(x1.grad, x2.grad), f"{call}: grad {x2.grad}, eager {x1.grad}"
 
 
-@wrong("torch.autograd.backward(y) is dropped like Tensor.backward() (no tensor result, no trailing '_')")
 def test_autograd_backward_in_compiled_function_sets_grad():
     def fn(x):
         y = (x * 3).sum()
@@ -203,9 +198,9 @@ def test_autograd_backward_in_compiled_function_sets_grad():
         assert x2.grad is not None and torch.equal(x1.grad, x2.grad), f"{call}: grad {x2.grad}, eager {x1.grad}"
 
 
-@wrong("an in-place op called through its aten overload (torch.ops.aten.add_.Tensor) is named "
-       "'add_.Tensor': isMutating (graph/graph_builder.cpp) does not see the trailing '_', the unused "
-       "result is dead and the mutation of the input is lost")
+@wrong("no longer a wrong result (the input is mutated as eagerly, and isMutating reads an OpOverload's "
+       "schema): the frame runs natively, since OpOverload.__call__ is not traced ('a torch binding that "
+       "is not an operator'); what fails here is the capture same_as_eager asserts")
 def test_inplace_aten_overload_mutates_input():
     def fn(x):
         torch.ops.aten.add_.Tensor(x, torch.ones(3))
@@ -213,8 +208,6 @@ def test_inplace_aten_overload_mutates_input():
     same_as_eager(fn, one())
 
 
-@wrong("a factory called with requires_grad=True is recorded in the graph; under aot_eager the output "
-       "loses requires_grad (torch._dynamo breaks the graph there instead)")
 def test_factory_with_requires_grad_keeps_it_under_aot_eager():
     def fn(x):
         w = torch.ones(3, requires_grad=True)
@@ -228,9 +221,6 @@ def test_factory_with_requires_grad_keeps_it_under_aot_eager():
             f"{call}: requires_grad {w.requires_grad}/{out.requires_grad}, eager {eager_w.requires_grad}/{eager_out.requires_grad}"
 
 
-@wrong("saved-tensor pack hooks set outside the compiled function run while the graph is traced "
-       "(on fake tensors): the user's hook sees a FakeTensor and runs once more than eagerly "
-       "(torch._dynamo defers them: _saved_tensors_hooks_set_tracing)")
 def test_saved_tensor_hooks_do_not_run_during_tracing():
     seen = []
 
