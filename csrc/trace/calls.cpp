@@ -125,6 +125,14 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
       // RandomState) stands for torch._numpy's function of that name.
       if (m.self->is(Kind::Object) && !PyFunction_Check(function) && isNumpyCallable(function))
         return callNumpy(t, function, args, kwargs);
+      if (isAutogradFunctionApply(function)) {  // Gelu.apply(x)
+        PyObject* cls = m.self->real();
+        if (cls && PyType_Check(cls)) {
+          Ref target = Ref::steal(PyMethod_New(function, cls));
+          if (!target) return t.failFromPython("autograd.Function.apply");
+          return callAutogradFunctionApply(t, cls, target.get(), std::move(args), std::move(kwargs));
+        }
+      }
       args.insert(args.begin(), m.self);
       if (PyFunction_Check(function)) return t.inlineFunction(function, -1, std::move(args), std::move(kwargs));
       return call(t, Value::callable(function), std::move(args), std::move(kwargs));

@@ -51,6 +51,16 @@ PyObject* polyfillRebuild(PyObject* type);
 // torch._foreach_pow, the method descriptor torch.Tensor.addcmul_): that version inlined in
 // its place; notHandled when it has none, or when the call comes from its own polyfill.
 Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs);
+// `cls.apply(*args, **kwargs)` of a torch.autograd.Function subclass (args without cls);
+// `target` is the apply being called (Function.apply bound to cls, or the C
+// _FunctionBase.apply an override reaches through super()). With no gradient to record it
+// is cdynamo._polyfills.autograd_function_apply inlined (forward run under no_grad on a
+// stand-in ctx, outputs wrapped as apply wraps them). A call that records a backward is one
+// call_function node of `target` when cdynamo._polyfills.autograd_function_refusal finds
+// nothing in forward/backward that reaches outside the call; else Unsupported with its reason.
+Result<ValuePtr> callAutogradFunctionApply(Tracer& t, PyObject* cls, PyObject* target, Args args, Kwargs kwargs);
+// Whether `function` is torch.autograd.Function.apply's function (never sets an error).
+bool isAutogradFunctionApply(PyObject* function);
 // Borrowed value of `name` in the instance dict of `obj`, or null (objects.cpp).
 PyObject* instanceDictItem(PyObject* obj, const char* name);
 // Whether `code` is marked by cdynamo.disable, and the reason naming the function.

@@ -308,7 +308,7 @@ def main():
     frontends = [f for f in a.frontends.split(",") if f]
     models = [m for m in a.models.split(",") if m]
     for m in models:
-        if m not in zoo.KNOWN:
+        if not zoo.known(m):
             p.error(f"unknown model {m!r}")
     rep = Report(a.out)
     failed = False

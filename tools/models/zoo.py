@@ -24,14 +24,23 @@ ALL = TIMM + HF
 # (`benchmarks/models.py --models roberta,...`), not by `make models`: models the fixes
 # were not made on.
 EXTRA = ["roberta", "gpt_neo", "mistral", "opt", "vit"]
-KNOWN = ALL + EXTRA
+# Further architectures nobody tuned cdynamo on (`--models more` runs them all). Any timm
+# model also works by name with a "timm:" prefix (`--models timm:regnetx_002,timm:levit_128s`).
+MORE = ["albert", "electra", "xlm_roberta", "mpnet", "deberta_v2", "mobilebert", "qwen2", "qwen3", "phi",
+        "gemma", "gemma2", "olmo", "starcoder2", "falcon", "bloom", "gptj", "gpt_bigcode", "pegasus",
+        "marian"]
+KNOWN = ALL + EXTRA + MORE
 
 # Shared by every transformers config: the issue's "2 layers, hidden 64, vocab 1000".
 VOCAB, HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 1000, 64, 2, 4, 128, 128
 
 
+def known(name):
+    return name in KNOWN or (name.startswith("timm:") and len(name) > 5)
+
+
 def family(name):
-    return "timm" if name in TIMM else "transformers"
+    return "timm" if name in TIMM or name.startswith("timm:") else "transformers"
 
 
 def _import_timm():
@@ -91,7 +100,55 @@ def _hf_config(name):
         return tf.OPTConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, ffn_dim=FFN,
                             word_embed_proj_dim=HIDDEN, max_position_embeddings=POSITIONS, dropout=0.0,
                             attention_dropout=0.0, **common)
-    raise KeyError(name)
+    return _more_config(tf, name, common)
+
+
+# name -> (config class, model class, how the config spells the sizes)
+_ENCODER = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+                max_position_embeddings=POSITIONS, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+_DECODER = dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, intermediate_size=FFN,
+                max_position_embeddings=POSITIONS)
+_SEQ2SEQ = dict(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, encoder_attention_heads=HEADS,
+                decoder_attention_heads=HEADS, encoder_ffn_dim=FFN, decoder_ffn_dim=FFN,
+                max_position_embeddings=POSITIONS, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+_GPT = dict(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=FFN, n_positions=POSITIONS, resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0)
+_MORE = {
+    "albert": ("AlbertConfig", "AlbertModel", dict(_ENCODER, embedding_size=HIDDEN)),
+    "electra": ("ElectraConfig", "ElectraModel", dict(_ENCODER, embedding_size=HIDDEN)),
+    "xlm_roberta": ("XLMRobertaConfig", "XLMRobertaModel", _ENCODER),
+    "mpnet": ("MPNetConfig", "MPNetModel", _ENCODER),
+    "deberta_v2": ("DebertaV2Config", "DebertaV2Model", _ENCODER),
+    "mobilebert": ("MobileBertConfig", "MobileBertModel",
+                   dict(_ENCODER, embedding_size=HIDDEN // 2, intra_bottleneck_size=HIDDEN // 2,
+                        true_hidden_size=HIDDEN // 2, num_feedforward_networks=2)),
+    "qwen2": ("Qwen2Config", "Qwen2ForCausalLM", dict(_DECODER, num_key_value_heads=HEADS // 2)),
+    "qwen3": ("Qwen3Config", "Qwen3ForCausalLM", dict(_DECODER, num_key_value_heads=HEADS // 2, head_dim=16)),
+    "phi": ("PhiConfig", "PhiForCausalLM", dict(_DECODER, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0)),
+    "gemma": ("GemmaConfig", "GemmaForCausalLM", dict(_DECODER, num_key_value_heads=HEADS // 2, head_dim=16)),
+    "gemma2": ("Gemma2Config", "Gemma2ForCausalLM",
+               dict(_DECODER, num_key_value_heads=HEADS // 2, head_dim=16, sliding_window=8)),
+    "olmo": ("OlmoConfig", "OlmoForCausalLM", _DECODER),
+    "starcoder2": ("Starcoder2Config", "Starcoder2ForCausalLM",
+                   dict(_DECODER, num_key_value_heads=HEADS // 2, residual_dropout=0.0, embedding_dropout=0.0,
+                        attention_dropout=0.0)),
+    "falcon": ("FalconConfig", "FalconForCausalLM",
+               dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, num_attention_heads=HEADS, hidden_dropout=0.0,
+                    attention_dropout=0.0)),
+    "bloom": ("BloomConfig", "BloomForCausalLM",
+              dict(hidden_size=HIDDEN, n_layer=LAYERS, n_head=HEADS, hidden_dropout=0.0, attention_dropout=0.0)),
+    "gptj": ("GPTJConfig", "GPTJForCausalLM", dict(_GPT, rotary_dim=8)),
+    "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM", _GPT),
+    "pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", dict(_SEQ2SEQ, decoder_start_token_id=0)),
+    "marian": ("MarianConfig", "MarianMTModel", dict(_SEQ2SEQ, decoder_start_token_id=0, pad_token_id=0)),
+}
+
+
+def _more_config(tf, name, common):
+    if name not in _MORE:
+        raise KeyError(name)
+    config_cls, _, fields = _MORE[name]
+    return getattr(tf, config_cls)(**fields, **common)
 
 
 def _hf_model(name, config):
@@ -100,15 +157,18 @@ def _hf_model(name, config):
     cls = {"bert": tf.BertModel, "gpt2": tf.GPT2LMHeadModel, "llama": tf.LlamaForCausalLM,
            "t5": tf.T5ForConditionalGeneration, "distilbert": tf.DistilBertModel,
            "bart": tf.BartForConditionalGeneration, "roberta": tf.RobertaModel, "gpt_neo": tf.GPTNeoForCausalLM,
-           "mistral": tf.MistralForCausalLM, "opt": tf.OPTForCausalLM}[name]
+           "mistral": tf.MistralForCausalLM, "opt": tf.OPTForCausalLM}.get(name)
+    if cls is None:
+        cls = getattr(tf, _MORE[name][1])
     return cls(config)
 
 
 def build(name, size="full", seed=0):
     """(model, args, kwargs) for model `name`; the same seed gives identical weights and inputs."""
     torch.manual_seed(seed)
-    if name in TIMM:
+    if name in TIMM or name.startswith("timm:"):
         timm = _import_timm()
+        name = name.removeprefix("timm:")
         kw = {}
         if size == "quick" and ("vit" in name or "deit" in name):
             kw["img_size"] = 64
@@ -131,7 +191,7 @@ def build(name, size="full", seed=0):
     mask = torch.ones(2, seq, dtype=torch.long)
     mask[1, -3:] = 0  # the second sequence is padded
     kwargs = {"input_ids": ids, "attention_mask": mask}
-    if name == "t5":
+    if name in ("t5", "pegasus", "marian"):
         kwargs["decoder_input_ids"] = torch.randint(1, VOCAB, (2, seq // 2))
     return model, (), kwargs
 
