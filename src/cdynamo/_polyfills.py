@@ -723,6 +723,10 @@ _REFUSED_OPS = frozenset([
 ])
 
 
+def _torch_module(name):
+    return bool(name) and (name == "torch" or name.startswith("torch.") or name == "math")
+
+
 def _constant_like(v):
     if v is None or isinstance(v, (bool, int, float, complex, str, bytes, torch.dtype, torch.device,
                                    torch.memory_format, torch.layout, torch.Size)):
@@ -769,8 +773,17 @@ def _code_refusal(fn, where, depth, seen):
             if isinstance(v, types.ModuleType):
                 if not (v.__name__ == "math" or v.__name__ == "torch" or v.__name__.startswith("torch.")):
                     return f"{where} uses module {v.__name__}"
-            elif isinstance(v, type) or _constant_like(v):
+            elif _constant_like(v):
                 continue
+            elif isinstance(v, type):
+                # builtins' and torch's classes, and autograd.Functions (their apply is this
+                # same path); a class of the program could run anything when called
+                mod = v.__module__ or ""
+                if not (mod == "builtins" or mod == "torch" or mod.startswith("torch.")
+                        or issubclass(v, torch.autograd.Function)):
+                    return f"{where} uses class {v.__qualname__}, which cdynamo cannot check"
+            elif isinstance(v, types.FunctionType) and _torch_module(v.__module__):
+                continue  # torch's own Python functions (torch.nn.functional.gelu, ...)
             elif isinstance(v, types.FunctionType):
                 if depth >= 4:
                     return f"{where} calls functions nested too deep to check"
