@@ -22,7 +22,7 @@ T33 = tensors((3, 3))
 T4 = tensors((4,))
 
 
-@cases(T33, expect_graphs=3, reason=["graph_break()", "next() of a non-iterator"])
+@cases(T33, expect_graphs=3, reason=["graph_break()", "next() of a map object the trace cannot read ahead"])
 def map_of_closure_across_graph_break(a):
     a += 1
 
