@@ -38,6 +38,23 @@ def map_of_closure_across_graph_break(a):
     return a
 
 
+# filter() with a function that changes state is lazy too (its function runs per item taken).
+@cases(T33, expect_graphs=3, reason=["graph_break()", "next() of a filter object the trace cannot read ahead"])
+def filter_of_closure_across_graph_break(a):
+    a += 1
+
+    def g(x):
+        nonlocal a
+        a += 1
+        return x > 1
+
+    m = filter(g, [1, 2, 3, 4, 5])
+    a += next(m)
+    torch._dynamo.graph_break()
+    a += next(m)
+    return a
+
+
 @cases(T4, reason=PRINT)
 def map_listed_after_break(x):
     m = map(lambda v: v * 2, [1, 2, 3])
