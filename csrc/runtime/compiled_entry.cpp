@@ -10,9 +10,12 @@ namespace {
 // registers / graph inputs (2 KiB of stack each).
 constexpr int kInlineSlots = 256;
 
-// `memo` holds (borrowed) the objects already built for plans with a memo slot: a value
+// `memo` holds (owned) the objects already built for plans with a memo slot: a value
 // made in the trace that is reachable twice is rebuilt once (aliasing, self-reference).
-// Builds return the built object, or null with an error set.
+// Owned, not borrowed: what a part was built into need not keep it (functools.partial of
+// a partial flattens and drops the inner one), and a later read of the slot must still
+// find that object, not freed memory. Builds return the built object, or null with an
+// error set.
 struct Builder {
   PyObject* graph_out;
   PyObject* const* regs;
@@ -24,7 +27,9 @@ struct Builder {
   }
 
   Ref remember(const OutputPlan& p, Ref obj) {
-    if (obj && p.memo >= 0) memo[p.memo] = obj.get();
+    if (obj && p.memo >= 0) {
+      Py_XSETREF(memo[p.memo], Ref::borrow(obj.get()).release());
+    }
     return obj;
   }
 
@@ -336,6 +341,13 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     heap_memo.assign(static_cast<size_t>(memo_slots), nullptr);
     memo = heap_memo.data();
   }
+  struct ReleaseMemo {
+    PyObject** memo;
+    int n;
+    ~ReleaseMemo() {
+      for (int i = 0; i < n; ++i) Py_XDECREF(memo[i]);  // why: raw owned slots (see Builder)
+    }
+  } release_memo{memo, memo_slots};
   Builder builder{graph_out.get(), regs, memo};
   Ref result = builder.build(output);
   if (result && !effects.empty()) {

@@ -158,6 +158,9 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
         return t.raiseNew(PyExc_AttributeError, std::string("'frozenset' object has no attribute '") + n + "'");
       return Value::namedMethod(obj, name);  // set.add, ...: called later
     case Kind::Dict:
+      if (obj->as<Dict>().type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type) &&
+          !PyObject_HasAttr(reinterpret_cast<PyObject*>(&PyDictProxy_Type), name))
+        return t.raiseNew(PyExc_AttributeError, std::string("'mappingproxy' object has no attribute '") + n + "'");
       if (strcmp(n, "default_factory") == 0) {
         // A defaultdict's factory (its data attribute, not a method): the value the trace
         // holds, the real one (guarded when the dict was read), or None.

@@ -291,8 +291,9 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
                                       : PyDictValues_Check(obj) ? DictView::Values
                                                                 : DictView::Items},
                   reg);
-  } else if (reg >= 0 && !PyCallable_Check(obj) && !PyIter_Check(obj)) {
-    // Any other object read from the program (a numpy scalar, a torch.Generator, a file):
+  } else if (reg >= 0 && !PyCallable_Check(obj)) {
+    // Any other object read from the program (a numpy scalar, a torch.Generator, a file,
+    // an iterator the trace cannot read ahead, as a map object a resume function is given):
     // opaque, guarded by type, its attributes read like a user object's. What the trace
     // cannot model about it stops the trace where it is used, not where it is read (a
     // resume function that only carries it along is still captured).

@@ -318,7 +318,8 @@ Result<ValuePtr> builtinNext(Tracer& t, PyObject* f, const char* which, Args& ar
   if (!(is("next") && (args.size() == 1 || args.size() == 2))) return notHandled();
   const ValuePtr& it = args[0];
   const Iterator* iter = it->get<Iterator>();
-  if (!iter) return t.fail("next() of a non-iterator");
+  if (!iter)  // an opaque iterator read from the program (a generator, a map object) or a non-iterator
+    return t.fail(std::string("next() of ") + (it->real() ? std::string("a ") + Py_TYPE(it->real())->tp_name + " object the trace cannot read ahead" : std::string("a non-iterator")));
   if (iter->lazy()) {  // a user iterator object (its __next__, inlined) or a lazy map
     ValuePtr item;
     if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();
@@ -484,16 +485,18 @@ Result<ValuePtr> builtinMapFilter(Tracer& t, PyObject* f, const char* which, Arg
     if (is("filter")) return lazyIterator(Iterator::Made::Filter, reinterpret_cast<PyObject*>(&PyFilter_Type), args[0], lazy.take(), 0);
     return lazyIterator(Iterator::Made::Map, reinterpret_cast<PyObject*>(&PyMap_Type), args[0], lazy.take(), 0);
   }
-  if (is("map") && runsPythonCode(args[0])) {
-    // Python's map is lazy: fn runs for an item when the item is taken, and may read what
-    // the program changed since (a list the loop over the map appends to). Its sources
-    // are iterated now, as map() does.
+  if ((is("map") || is("filter")) && runsPythonCode(args[0])) {
+    // Python's map and filter are lazy: fn runs for an item when the item is taken, and
+    // may read (or change) what the program changed since (a list the loop over the map
+    // appends to, a nonlocal it counts in). Their sources are iterated now, as map() does.
     std::vector<ValuePtr> sources;
     for (size_t i = 1; i < args.size(); ++i) {
       Result<ValuePtr> it = getIter(t, args[i]);
       if (!it) return it;
       sources.push_back(it.take());
     }
+    if (is("filter"))
+      return lazyIterator(Iterator::Made::Filter, reinterpret_cast<PyObject*>(&PyFilter_Type), args[0], std::move(sources), 0);
     return lazyIterator(Iterator::Made::Map, reinterpret_cast<PyObject*>(&PyMap_Type), args[0], std::move(sources), 0);
   }
   std::vector<std::vector<ValuePtr>> seqs(args.size() - 1);

@@ -314,7 +314,10 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
   if (is("copy")) {
     std::vector<Ref> kcopy;
     for (const Ref& k : keys) kcopy.push_back(k.copy());
-    return Value::dict(dict.type.get(), std::move(kcopy), values);
+    PyObject* copy_type = dict.type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type)
+                              ? reinterpret_cast<PyObject*>(&PyDict_Type)  // mappingproxy.copy(): a dict
+                              : dict.type.get();
+    return Value::dict(copy_type, std::move(kcopy), values);
   }
   if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
   if (is("setdefault") || is("pop") || is("move_to_end")) {

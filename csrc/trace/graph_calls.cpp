@@ -210,6 +210,11 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     if (Done d = toArg(t, args[i], &gargs[i]); !d) return d.stop();
   std::vector<std::pair<Ref, graph::Arg>> gkwargs;
   for (const auto& [k, v] : kwargs) {
+    // A tensor made in the graph with requires_grad=True is a new leaf: AOT autograd gives
+    // a graph output back without requires_grad. A graph break, as in torch._dynamo.
+    if (PyUnicode_CompareWithASCIIString(k.get(), "requires_grad") == 0 && v->is(Kind::Constant) &&
+        v->constant() == Py_True)
+      return t.fail("a tensor made with requires_grad=True is a new autograd leaf, made outside the graph");
     // out= writes into a tensor the trace holds as another value: the write would be a
     // node nothing reads (dropped) and later reads would see the old value.
     if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !v->isNone())

@@ -190,7 +190,8 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
 Done nextItem(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   item->reset();
   Iterator* iter = it->get<Iterator>();
-  if (!iter) return t.fail("next() of a non-iterator");
+  if (!iter)  // an opaque iterator read from the program (a generator, a map object) or a non-iterator
+    return t.fail(std::string("next() of ") + (it->real() ? std::string("a ") + Py_TYPE(it->real())->tp_name + " object the trace cannot read ahead" : std::string("a non-iterator")));
   if (iter->lazy()) return stepUserIterator(t, it, item);
   if (iter->pos < iter->items.size()) {
     ValuePtr v = iter->items[iter->pos];

@@ -300,6 +300,13 @@ Result<ValuePtr> bindClassAttr(Tracer& t, const ValuePtr& self, const ValuePtr& 
   return t.fail(std::string("class attribute '") + n + "' of type " + Py_TYPE(descr)->tp_name + " is not supported yet");
 }
 
+// type.__dict__['__dict__'] (borrowed): what `cls.__dict__` reads for any class whose
+// metaclass does not define __dict__ itself.
+PyObject* typeDictDescriptor() {
+  static PyObject* descr = PyDict_GetItemString(PyType_Type.tp_dict, "__dict__");
+  return descr;
+}
+
 // Attributes of a class (Cls.attr, type(self).attr, cls.attr in a classmethod): the
 // metaclass's data descriptors, then the class's MRO with __get__(None, cls), then the
 // metaclass's own attributes (type's __name__, __mro__, ...).
@@ -332,6 +339,21 @@ Result<ValuePtr> classGetAttr(Tracer& t, const ValuePtr& cls_value, PyObject* na
     }
     if (pythonDescrGet(meta_descr))
       return t.fail(std::string("metaclass attribute '") + n + "' of type " + Py_TYPE(meta_descr)->tp_name + " is not supported yet");
+    if (!after && meta_descr == typeDictDescriptor()) {
+      // cls.__dict__ (type's own getset descriptor): a mappingproxy of the class dict. The
+      // dict, read through the class-dict register (its keys guarded, each value read
+      // through its key), as a dict value whose type is mappingproxy: read-only (a store
+      // raises TypeError, dict's mutating methods do not exist on it), handed back as a
+      // new mappingproxy of the very class dict, as each `cls.__dict__` is.
+      PyTypeObject* ct = reinterpret_cast<PyTypeObject*>(cls);
+      if (!ct->tp_dict) return realAttr();
+      for (const auto& [reg, value] : t.wrappedValues())  // stores pending on the class: the dict does not show them yet
+        if (value->real() == cls && t.effects().anyAttrOverlayOf(reg))
+          return t.fail("a class's __dict__ read after the trace set its attributes is not supported yet");
+      t.class_dicts_read.insert(cls);
+      int d = t.guards().loadClassDict(ct, std::string(ct->tp_name) + ".__dict__");
+      return t.wrapDictItems(ct->tp_dict, d, reinterpret_cast<PyObject*>(&PyDictProxy_Type));
+    }
     if (!after) return realAttr();
   }
   if (PyObject* descr = lookupInMro(cls, name, after)) return bindClassAttr(t, nullptr, cls_value, cls, name, after, descr);
@@ -1154,6 +1176,8 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
   }
   bool user_class = obj->is(Kind::Callable) && PyType_Check(obj->real()) &&
                     PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->real()), Py_TPFLAGS_HEAPTYPE);
+  if (user_class && t.class_dicts_read.count(obj->real()))
+    return t.fail("setting an attribute of a class whose __dict__ the trace read is not supported yet");
   if ((obj->is(Kind::Object) || obj->is(Kind::Module) || user_class) && obj->reg >= 0) {
     PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj->real()));
     PyObject* descr = lookupInMro(cls, name, nullptr);

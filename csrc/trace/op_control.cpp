@@ -21,7 +21,8 @@ Result<Next> opGetIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, 
 Result<Next> opForIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
   const ValuePtr it = io[0];
   Iterator* iter = it->get<Iterator>();
-  if (!iter) return t.fail("FOR_ITER on a non-iterator");
+  if (!iter)  // an opaque iterator read from the program (a generator, a map object) or a non-iterator
+    return t.fail(std::string("FOR_ITER on ") + (it->real() ? std::string("a ") + Py_TYPE(it->real())->tp_name + " object the trace cannot read ahead" : std::string("a non-iterator")));
   if (iter->lazy()) {  // a user iterator object (its __next__, inlined) or a lazy map: an item or its end
     ValuePtr item;
     if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();

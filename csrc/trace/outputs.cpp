@@ -56,6 +56,13 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::DictView:
       break;
   }
+  if (v->is(Kind::Dict) && v->reg >= 0 && v->as<Dict>().type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type)) {
+    // cls.__dict__: a new mappingproxy of the class dict itself, as eager's each read
+    std::vector<runtime::OutputPlan> args(1);
+    args[0].step = P::Register{v->reg};
+    out->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PyDictProxy_Type)), std::move(args)};
+    return {};
+  }
   if ((container || v->is(Kind::Partial)) && v->reg >= 0) {  // read from the program: handed back as itself
     *out = P::Register{v->reg};
     return {};

@@ -43,6 +43,8 @@ Done SideEffects::setCell(int cell_reg, PyObject* real_cell, ValuePtr value) {
 }
 
 Done SideEffects::noteContainerMutation(const ValuePtr& c) {
+  if (c->is(Kind::Dict) && c->as<Dict>().type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type))
+    return t_.raiseNew(PyExc_TypeError, "'mappingproxy' object does not support item assignment");
   ++mutations_;
   if (c->reg < 0) return {};  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set))

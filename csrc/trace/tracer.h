@@ -113,6 +113,9 @@ class Tracer {
   // ---- reading the program's inputs (builder.cpp) ----
   // Wraps a real Python object read from guard register `reg` (-1: no source, e.g. a
   // constant or default value) into a Value, adding the guards that its use implies.
+  // The items of a dict (or of a dict subclass instance) read from the program, its keys
+  // guarded, each value read through its key; `type` is the Dict value's type.
+  Result<ValuePtr> wrapDictItems(PyObject* obj, int reg, PyObject* type);
   Result<ValuePtr> wrap(PyObject* obj, int reg);
   int load(guards::LoadKind kind, int base, int index, PyObject* name, std::string what);
   // Root argument `index` as the frame was entered; NotHandled when it is not an argument
@@ -131,6 +134,9 @@ class Tracer {
     auto it = subclass_input_nodes_.find(node);
     return it == subclass_input_nodes_.end() ? nullptr : it->second.get();
   }
+  // Classes whose __dict__ (a mappingproxy, objects.cpp) the trace read: the dict value is
+  // a copy of the class's items, so a later store to such a class would not show in it.
+  std::unordered_set<PyObject*> class_dicts_read;
   // Guard register -> the value wrapped from it (one per source).
   const std::unordered_map<int, ValuePtr>& wrappedValues() const { return wrapped_; }
   // The value a mutable object from the program was wrapped as (one per object), or null.
@@ -208,9 +214,6 @@ class Tracer {
   // An instance of a torch.Tensor subclass (torch_function.cpp's SubclassTensor): a graph
   // input of its plain tensor, guarded by its exact class and its __torch_function__.
   Result<ValuePtr> wrapSubclassTensor(PyObject* obj, int reg);
-  // The items of a dict (or of a dict subclass instance) read from the program, its keys
-  // guarded, each value read through its key; `type` is the Dict value's type.
-  Result<ValuePtr> wrapDictItems(PyObject* obj, int reg, PyObject* type);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);
 
   FrameView root_view_;

@@ -208,10 +208,6 @@ def test_inplace_aten_overload_mutates_input():
     same_as_eager(fn, one())
 
 
-@wrong("a factory called with requires_grad=True is recorded in the graph; under aot_eager the output "
-       "loses requires_grad (torch._dynamo breaks the graph there instead). A break there was tried and "
-       "backed out: a nested functools.partial alive at that break is not rebuilt (PyTorch's "
-       "test_rand_tensor_partial: 'the first argument must be callable' in the resume code)")
 def test_factory_with_requires_grad_keeps_it_under_aot_eager():
     def fn(x):
         w = torch.ones(3, requires_grad=True)
