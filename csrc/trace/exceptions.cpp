@@ -21,6 +21,33 @@ ValuePtr Tracer::takePendingException() {
   return e;
 }
 
+void Tracer::chainToHandled(PyObject* exc) {
+  // CPython's implicit chaining (_PyErr_SetObject): an exception raised while another is
+  // being handled gets it as __context__; a chain that already leads back to the raised
+  // exception is cut there so that no cycle is made (a cycle that exists is left alone).
+  PyObject* handled = current_exc_ ? current_exc_->real() : nullptr;
+  if (!handled || handled == Py_None || handled == exc || !PyExceptionInstance_Check(handled)) return;
+  PyObject* o = handled;
+  PyObject* slow = o;
+  bool advance_slow = false;
+  while (PyObject* ctx = PyException_GetContext(o)) {
+    Py_DECREF(ctx);  // the chain keeps it alive
+    if (ctx == exc) {
+      PyException_SetContext(o, nullptr);
+      break;
+    }
+    o = ctx;
+    if (o == slow) break;
+    if (advance_slow) {
+      PyObject* next = PyException_GetContext(slow);
+      Py_XDECREF(next);
+      slow = next;
+    }
+    advance_slow = !advance_slow;
+  }
+  PyException_SetContext(exc, Ref::borrow(handled).release());
+}
+
 Stop Tracer::raisePython() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
@@ -29,12 +56,17 @@ Stop Tracer::raisePython() {
   Ref type_ref = Ref::steal(type), exc = Ref::steal(value), tb_ref = Ref::steal(tb);
   if (!exc) return fail("internal: an exception that could not be normalized");
   PyException_SetTraceback(exc.get(), Py_None);
+  // Raised by C code run during the trace, where the thread's exc_info is not the traced
+  // program's: chain it as CPython would have unless the code chained it already.
+  if (PyObject* ctx = PyException_GetContext(exc.get())) Py_DECREF(ctx);
+  else chainToHandled(exc.get());
   return raiseValue(Value::object(exc.get()));
 }
 
 Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   Ref exc = Ref::steal(PyObject_CallFunction(type, "s", message.c_str()));
   if (!exc) return failFromPython("making an exception");
+  chainToHandled(exc.get());
   return raiseValue(Value::object(exc.get()));
 }
 

@@ -290,6 +290,94 @@ def finally_after_return_in_inlined(x):
 # ---- functions that raise out of their frame: outcome (exception, argument state) only
 
 
+# Implicit chaining: an exception raised while another is handled gets it as __context__
+# (set at every raise: a raise statement, a modelled builtin, C code run in the trace, an
+# inlined call), never at a bare `raise`; a chain leading back to the raised one is cut.
+@case(T4)
+def context_of_raise_inside_handler(x):
+    seen = []
+    try:
+        try:
+            1 / 0
+        except ZeroDivisionError:
+            for cls in (KeyError, IndexError):
+                try:
+                    raise cls
+                except cls as e:
+                    seen.append(type(e.__context__).__name__)
+            raise
+    except ZeroDivisionError as outer:
+        seen.append(outer.__context__)
+    return x + len(seen), seen
+
+
+@case(T4)
+def context_of_builtin_error_inside_handler(x):
+    d = {}
+    try:
+        raise ValueError("first")
+    except ValueError:
+        try:
+            d["missing"]
+        except KeyError as e:
+            return x * 2, type(e.__context__).__name__, e.__context__.args
+
+
+@case(T4)
+def context_through_inlined_call(x):
+    def inner():
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            raise KeyError("second")
+    try:
+        raise IndexError("outer")
+    except IndexError:
+        try:
+            inner()
+        except KeyError as e:
+            # inner's KeyError was chained to inner's ValueError, which was chained to the
+            # caller's IndexError; propagating out of inner() does not chain again
+            return x - 1, type(e.__context__).__name__, type(e.__context__.__context__).__name__
+
+
+@case(T4)
+def context_with_explicit_cause(x):
+    try:
+        raise IndexError("a")
+    except IndexError as ie:
+        try:
+            raise KeyError("b") from ie
+        except KeyError as e:
+            return x + 3, type(e.__context__).__name__, e.__cause__ is ie, e.__suppress_context__
+
+
+@case(T4)
+def context_chain_cycle_is_cut(x):
+    try:
+        try:
+            raise TypeError("a")
+        except TypeError as a_:
+            a = a_
+            try:
+                raise ValueError("b")
+            except ValueError as b_:
+                b = b_
+                raise a
+    except TypeError as e:
+        # raising a again while b (whose context is a) is handled: a.__context__ = b, and
+        # b's link back to a is cut
+        return x * 3, e is a, a.__context__ is b, b.__context__ is None
+
+
+@case(T4)
+def no_context_outside_a_handler(x):
+    try:
+        raise ValueError("alone")
+    except ValueError as e:
+        return x + 1, e.__context__ is None
+
+
 @case(T4, expect_graphs=None)
 def raises_value_error_out(x):
     y = x + 1  # noqa: F841
