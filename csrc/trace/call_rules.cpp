@@ -834,8 +834,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   }
   if (isNumpyCallable(f)) return callNumpy(t, f, args, kwargs);
   if (PyExceptionClass_Check(f)) {
-    if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");
-    return makeException(t, f, args);
+    return makeException(t, f, args, std::move(kwargs));
   }
   if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
       (!isTorchFunction(f) || isStructureHelper(f) || isModuleClass(f)))  // torch.nn.Softmax(dim=-1)
