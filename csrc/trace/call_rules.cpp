@@ -117,12 +117,15 @@ TorchKind torchKindOf(PyObject* fn) {
   return k;
 }
 
-// torch.compiler.is_compiling() and its aliases: True inside a trace.
+// torch.compiler.is_compiling(), torch.compiler.is_dynamo_compiling() and their aliases:
+// True inside a trace (code that asks takes its compiled branch, as under torch._dynamo).
 bool isCompilingQuery(PyObject* fn) {
   if (!PyFunction_Check(fn)) return false;
   PyObject* name = reinterpret_cast<PyFunctionObject*>(fn)->func_qualname;
   PyObject* mod = reinterpret_cast<PyFunctionObject*>(fn)->func_module;
-  if (!name || !mod || !PyUnicode_Check(mod) || PyUnicode_CompareWithASCIIString(name, "is_compiling") != 0)
+  if (!name || !mod || !PyUnicode_Check(mod) || !PyUnicode_Check(name) ||
+      (PyUnicode_CompareWithASCIIString(name, "is_compiling") != 0 &&
+       PyUnicode_CompareWithASCIIString(name, "is_dynamo_compiling") != 0))
     return false;
   const char* m = PyUnicode_AsUTF8(mod);
   return m && (strcmp(m, "torch.compiler") == 0 || strncmp(m, "torch._dynamo", 13) == 0 ||
@@ -935,8 +938,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   }
   if (isNumpyCallable(f)) return callNumpy(t, f, args, kwargs);
   if (PyExceptionClass_Check(f)) {
-    if (!kwargs.empty()) return t.fail("keyword arguments to an exception class");
-    return makeException(t, f, args);
+    return makeException(t, f, args, std::move(kwargs));
   }
   if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
       (!isTorchFunction(f) || isStructureHelper(f) || isModuleClass(f)))  // torch.nn.Softmax(dim=-1)

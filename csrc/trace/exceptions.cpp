@@ -21,6 +21,51 @@ ValuePtr Tracer::takePendingException() {
   return e;
 }
 
+bool Tracer::chainToHandled(PyObject* exc) {
+  // CPython's implicit chaining (_PyErr_SetObject): an exception raised while another is
+  // being handled gets it as __context__; a chain that already leads back to the raised
+  // exception is cut there so that no cycle is made (a cycle that exists is left alone).
+  if (!current_exc_) {
+    // Raised where the traced program handles nothing: the context is then whatever the
+    // caller of the compiled frame is handling, a different object on each call. Captured
+    // only when that is nothing, and guarded to stay so (sys.exception() is None).
+    Ref outer = Ref::steal(PyErr_GetHandledException());
+    if (outer && outer.get() != Py_None) return false;
+    PyObject* query = PySys_GetObject("exception");  // borrowed
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (query && no_args) guards().checkStateQuery(query, no_args.get(), nullptr, Py_None);
+    PyErr_Clear();
+    return true;
+  }
+  PyObject* handled = current_exc_->real();
+  if (!handled || handled == Py_None || handled == exc || !PyExceptionInstance_Check(handled)) return true;
+  PyObject* o = handled;
+  PyObject* slow = o;
+  bool advance_slow = false;
+  while (PyObject* ctx = PyException_GetContext(o)) {
+    Py_DECREF(ctx);  // the chain keeps it alive
+    if (ctx == exc) {
+      PyException_SetContext(o, nullptr);
+      break;
+    }
+    o = ctx;
+    if (o == slow) break;
+    if (advance_slow) {
+      PyObject* next = PyException_GetContext(slow);
+      Py_XDECREF(next);
+      slow = next;
+    }
+    advance_slow = !advance_slow;
+  }
+  PyException_SetContext(exc, Ref::borrow(handled).release());
+  return true;
+}
+
+Stop Tracer::failOuterHandled() {
+  return fail("an exception raised while the compiled frame's caller handles another (its __context__ "
+              "would be a different object on each call)");
+}
+
 Stop Tracer::raisePython() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
@@ -29,16 +74,21 @@ Stop Tracer::raisePython() {
   Ref type_ref = Ref::steal(type), exc = Ref::steal(value), tb_ref = Ref::steal(tb);
   if (!exc) return fail("internal: an exception that could not be normalized");
   PyException_SetTraceback(exc.get(), Py_None);
+  // Raised by C code run during the trace, where the thread's exc_info is not the traced
+  // program's: chain it as CPython would have unless the code chained it already.
+  if (PyObject* ctx = PyException_GetContext(exc.get())) Py_DECREF(ctx);
+  else if (!chainToHandled(exc.get())) return failOuterHandled();
   return raiseValue(Value::object(exc.get()));
 }
 
 Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   Ref exc = Ref::steal(PyObject_CallFunction(type, "s", message.c_str()));
   if (!exc) return failFromPython("making an exception");
+  if (!chainToHandled(exc.get())) return failOuterHandled();
   return raiseValue(Value::object(exc.get()));
 }
 
-Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& args) {
+Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& args, Kwargs kwargs) {
   // The instance is made by C code (BaseException.__new__); a Python __init__ is then
   // traced on it like any method. A Python __new__ would run outside the trace: refused.
   PyObject* init = nullptr;
@@ -58,6 +108,9 @@ Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& 
     PyTuple_SET_ITEM(pargs.get(), i, p.release());
   }
   bool python_init = init && PyFunction_Check(init);
+  // Keywords go to a Python __init__ only (BaseException.__new__ keeps the positional
+  // arguments as .args, as CPython does); C initialisers refuse them.
+  if (!kwargs.empty() && !python_init) return t.fail("keyword arguments to an exception class without a Python __init__");
   Ref exc = Ref::steal(python_init ? reinterpret_cast<PyTypeObject*>(cls)->tp_new(reinterpret_cast<PyTypeObject*>(cls),
                                                                                   pargs.get(), nullptr)
                                    : PyObject_Call(cls, pargs.get(), nullptr));
@@ -66,7 +119,7 @@ Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& 
   if (python_init) {
     std::vector<ValuePtr> init_args{v};
     init_args.insert(init_args.end(), args.begin(), args.end());
-    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(init_args), {});
+    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(init_args), std::move(kwargs));
     if (!r) return r;
     if (!(*r)->isNone())
       return t.fail("__init__() should return None (TypeError)");

@@ -126,6 +126,7 @@ Result<Next> opRaiseVarargs(Tracer& t, SymbolicFrame&, const bytecode::Instructi
     // `from None` also suppresses the context, as CPython does.
     reinterpret_cast<PyBaseExceptionObject*>(exc->real())->suppress_context = 1;
   }
+  if (!t.chainToHandled(exc->real())) return t.failOuterHandled();
   return t.raiseValue(exc);
 }
 

@@ -187,7 +187,7 @@ Result<ValuePtr> makeSuper(Tracer& t, Args& args);
 // ---- exceptions.cpp ---------------------------------------------------------------------
 // An instance of an exception class, made for real when its construction runs no Python
 // code (builtin exceptions and subclasses without __new__; a Python __init__ is traced).
-Result<ValuePtr> makeException(Tracer& t, PyObject* cls, Args& args);
+Result<ValuePtr> makeException(Tracer& t, PyObject* cls, Args& args, Kwargs kwargs = {});
 
 // ---- builtins.cpp / constants.cpp ---------------------------------------------------------
 // A call of one of Python's builtins: `row` is its table row.

@@ -101,6 +101,11 @@ class Tracer {
   Stop raisePython();
   // Raises `type(message)` in the traced program.
   Stop raiseNew(PyObject* type, const std::string& message);
+  // Sets the handled exception as `exc`'s __context__, as CPython does at a raise (never
+  // at a re-raise or when an exception propagates out of a call). False when the context
+  // would be what the compiled frame's caller handles: failOuterHandled() then.
+  bool chainToHandled(PyObject* exc);
+  Stop failOuterHandled();
   Stop raiseValue(ValuePtr exc);
   // The exception in flight (set exactly while an outcome is Raised), or null.
   const ValuePtr& pendingException() const { return pending_exc_; }

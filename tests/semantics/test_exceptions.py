@@ -3,6 +3,9 @@ assert on constants; and a few functions that raise out of their frame (outcome 
 import pytest
 import torch
 
+import cdynamo
+import cdynamo.testing
+
 from .harness import Cases, check, tensors
 
 case = Cases()
@@ -290,6 +293,110 @@ def finally_after_return_in_inlined(x):
 # ---- functions that raise out of their frame: outcome (exception, argument state) only
 
 
+# Implicit chaining: an exception raised while another is handled gets it as __context__
+# (set at every raise: a raise statement, a modelled builtin, C code run in the trace, an
+# inlined call), never at a bare `raise`; a chain leading back to the raised one is cut.
+@case(T4)
+def context_of_raise_inside_handler(x):
+    seen = []
+    try:
+        try:
+            1 / 0
+        except ZeroDivisionError:
+            for cls in (KeyError, IndexError):
+                try:
+                    raise cls
+                except cls as e:
+                    seen.append(type(e.__context__).__name__)
+            raise
+    except ZeroDivisionError as outer:
+        seen.append(outer.__context__)
+    return x + len(seen), seen
+
+
+@case(T4)
+def context_of_builtin_error_inside_handler(x):
+    d = {}
+    try:
+        raise ValueError("first")
+    except ValueError:
+        try:
+            d["missing"]
+        except KeyError as e:
+            return x * 2, type(e.__context__).__name__, e.__context__.args
+
+
+@case(T4)
+def context_through_inlined_call(x):
+    def inner():
+        try:
+            raise ValueError("inner")
+        except ValueError:
+            raise KeyError("second")
+    try:
+        raise IndexError("outer")
+    except IndexError:
+        try:
+            inner()
+        except KeyError as e:
+            # inner's KeyError was chained to inner's ValueError, which was chained to the
+            # caller's IndexError; propagating out of inner() does not chain again
+            return x - 1, type(e.__context__).__name__, type(e.__context__.__context__).__name__
+
+
+@case(T4)
+def context_with_explicit_cause(x):
+    try:
+        raise IndexError("a")
+    except IndexError as ie:
+        try:
+            raise KeyError("b") from ie
+        except KeyError as e:
+            return x + 3, type(e.__context__).__name__, e.__cause__ is ie, e.__suppress_context__
+
+
+@case(T4)
+def context_chain_cycle_is_cut(x):
+    try:
+        try:
+            raise TypeError("a")
+        except TypeError as a_:
+            a = a_
+            try:
+                raise ValueError("b")
+            except ValueError as b_:
+                b = b_
+                raise a
+    except TypeError as e:
+        # raising a again while b (whose context is a) is handled: a.__context__ = b, and
+        # b's link back to a is cut
+        return x * 3, e is a, a.__context__ is b, b.__context__ is None
+
+
+@case(T4)
+def no_context_outside_a_handler(x):
+    try:
+        raise ValueError("alone")
+    except ValueError as e:
+        return x + 1, e.__context__ is None
+
+
+class ErrorWithFields(Exception):
+    def __init__(self, a, b=None, *, c=0):
+        self.a = a
+        self.b = b
+        self.c = c
+
+
+@case(T4)
+def exception_class_called_with_keywords(x):
+    # keywords go to the Python __init__; .args keeps only the positional arguments
+    try:
+        raise ErrorWithFields(2, b=3, c=4)
+    except ErrorWithFields as e:
+        return x * e.a + e.b + e.c, e.args
+
+
 @case(T4, expect_graphs=None)
 def raises_value_error_out(x):
     y = x + 1  # noqa: F841
@@ -338,3 +445,50 @@ def type_error_from_bad_call(x):
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_exceptions(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
+
+
+def _raise_and_report_context(x):
+    try:
+        raise ValueError("in the frame")
+    except ValueError as e:
+        return x + 1, type(e.__context__)
+
+
+def _call_while_handling(f, x):
+    try:
+        raise ZeroDivisionError("the caller's")
+    except ZeroDivisionError:
+        return f(x)
+
+
+def test_context_of_the_callers_handled_exception():
+    # An exception raised at the compiled frame's top level takes as __context__ whatever
+    # the caller is handling at that call: a graph compiled while the caller handled nothing
+    # is guarded (sys.exception() is None) to be used only then, and a call inside an except
+    # block runs natively (never a stale None context); eager is the reference on every
+    # call, in both orders.
+    x = torch.randn(4)
+    for first_inside in (False, True):
+        cdynamo.reset()
+        cnt = cdynamo.testing.CompileCounter()
+        cfn = cdynamo.compile(_raise_and_report_context, backend=cnt)
+        order = [True, False, True, False] if first_inside else [False, True, False, True]
+        for inside in order:
+            if inside:
+                expected = _call_while_handling(_raise_and_report_context, x)
+                got = _call_while_handling(cfn, x)
+                assert expected[1] is ZeroDivisionError
+            else:
+                expected = _raise_and_report_context(x)
+                got = cfn(x)
+                assert expected[1] is type(None)
+            assert got[1] is expected[1]
+            torch.testing.assert_close(got[0], expected[0])
+        st = cdynamo.stats()
+        # the graph compiled by a first call outside a handler; once a call inside one has
+        # refused the trace, the frame runs natively from then on (as any refused frame)
+        assert cnt.frame_count == (0 if first_inside else 1)
+        if not first_inside:
+            assert any("exception(...) == None" in r["reason"] for r in st["recompile_reasons"])
+        reasons = [nf.get("reason") or "" for nf in st.get("native_frames", [])]
+        assert any("caller handles another" in r for r in reasons), reasons

@@ -341,3 +341,24 @@ def test_is_compiling_true_in_trace():
     dcnt = torch._dynamo.testing.CompileCounter()
     assert torch.compile(_is_compiling_probe, backend=dcnt)(x)[1] is True
     assert dcnt.frame_count == 1
+
+
+def _dynamo_compiling_probe(x):
+    return x + 1, torch.compiler.is_dynamo_compiling(), torch.compiler.is_exporting()
+
+
+def test_is_dynamo_compiling_true_in_trace():
+    """torch.compiler.is_dynamo_compiling() answers as is_compiling() does (False eagerly,
+    True in the trace, as under torch._dynamo); is_exporting() stays False."""
+    x = torch.randn(4)
+    assert _dynamo_compiling_probe(x)[1:] == (False, False)
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(_dynamo_compiling_probe, backend=cnt)
+    for _ in range(2):
+        y, flag, exporting = cfn(x)
+        torch.testing.assert_close(y, x + 1)
+        assert flag is True and exporting is False, cdynamo.stats()["native_frames"]
+    assert cnt.frame_count == 1 and cdynamo.stats()["frames_native"] == 0, cdynamo.stats()
+    dcnt = torch._dynamo.testing.CompileCounter()
+    assert torch.compile(_dynamo_compiling_probe, backend=dcnt)(x)[1:] == (True, False)
+    assert dcnt.frame_count == 1
