@@ -2,13 +2,22 @@
 
     .venv/bin/python benchmarks/soak_memory.py [--hits 1000000] [--cycles 10000] [--checkpoints 10] [--log FILE]
 
-Prints RSS (from /proc/self/statm), tracemalloc's traced Python memory and the number of
-history records (cdynamo._events, at most MAX_RECORDS) at --checkpoints checkpoints of each
+Prints RSS (from /proc/self/statm), tracemalloc's traced Python memory, the number of
+live memory blocks of Python's allocator (sys.getallocatedblocks(), which needs no tracing)
+and the number of history records (cdynamo._events, at most MAX_RECORDS) at --checkpoints checkpoints of each
 phase, and the growth from the first checkpoint to the last; --log appends each checkpoint to
 FILE as it is taken, so that a run lost half way still leaves its numbers. A hit allocates nothing
 that outlives the call, and a compile/reset cycle frees what it made, so both should be flat
 (a few hundred KiB of noise from allocator caches). Numbers, not assertions: tests cover the
 freeing itself (tests/reliability/test_memory.py).
+
+tracemalloc is not a neutral witness of compile/reset cycles: it keeps the filename of every
+frame it has seen allocate (its own table, emptied only by tracemalloc.stop() or
+clear_traces()), and each FX graph runs its generated code under a fresh
+"<eval_with_key>.N" filename, so the traced memory grows by one such string (~70 B) a graph
+while tracing is on, and not at all without it (the blocks column shows it; pure CPython
+does the same: exec of a def under a new filename, 1 block per exec with tracemalloc, 0
+without). --no-tracemalloc measures without it.
 """
 import argparse
 import collections
@@ -39,20 +48,21 @@ LOG = None
 def checkpoint(rows, label):
     gc.collect()
     cur, _ = tracemalloc.get_traced_memory()
-    rows.append((label, rss_kib(), cur // 1024, len(_events.records)))
+    rows.append((label, rss_kib(), cur // 1024, sys.getallocatedblocks(), len(_events.records)))
     if LOG:
         with open(LOG, "a") as out:
-            out.write("%s %-14s RSS %8d KiB  tracemalloc %8d KiB  records %5d\n"
+            out.write("%s %-14s RSS %8d KiB  tracemalloc %8d KiB  blocks %9d  records %5d\n"
                       % (time.strftime("%H:%M:%S"), label, *rows[-1][1:]))
 
 
 def report(title, rows):
     print(title)
-    for label, rss, traced, nrec in rows:
-        print("  %-18s RSS %8d KiB   tracemalloc %8d KiB   records %5d" % (label, rss, traced, nrec))
+    for label, rss, traced, blocks, nrec in rows:
+        print("  %-18s RSS %8d KiB   tracemalloc %8d KiB   blocks %9d   records %5d" % (label, rss, traced, blocks, nrec))
     if len(rows) < 3:
         return
-    print("  growth first->last: RSS %+d KiB, tracemalloc %+d KiB" % (rows[-1][1] - rows[1][1], rows[-1][2] - rows[1][2]))
+    print("  growth first->last: RSS %+d KiB, tracemalloc %+d KiB, blocks %+d"
+          % (rows[-1][1] - rows[1][1], rows[-1][2] - rows[1][2], rows[-1][3] - rows[1][3]))
 
 
 def f(x, y, n):
@@ -82,12 +92,17 @@ def main():
                     help="keep only the newest N history records instead of MAX_RECORDS, so that "
                          "the cycles run past a full history sooner (3 records a cycle)")
     ap.add_argument("--frames", type=int, default=1, help="frames tracemalloc keeps per allocation (--diff groups by the innermost)")
+    ap.add_argument("--no-tracemalloc", action="store_true",
+                    help="do not trace (the tracemalloc column reads 0; RSS and blocks still count)")
     args = ap.parse_args()
+    if args.diff and args.no_tracemalloc:
+        ap.error("--diff needs tracemalloc")
     if args.max_records is not None:
         _events.records = collections.deque(maxlen=args.max_records)
     global LOG
     LOG = args.log
-    tracemalloc.start(args.frames)
+    if not args.no_tracemalloc:
+        tracemalloc.start(args.frames)
 
     cf = cdynamo.compile(f, backend="eager")
     cg = cdynamo.compile(g, backend="eager")

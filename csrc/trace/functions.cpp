@@ -67,6 +67,12 @@ Result<ValuePtr> loadDeref(Tracer& t, SymbolicFrame& f, int arg) {
   PyCodeObject* co = f.code;
   ValuePtr slot = f.locals[arg];
   if (slot && slot->is(Kind::Cell)) {
+    // A model of a real cell (outer) is not the only one: a function that closes over the
+    // same real cell and was made before the trace (a resume function's frame calling a
+    // closure of the original frame) stores into it through a model of its own. Every
+    // store to a real cell updates the overlay, so the overlay is what the cell holds now.
+    if (PyObject* outer = slot->as<Cell>().outer.get())
+      if (ValuePtr stored = t.effects().overlayCell(outer)) return stored;
     const ValuePtr& contents = slot->as<Cell>().contents;
     if (!contents) return t.fail("free variable referenced before assignment (NameError)");
     return contents;

@@ -87,3 +87,90 @@ def test_symbolic_size_alive_at_a_break_in_a_graph_without_ops():
         opt(torch.randn(size), n)
     torch._dynamo.reset()
     assert cnt.frame_count <= ref.frame_count
+
+
+def _pair(make):
+    """Two independent instances of closures made by `make` (each with its own cells)."""
+    return make(), make()
+
+
+def test_nonlocal_store_by_a_closure_made_before_the_resume_function():
+    # F4 (seed 50000): a closure of the original frame (bump) stores into the frame's cell
+    # after the resume function of a break stored into it itself (i1 += n): the resume
+    # function read its own model of the cell afterwards, so it saw i1 without bump's
+    # store. Two models of one real cell: every read of one now looks at the stores made
+    # through the other (the trace's record of stores into real cells).
+    def f(x, n):
+        i1 = 2
+
+        def bump(k):
+            nonlocal i1
+            i1 = i1 + k
+            return i1
+
+        for _ in range(2):
+            bump(n)
+            print("i1", i1)
+            i1 += n
+        r = bump(n)
+        return x + i1, i1, r
+
+    import contextlib
+    import io
+    cnt = CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt)
+    for n in (3, 3, 4):
+        out_e, out_c = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out_e):
+            want = f(torch.ones(2), n)
+        with contextlib.redirect_stdout(out_c):
+            got = cf(torch.ones(2), n)
+        assert out_c.getvalue() == out_e.getvalue()
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (got, want)
+    assert cnt.frame_count >= 1 and not cdynamo.stats()["native_frames"]
+
+
+def test_nonlocal_stores_by_two_closures_made_outside_the_trace():
+    # F4's sibling without a break: a() stores into the shared cell, then calls b(), which
+    # stores into it too, then reads it: a's own model of the cell must show b's store.
+    def make():
+        c = 0
+
+        def a(x):
+            nonlocal c
+            c = c + 1
+            b()
+            return x + c, c
+
+        def b():
+            nonlocal c
+            c = c * 10
+
+        return a
+
+    def caller(a):
+        def f(x):
+            return a(x)
+        return f
+
+    eager_a, comp_a = _pair(make)
+    cnt = CompileCounter()
+    cf = cdynamo.compile(caller(comp_a), backend=cnt)
+    for _ in range(3):  # the cell's contents change on every call: guarded, recompiled
+        want, got = eager_a(torch.ones(2)), cf(torch.ones(2))
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], (got, want)
+    # the compiled function is the closure itself (its frame is the root)
+    eager_a, comp_a = _pair(make)
+    cnt2 = CompileCounter()
+    ca = cdynamo.compile(comp_a, backend=cnt2)
+    for _ in range(3):
+        want, got = eager_a(torch.ones(2)), ca(torch.ones(2))
+        assert torch.equal(got[0], want[0]) and got[1] == want[1], (got, want)
+    assert cnt.frame_count >= 1 and cnt2.frame_count >= 1
+    assert not cdynamo.stats()["native_frames"]
+    # torch._dynamo gives the same
+    eager_a, dyn_a = _pair(make)
+    da = torch._dynamo.optimize(torch._dynamo.testing.CompileCounter())(dyn_a)
+    for _ in range(2):
+        want, got = eager_a(torch.ones(2)), da(torch.ones(2))
+        assert torch.equal(got[0], want[0]) and got[1] == want[1]
