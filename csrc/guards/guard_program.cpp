@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
 #include "support/check.h"
@@ -317,7 +318,8 @@ void GuardProgram::dropRegisters(const std::vector<int>& roots) {
     } else {
       Check& c = checks_[s.index];
       bool storage_gone = false;
-      for (int r : c.storage_regs) storage_gone = storage_gone || gone[r];
+      if (c.kind == CheckKind::Storages)
+        for (int r : storage_guards_[c.index].regs) storage_gone = storage_gone || gone[r];
       if ((c.reg >= 0 && gone[c.reg]) || (c.kind == CheckKind::Aliasing && gone[c.index]) || storage_gone) {
         c.dropped = true;
         continue;
@@ -386,31 +388,31 @@ void GuardProgram::checkAliasing(int reg, int other, bool same) {
 }
 
 void GuardProgram::checkStorages(std::vector<int> regs, std::vector<int> groups, std::vector<uint8_t> mutated) {
-  Check c{CheckKind::Storages, -1};
+  Check c{CheckKind::Storages, -1, static_cast<int>(storage_guards_.size())};
   std::string mutated_names;
-  for (size_t i = 0; i < regs.size(); ++i) {
-    for (size_t j = 0; j < i; ++j) c.all_distinct = c.all_distinct && groups[i] != groups[j];
+  for (size_t i = 0; i < regs.size(); ++i)
     if (mutated[i]) mutated_names += (mutated_names.empty() ? "" : ", ") + names_[regs[i]];
-  }
   c.what = "the storages of the tensor inputs alias as at trace time (mutated by the graph: " + mutated_names + ")";
-  c.storage_regs = std::move(regs);
-  c.storage_groups = std::move(groups);
-  c.storage_mutated = std::move(mutated);
+  storage_guards_.emplace_back(std::move(regs), std::move(groups), std::move(mutated));
   addCheck(std::move(c));
 }
 
-namespace {
+StorageGuard::StorageGuard(std::vector<int> r, std::vector<int> g, std::vector<uint8_t> m)
+    : regs(std::move(r)), groups(std::move(g)), mutated(std::move(m)), scratch(regs.size()) {
+  for (size_t i = 0; i < regs.size(); ++i) {
+    num_mutated += mutated[i] ? 1 : 0;
+    for (size_t j = 0; j < i; ++j) all_distinct = all_distinct && groups[i] != groups[j];
+  }
+}
 
-// Storages: the first pair (i, j), one of them mutated, whose storages relate otherwise than
-// at trace time; false when there is none. `st` holds each register's storage now.
-bool storagePairMismatch(const Check& c, const void* const* st, size_t* bad_i, size_t* bad_j) {
-  const size_t n = c.storage_regs.size();
+bool StorageGuard::firstMismatch(const void* const* st, size_t* bad_i, size_t* bad_j) const {
+  const size_t n = regs.size();
   for (size_t i = 0; i < n; ++i) {
-    if (!c.storage_mutated[i]) continue;
+    if (!mutated[i]) continue;
     for (size_t j = 0; j < n; ++j) {
       if (j == i) continue;
       const bool shares = st[i] != nullptr && st[i] == st[j];
-      if (shares != (c.storage_groups[i] == c.storage_groups[j])) {
+      if (shares != (groups[i] == groups[j])) {
         *bad_i = i;
         *bad_j = j;
         return true;
@@ -420,33 +422,45 @@ bool storagePairMismatch(const Check& c, const void* const* st, size_t* bad_i, s
   return false;
 }
 
-// Hot: whether the storages relate as at trace time. Up to kSmall registers on the stack,
-// pairwise (mutated x all); beyond, when every register had its own storage, one sort.
-bool storagesAsTraced(const Check& c, PyObject** regs) {
-  constexpr size_t kSmall = 32;
-  const size_t n = c.storage_regs.size();
-  const void* small[kSmall];
-  std::vector<const void*> big;
-  const void** st = small;
-  if (n > kSmall) {
-    big.resize(n);
-    st = big.data();
+bool StorageGuard::relatesAsTraced() const {
+  const size_t n = regs.size();
+  // Pairwise (mutated x all) while that is cheap, or when some registers shared a storage.
+  if (!all_distinct || num_mutated * n <= 1024) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!scratch[i].mutated) continue;
+      for (size_t j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const bool shares = scratch[i].storage != nullptr && scratch[i].storage == scratch[j].storage;
+        if (shares != (groups[i] == groups[j])) return false;
+      }
+    }
+    return true;
   }
-  size_t nmut = 0;
-  for (size_t i = 0; i < n; ++i) {
-    st[i] = tensorStorage(regs[c.storage_regs[i]]);
-    nmut += c.storage_mutated[i];
+  // Every register had its own storage: no storage may now be shared by two registers one
+  // of which is mutated (the pairwise rule). Sorted by storage, such registers sit in one
+  // run of equal storages.
+  std::sort(scratch.begin(), scratch.end(),
+            [](const Slot& a, const Slot& b) { return std::less<const void*>()(a.storage, b.storage); });
+  for (size_t i = 0; i < n;) {
+    size_t k = i + 1;
+    bool any_mutated = scratch[i].mutated != 0;
+    for (; k < n && scratch[k].storage == scratch[i].storage; ++k)
+      if (scratch[k].mutated) any_mutated = true;
+    if (scratch[i].storage != nullptr && k - i > 1 && any_mutated) return false;
+    i = k;
   }
-  size_t bi, bj;
-  if (!c.all_distinct || nmut * n <= 1024) return !storagePairMismatch(c, st, &bi, &bj);
-  // Here n > kSmall (nmut <= n), so the storages are in `big`. Every pair must be apart:
-  // no storage twice (a tensor without one shares nothing).
-  big.erase(std::remove(big.begin(), big.end(), nullptr), big.end());
-  std::sort(big.begin(), big.end());
-  return std::adjacent_find(big.begin(), big.end()) == big.end();
+  return true;
 }
 
-}  // namespace
+bool StorageGuard::relates(const void* const* st) const {
+  for (size_t i = 0; i < regs.size(); ++i) scratch[i] = Slot{st[i], mutated[i]};
+  return relatesAsTraced();
+}
+
+bool StorageGuard::holds(PyObject** r) const {
+  for (size_t i = 0; i < regs.size(); ++i) scratch[i] = Slot{tensorStorage(r[regs[i]]), mutated[i]};
+  return relatesAsTraced();
+}
 
 void GuardProgram::checkNoModuleHooks(int reg) {
   Check c{CheckKind::NoHooks, reg};
@@ -751,7 +765,7 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     case CheckKind::Aliasing:
       return (v == regs[c.index]) == (c.obj.get() == Py_True);
     case CheckKind::Storages:
-      return storagesAsTraced(c, regs);
+      return storage_guards_[c.index].holds(regs);
     case CheckKind::NoHooks: {
       // One read of the module's __dict__ for its four hook dicts (a module is called
       // inline only while none of its hooks would run).
@@ -928,12 +942,13 @@ std::string GuardProgram::explainFailure(const FrameView& f) const {
         reason = c.what + " == " + reprOf(c.obj.get()) + ", got " + reprOf(v);
         break;
       case CheckKind::Storages: {
+        const StorageGuard& g = storage_guards_[c.index];
         std::vector<const void*> st;
-        for (int r : c.storage_regs) st.push_back(tensorStorage(regs[r]));
+        for (int r : g.regs) st.push_back(tensorStorage(regs[r]));
         size_t i = 0, j = 0;
-        if (storagePairMismatch(c, st.data(), &i, &j)) {
-          const bool traced_shared = c.storage_groups[i] == c.storage_groups[j];
-          reason = names_[c.storage_regs[i]] + " (mutated by the graph) and " + names_[c.storage_regs[j]] +
+        if (g.firstMismatch(st.data(), &i, &j)) {
+          const bool traced_shared = g.groups[i] == g.groups[j];
+          reason = names_[g.regs[i]] + " (mutated by the graph) and " + names_[g.regs[j]] +
                    (traced_shared ? " shared a storage at trace time, now they do not"
                                   : " had separate storages at trace time, now they share one");
         } else {

@@ -57,8 +57,8 @@ enum class CheckKind : uint8_t {
   NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
   StateQuery, // obj = (fn, args, kwargs, expected): fn(*args, **kwargs) == expected, same type
               // (a reader of global state the trace folded); reg unused
-  Storages,   // the tensors in `storage_regs` share storages as they did at trace time, for
-              // every pair with a tensor the graph mutates (see checkStorages); reg unused
+  Storages,   // the tensors in StorageGuard `index` share storages as they did at trace time,
+              // for every pair with a tensor the graph mutates (see checkStorages); reg unused
 };
 
 // One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
@@ -128,13 +128,40 @@ struct Check {
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
   Origin origin;  // see Origin
-  // Storages: the registers, each one's storage group at trace time (registers of one group
-  // shared a storage then) and whether the graph mutates it; all_distinct: every group has
-  // one register (the common case: one sort of the storages decides).
-  std::vector<int> storage_regs;
-  std::vector<int> storage_groups;
-  std::vector<uint8_t> storage_mutated;
+  // Storages: `index` is its StorageGuard in the program's side table (only that kind has
+  // one: every other check stays without its vectors).
+};
+
+// What a Storages check compares: the registers, each one's storage group at trace time
+// (registers of one group shared a storage then) and whether the graph mutates it;
+// all_distinct: every group has one register (the common case: one sort decides).
+struct StorageGuard {
+  std::vector<int> regs;
+  std::vector<int> groups;
+  std::vector<uint8_t> mutated;
+  size_t num_mutated = 0;
   bool all_distinct = true;
+  // One slot per register, reused by every run so that a hit allocates nothing: guard runs
+  // hold the GIL, and no Python code runs while the slots are in use (nothing re-enters).
+  struct Slot {
+    const void* storage;
+    uint8_t mutated;
+  };
+  mutable std::vector<Slot> scratch;
+
+  StorageGuard(std::vector<int> regs, std::vector<int> groups, std::vector<uint8_t> mutated);
+  // Hot: whether the tensors in the program's registers `r` (r[regs[i]]) relate as at trace
+  // time. Allocates nothing.
+  bool holds(PyObject** r) const;
+  // The same decision for given storages (storage[i]: register regs[i]'s now; null for a
+  // tensor without one, which shares nothing): every pair with a mutated member shares a
+  // storage exactly when it did at trace time.
+  bool relates(const void* const* storage) const;
+  // Cold: the first pair (i, j), one of them mutated, that relates otherwise; false if none.
+  bool firstMismatch(const void* const* storage, size_t* bad_i, size_t* bad_j) const;
+
+ private:
+  bool relatesAsTraced() const;  // decides on the filled scratch slots (may reorder them)
 };
 
 // A new tuple of the items the tuple_iterator `it` has left, without consuming them (from
@@ -241,6 +268,7 @@ class GuardProgram {
   std::vector<Load> loads_;
   std::vector<std::string> names_;
   std::vector<Check> checks_;
+  std::vector<StorageGuard> storage_guards_;  // Storages checks' side records (Check::index)
   std::vector<Step> steps_;
   bool any_owned_ = false;
   OriginFn origin_fn_ = nullptr;
