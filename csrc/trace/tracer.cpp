@@ -1,6 +1,7 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "trace/tracer.h"
+#include "trace/frame.h"
 
 #include <string>
 #include <unordered_set>
@@ -283,6 +284,12 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     (void)fail("internal: the trace ended without a result");
   }
   if (failed_) return;
+  for (const std::shared_ptr<GeneratorState>& g : generators_)
+    if (g->started && !g->finished && pausedInHandler(g->frame)) {
+      (void)fail("a generator paused inside try/with is left unfinished where the trace ends: its finally/__exit__ "
+                 "would run when it is dropped (not modeled)");
+      return;
+    }
   if (runtime::memoReadBeforeBuilt(plan, entry_->effects) >= 0) {
     (void)fail("internal: a value made in the trace would be read back before it is rebuilt");
     return;
