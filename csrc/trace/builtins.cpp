@@ -690,6 +690,21 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (is("sorted")) return builtinSorted(t, f, args, kwargs);
   if (!((is("min") || is("max") || is("sorted") || is("all") || is("any")) && !args.empty() && kwargs.empty())) return notHandled();
+  if ((is("all") || is("any")) && args.size() == 1) {
+    // Item by item, stopping at the first that decides: what is left of an iterator (or a
+    // generator's frame) stays untaken, as in Python.
+    const bool want = is("any");
+    Result<ValuePtr> it = getIter(t, args[0]);
+    if (!it) return it;
+    while (true) {
+      ValuePtr v;
+      if (Done d = nextItem(t, *it, &v); !d) return d.stop();
+      if (!v) return Value::constant(want ? Py_False : Py_True);
+      Result<bool> truth = truthValue(t, v);
+      if (!truth) return truth.stop();
+      if (*truth == want) return Value::constant(want ? Py_True : Py_False);
+    }
+  }
   std::vector<ValuePtr> items;
   if (args.size() == 1) {
     if (Done d = iterate(t, args[0], &items); !d) return d.stop();

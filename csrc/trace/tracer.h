@@ -191,6 +191,9 @@ class Tracer {
   // tracer.cpp
   Result<ValuePtr> traceRoot(SymbolicFrame& root);
   void finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret);
+  // Closes paused generator `g` as dropping it does (GeneratorExit at its yield): whether
+  // that lets the exception through (or returns) and changes nothing the trace records.
+  bool closesQuietly(GeneratorState& g);
   bool fullgraph();  // the compile asked for fullgraph=True
   Done compileGraph(bool compile_empty);
   // The guard on how the graph's tensor inputs share storages, when it mutates one of them

@@ -252,3 +252,38 @@ def test_simple_generator_use_matches_dynamo_graph_count():
     torch.compile(f, backend=dcnt)(torch.arange(4.0))
     torch._dynamo.reset()
     assert cnt.frame_count <= dcnt.frame_count
+
+
+class Seq:
+    """A sequence with only __getitem__ and __len__: iter() is collections.abc's
+    Sequence.__iter__ style generator, paused inside `try: ... except IndexError`."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __getitem__(self, i):
+        return self.items[i]
+
+    def __len__(self):
+        return len(self.items)
+
+
+def seq_iter(s):
+    i = 0
+    try:
+        while True:
+            v = s[i]
+            yield v
+            i += 1
+    except IndexError:
+        return
+
+
+def test_generator_paused_in_try_except_dropped_is_captured():
+    # Dropping it raises GeneratorExit at its yield, which `except IndexError` lets through
+    # without changing anything: closing it in the trace shows that, and the frame is captured.
+    def f(x):
+        s = Seq([x, x + 1])
+        return next(seq_iter(s)) * 2
+    cnt, st = run_both(f, T)
+    assert st["frames_native"] == 0 and cnt.frame_count == 1, st

@@ -282,6 +282,26 @@ def generator_zip_with_list_lazy(x):
     return pairs[1][1], log
 
 
+@case(T4)
+def any_all_stop_at_the_deciding_item(x):
+    log = []
+
+    def g():
+        for i in range(5):
+            log.append(i)
+            yield i
+    a = any(v >= 1 for v in g())
+    b = all(v < 1 for v in g())
+    return x + 1, a, b, log
+
+
+@case(T4)
+def any_leaves_the_rest_of_an_iterator(x):
+    it = iter((0, 2, 0, 3))
+    found = any(it)
+    return x + 1, found, list(it)
+
+
 # ---- iterators over lists, dicts and sets read them as they are ----
 
 @case(T4)
