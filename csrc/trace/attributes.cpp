@@ -188,9 +188,14 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return ndarrayAttr(t, obj, name);
     case Kind::SubclassTensor:
       return subclassTensorAttr(t, obj, name);
+    case Kind::Iterator:
+      // A generator's methods (calls.cpp generatorMethod), called later.
+      if (obj->as<Iterator>().made == Iterator::Made::Generator &&
+          (strcmp(n, "send") == 0 || strcmp(n, "close") == 0 || strcmp(n, "throw") == 0 || strcmp(n, "__next__") == 0))
+        return Value::namedMethod(obj, name);
+      break;
     case Kind::Null:
     case Kind::Slice:
-    case Kind::Iterator:
     case Kind::BoundMethod:
     case Kind::NamedMethod:
     case Kind::Cell:

@@ -325,8 +325,7 @@ Result<ValuePtr> builtinNext(Tracer& t, PyObject* f, const char* which, Args& ar
     if (Done d = stepUserIterator(t, it, &item); !d) return d.stop();
     if (item) return item;
     if (args.size() == 2) return args[1];
-    PyErr_SetNone(PyExc_StopIteration);
-    return t.raisePython();
+    return raiseStopIteration(t, it);
   }
   if (iter->pos < iter->items.size()) {
     ValuePtr item = iter->items[iter->pos];
@@ -344,12 +343,21 @@ ValuePtr lazyIterator(Iterator::Made made, PyObject* type, ValuePtr fn, std::vec
 
 // The iterators of `args[first:]` when one of them makes its items one at a time (a user
 // iterator object, a lazy map): what zip/enumerate then take from lazily; else empty.
-Result<std::vector<ValuePtr>> lazySources(Tracer& t, Args& args, size_t first, size_t count) {
+// A list, dict or set (or a view) counts as made item by item: the program may change it
+// between the items taken (Iterator::Made::Sequence). `ahead` (zip(strict=True)): those
+// are read now, as they are, instead.
+Result<std::vector<ValuePtr>> lazySources(Tracer& t, Args& args, size_t first, size_t count, bool ahead = false) {
   bool any = false;
   for (size_t i = first; i < first + count && i < args.size(); ++i) {
     const Iterator* it = args[i]->get<Iterator>();
+    if (ahead && it && it->made == Iterator::Made::Sequence) {
+      if (Done d = drainUserIterator(t, args[i]); !d) return d.stop();
+      continue;
+    }
     bool user_object = isUserObject(args[i]);
-    any = any || (it && it->lazy()) || user_object;
+    bool container = !ahead && (args[i]->is(Kind::List) || args[i]->is(Kind::Dict) || args[i]->is(Kind::Set) ||
+                                args[i]->is(Kind::DictView));
+    any = any || (it && it->lazy()) || user_object || container;
   }
   std::vector<ValuePtr> sources;
   if (!any) return sources;
@@ -411,7 +419,7 @@ Result<ValuePtr> builtinZip(Tracer& t, PyObject* f, const char* which, Args& arg
     if (PyUnicode_CompareWithASCIIString(k.get(), "strict") != 0 || !v->is(Kind::Constant)) return t.fail("zip() keyword");
     strict = PyObject_IsTrue(v->constant()) == 1;
   }
-  Result<std::vector<ValuePtr>> lazy = lazySources(t, args, 0, args.size());
+  Result<std::vector<ValuePtr>> lazy = lazySources(t, args, 0, args.size(), strict);
   if (!lazy) return lazy.stop();
   if (!lazy->empty()) {
     if (strict) return t.fail("zip(strict=True) over an iterator made item by item is not supported yet");
@@ -444,7 +452,11 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
   std::vector<ValuePtr> items;
   if (args[0]->is(Kind::Iterator)) return t.fail("reversed() of an iterator (TypeError)");
   if (Done d = iterate(t, args[0], &items); !d) return d.stop();
-  return Value::iterator(std::vector<ValuePtr>(items.rbegin(), items.rend()), iteratorTypeFor(t, f, args[0]));
+  std::vector<ValuePtr> backwards(items.rbegin(), items.rend());
+  // A list is read backwards from its length now, item by item as it is then.
+  if (const List* l = args[0]->get<List>(); l && !l->deque)
+    return sequenceIterator(args[0], std::move(backwards), iteratorTypeFor(t, f, args[0]), 0, true);
+  return Value::iterator(std::move(backwards), iteratorTypeFor(t, f, args[0]));
   
 }
 
@@ -681,6 +693,21 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (is("sorted")) return builtinSorted(t, f, args, kwargs);
   if (!((is("min") || is("max") || is("sorted") || is("all") || is("any")) && !args.empty() && kwargs.empty())) return notHandled();
+  if ((is("all") || is("any")) && args.size() == 1) {
+    // Item by item, stopping at the first that decides: what is left of an iterator (or a
+    // generator's frame) stays untaken, as in Python.
+    const bool want = is("any");
+    Result<ValuePtr> it = getIter(t, args[0]);
+    if (!it) return it;
+    while (true) {
+      ValuePtr v;
+      if (Done d = nextItem(t, *it, &v); !d) return d.stop();
+      if (!v) return Value::constant(want ? Py_False : Py_True);
+      Result<bool> truth = truthValue(t, v);
+      if (!truth) return truth.stop();
+      if (*truth == want) return Value::constant(want ? Py_True : Py_False);
+    }
+  }
   std::vector<ValuePtr> items;
   if (args.size() == 1) {
     if (Done d = iterate(t, args[0], &items); !d) return d.stop();

@@ -9,6 +9,7 @@
 #include "trace/disabled.h"
 #include "trace/ops.h"
 #include "trace/scalars.h"
+#include "trace/frame.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -22,9 +23,43 @@ DisabledCodeQuery disabled_query = nullptr;
 
 Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs);
 
+// send(), close(), __next__() of a generator made in the trace (throw() is not modeled).
+Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs) {
+  const char* n = PyUnicode_AsUTF8(name);
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  Iterator& it = self->as<Iterator>();
+  if (!kwargs.empty()) return t.fail(std::string("keyword arguments to generator.") + n + "()");
+  if ((is("send") && args.size() == 1) || (is("__next__") && args.empty())) {
+    ValuePtr item;
+    if (Done d = t.resumeGenerator(self, args.empty() ? nullptr : args[0], &item); !d) return d.stop();
+    if (item) return item;
+    return raiseStopIteration(t, self);
+  }
+  if (is("close") && args.empty()) {
+    // A generator not started, or finished, closes as nothing; a paused one outside any
+    // try/with ends at once (its GeneratorExit reaches no handler).
+    if (it.gen && it.gen->started && !it.ended) {
+      if (it.gen->running) return t.raiseNew(PyExc_ValueError, "generator already executing");
+      if (pausedInHandler(it.gen->frame))
+        return t.fail("close() of a generator paused inside try/with (its handler would run; not modeled)");
+    }
+    it.ended = true;
+    if (it.gen) {
+      it.gen->finished = true;
+      it.gen->frame.locals.clear();
+      it.gen->frame.stack.clear();
+    }
+    t.effects().noteMutation();
+    return Value::constant(Py_None);
+  }
+  return t.fail(std::string("generator.") + n + "() is not supported yet");
+}
+
 // A named method of a container, tensor or context value.
 Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kwargs& kwargs) {
   const ValuePtr& self = m.self;
+  if (const Iterator* it = self->get<Iterator>(); it && it->made == Iterator::Made::Generator)
+    return generatorMethod(t, self, m.name.get(), args, kwargs);
   if (self->is(Kind::Context)) {
     const char* mname = PyUnicode_AsUTF8(m.name.get());
     if (strcmp(mname, "__exit__") == 0) return t.contexts().exit(self);

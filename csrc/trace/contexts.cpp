@@ -135,7 +135,9 @@ Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
 }
 
 Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
-  if (t_.inGenerator()) return t_.fail("a context manager inside a generator that is run in place");
+  // A `with` in a generator may span a yield: the consumer would then run inside it, which
+  // the context stack (one per trace, not per frame) does not model.
+  if (t_.inGenerator()) return t_.fail("a context manager inside a generator (it may be open across a yield)");
   Context& ctx = value->as<Context>();
   const Ctx kind = kindOf(ctx.cls.get());
   switch (kind) {

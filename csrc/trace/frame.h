@@ -27,8 +27,8 @@ struct SymbolicFrame {
   int depth = 0;
   bool root = false;
   int function_reg = -1;         // guard register of the function (inlined frames), or -1
-  bool generator = false;        // a generator run to completion: YIELD_VALUE collects
-  std::vector<ValuePtr> yielded;
+  bool generator = false;        // a generator's frame: YIELD_VALUE pauses it (GeneratorState)
+  bool suspended = false;        // set by YIELD_VALUE: runFrame returned the yielded value
   // co_exceptiontable, decoded on the first exception raised in this frame.
   std::vector<bytecode::ExceptionTableEntry> handlers;
   bool handlers_decoded = false;
@@ -37,6 +37,21 @@ struct SymbolicFrame {
   size_t loc_pc = static_cast<size_t>(-1);
   int loc_id = -1;
 };
+
+// A generator made in the trace (an Iterator of Made::Generator): its frame, paused at
+// f.pc (a YIELD_VALUE) between items, or not started yet. Each item taken resumes it
+// under the frame that takes it.
+struct GeneratorState {
+  SymbolicFrame frame;
+  bool started = false;
+  bool running = false;   // being resumed (a generator that takes from itself: ValueError)
+  bool finished = false;  // returned, raised or closed
+  ValuePtr returned;      // its return value once finished (the value of `yield from` it)
+};
+
+// Whether generator frame `f`, paused at f.pc, is inside a try/with block (an entry of its
+// exception table covers the yield): closing it (close(), or dropping it) runs its handler.
+bool pausedInHandler(const SymbolicFrame& f);
 
 constexpr int kMaxInlineDepth = 64;
 constexpr int kMaxInstructions = 1000000;

@@ -300,10 +300,97 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
     f.locals[i] = v.take();
   }
   if (!f.generator) return runFrame(f);
+  // A generator: its frame is kept, paused before its first instruction; each item taken
+  // runs it to its next yield (resumeGenerator), so what it does between items happens
+  // when it does in the program.
+  auto gen = std::make_shared<GeneratorState>();
+  gen->frame = std::move(f);
+  gen->frame.parent = nullptr;
+  generators_.push_back(gen);
+  ValuePtr it = Value::iterator({}, reinterpret_cast<PyObject*>(&PyGen_Type));
+  it->as<Iterator>().made = Iterator::Made::Generator;
+  it->as<Iterator>().gen = std::move(gen);
+  return it;
+}
+
+Done Tracer::resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr* item) {
+  item->reset();
+  Iterator& iter = it->as<Iterator>();
+  if (iter.ended || !iter.gen) return {};
+  std::shared_ptr<GeneratorState> gen = iter.gen;  // kept while it runs
+  if (gen->running) return raiseNew(PyExc_ValueError, "generator already executing");
+  SymbolicFrame& f = gen->frame;
+  if (!gen->started) {
+    if (sent && !sent->isNone()) return raiseNew(PyExc_TypeError, "can't send non-None value to a just-started generator");
+    gen->started = true;
+  } else {
+    // Past its YIELD_VALUE, with the value sent in as that expression's value.
+    f.stack.push_back(sent ? sent : Value::constant(Py_None));
+    f.pc += 1;
+  }
+  const int depth = current_ ? current_->depth + 1 : 1;
+  if (depth > kMaxInlineDepth) return fail("inlining is too deep (recursion limit)");
+  f.parent = current_;
+  f.depth = depth;
+  f.suspended = false;
+  gen->running = true;
   ++generator_depth_;
   Result<ValuePtr> r = runFrame(f);
   --generator_depth_;
-  return r;
+  gen->running = false;
+  f.parent = nullptr;
+  if (!r) {
+    Iterator& now = it->as<Iterator>();
+    now.ended = true;
+    gen->finished = true;
+    f.locals.clear();
+    f.stack.clear();
+    if (r.outcome() == Outcome::Raised) {
+      // PEP 479: a StopIteration raised inside a generator leaves it as a RuntimeError.
+      PyObject* type = typeOf(*this, pending_exc_);
+      if (type && PyType_Check(type) &&
+          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), reinterpret_cast<PyTypeObject*>(PyExc_StopIteration))) {
+        ValuePtr cause = takePendingException();
+        Stop s = raiseNew(PyExc_RuntimeError, "generator raised StopIteration");
+        (void)cause;
+        return s;
+      }
+    }
+    return r.stop();
+  }
+  if (f.suspended) {
+    f.suspended = false;
+    *item = r.take();
+    return {};
+  }
+  Iterator& now = it->as<Iterator>();
+  now.ended = true;  // returned: its StopIteration
+  gen->returned = r.take();
+  gen->finished = true;
+  f.locals.clear();
+  f.stack.clear();
+  return {};
+}
+
+bool pausedInHandler(const SymbolicFrame& f) {
+  std::vector<bytecode::ExceptionTableEntry> table;
+  PyObject* bytes = f.code->co_exceptiontable;
+  if (!bytecode::decodeExceptionTable(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes)),
+                                      static_cast<size_t>(PyBytes_GET_SIZE(bytes)), &table))
+    return true;
+  const int offset = f.instrs[f.pc].offset;
+  for (const auto& e : table)
+    if (offset >= e.start && offset < e.end) return true;
+  return false;
+}
+
+std::vector<ValuePtr> generatorValues(const GeneratorState& g) {
+  std::vector<ValuePtr> out;
+  for (const ValuePtr& v : g.frame.locals)
+    if (v) out.push_back(v);
+  for (const ValuePtr& v : g.frame.stack)
+    if (v) out.push_back(v);
+  return out;
 }
 
 }  // namespace cdynamo::trace

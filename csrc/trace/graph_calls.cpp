@@ -242,8 +242,6 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     }
     return t.failFromPython("running " + what + " on fake tensors");
   }
-  if (t.inGenerator() && t.graph().node(node).impure)
-    return t.fail("an in-place tensor operation inside a generator that is run in place");
   PyObject* fake = t.graph().fake(node);
   if (isTensor(fake)) return Value::tensor(node);
   if (t.graph().isScalar(node)) return Value::tensor(node);  // a number read from a tensor (scalars.h)

@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <array>
+#include <string>
 #include <unordered_set>
 
 #include "support/lookup.h"
+#include "trace/frame.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
 
@@ -102,10 +104,122 @@ PyObject* iteratorTypeFor(Tracer& t, PyObject* fn, const ValuePtr& v) {
   return reinterpret_cast<PyObject*>(Py_TYPE(it.get()));
 }
 
+namespace {
+
+// The next item of a Sequence iterator, read from its container as it is now.
+Done stepSequence(Tracer& t, const ValuePtr& it, ValuePtr* item) {
+  Iterator& iter = it->as<Iterator>();
+  const ValuePtr seq = iter.seq;
+  auto end = [&]() -> Done {
+    Iterator& now = it->as<Iterator>();
+    now.ended = true;
+    now.seq = nullptr;  // as Python's: an exhausted iterator lets its container go
+    now.seq_keys.clear();
+    now.seq_items.clear();
+    return {};
+  };
+  if (!seq) return end();
+  t.effects().noteMutation();  // the iterator moves
+  if (const List* l = seq->get<List>()) {
+    const size_t n = l->items.size();
+    if (l->deque && n != iter.seq_len) {
+      iter.seq = nullptr;
+      iter.ended = true;
+      return t.raiseNew(PyExc_RuntimeError, "deque mutated during iteration");
+    }
+    if (iter.seq_reversed) {
+      // reversed(list): an index from the end, valid while it is below the list's length.
+      if (iter.pos >= iter.seq_len) return end();
+      const size_t index = iter.seq_len - 1 - iter.pos;
+      if (index >= n) return end();
+      *item = l->items[index];
+    } else {
+      if (iter.pos >= n) return end();
+      *item = l->items[iter.pos];
+    }
+    iter.pos += 1;
+    return {};
+  }
+  if (const Set* set = seq->get<Set>()) {
+    if (set->items.size() != iter.seq_len) {
+      iter.seq_len = static_cast<size_t>(-1);  // stays broken, as Python's
+      return t.raiseNew(PyExc_RuntimeError, "Set changed size during iteration");
+    }
+    if (set->items != iter.seq_items) return t.fail("a set changed (same size) while an iterator over it was in use");
+    if (iter.pos >= iter.items.size()) return end();
+    *item = iter.items[iter.pos];
+    iter.pos += 1;
+    return {};
+  }
+  const Dict* d = seq->get<Dict>();
+  if (!d) return t.fail("an iterator over a container of an unknown kind");
+  if (d->keys.size() != iter.seq_len) {
+    iter.seq_len = static_cast<size_t>(-1);
+    const bool ordered = d->type && PyType_Check(d->type.get()) &&
+                         std::string(reinterpret_cast<PyTypeObject*>(d->type.get())->tp_name) == "collections.OrderedDict";
+    return t.raiseNew(PyExc_RuntimeError, ordered ? "OrderedDict changed size during iteration"
+                                                  : "dictionary changed size during iteration");
+  }
+  bool same_keys = true;
+  for (size_t k = 0; k < d->keys.size() && same_keys; ++k) same_keys = d->keys[k].get() == iter.seq_keys[k].get();
+  if (!same_keys) return t.fail("a dict's keys changed (same size) while an iterator over it was in use");
+  if (iter.pos >= d->keys.size()) return end();
+  const size_t k = iter.pos;
+  ValuePtr value = d->values[k];
+  if (iter.seq_which == DictView::Values) {
+    *item = std::move(value);
+  } else {
+    Result<ValuePtr> key = keyValueOf(t, d->keys[k].get());
+    if (!key) return key.stop();
+    *item = iter.seq_which == DictView::Keys ? key.take() : Value::tuple({key.take(), std::move(value)});
+  }
+  it->as<Iterator>().pos += 1;
+  return {};
+}
+
+}  // namespace
+
+ValuePtr sequenceIterator(const ValuePtr& container, std::vector<ValuePtr> items, PyObject* type, int which,
+                          bool reversed) {
+  ValuePtr it = Value::iterator(std::move(items), type);
+  Iterator& iter = it->as<Iterator>();
+  iter.made = Iterator::Made::Sequence;
+  iter.seq = container;
+  iter.seq_which = static_cast<uint8_t>(which);
+  iter.seq_reversed = reversed;
+  if (const List* l = container->get<List>()) {
+    iter.seq_len = l->items.size();
+  } else if (const Set* s = container->get<Set>()) {
+    iter.seq_len = s->items.size();
+    iter.seq_items = s->items;
+  } else if (const Dict* d = container->get<Dict>()) {
+    iter.seq_len = d->keys.size();
+    for (const Ref& k : d->keys) iter.seq_keys.push_back(k.copy());
+  }
+  return it;
+}
+
+Stop raiseStopIteration(Tracer& t, const ValuePtr& it) {
+  const Iterator& done = it->as<Iterator>();
+  ValuePtr returned = done.gen ? done.gen->returned : nullptr;
+  if (done.gen) done.gen->returned = nullptr;  // the first StopIteration carries it, later ones None
+  if (returned && !returned->isNone()) {
+    if (!returned->constant()) return t.fail("a generator's return value that is not a constant, carried by StopIteration");
+    Ref exc = Ref::steal(PyObject_CallOneArg(PyExc_StopIteration, returned->constant()));
+    if (!exc) return t.failFromPython("StopIteration(value)");
+    PyErr_SetObject(PyExc_StopIteration, exc.get());
+    return t.raisePython();
+  }
+  PyErr_SetNone(PyExc_StopIteration);
+  return t.raisePython();
+}
+
 Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   Iterator& iter = it->as<Iterator>();
   item->reset();
   if (iter.ended) return {};
+  if (iter.made == Iterator::Made::Generator) return t.resumeGenerator(it, nullptr, item);
+  if (iter.made == Iterator::Made::Sequence) return stepSequence(t, it, item);
   if (iter.made == Iterator::Made::Filter) {  // the source's items until one is kept
     const ValuePtr fn = iter.map_fn;
     const ValuePtr source = iter.map_sources.at(0);
@@ -167,6 +281,8 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
       }
       case Iterator::Made::Ahead:
       case Iterator::Made::Filter:
+      case Iterator::Made::Generator:
+      case Iterator::Made::Sequence:
         break;
     }
     return t.fail("an iterator made item by item of an unknown kind");
@@ -221,6 +337,9 @@ Done drainUserIterator(Tracer& t, const ValuePtr& it) {
   iter.made = Iterator::Made::Ahead;
   iter.map_fn = nullptr;
   iter.map_sources.clear();
+  iter.seq = nullptr;
+  iter.seq_keys.clear();
+  iter.seq_items.clear();
   return {};
 }
 

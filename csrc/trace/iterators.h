@@ -36,6 +36,13 @@ Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item);
 // its end (for the consumers that take every item at once: list(), zip(), sum(), ...).
 // A lazy map is drained the same way, item by item.
 Done drainUserIterator(Tracer& t, const ValuePtr& it);
+// An iterator (Made::Sequence) over `container` (a List, Set or Dict; `which`: a dict's
+// DictView::Which) read as it is when each item is taken; `items` are its items now (what
+// a consumer that reads them all at once sees), `type` its Python type.
+ValuePtr sequenceIterator(const ValuePtr& container, std::vector<ValuePtr> items, PyObject* type, int which,
+                          bool reversed);
+// Raises the StopIteration that ends iterator `it` (a generator's carries its return value).
+Stop raiseStopIteration(Tracer& t, const ValuePtr& it);
 // The next item of any Iterator value (taken: it advances), or null at its end.
 Done nextItem(Tracer& t, const ValuePtr& it, ValuePtr* item);
 // Calls `each` on every item `iterable` gives, in order, taking each only after the

@@ -69,37 +69,46 @@ Result<Next> opJumpIfOrPop(Tracer& t, SymbolicFrame&, const bytecode::Instructio
   return Next::Fall;
 }
 
-Result<Next> opReturnValue(Tracer&, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
-  // A generator run in place returns the iterator over what it yielded.
-  if (f.generator) io.assign(1, Value::iterator(std::move(f.yielded), reinterpret_cast<PyObject*>(&PyGen_Type)));
-  return Next::Return;
-}
+Result<Next> opReturnValue(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values&) { return Next::Return; }
 
 Result<Next> opReturnGenerator(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
-  // A generator is run to completion where it is called: its values are collected and
-  // handed to the consumer as an iterator. This stands for the value its first resumption
-  // is sent (popped by the POP_TOP that follows).
+  // A generator's frame is made paused before this instruction (Tracer::inlineCode): its
+  // first resumption runs from here. This stands for the value that resumption is sent
+  // (popped by the POP_TOP that follows).
   io.assign(1, Value::constant(Py_None));
   return Next::Fall;
 }
 
 Result<Next> opYieldValue(Tracer& t, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
   if (!f.generator) return t.fail("YIELD_VALUE outside a generator");
-  f.yielded.push_back(io[0]);
-  io.assign(1, Value::constant(Py_None));
-  return Next::Fall;
+  // The frame pauses here: resumeGenerator gets the value and resumes it past this
+  // instruction, the value sent in pushed.
+  f.suspended = true;
+  return Next::Return;
 }
 
 Result<Next> opSend(Tracer& t, SymbolicFrame& f, const bytecode::Instruction&, Values& io) {
-  // `yield from it` in a generator run to completion: every remaining item is yielded now;
-  // the expression's value is None (iterators return nothing). Stack: receiver, sent value.
+  // `yield from it`: the next item of `it` (stepped now), yielded by the YIELD_VALUE that
+  // follows; at its end the expression's value (a generator's return value, else None)
+  // and a jump past the loop. Stack: receiver, sent value.
   const ValuePtr receiver = io[0];
   Iterator* iter = receiver->get<Iterator>();
-  if (!f.generator || !iter) return t.fail("SEND outside a generator run in place");
-  if (Done d = drainUserIterator(t, receiver); !d) return d.stop();
-  for (size_t k = iter->pos; k < iter->items.size(); ++k) f.yielded.push_back(iter->items[k]);
-  if (Done d = t.iterators().advance(receiver, iter->items.size(), true); !d) return d.stop();
-  io.assign(1, Value::constant(Py_None));
+  if (!f.generator || !iter) return t.fail("SEND outside a generator, or to a non-iterator");
+  ValuePtr item;
+  if (iter->made == Iterator::Made::Generator) {
+    if (Done d = t.resumeGenerator(receiver, io[1], &item); !d) return d.stop();
+  } else {
+    if (!io[1]->isNone()) return t.fail("send() of a value through `yield from` an iterator that is not a generator");
+    if (Done d = nextItem(t, receiver, &item); !d) return d.stop();
+  }
+  if (item) {
+    io.assign({receiver, std::move(item)});
+    return Next::Fall;
+  }
+  const Iterator& done = receiver->as<Iterator>();
+  ValuePtr value = Value::constant(Py_None);
+  if (done.gen && done.gen->returned) value = done.gen->returned;
+  io.assign(1, std::move(value));
   return Next::Jump;
 }
 

@@ -795,10 +795,14 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       return t.fail(std::string("__iter__ returned ") + describe(*r) + " (TypeError: iter() returned non-iterator)");
     }
     case Kind::Tuple:
-    case Kind::List:
       return Value::iterator(*obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
+    case Kind::List:
+      // Lists, dicts and sets are read item by item as they are when each is taken
+      // (value.h Iterator::Made::Sequence): the program may change them in between.
+      return sequenceIterator(obj, *obj->elements(), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj), 0, false);
     case Kind::Set:
-      return Value::iterator(setIterationOrder(obj->as<Set>()), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
+      return sequenceIterator(obj, setIterationOrder(obj->as<Set>()),
+                              iteratorTypeFor(t, lookup(Obj::builtins_iter), obj), 0, false);
     case Kind::Dict: {
       std::vector<ValuePtr> keys;
       for (const Ref& k : obj->as<Dict>().keys) {
@@ -806,7 +810,8 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
         if (!kv) return kv;
         keys.push_back(kv.take());
       }
-      return Value::iterator(std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
+      return sequenceIterator(obj, std::move(keys), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj),
+                              DictView::Keys, false);
     }
     case Kind::Constant: {
       Ref iter = Ref::steal(PyObject_GetIter(obj->constant()));
@@ -836,7 +841,8 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
         if (view.which == DictView::Keys) items.push_back(kv.take());
         else items.push_back(Value::tuple({kv.take(), d.values[i]}));
       }
-      return Value::iterator(std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj));
+      return sequenceIterator(view.dict, std::move(items), iteratorTypeFor(t, lookup(Obj::builtins_iter), obj),
+                              view.which, false);
     }
     case Kind::Null:
     case Kind::Tensor:

@@ -284,6 +284,28 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         if (PyErr_Occurred()) return t_.failFromPython("a polyfill's rebuild");
         return plan(it.stepper, out);  // the user's iterator object is the iterator
       }
+      if (it.made == Iterator::Made::Generator) {
+        // A paused frame has no real counterpart to rebuild: the trace must not end with
+        // one alive (returned, stored, or across a graph break) before it finished.
+        if (!it.ended) return t_.fail("a generator made in the trace is still running where the trace ends (returned, stored, or alive at a graph break): its paused frame cannot be rebuilt");
+        std::vector<runtime::OutputPlan> args;
+        if (!for_resume_) args.push_back(runtime::OutputPlan::constant(it.type.get()));
+        args.emplace_back();
+        if (Done d = plan(Value::tuple({}), &args.back()); !d) return d;
+        PyObject* rebuild = !for_resume_ ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
+        if (!rebuild) return t_.failFromPython("cdynamo._resume.rebuild_iterator");
+        out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+        return {};
+      }
+      if (it.made == Iterator::Made::Sequence) {
+        // What it has left, read from its container now: it leaves as an iterator over those.
+        Done d = drainUserIterator(t_, v);
+        if (!d && d.outcome() == Outcome::Raised) {
+          (void)t_.takePendingException();
+          return t_.fail("an iterator over a dict or set that changed size leaves the trace");
+        }
+        if (!d) return d;
+      }
       if (it.made != Iterator::Made::Ahead) {  // map/zip/enumerate: what is left of it, still lazy
         // Rebuilt over its sources, it would take from them again once exhausted.
         if (it.ended) return t_.fail("an exhausted map/zip/enumerate object cannot be rebuilt yet");

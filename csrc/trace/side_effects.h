@@ -49,8 +49,8 @@ class SideEffects {
  public:
   explicit SideEffects(Tracer& t) : t_(t) {}
 
-  // Stores recorded for replay, seen by later reads in the trace. Unsupported inside a
-  // generator that is run in place (its order against the consumer would change).
+  // Stores recorded for replay, seen by later reads in the trace (in program order: a
+  // generator's frame runs when its items are taken).
   Done setAttr(int reg, PyObject* name, ValuePtr value, bool generic = false);
   Done setGlobal(int globals_reg, PyObject* name, ValuePtr value);
   // delattr(target, name) recorded for replay; later reads in the trace see the attribute

@@ -1,6 +1,8 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "trace/tracer.h"
+#include "trace/frame.h"
+#include "trace/ops.h"
 
 #include <string>
 #include <unordered_set>
@@ -261,6 +263,37 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   return ret;
 }
 
+bool Tracer::closesQuietly(GeneratorState& g) {
+  SymbolicFrame& f = g.frame;
+  const uint64_t mutations = effects_.mutations();
+  const int nodes = graph_.numNodes();
+  ValuePtr saved_exc = std::move(pending_exc_);
+  pending_exc_.reset();
+  (void)raiseNew(PyExc_GeneratorExit, "");
+  g.running = true;
+  ++generator_depth_;
+  bool quiet = false;
+  Done delivered = deliverException(f);
+  if (delivered.notHandled()) {
+    quiet = true;  // no handler at all
+  } else if (delivered) {
+    f.parent = nullptr;
+    f.depth = 1;
+    f.suspended = false;
+    Result<ValuePtr> r = runFrame(f);
+    quiet = !failed_ && !f.suspended && (r.ok() || r.outcome() == Outcome::Raised);
+    if (quiet && r.outcome() == Outcome::Raised) {
+      PyObject* type = typeOf(*this, pending_exc_);
+      quiet = type == PyExc_GeneratorExit;
+    }
+  }
+  --generator_depth_;
+  g.running = false;
+  g.finished = true;
+  pending_exc_ = std::move(saved_exc);
+  return quiet && !failed_ && effects_.mutations() == mutations && graph_.numNodes() == nodes;
+}
+
 void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   // The result's plan first: the runtime builds it first (memo slots are filled in order),
   // then the effects' values.
@@ -283,6 +316,18 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     (void)fail("internal: the trace ended without a result");
   }
   if (failed_) return;
+  // A generator left paused inside try/with is closed when Python drops it (at the latest as
+  // this frame ends): GeneratorExit at its yield. Run that close here; a handler that lets
+  // it through and changes nothing (collections.abc.Sequence.__iter__'s `except IndexError`)
+  // is what dropping it does. One that does anything else is not modeled.
+  for (const std::shared_ptr<GeneratorState>& g : generators_)
+    if (g->started && !g->finished && pausedInHandler(g->frame) && !closesQuietly(*g)) {
+      if (failed_) return;
+      (void)fail(std::string("a generator (") + PyUnicode_AsUTF8(g->frame.code->co_qualname) +
+                 ") paused inside try/with is left unfinished where the trace ends: its finally/__exit__ would run "
+                 "when it is dropped (not modeled)");
+      return;
+    }
   if (runtime::memoReadBeforeBuilt(plan, entry_->effects) >= 0) {
     (void)fail("internal: a value made in the trace would be read back before it is rebuilt");
     return;

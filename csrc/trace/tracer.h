@@ -174,8 +174,11 @@ class Tracer {
                                   std::vector<std::pair<Ref, ValuePtr>> kwargs);
   // The frame being run (the innermost), or null.
   SymbolicFrame* current() const { return current_; }
-  // Generators are run to completion where they are called; that is only the program's
-  // order of events while the generator itself changes nothing outside the trace.
+  // Runs generator `it` (an Iterator of Made::Generator) to its next yield, `sent` (null:
+  // None) the value of the yield it is paused at: *item is the value yielded, or null once
+  // it returned (its return value kept in its GeneratorState) or when it had ended.
+  Done resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr* item);
+  // A generator's frame is running (resumed by the item being taken).
   bool inGenerator() const { return generator_depth_ > 0; }
   // The callables whose polyfill is being inlined (innermost last): a call of one of them
   // from there is a call of the original (a polyfill that handles some arguments only).
@@ -199,6 +202,9 @@ class Tracer {
   // tracer.cpp
   Result<ValuePtr> traceRoot(SymbolicFrame& root);
   void finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret);
+  // Closes paused generator `g` as dropping it does (GeneratorExit at its yield): whether
+  // that lets the exception through (or returns) and changes nothing the trace records.
+  bool closesQuietly(GeneratorState& g);
   bool fullgraph();  // the compile asked for fullgraph=True
   Done compileGraph(bool compile_empty);
   // The guard on how the graph's tensor inputs share storages, when it mutates one of them
@@ -262,6 +268,9 @@ class Tracer {
   SymbolicFrame* current_ = nullptr;
   int instructions_run_ = 0;
   int generator_depth_ = 0;
+  // Every generator made in the trace: one paused inside try/with where the trace ends is
+  // closed then in Python (its handler runs), which the trace does not model (finishEntry).
+  std::vector<std::shared_ptr<GeneratorState>> generators_;
   std::vector<PyObject*> polyfills_running_;  // borrowed: the callables of POLYFILLS (alive in it)
   ValuePtr pending_exc_;  // the exception in flight (outcome Raised), or null
   ValuePtr current_exc_;  // the exception being handled (sys.exc_info()), or null

@@ -31,6 +31,7 @@ namespace cdynamo::trace {
 
 struct Value;
 using ValuePtr = std::shared_ptr<Value>;
+struct GeneratorState;  // trace/frame.h: a generator frame made in the trace, paused at a yield
 
 // ---- the payloads, one per kind --------------------------------------------------------
 
@@ -75,11 +76,25 @@ struct Iterator {
   // source when it is taken (fn may read what the program changed since the previous one).
   // filter(fn, source) over a source made item by item: the source is stepped until fn
   // accepts an item (None: until an item is true).
-  enum class Made : uint8_t { Ahead, Map, Zip, Enumerate, Filter };
+  // Generator: a generator made in the trace; its frame runs to the next yield each time an
+  // item is taken (what it does in between happens in the program's order).
+  // Sequence: iter()/reversed() of a list, dict (or view) or set made or read in the trace:
+  // each item is read from the container as it is when taken (a list grown or changed after
+  // iter() is seen as Python's list_iterator sees it; a dict or set that changed size raises).
+  enum class Made : uint8_t { Ahead, Map, Zip, Enumerate, Filter, Generator, Sequence };
   Made made = Made::Ahead;
   ValuePtr map_fn;                   // Map, Filter: the function
   std::vector<ValuePtr> map_sources;  // Iterators
   long next_index = 0;                // Enumerate: the next count
+  std::shared_ptr<GeneratorState> gen;  // Generator
+  ValuePtr seq;                       // Sequence: the container (List, Dict, Set)
+  size_t seq_len = 0;                 // Sequence: its length when iter() was called
+  uint8_t seq_which = 0;              // Sequence over a dict: DictView::Which (keys, values, items)
+  bool seq_reversed = false;          // Sequence: reversed() of a list
+  // Sequence over a dict or set: its keys / items when iter() was called; a change of them
+  // that keeps the size is not modeled (the trace fails rather than guess Python's order).
+  std::vector<Ref> seq_keys;
+  std::vector<ValuePtr> seq_items;
   // Whether its items are made one at a time when taken (not known ahead).
   bool lazy() const { return stepper || made != Made::Ahead; }
 };
@@ -318,6 +333,8 @@ static_assert(std::variant_size_v<Value::Payload> == 0
 // contents, ...), in order; nulls skipped.
 template <class F>
 void forEachChild(const Value& v, F&& f);
+// The values a paused generator frame holds (its locals and stack; functions.cpp).
+std::vector<ValuePtr> generatorValues(const GeneratorState& g);
 
 // Readable kind name for messages.
 const char* kindName(Kind k);
@@ -351,6 +368,9 @@ void forEachChild(const Value& v, F&& f) {
       all(v.as<Iterator>().items);
       all(v.as<Iterator>().map_sources);
       each(v.as<Iterator>().map_fn);
+      each(v.as<Iterator>().seq);
+      if (v.as<Iterator>().gen)
+        for (const ValuePtr& c : generatorValues(*v.as<Iterator>().gen)) each(c);
       return each(v.as<Iterator>().stepper);
     case Kind::Dict:
       each(v.as<Dict>().factory_value);
