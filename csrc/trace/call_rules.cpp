@@ -11,6 +11,7 @@
 #include "trace/call_rules.h"
 #include "trace/callables.h"
 #include "trace/ops.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -134,6 +135,22 @@ bool isType(PyObject* f, Obj o) {
   PyObject* found = lookup(o);
   if (!found) PyErr_Clear();
   return found && f == found;
+}
+
+// Whether every tensor among the items of torch.tensor()'s data (lists and tuples in it)
+// has one element, known from its fake: eager reads each such tensor as a number, and
+// raises for a larger one where torch._refs.tensor would stack it.
+bool oneElementTensorItems(Tracer& t, const ValuePtr& v) {
+  if (v->is(Kind::Tensor)) {
+    if (isScalarValue(t, v)) return true;
+    Ref n = Ref::steal(PyObject_CallMethod(t.graph().fake(v->as<Tensor>().node), "numel", nullptr));
+    if (!n) return PyErr_Clear(), false;
+    return PyLong_CheckExact(n.get()) && PyLong_AsLong(n.get()) == 1;
+  }
+  if (!v->is(Kind::List) && !v->is(Kind::Tuple)) return true;
+  for (const ValuePtr& item : *v->elements())
+    if (!oneElementTensorItems(t, item)) return false;
+  return true;
 }
 
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
@@ -655,6 +672,21 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
       case TorchKind::StateReader:
       case TorchKind::Operator:
         break;
+    }
+    if (isType(f, Obj::torch_tensor)) {
+      // torch.tensor(data) whose data holds tensors or symbolic numbers (a list of
+      // Tensor.item()s, of 0-d tensors) but is not itself a tensor: the C++ factory reads
+      // each item's value, which fake tensors and symbols do not have. torch._refs.tensor
+      // builds the same tensor from tensor ops (torch.stack of the items), as
+      // torch._dynamo records it; torch.tensor(t) of a tensor t stays itself.
+      const ValuePtr* data = !args.empty() ? &args[0] : nullptr;
+      for (const auto& [k, v] : kwargs)
+        if (PyUnicode_CompareWithASCIIString(k.get(), "data") == 0) data = &v;
+      if (data && !((*data)->is(Kind::Tensor) && !isScalarValue(t, *data)) && oneElementTensorItems(t, *data)) {
+        PyObject* refs_tensor = lookup(Obj::torch_refs_tensor);
+        if (!refs_tensor) return t.failFromPython("torch._refs.tensor");
+        return recordCall(t, NodeOp::CallFunction, refs_tensor, args, kwargs);
+      }
     }
     return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
   }
