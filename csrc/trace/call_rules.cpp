@@ -673,6 +673,25 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
       case TorchKind::Operator:
         break;
     }
+    if (isType(f, Obj::torch_check) && args.size() == 1 && kwargs.empty() && isScalarValue(t, args[0])) {
+      // torch._check(cond) of a symbolic size relation that is false for these sizes (its
+      // hint): eagerly the call raises. The trace takes the relation's truth (the ShapeEnv
+      // guards `not cond`, so the entry holds only for sizes where it fails) and raises
+      // torch's own error in the traced program: no graph is left computing only `cond`
+      // for a native torch._check to raise on. True or unbacked: recorded as before (the
+      // ShapeEnv keeps it as a guard or a runtime assertion).
+      static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+      Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
+                                                          t.graph().fake(args[0]->as<Tensor>().node)))
+                         : Ref();
+      if (!truth) return t.failFromPython("the truth of a torch._check condition");
+      if (truth.get() == Py_False) {
+        Ref r = Ref::steal(PyObject_CallOneArg(f, Py_False));
+        if (r) return t.fail("torch._check(False) did not raise");
+        return t.raisePython();
+      }
+    }
     if (isType(f, Obj::torch_tensor)) {
       // torch.tensor(data) whose data holds tensors or symbolic numbers (a list of
       // Tensor.item()s, of 0-d tensors) but is not itself a tensor: the C++ factory reads

@@ -209,3 +209,51 @@ def test_tensor_of_larger_tensors_raises_as_eager():
         with pytest.raises(ValueError, match="only one element tensors"):
             cf(x)
     assert any("only one element tensors" in b["reason"] for b in cdynamo.stats()["graph_break_reasons"])
+
+
+def check_at_least_three(x):
+    torch._check(x.shape[0] >= 3)
+    return x + 1
+
+
+def catch_the_check(x):
+    try:
+        torch._check(x.shape[0] >= 3)
+    except RuntimeError:
+        return x - 1
+    return x + 1
+
+
+def outcome(cf, x):
+    try:
+        return cf(x)
+    except RuntimeError as e:
+        return ("RuntimeError", str(e))
+
+
+@pytest.mark.parametrize("kw", [{}, {"dynamic": True}])
+def test_torch_check_false_for_these_sizes_raises_without_a_graph(kw):
+    sizes = (4, 5, 2, 6, 2, 7)
+    counters = {}
+    for name, compile_ in (("cdynamo", cdynamo.compile), ("dynamo", torch.compile)):
+        cnt = CompileCounter()
+        cf = compile_(check_at_least_three, backend=cnt, **kw)
+        for n in sizes:
+            x = torch.randn(n)
+            got = outcome(cf, x)
+            if name == "cdynamo":
+                assert same(got, outcome(check_at_least_three, x))  # eager's error and message
+                assert same(outcome(cf, x), got)
+        counters[name] = cnt
+    # no graph that only computes the condition: as many graphs as torch._dynamo
+    assert counters["cdynamo"].frame_count == counters["dynamo"].frame_count == (1 if kw else 2)
+    assert all(ts == [__import__("operator").add] for ts in targets(counters["cdynamo"]))
+
+
+def test_torch_check_false_caught_by_the_program():
+    cnt = CompileCounter()
+    cf = cdynamo.compile(catch_the_check, backend=cnt)
+    for n in (4, 5, 2, 6, 2, 7):
+        x = torch.randn(n)
+        assert same(cf(x), catch_the_check(x))
+        assert same(cf(x), catch_the_check(x))
