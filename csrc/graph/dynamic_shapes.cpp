@@ -60,7 +60,9 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
   if (!mod) return -1;
   int automatic = configFlag("automatic_dynamic_shapes");
   if (automatic < 0) return -1;
-  if (reinterpret_cast<PyObject*>(Py_TYPE(real)) == lookup(Obj::torch_nn_Parameter)) {
+  if (force_param_static_ < 0) force_param_static_ = configFlag("force_parameter_static_shapes");
+  if (force_param_static_ < 0) return -1;
+  if (force_param_static_ && reinterpret_cast<PyObject*>(Py_TYPE(real)) == lookup(Obj::torch_nn_Parameter)) {
     // A parameter keeps static sizes whatever the compile asks (input_fake, as
     // torch._dynamo's force_parameter_static_shapes): its fake made as in a static trace,
     // by the input shortcut, without input_fake's Python and from_tensor per parameter.

@@ -319,6 +319,7 @@ class GraphBuilder {
   DynamicConfig dyn_;
   Ref cache_was_enabled_;              // the mode's cache_enabled, turned off for a symbolic trace (begin)
   int dyn_log_ = -1;                   // the "dynamic" log channel is on (1), off (0), not read yet (-1)
+  int force_param_static_ = -1;        // config.force_parameter_static_shapes (1/0), not read yet (-1)
   bool symbolic_ = false;              // input fakes are made with symbolic contexts (_shapes.input_fake)
   Ref symbol_nodes_;                   // dict: sympy symbol -> its placeholder node id
   std::vector<std::string> int_sources_;  // see symbolicIntSources

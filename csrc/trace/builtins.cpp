@@ -689,6 +689,42 @@ Result<ValuePtr> minMaxOfTensors(Tracer& t, bool is_max, const std::vector<Value
   return acc;
 }
 
+// min() / max() of numbers some of which are symbolic (a size, a symbolic int argument, a
+// Tensor.item()): torch.sym_max / torch.sym_min folded from the left, as torch._dynamo
+// records them, so the result stays symbolic and no guard fixes which item won (for ints
+// only the value matters, not which object won). Floats too, all of them floats: run on
+// numbers, torch.sym_max(a, b) is max(a, b), the same order (NaN kept where max keeps it).
+// NotHandled unless every item is a constant or a scalar of the graph of one type, int
+// (not bool: max(True, 0) is True) or float -- max(3, 2.5) is the int 3, which sym_max
+// would make 3.0 -- and one is symbolic.
+Result<ValuePtr> minMaxOfSymbolic(Tracer& t, bool is_max, const std::vector<ValuePtr>& items) {
+  if (items.size() < 2) return notHandled();
+  bool symbolic = false;
+  PyTypeObject* type = nullptr;
+  for (const ValuePtr& v : items) {
+    PyTypeObject* item_type;
+    if (v->is(Kind::Constant)) {
+      item_type = Py_TYPE(v->constant());
+    } else {
+      if (!isScalarValue(t, v)) return notHandled();
+      item_type = reinterpret_cast<PyTypeObject*>(scalarType(t, v));
+      symbolic = true;
+    }
+    if ((item_type != &PyLong_Type && item_type != &PyFloat_Type) || (type && item_type != type)) return notHandled();
+    type = item_type;
+  }
+  if (!symbolic) return notHandled();
+  PyObject* target = lookup(is_max ? Obj::torch_sym_max : Obj::torch_sym_min);
+  if (!target) return t.failFromPython("torch.sym_max");
+  ValuePtr acc = items[0];
+  for (size_t i = 1; i < items.size(); ++i) {
+    Result<ValuePtr> r = recordCall(t, graph::NodeOp::CallFunction, target, {acc, items[i]}, {});
+    if (!r) return r;
+    acc = r.take();
+  }
+  return acc;
+}
+
 Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (is("sorted")) return builtinSorted(t, f, args, kwargs);
@@ -736,6 +772,8 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
     if (!r.notHandled()) return r;
   }
   if (is("min") || is("max")) {
+    Result<ValuePtr> sym = minMaxOfSymbolic(t, is("max"), items);
+    if (!sym.notHandled()) return sym;
     Result<ValuePtr> r = minMaxOfTensors(t, is("max"), items);
     if (!r.notHandled()) return r;
   }

@@ -11,6 +11,7 @@
 #include "trace/call_rules.h"
 #include "trace/callables.h"
 #include "trace/ops.h"
+#include "trace/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -137,6 +138,22 @@ bool isType(PyObject* f, Obj o) {
   PyObject* found = lookup(o);
   if (!found) PyErr_Clear();
   return found && f == found;
+}
+
+// Whether every tensor among the items of torch.tensor()'s data (lists and tuples in it)
+// has one element, known from its fake: eager reads each such tensor as a number, and
+// raises for a larger one where torch._refs.tensor would stack it.
+bool oneElementTensorItems(Tracer& t, const ValuePtr& v) {
+  if (v->is(Kind::Tensor)) {
+    if (isScalarValue(t, v)) return true;
+    Ref n = Ref::steal(PyObject_CallMethod(t.graph().fake(v->as<Tensor>().node), "numel", nullptr));
+    if (!n) return PyErr_Clear(), false;
+    return PyLong_CheckExact(n.get()) && PyLong_AsLong(n.get()) == 1;
+  }
+  if (!v->is(Kind::List) && !v->is(Kind::Tuple)) return true;
+  for (const ValuePtr& item : *v->elements())
+    if (!oneElementTensorItems(t, item)) return false;
+  return true;
 }
 
 bool anyTensor(const std::vector<ValuePtr>& args, const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
@@ -658,6 +675,40 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
       case TorchKind::StateReader:
       case TorchKind::Operator:
         break;
+    }
+    if (isType(f, Obj::torch_check) && args.size() == 1 && kwargs.empty() && isScalarValue(t, args[0])) {
+      // torch._check(cond) of a symbolic size relation that is false for these sizes (its
+      // hint): eagerly the call raises. The trace takes the relation's truth (the ShapeEnv
+      // guards `not cond`, so the entry holds only for sizes where it fails) and raises
+      // torch's own error in the traced program: no graph is left computing only `cond`
+      // for a native torch._check to raise on. True or unbacked: recorded as before (the
+      // ShapeEnv keeps it as a guard or a runtime assertion).
+      static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+      Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
+                                                          t.graph().fake(args[0]->as<Tensor>().node)))
+                         : Ref();
+      if (!truth) return t.failFromPython("the truth of a torch._check condition");
+      if (truth.get() == Py_False) {
+        Ref r = Ref::steal(PyObject_CallOneArg(f, Py_False));
+        if (r) return t.fail("torch._check(False) did not raise");
+        return t.raisePython();
+      }
+    }
+    if (isType(f, Obj::torch_tensor)) {
+      // torch.tensor(data) whose data holds tensors or symbolic numbers (a list of
+      // Tensor.item()s, of 0-d tensors) but is not itself a tensor: the C++ factory reads
+      // each item's value, which fake tensors and symbols do not have. torch._refs.tensor
+      // builds the same tensor from tensor ops (torch.stack of the items), as
+      // torch._dynamo records it; torch.tensor(t) of a tensor t stays itself.
+      const ValuePtr* data = !args.empty() ? &args[0] : nullptr;
+      for (const auto& [k, v] : kwargs)
+        if (PyUnicode_CompareWithASCIIString(k.get(), "data") == 0) data = &v;
+      if (data && !((*data)->is(Kind::Tensor) && !isScalarValue(t, *data)) && oneElementTensorItems(t, *data)) {
+        PyObject* refs_tensor = lookup(Obj::torch_refs_tensor);
+        if (!refs_tensor) return t.failFromPython("torch._refs.tensor");
+        return recordCall(t, NodeOp::CallFunction, refs_tensor, args, kwargs);
+      }
     }
     return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
   }

@@ -14,7 +14,7 @@ from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 from torch.utils._sympy import functions as _fn
 
-from . import _logging
+from . import _logging, config
 
 # Opcodes of a shape program (csrc/guards/guard_program.h ShapeOp); each op is
 # (opcode, reg, arg). CONST pushes arg; SIZE pushes size `arg` of the tensor in register reg;
@@ -33,9 +33,12 @@ def _contiguous_strides(sizes):
 
 def _can_be_dynamic(real, source_name):
     # As torch._dynamo (force_parameter_static_shapes, force_nn_module_property_static_shapes):
-    # parameters and module buffers keep static shapes. Symbolic dims need strides the
-    # guard can check from the sizes alone (contiguous) and no storage offset.
-    if isinstance(real, torch.nn.Parameter) or "._buffers[" in source_name:
+    # parameters (unless config.force_parameter_static_shapes is False) and module buffers
+    # keep static shapes. Symbolic dims need strides the guard can check from the sizes
+    # alone (contiguous) and no storage offset.
+    if isinstance(real, torch.nn.Parameter) and config.effective("force_parameter_static_shapes"):
+        return False
+    if "._buffers[" in source_name:
         return False
     if real.layout != torch.strided or real.storage_offset() != 0:
         return False
@@ -57,6 +60,7 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
     n = len(sizes)
     dyn = [False] * n
     why = [""] * n
+    unbacked = [False] * n
     if memory is not None and dynamic is None:
         prev = memory.get(source_name)
         if prev is not None and len(prev) == n:
@@ -64,19 +68,24 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
             if automatic:
                 dyn = [v is None for v in now]
                 why = [f"automatic dynamic (was {p})" if v is None else "" for p, v in zip(prev, now)]
+                if config.effective("automatic_dynamic_shapes_mark_as") == "unbacked":
+                    # Sizes that changed get symbols without a value: no 0/1 specialization
+                    # and no guard on them (torch's DimDynamic.UNBACKED).
+                    unbacked = [v is None for v in now]
         else:
             now = list(sizes)
         memory[source_name] = now
     if dynamic is True:
         dyn = [True] * n
         why = ["dynamic=True"] * n
+        unbacked = [False] * n
     d = getattr(real, "__dict__", None) or {}
     for i in set(d.get("_dynamo_dynamic_indices", ())) | set(d.get("_dynamo_weak_dynamic_indices", ())):
         if 0 <= i < n:
             dyn[i], why[i] = True, "mark_dynamic"
     for i in d.get("_dynamo_static_indices", ()):
         if 0 <= i < n:
-            dyn[i] = False
+            dyn[i] = unbacked[i] = False
     log = _logging.enabled("dynamic")
     if any(dyn) and not _can_be_dynamic(real, source_name):
         if log:
@@ -90,7 +99,8 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
         # None: the graph builder makes it as in a static trace (from_tensor with
         # static_shapes=True, or its input shortcut).
         return None, []
-    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DUCK if x else DimDynamic.STATIC for x in dyn],
+    kinds = [DimDynamic.UNBACKED if u and x else DimDynamic.DUCK if x else DimDynamic.STATIC for x, u in zip(dyn, unbacked)]
+    ctx = StatelessSymbolicContext(dynamic_sizes=kinds,
                                    constraint_sizes=[None] * n)
     fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
     syms = [(i, s) for i, s in enumerate(fake.shape) if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol]

@@ -3,7 +3,8 @@ import sys as _sys
 import types as _types
 
 # Options that torch._dynamo.config also has (capture_scalar_outputs, suppress_errors,
-# automatic_dynamic_shapes, allow_unspec_int_on_nn_module) are None by default: None means
+# automatic_dynamic_shapes, allow_unspec_int_on_nn_module, force_parameter_static_shapes,
+# automatic_dynamic_shapes_mark_as) are None by default: None means
 # "as torch._dynamo.config's option of that name" (same defaults), read where the option is
 # used, so code written for torch.compile that sets torch's option -- or a test that patches
 # it -- gets the same behaviour from cdynamo. True or False set here wins over torch's.
@@ -49,6 +50,19 @@ automatic_dynamic_shapes = None
 # torch._dynamo.config.allow_unspec_int_on_nn_module (False there too). Read when a frame is
 # traced.
 allow_unspec_int_on_nn_module = None
+
+# Whether nn.Parameters keep static sizes (True, torch's default) or take part in dynamic
+# shapes like any tensor input (False: a Parameter argument whose size changed is symbolic
+# after the recompile, as torch._dynamo.config.force_parameter_static_shapes). Read when a
+# frame is traced.
+force_parameter_static_shapes = None
+
+# What automatic dynamic makes a size that changed: "dynamic" (a backed symbol: the trace
+# may branch on it, guarded) or "unbacked" (a symbol without a value: no 0/1
+# specialization and no guard on it, so sizes 0 and 1 hit the same entry; a branch on it
+# stops the trace), as torch._dynamo.config.automatic_dynamic_shapes_mark_as. Read when a
+# frame is traced.
+automatic_dynamic_shapes_mark_as = None
 
 # Sizes 0 and 1 are never made symbolic (torch's 0/1 specialization); the other sizes
 # of one trace that are equal get one symbol (duck sizing), as torch._dynamo does.
