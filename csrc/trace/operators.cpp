@@ -317,27 +317,6 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (Result<ValuePtr> r = callContainerMethod(t, target, update.get(), args, kwargs); !r) return r;
     return target;
   }
-  // set |=, &=, -=, ^= change the set itself: the result computed as for the binary
-  // operator, then made the set's contents (aliases see it).
-  if (a->is(Kind::Set) && !a->as<Set>().frozen && (op == BinaryOp::InplaceOr || op == BinaryOp::InplaceAnd ||
-                           op == BinaryOp::InplaceSubtract || op == BinaryOp::InplaceXor)) {
-    const Kind other = b->kind();
-    const bool set_like = other == Kind::Set || (b->constant() && PyAnySet_Check(b->constant()));
-    Ref pa = set_like ? toPython(t, a) : Ref();
-    Ref pb = pa ? toPython(t, b) : Ref();
-    if (pa && pb) {
-      PyObject* binary = lookup(kBinaryOpFns[static_cast<int>(op) - static_cast<int>(BinaryOp::InplaceAdd)]);
-      Ref r = binary ? Ref::steal(PyObject_CallFunctionObjArgs(binary, pa.get(), pb.get(), nullptr)) : Ref();
-      if (!r) return t.raisePython();
-      Result<ValuePtr> made = fromPython(t, r.get());
-      if (!made) return made;
-      if (!(*made)->is(Kind::Set)) return t.fail("internal: a set operator did not make a set");
-      if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
-      a->as<Set>().items = (*made)->as<Set>().items;
-      return a;
-    }
-    PyErr_Clear();
-  }
   if (a->is(Kind::Tensor) || b->is(Kind::Tensor))
     return recordCall(t, NodeOp::CallFunction, recordedOperator(t, fn, a), {a, b}, {});
   if (a->is(Kind::Constant) && b->is(Kind::Constant)) {
@@ -346,6 +325,14 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (!isConstantObject(r.get())) return t.fail("operator on constants returned a non-constant");
     return Value::constant(r.get());
   }
+  // set |=, &=, -=, ^= change the set itself (aliases see it), replayed on its shadow so that
+  // its table keeps the history a later walk or pop() reads (containers.cpp, Set::shadow).
+  // Computing them on fresh real copies, as below, lost both: the walk order and pop()
+  // differed from eager's with string hashes (PYTHONHASHSEED=3), and an alias kept the old set.
+  if (a->is(Kind::Set) && !a->as<Set>().frozen &&
+      (op == BinaryOp::InplaceOr || op == BinaryOp::InplaceAnd || op == BinaryOp::InplaceSubtract ||
+       op == BinaryOp::InplaceXor))
+    if (Result<ValuePtr> r = setBinaryOp(t, op, a, b); !r.notHandled()) return r;
   // Sets, and a constant with a container of constants ("%s=%d" % (name, n)): compute.
   if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != BinaryOp::InplaceAdd &&
       op != BinaryOp::InplaceMultiply) {
