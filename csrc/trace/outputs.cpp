@@ -297,6 +297,22 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
         return {};
       }
+      if (it.made == Iterator::Made::Sequence && it.seq && !it.seq_reversed) {
+        if (const List* l = it.seq->get<List>(); l && !l->deque) {
+          // iter(list) reads its list by index as it goes: rebuilt over the list itself at
+          // the index it reached, so a change made to the list after the break (or by the
+          // caller) is seen, as eagerly. A copy of the items left would not see it.
+          PyObject* at = lookup(Obj::cdynamo_resume_list_iterator_at);
+          if (!at) return t_.failFromPython("cdynamo._resume.list_iterator_at");
+          Ref index = Ref::steal(PyLong_FromSize_t(it.pos));
+          if (!index) return t_.failFromPython("a list iterator's index");
+          std::vector<runtime::OutputPlan> args(2);
+          if (Done d = plan(it.seq, &args[0]); !d) return d;
+          args[1] = runtime::OutputPlan::constant(index.get());
+          out->step = P::Call{Ref::borrow(at), std::move(args)};
+          return {};
+        }
+      }
       if (it.made == Iterator::Made::Sequence) {
         // What it has left, read from its container now: it leaves as an iterator over those.
         Done d = drainUserIterator(t_, v);

@@ -138,9 +138,18 @@ def rebuild_iterator(kind, items):
     return real_iterator(kind, items)[0]
 
 
+def list_iterator_at(lst, index):
+    """iter(lst) that has taken `index` items: it reads the list by index from there, so it
+    sees what is done to the list later, as the iterator the trace modelled would have."""
+    it = iter(lst)
+    it.__setstate__(index)
+    return it
+
+
 def rebuild_partial(fn, args, keywords):
     """A functools.partial made in the trace, handed back (or to a resume function) as a real one."""
     return functools.partial(fn, *args, **keywords)
 
 
-__all__ = ["grad_mode_exit", "make_function", "real_iterator", "rebuild_iterator", "rebuild_partial"]
+__all__ = ["grad_mode_exit", "list_iterator_at", "make_function", "real_iterator", "rebuild_iterator",
+           "rebuild_partial"]

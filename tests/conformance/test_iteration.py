@@ -480,3 +480,24 @@ def test_list_iadd_of_a_lazy_map_appends_item_by_item():
         y += map(lambda z: z + y[-1], range(3))
         return x + 1, y
     same_as_eager(fn, one(), fullgraph=True)
+
+
+def test_returned_list_iterator_reads_the_list_as_it_is_later():
+    # iter(list) reads its list by index: an iterator that leaves the frame sees what the
+    # caller does to the list afterwards (it was rebuilt over a copy of the items left).
+    def fn(x):
+        lst = [x, 1, 2]
+        it = iter(lst)
+        next(it)
+        return it, lst
+
+    x = torch.ones(2)
+    it_eager, lst_eager = fn(x)
+    lst_eager.append(9)
+    lst_eager[1] = 7
+    want = list(it_eager)
+    for it, lst in compiled_twice(fn, x):
+        assert type(it) is type(it_eager)
+        lst.append(9)
+        lst[1] = 7
+        assert list(it) == want == [7, 2, 9]
