@@ -187,7 +187,7 @@ def main(argv=None):
     g.add_argument("--train", action="store_true", help="one training step with aot_eager (gradients vs eager)")
     g.add_argument("--inductor", action="store_true", help="inductor end to end: first call and steady state")
     ap.add_argument("--models", default="", help="comma-separated subset of: " + ",".join(zoo.KNOWN)
-                    + "; 'more' for all of zoo.MORE; any timm model as timm:NAME")
+                    + "; 'more' / 'more2' for all of zoo.MORE / zoo.MORE2; any timm model as timm:NAME")
     ap.add_argument("--size", choices=["full", "quick"], default="full")
     ap.add_argument("--timeout", type=int, default=900, help="seconds per worker process")
     ap.add_argument("--iters", type=int, default=30, help="--inductor: steady-state calls timed")
@@ -197,7 +197,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     mode = "train" if a.train else "inductor" if a.inductor else "infer"
     models = [m for m in a.models.split(",") if m] or (INDUCTOR_MODELS if a.inductor else zoo.ALL)
-    models = [x for m in models for x in (zoo.MORE if m == "more" else [m])]
+    models = [x for m in models for x in ({"more": zoo.MORE, "more2": zoo.MORE2}.get(m, [m]))]
     for m in models:
         if not zoo.known(m):
             ap.error(f"unknown model {m!r}; choose from {zoo.KNOWN}")

@@ -29,7 +29,13 @@ EXTRA = ["roberta", "gpt_neo", "mistral", "opt", "vit"]
 MORE = ["albert", "electra", "xlm_roberta", "mpnet", "deberta_v2", "mobilebert", "qwen2", "qwen3", "phi",
         "gemma", "gemma2", "olmo", "starcoder2", "falcon", "bloom", "gptj", "gpt_bigcode", "pegasus",
         "marian"]
-KNOWN = ALL + EXTRA + MORE
+# A second set nobody tuned on (`--models more2`), added 2026-12-02: MoE routing (mixtral, switch,
+# jamba), state-space scans (mamba, jamba), relative/rotary attention variants, seq2seq families.
+MORE2 = ["gpt_neox", "codegen", "mixtral", "mbart", "blenderbot", "m2m100", "xlnet", "funnel", "squeezebert",
+         "convbert", "roformer", "biogpt", "stablelm", "cohere", "granite", "phi3", "mamba", "persimmon", "xglm",
+         "ernie", "camembert", "layoutlm", "switch", "mt5", "umt5", "longt5", "led", "olmo2", "nemotron", "jamba",
+         "megatron_bert", "big_bird", "data2vec_text", "xmod"]
+KNOWN = ALL + EXTRA + MORE + MORE2
 
 # Shared by every transformers config: the "2 layers, hidden 64, vocab 1000".
 VOCAB, HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 1000, 64, 2, 4, 128, 128
@@ -113,6 +119,8 @@ _SEQ2SEQ = dict(d_model=HIDDEN, encoder_layers=LAYERS, decoder_layers=LAYERS, en
                 max_position_embeddings=POSITIONS, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
 _GPT = dict(n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS, n_inner=FFN, n_positions=POSITIONS, resid_pdrop=0.0,
             embd_pdrop=0.0, attn_pdrop=0.0)
+_T5 = dict(d_model=HIDDEN, d_kv=16, d_ff=FFN, num_layers=LAYERS, num_heads=HEADS, dropout_rate=0.0,
+           decoder_start_token_id=0)
 _MORE = {
     "albert": ("AlbertConfig", "AlbertModel", dict(_ENCODER, embedding_size=HIDDEN)),
     "electra": ("ElectraConfig", "ElectraModel", dict(_ENCODER, embedding_size=HIDDEN)),
@@ -141,6 +149,54 @@ _MORE = {
     "gpt_bigcode": ("GPTBigCodeConfig", "GPTBigCodeForCausalLM", _GPT),
     "pegasus": ("PegasusConfig", "PegasusForConditionalGeneration", dict(_SEQ2SEQ, decoder_start_token_id=0)),
     "marian": ("MarianConfig", "MarianMTModel", dict(_SEQ2SEQ, decoder_start_token_id=0, pad_token_id=0)),
+    # MORE2
+    "gpt_neox": ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(_DECODER, hidden_dropout=0.0, attention_dropout=0.0)),
+    "codegen": ("CodeGenConfig", "CodeGenForCausalLM", dict(_GPT, rotary_dim=8)),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM",
+                dict(_DECODER, num_key_value_heads=HEADS // 2, num_local_experts=4, num_experts_per_tok=2)),
+    "mbart": ("MBartConfig", "MBartForConditionalGeneration", dict(_SEQ2SEQ, decoder_start_token_id=0, pad_token_id=0)),
+    "blenderbot": ("BlenderbotConfig", "BlenderbotForConditionalGeneration",
+                   dict(_SEQ2SEQ, decoder_start_token_id=0, pad_token_id=0)),
+    "m2m100": ("M2M100Config", "M2M100ForConditionalGeneration",
+               dict(_SEQ2SEQ, decoder_start_token_id=0, pad_token_id=0)),
+    "xlnet": ("XLNetConfig", "XLNetModel", dict(d_model=HIDDEN, n_layer=LAYERS, n_head=HEADS, d_inner=FFN, dropout=0.0)),
+    "funnel": ("FunnelConfig", "FunnelModel",
+               dict(d_model=HIDDEN, n_head=HEADS, d_head=16, d_inner=FFN, block_sizes=[1, 1], hidden_dropout=0.0,
+                    attention_dropout=0.0, activation_dropout=0.0)),
+    "squeezebert": ("SqueezeBertConfig", "SqueezeBertModel", dict(_ENCODER, embedding_size=HIDDEN)),
+    "convbert": ("ConvBertConfig", "ConvBertModel", dict(_ENCODER, embedding_size=HIDDEN)),
+    "roformer": ("RoFormerConfig", "RoFormerModel", dict(_ENCODER, embedding_size=HIDDEN)),
+    "biogpt": ("BioGptConfig", "BioGptForCausalLM", _ENCODER),
+    "stablelm": ("StableLmConfig", "StableLmForCausalLM", dict(_DECODER, num_key_value_heads=HEADS)),
+    "cohere": ("CohereConfig", "CohereForCausalLM", dict(_DECODER, num_key_value_heads=HEADS)),
+    "granite": ("GraniteConfig", "GraniteForCausalLM", dict(_DECODER, num_key_value_heads=HEADS)),
+    "phi3": ("Phi3Config", "Phi3ForCausalLM", dict(_DECODER, num_key_value_heads=HEADS, pad_token_id=0)),
+    "mamba": ("MambaConfig", "MambaForCausalLM",
+              dict(hidden_size=HIDDEN, num_hidden_layers=LAYERS, state_size=8, expand=2)),
+    "persimmon": ("PersimmonConfig", "PersimmonForCausalLM", _DECODER),
+    "xglm": ("XGLMConfig", "XGLMForCausalLM",
+             dict(d_model=HIDDEN, num_layers=LAYERS, attention_heads=HEADS, ffn_dim=FFN, max_position_embeddings=POSITIONS,
+                  dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)),
+    "ernie": ("ErnieConfig", "ErnieModel", _ENCODER),
+    "camembert": ("CamembertConfig", "CamembertModel", _ENCODER),
+    "layoutlm": ("LayoutLMConfig", "LayoutLMModel", _ENCODER),
+    "switch": ("SwitchTransformersConfig", "SwitchTransformersForConditionalGeneration",
+               dict(_T5, num_experts=4, num_sparse_encoder_layers=1, num_sparse_decoder_layers=1)),
+    "mt5": ("MT5Config", "MT5ForConditionalGeneration", _T5),
+    "umt5": ("UMT5Config", "UMT5ForConditionalGeneration", _T5),
+    "longt5": ("LongT5Config", "LongT5ForConditionalGeneration", _T5),
+    "led": ("LEDConfig", "LEDForConditionalGeneration",
+            dict(_SEQ2SEQ, decoder_start_token_id=0, pad_token_id=0, max_encoder_position_embeddings=POSITIONS,
+                 max_decoder_position_embeddings=POSITIONS, attention_window=[8, 8])),
+    "olmo2": ("Olmo2Config", "Olmo2ForCausalLM", _DECODER),
+    "nemotron": ("NemotronConfig", "NemotronForCausalLM", dict(_DECODER, num_key_value_heads=HEADS)),
+    "jamba": ("JambaConfig", "JambaForCausalLM",
+              dict(_DECODER, num_key_value_heads=HEADS, num_experts=2, mamba_d_state=8, attn_layer_period=2,
+                   attn_layer_offset=1, expert_layer_period=2, expert_layer_offset=1)),
+    "megatron_bert": ("MegatronBertConfig", "MegatronBertModel", _ENCODER),
+    "big_bird": ("BigBirdConfig", "BigBirdModel", dict(_ENCODER, attention_type="original_full")),
+    "data2vec_text": ("Data2VecTextConfig", "Data2VecTextModel", _ENCODER),
+    "xmod": ("XmodConfig", "XmodModel", dict(_ENCODER, languages=["en_XX"], default_language="en_XX")),
 }
 
 
@@ -191,7 +247,9 @@ def build(name, size="full", seed=0):
     mask = torch.ones(2, seq, dtype=torch.long)
     mask[1, -3:] = 0  # the second sequence is padded
     kwargs = {"input_ids": ids, "attention_mask": mask}
-    if name in ("t5", "pegasus", "marian"):
+    if name == "mamba":  # a state-space model: no attention mask
+        kwargs.pop("attention_mask")
+    if name in ("t5", "pegasus", "marian") or name in _MORE and "ConditionalGeneration" in _MORE[name][1]:
         kwargs["decoder_input_ids"] = torch.randint(1, VOCAB, (2, seq // 2))
     return model, (), kwargs
 
