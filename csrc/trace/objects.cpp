@@ -992,7 +992,14 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
     return Value::constant(PyUnicode_Check(c0) ? c0 : Py_None);
   }
   if (strcmp(n, "__dict__") == 0) return p.attrs;
+  if (strcmp(n, "__code__") == 0) return Value::constant(p.code.get());  // immutable; what it was made from
+  if (strcmp(n, "__defaults__") == 0) return p.defaults ? p.defaults : Value::constant(Py_None);
+  if (strcmp(n, "__kwdefaults__") == 0) return p.kwdefaults ? p.kwdefaults : Value::constant(Py_None);
   if (strcmp(n, "__annotations__") == 0) return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  // Every function has what its type defines (__globals__, __closure__, __get__, ...): not
+  // modelled here, which is no AttributeError the program could catch.
+  if (_PyType_Lookup(&PyFunction_Type, name))
+    return t.fail(std::string("attribute '") + n + "' of a function made in the trace is not supported yet");
   return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
 }
 
