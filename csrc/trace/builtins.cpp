@@ -192,10 +192,10 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   if (!(is("len") && args.size() == 1 && kwargs.empty())) return notHandled();
   const ValuePtr& v = args[0];
   Result<ValuePtr> r = callDunder(t, v, interned(Str::dunder_len), {});
-  if (!r.notHandled()) return r;
+  if (!r.notHandled()) return r ? lenDunderResult(t, *r) : r;
   if (v->is(Kind::Module) && !isModuleContainer(v, interned(Str::dunder_len))) {  // a module class's own __len__
     r = callModuleDunder(t, v, interned(Str::dunder_len), {});
-    if (!r.notHandled()) return r;
+    if (!r.notHandled()) return r ? lenDunderResult(t, *r) : r;
   }
   if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set))
     return constInt(static_cast<long>(v->elements()->size()));

@@ -221,6 +221,10 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
 Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj);
 // Python truth value of a value known at trace time.
 Result<bool> truthValue(Tracer& t, const ValuePtr& v);
+// What a class's __len__ returned, as len() takes it: an int >= 0 (a bool becomes its int;
+// a symbolic int as it is); another type raises TypeError in the program, a negative int
+// ValueError; a value of unknown type stops the trace.
+Result<ValuePtr> lenDunderResult(Tracer& t, const ValuePtr& r);
 // `item in container`.
 Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item);
 // `a is b`.
