@@ -1024,8 +1024,8 @@ Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item
     if (!c) return c.stop();
     return truthValue(t, *c);
   }
-  if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
-    int r = PySequence_Contains(container->constant(), item->constant());
+  if (container->is(Kind::Constant) && (item->is(Kind::Constant) || realComparable(item, true))) {  // a frozenset of functions, a tuple of classes
+    int r = PySequence_Contains(container->constant(), item->real());
     if (r < 0) return t.failFromPython("`in` on constants");
     return r != 0;
   }

@@ -244,6 +244,10 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 // Equality of two values as Python would decide it (identity first), when it can be known
 // at trace time: true with *eq set (0 or 1), false when it cannot be known.
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
+// Whether `v` may be compared (and, with `hashed`, hashed) as its real object without running
+// Python code or depending on an unguarded identity: a constant, a class or function, a
+// Python module, whose type's __eq__ (and __hash__) are not Python functions.
+bool realComparable(const ValuePtr& v, bool hashed = false);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 // Sets and frozensets made in the trace (their items constants, modules, tensors by
 // identity, frozensets of those). The order a walk of set `s` meets its items in: Python's
