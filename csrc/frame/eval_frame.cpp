@@ -421,6 +421,23 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
     *error = true;
     return nullptr;
   }
+  // A TorchDispatchMode of the program is active (not an infra mode, nor one that says
+  // ignore_compile_internals): as torch._dynamo does, this call runs natively and nothing is
+  // compiled or marked (tracing would run the program's mode on fake tensors; running
+  // natively, the mode sees the operations eager execution makes).
+  {
+    ContextOff off;
+    Ref fn = Ref::steal(stateFn("dispatch_mode_active"));
+    Ref r = fn ? Ref::steal(PyObject_CallNoArgs(fn.get())) : Ref();
+    if (!r) {
+      *error = true;
+      return nullptr;
+    }
+    if (r.get() == Py_True) {
+      emitEvent("dispatch_mode", code, nullptr, nullptr, why, 0, extra->entries.size());
+      return nullptr;
+    }
+  }
   if (previous) {
     // The recompile policy: past a limit the entries made so far keep running on what they
     // accept; this call (and every later one they do not accept) runs natively.

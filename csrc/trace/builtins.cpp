@@ -14,6 +14,7 @@
 namespace cdynamo::trace {
 
 using graph::NodeOp;
+using guards::LoadKind;
 
 namespace {
 
@@ -191,10 +192,10 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   if (!(is("len") && args.size() == 1 && kwargs.empty())) return notHandled();
   const ValuePtr& v = args[0];
   Result<ValuePtr> r = callDunder(t, v, interned(Str::dunder_len), {});
-  if (!r.notHandled()) return r;
+  if (!r.notHandled()) return r ? lenDunderResult(t, *r) : r;
   if (v->is(Kind::Module) && !isModuleContainer(v, interned(Str::dunder_len))) {  // a module class's own __len__
     r = callModuleDunder(t, v, interned(Str::dunder_len), {});
-    if (!r.notHandled()) return r;
+    if (!r.notHandled()) return r ? lenDunderResult(t, *r) : r;
   }
   if (v->is(Kind::Tuple) || v->is(Kind::List) || v->is(Kind::Set))
     return constInt(static_cast<long>(v->elements()->size()));
@@ -820,8 +821,37 @@ Result<ValuePtr> builtinAttribute(Tracer& t, PyObject*, const char* which, Args&
       return Value::constant(*has ? Py_True : Py_False);
     }
     PyObject* probe = args[0]->real();
-    if (const Tensor* tensor = args[0]->get<Tensor>())
-      probe = isScalarValue(t, args[0]) ? scalarType(t, args[0]) : t.graph().fake(tensor->node);
+    if (args[0]->is(Kind::Tensor)) {
+      if (isScalarValue(t, args[0])) {
+        probe = scalarType(t, args[0]);
+      } else {
+        // The tensor's class (pinned by the tensor check or known from the op that made
+        // it), then its own __dict__: never the fake tensor, whose class has attributes
+        // of its own (fake_mode, ...) and whose __dict__ is not the real one's.
+        PyObject* type = typeOf(t, args[0]);
+        if (!type || !PyType_Check(type)) return t.fail("hasattr() on a tensor of unknown class");
+        PyTypeObject* tp = reinterpret_cast<PyTypeObject*>(type);
+        if (_PyType_Lookup(tp, interned(Str::dunder_getattr)))
+          return t.fail("hasattr() on a tensor whose class defines __getattr__ is not supported yet");
+        if (_PyType_Lookup(tp, attr_name)) return Value::constant(Py_True);
+        // A tensor made in the trace has no attribute of its own (setting one is not
+        // traced); a graph input is guarded to keep (or still lack) the one it has.
+        int node = args[0]->as<Tensor>().node;
+        int reg = t.inputRegOf(node);
+        if (reg < 0) return Value::constant(Py_False);
+        PyObject* real = t.isSubclassInput(node) ? t.subclassInputObject(node) : t.exampleOf(node);
+        if (!real) return t.fail("hasattr() on a tensor input whose object is unknown");
+        PyObject** dictptr = _PyObject_GetDictPtr(real);
+        PyObject* own = dictptr && *dictptr ? PyDict_GetItemWithError(*dictptr, attr_name) : nullptr;
+        if (!own && PyErr_Occurred()) return t.failFromPython("hasattr() on a tensor");
+        if (own) {
+          t.load(LoadKind::InstanceDict, reg, 0, attr_name, t.guards().sourceName(reg) + "." + PyUnicode_AsUTF8(attr_name));
+          return Value::constant(Py_True);
+        }
+        t.guards().checkNoInstanceAttr(reg, attr_name);
+        return Value::constant(Py_False);
+      }
+    }
     if (const NewObject* o = args[0]->get<NewObject>()) return Value::constant(newObjectHas(*o) ? Py_True : Py_False);
     if (args[0]->is(Kind::Namespace)) return Value::constant(namespaceHasAttr(args[0], attr_name) ? Py_True : Py_False);
     if (!probe) {

@@ -46,6 +46,29 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
       Ref real = pair ? Ref::borrow(PyTuple_GET_ITEM(pair.get(), 0)) : Ref();
       return real;
     }
+    if (const Tuple* tup = v->get<Tuple>(); tup && tup->namedtuple) {
+      // An instance of its namedtuple class (type(), isinstance(), repr() see it), made as
+      // _make makes one (tuple.__new__, the class's own __new__ not run); a structseq
+      // (torch.return_types) from its items. One with attributes of its own is no constant.
+      if (tup->attrs) return Ref();
+      PyObject* cls = tup->namedtuple.get();
+      Ref items = Ref::steal(PyList_AsTuple(list.get()));
+      Ref args = items ? Ref::steal(PyTuple_Pack(1, items.get())) : Ref();
+      Ref out;
+      if (args)
+        out = PyType_HasFeature(reinterpret_cast<PyTypeObject*>(cls), Py_TPFLAGS_HEAPTYPE)
+                  ? Ref::steal(PyTuple_Type.tp_new(reinterpret_cast<PyTypeObject*>(cls), args.get(), nullptr))
+                  : Ref::steal(PyObject_Call(cls, args.get(), nullptr));
+      if (!out) PyErr_Clear();
+      return out;
+    }
+    if (const List* l = v->get<List>(); l && l->deque) {
+      // A deque (with its maxlen), not a list: what type() and repr() see.
+      Ref out = Ref::steal(PyObject_CallFunctionObjArgs(l->deque.get(), list.get(),
+                                                        l->maxlen ? l->maxlen.get() : Py_None, nullptr));
+      if (!out) PyErr_Clear();
+      return out;
+    }
     Ref out = v->is(Kind::Tuple) ? Ref::steal(PyList_AsTuple(list.get()))
               : v->is(Kind::Set)   ? Ref::steal(v->as<Set>().frozen ? PyFrozenSet_New(list.get()) : PySet_New(list.get()))
                                    : std::move(list);

@@ -19,6 +19,18 @@ namespace cdynamo::trace {
 using bytecode::BinaryOp;
 using bytecode::Op;
 
+bool realComparable(const ValuePtr& v, bool hashed) {
+  if (!(v->is(Kind::Constant) || v->is(Kind::Callable) || v->is(Kind::PyModule)) || !v->real()) return false;
+  PyTypeObject* type = Py_TYPE(v->real());
+  PyObject* eq = _PyType_Lookup(type, interned(Str::dunder_eq));
+  if (!eq || PyFunction_Check(eq)) return false;
+  if (hashed) {
+    PyObject* hash = _PyType_Lookup(type, interned(Str::dunder_hash));
+    if (!hash || PyFunction_Check(hash)) return false;
+  }
+  return true;
+}
+
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
   const Tensor* ta = a->get<Tensor>();
   const Tensor* tb = b->get<Tensor>();
@@ -47,6 +59,14 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
   // Two objects read from the program whose classes keep object's __eq__: equal when they
   // are one object, which their guards fix (each is guarded by type, two of one type by
   // aliasing: Tracer::wrap).
+  // Constants, classes and functions, Python modules: objects whose identity the guards
+  // fix (or that are immutable); when both classes' == is C code (a class's metaclass
+  // keeping type.__eq__, a function's identity), it is compared for real.
+  if (realComparable(a) && realComparable(b)) {
+    *eq = PyObject_RichCompareBool(a->real(), b->real(), Py_EQ);
+    if (*eq < 0) return PyErr_Clear(), false;
+    return true;
+  }
   const Object* oa = a->get<Object>();
   const Object* ob = b->get<Object>();
   if (oa && ob && a->reg >= 0 && b->reg >= 0 &&

@@ -49,6 +49,16 @@ bool isPlainPythonClass(PyObject* cls) {
                                                       PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__new__");
 }
 
+// A Python class whose instances object.__new__ makes: no builtin base below its Python
+// classes (its own Python __new__ or not), not abstract.
+bool madeByObjectNew(PyObject* cls) {
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
+  if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || (type->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) return false;
+  PyTypeObject* solid = type;
+  while (solid && (solid->tp_flags & Py_TPFLAGS_HEAPTYPE)) solid = solid->tp_base;
+  return solid == &PyBaseObject_Type;
+}
+
 // Whether the exception in flight is an AttributeError.
 bool isAttributeError(Tracer& t) {
   const ValuePtr& e = t.pendingException();
@@ -722,7 +732,8 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
   }
   bool base_new = base && lookupInMro(cls, interned(Str::dunder_new), nullptr) ==
                               lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_new), nullptr);
-  if (!isPlainPythonClass(cls) && !base_new)
+  PyObject* own_new = !base && madeByObjectNew(cls) ? ownPythonNew(cls) : nullptr;
+  if (!isPlainPythonClass(cls) && !base_new && !own_new)
     return t.fail(std::string("creating an instance of ") + tn + " (custom __new__ or a builtin base) is not supported yet");
   // An nn.Module made in the trace is an object of its class like any other: nn.Module's
   // __init__ and __setattr__ are inlined (its _parameters, _modules, hook dicts are values
@@ -732,6 +743,15 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
   if (lookupInMro(meta, interned(Str::dunder_call), nullptr) !=
       lookupInMro(reinterpret_cast<PyObject*>(&PyType_Type), interned(Str::dunder_call), nullptr))
     return t.fail(std::string("creating an instance of ") + tn + ", whose metaclass has its own __call__, is not supported yet");
+  if (own_new) {
+    // A Python __new__ of the class's own, as type.__call__ runs it: inlined with the class
+    // first (its object.__new__(cls) / super().__new__(cls) makes the instance), then
+    // __init__ when what it returned is an instance of the class.
+    PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
+    if (init && !PyFunction_Check(init) && init != objectSlot("__init__"))
+      return t.fail(std::string("creating an instance of ") + tn + ": __init__ is a " + Py_TYPE(init)->tp_name);
+    return newThroughOwnNew(t, cls, own_new, std::move(args), std::move(kwargs));
+  }
   if (base == &PyTuple_Type && base_new) {
     // tuple.__new__(cls, iterable=()): the items are fixed when it is made.
     if (!kwargs.empty() || args.size() > 1) return t.fail(std::string(tn) + "() with these arguments (TypeError)");
@@ -903,7 +923,7 @@ Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwa
     // object.__new__(cls) (copyreg.__newobj__, a class's own __new__): a new instance of a
     // plain Python class, __init__ not called.
     PyObject* cls = args[0]->is(Kind::Callable) ? args[0]->real() : nullptr;
-    if (!cls || !PyType_Check(cls) || !isPlainPythonClass(cls) || isModuleClass(cls) || containerBase(cls))
+    if (!cls || !PyType_Check(cls) || !madeByObjectNew(cls) || isModuleClass(cls) || containerBase(cls))
       return t.fail("object.__new__() of a class that is not a plain Python class");
     return Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), nullptr});
   }
@@ -992,7 +1012,14 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
     return Value::constant(PyUnicode_Check(c0) ? c0 : Py_None);
   }
   if (strcmp(n, "__dict__") == 0) return p.attrs;
+  if (strcmp(n, "__code__") == 0) return Value::constant(p.code.get());  // immutable; what it was made from
+  if (strcmp(n, "__defaults__") == 0) return p.defaults ? p.defaults : Value::constant(Py_None);
+  if (strcmp(n, "__kwdefaults__") == 0) return p.kwdefaults ? p.kwdefaults : Value::constant(Py_None);
   if (strcmp(n, "__annotations__") == 0) return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  // Every function has what its type defines (__globals__, __closure__, __get__, ...): not
+  // modelled here, which is no AttributeError the program could catch.
+  if (_PyType_Lookup(&PyFunction_Type, name))
+    return t.fail(std::string("attribute '") + n + "' of a function made in the trace is not supported yet");
   return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
 }
 

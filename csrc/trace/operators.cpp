@@ -851,6 +851,47 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
   return t.fail(std::string("iterating ") + describe(obj) + " is not supported yet");
 }
 
+namespace {
+Ref ref_int(long v) { return Ref::steal(PyLong_FromLong(v)); }
+}  // namespace
+
+Result<ValuePtr> lenDunderResult(Tracer& t, const ValuePtr& r) {
+  if (PyObject* c = r->constant()) {
+    if (!PyLong_Check(c))
+      return t.raiseNew(PyExc_TypeError, std::string("'") + Py_TYPE(c)->tp_name + "' object cannot be interpreted as an integer");
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(c, &overflow);
+    if (n == -1 && PyErr_Occurred()) return t.failFromPython("__len__()");
+    if (overflow > 0) return t.raiseNew(PyExc_OverflowError, "cannot fit 'int' into an index-sized integer");
+    if (n < 0 || overflow < 0) return t.raiseNew(PyExc_ValueError, "__len__() should return >= 0");
+    if (PyBool_Check(c)) return Value::constant(c == Py_True ? ref_int(1).get() : ref_int(0).get());  // len() gives the int
+    return r;
+  }
+  if (isScalarValue(t, r) && scalarType(t, r) == reinterpret_cast<PyObject*>(&PyLong_Type)) return r;
+  return t.fail("__len__() returned a value that is not a known int");
+}
+
+namespace {
+
+// The truth of what a class's __bool__ (or __len__) returned, as Python's truth test takes it:
+// __bool__ must give a bool (a symbolic one too), else TypeError in the program; __len__ an
+// int >= 0 (lenDunderResult).
+Result<bool> dunderTruth(Tracer& t, Str dunder, const ValuePtr& r) {
+  if (dunder == Str::dunder_len) {
+    Result<ValuePtr> n = lenDunderResult(t, r);
+    if (!n) return n.stop();
+    return truthValue(t, *n);
+  }
+  PyObject* type = typeOf(t, r);
+  if (!type || !PyType_Check(type)) return t.fail("__bool__() returned a value whose type is not known");
+  if (type != reinterpret_cast<PyObject*>(&PyBool_Type))
+    return t.raiseNew(PyExc_TypeError,
+                      std::string("__bool__ should return bool, returned ") + reinterpret_cast<PyTypeObject*>(type)->tp_name);
+  return truthValue(t, r);
+}
+
+}  // namespace
+
 Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
   switch (v->kind()) {
     case Kind::Constant: {
@@ -878,7 +919,7 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         Result<ValuePtr> r = callDunder(t, v, interned(dunder), {});
         if (r.notHandled()) continue;
         if (!r) return r.stop();
-        return truthValue(t, *r);
+        return dunderTruth(t, dunder, *r);
       }
       return true;
     }
@@ -922,7 +963,7 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         Result<ValuePtr> r = callModuleDunder(t, v, interned(dunder), {});
         if (r.notHandled()) continue;
         if (!r) return r.stop();
-        return truthValue(t, *r);
+        return dunderTruth(t, dunder, *r);
       }
       return true;
     }
@@ -983,8 +1024,8 @@ Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item
     if (!c) return c.stop();
     return truthValue(t, *c);
   }
-  if (container->is(Kind::Constant) && item->is(Kind::Constant)) {
-    int r = PySequence_Contains(container->constant(), item->constant());
+  if (container->is(Kind::Constant) && (item->is(Kind::Constant) || realComparable(item, true))) {  // a frozenset of functions, a tuple of classes
+    int r = PySequence_Contains(container->constant(), item->real());
     if (r < 0) return t.failFromPython("`in` on constants");
     return r != 0;
   }

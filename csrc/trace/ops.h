@@ -221,6 +221,10 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
 Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj);
 // Python truth value of a value known at trace time.
 Result<bool> truthValue(Tracer& t, const ValuePtr& v);
+// What a class's __len__ returned, as len() takes it: an int >= 0 (a bool becomes its int;
+// a symbolic int as it is); another type raises TypeError in the program, a negative int
+// ValueError; a value of unknown type stops the trace.
+Result<ValuePtr> lenDunderResult(Tracer& t, const ValuePtr& r);
 // `item in container`.
 Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item);
 // `a is b`.
@@ -240,6 +244,10 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 // Equality of two values as Python would decide it (identity first), when it can be known
 // at trace time: true with *eq set (0 or 1), false when it cannot be known.
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
+// Whether `v` may be compared (and, with `hashed`, hashed) as its real object without running
+// Python code or depending on an unguarded identity: a constant, a class or function, a
+// Python module, whose type's __eq__ (and __hash__) are not Python functions.
+bool realComparable(const ValuePtr& v, bool hashed = false);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 // Sets and frozensets made in the trace (their items constants, modules, tensors by
 // identity, frozensets of those). The order a walk of set `s` meets its items in: Python's

@@ -22,7 +22,8 @@ from . import _C
 # Record kinds: "captured" (a cache entry was made; it may end in a graph break),
 # "native" (the frame could not be captured and runs natively), "error" (a user-facing
 # error: the backend failed, or fullgraph=True met a break), "eager_on_recompile" (the
-# stance ran a miss eagerly, compiling nothing).
+# stance ran a miss eagerly, compiling nothing), "dispatch_mode" (a miss under a
+# TorchDispatchMode of the program ran eagerly, compiling nothing, as torch._dynamo does).
 
 
 MAX_RECORDS = 10000
@@ -251,6 +252,9 @@ def summary(title="cdynamo summary"):
     eager = [r for r in records if r.kind == "eager_on_recompile"]
     if eager:
         lines.append(f"misses run eagerly (stance eager_on_recompile): {len(eager)}")
+    modes = [r for r in records if r.kind == "dispatch_mode"]
+    if modes:
+        lines.append(f"misses run eagerly (a TorchDispatchMode was active): {len(modes)}")
     lines.append(f"cache hits: {s.get('cache_hits', 0)}, misses: {s.get('cache_misses', 0)}")
     lines.append(f"time: frontend {frontend_ns / 1e9:.3f} s, backends {s.get('backend_ns', 0) / 1e9:.3f} s")
     return "\n".join(lines)

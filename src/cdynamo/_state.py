@@ -6,13 +6,28 @@ run the graph it compiles (aot_eager traces it, a user backend may call it), and
 sets grad mode and autocast state as the program did; the program's state after the call
 must be what eager execution leaves, whatever the backend did. The CPU RNG is restored as
 well (compiling must not consume random numbers the program would have drawn).
+
+Both run with the program's TorchDispatchModes set aside (the compiled call may run inside
+one): reading and comparing the RNG state are operators, which such a mode would see and
+may answer with anything.
 """
 import torch
+from torch.utils._python_dispatch import _disable_current_modes, any_torch_dispatch_mode_on_stack
 
 _DEVICES = ("cpu", "cuda")
 
 
 def save():
+    with _disable_current_modes():
+        return _save()
+
+
+def restore(saved):
+    with _disable_current_modes():
+        _restore(saved)
+
+
+def _save():
     autocast = []
     for dev in _DEVICES:
         try:
@@ -23,7 +38,7 @@ def save():
             torch.are_deterministic_algorithms_enabled(), torch.is_autocast_cache_enabled())
 
 
-def restore(saved):
+def _restore(saved):
     grad, autocast, rng, deterministic, cache = saved
     if torch.is_grad_enabled() != grad:
         torch._C._set_grad_enabled(grad)
@@ -38,3 +53,11 @@ def restore(saved):
         torch.use_deterministic_algorithms(deterministic)
     if torch.is_autocast_cache_enabled() != cache:
         torch.set_autocast_cache_enabled(cache)
+
+
+def dispatch_mode_active():
+    """Whether a TorchDispatchMode of the program is on the stack (what makes torch._dynamo
+    run a frame natively: not an infra mode such as FakeTensorMode, nor one whose class says
+    ignore_compile_internals()). A mode is off the stack while its own __torch_dispatch__
+    runs, so a compiled function called from there compiles."""
+    return torch._C._len_torch_dispatch_stack() > 0 and any_torch_dispatch_mode_on_stack()

@@ -185,4 +185,6 @@ def _write_outcome(rec):
         metrics.update(fail_type="CdynamoError", fail_reason="the backend or fullgraph=True raised (see the traceback)")
     elif rec.kind == "eager_on_recompile":
         metrics.update(fail_type="EagerOnRecompile", fail_reason="stance eager_on_recompile: the miss ran eagerly")
+    elif rec.kind == "dispatch_mode":
+        metrics.update(fail_type="DispatchMode", fail_reason="a TorchDispatchMode was active: the miss ran eagerly")
     _log("compilation_metrics", metrics)
