@@ -79,6 +79,7 @@ void resetAll() {
     e->shape_memory.reset();
     e->state = e->disabled ? CodeState::Skip : CodeState::Unknown;
     e->native_reason.clear();
+    e->mode_reported.clear();
   }
   graveyard.clear();
 }

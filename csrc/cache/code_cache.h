@@ -40,6 +40,9 @@ struct CodeExtra {
   // The configurations (identity only, never dereferenced) whose recompile limit this
   // code has hit and warned about: one warning each.
   std::vector<PyObject*> limit_warned;
+  // The last reason a call ran natively this once because of torch's mode stacks
+  // (eval_frame.cpp modeRefusal): recorded once per reason, not on every such call.
+  std::string mode_reported;
   // Automatic dynamic shapes: the sizes each input source had in this code's compiles
   // (a dict, cdynamo/_shapes.py input_fake), made on the first compile.
   Ref shape_memory;

@@ -421,23 +421,6 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
     *error = true;
     return nullptr;
   }
-  // A TorchDispatchMode of the program is active (not an infra mode, nor one that says
-  // ignore_compile_internals): as torch._dynamo does, this call runs natively and nothing is
-  // compiled or marked (tracing would run the program's mode on fake tensors; running
-  // natively, the mode sees the operations eager execution makes).
-  {
-    ContextOff off;
-    Ref fn = Ref::steal(stateFn("dispatch_mode_active"));
-    Ref r = fn ? Ref::steal(PyObject_CallNoArgs(fn.get())) : Ref();
-    if (!r) {
-      *error = true;
-      return nullptr;
-    }
-    if (r.get() == Py_True) {
-      emitEvent("dispatch_mode", code, nullptr, nullptr, why, 0, extra->entries.size());
-      return nullptr;
-    }
-  }
   if (previous) {
     // The recompile policy: past a limit the entries made so far keep running on what they
     // accept; this call (and every later one they do not accept) runs natively.
@@ -607,6 +590,55 @@ PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::Co
   return evalDefault(ts, frame, 0);
 }
 
+// Cold (a cache miss): whether torch's mode stacks forbid compiling this call
+// (cdynamo/_state.py mode_refusal): a TorchFunctionMode other than a torch.device context,
+// torch function dispatch disabled, or a TorchDispatchMode. The frame then runs natively
+// this once and nothing is marked: the modes are the caller's state, not the code's (the
+// entries' guards already reject calls under other mode stacks: tracer.cpp). The reason is
+// recorded with the native frames, once per code object and reason. Under fullgraph=True a
+// function mode is an Unsupported error (torch._dynamo would trace it); a dispatch mode is
+// not (torch._dynamo runs such frames natively whatever fullgraph says).
+// 1: run natively; 0: compile; -1: an error is set.
+int modeRefusal(cache::CodeExtra* extra, PyCodeObject* code, PyObject* config) {
+  ContextOff off;  // the query is Python code: never intercepted
+  PyObject* query = lookup(Obj::cdynamo_state_mode_refusal);
+  Ref r = query ? Ref::steal(PyObject_CallNoArgs(query)) : Ref();
+  if (!r) return -1;
+  if (r.get() == Py_None) return 0;
+  if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(r.get(), 0))) {
+    PyErr_SetString(PyExc_SystemError, "cdynamo._state.mode_refusal gave neither None nor (reason, strict)");
+    return -1;
+  }
+  const char* reason = PyUnicode_AsUTF8(PyTuple_GET_ITEM(r.get(), 0));
+  if (!reason) return -1;
+  const int strict = PyObject_IsTrue(PyTuple_GET_ITEM(r.get(), 1));
+  if (strict < 0) return -1;
+  if (strict) {
+    Ref fullgraph = Ref::steal(PyObject_GetAttrString(config, "fullgraph"));
+    if (!fullgraph) return -1;
+    if (fullgraph.get() == Py_True) {
+      PyObject* unsupported = lookup(Obj::cdynamo_exc_Unsupported);
+      if (!unsupported) return -1;
+      PyErr_Format(unsupported, "%s (called in %s)", reason, codeName(code).c_str());
+      return -1;
+    }
+  }
+  if (!strict) emitEvent("dispatch_mode", code, nullptr, nullptr, "", 0, extra->entries.size());  // counted by the summary
+  if (extra->mode_reported != reason) {
+    extra->mode_reported = reason;
+    CompileLock lock;
+    NativeFrame nf{codeName(code), "", std::string("this call runs natively: ") + reason, "", code->co_firstlineno};
+    Ref file = Ref::borrow(code->co_filename);
+    if (PyUnicode_Check(file.get()))
+      if (const char* f = PyUnicode_AsUTF8(file.get())) nf.filename = f;
+    PyErr_Clear();
+    native_frames.push_back(nf);
+    if (log_channels & kLogGraphBreaks)
+      emitLog("graph_breaks", "frame " + codeName(code) + " runs natively this call: " + reason);
+  }
+  return 1;
+}
+
 PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
   PyObject* config = tls_config;
   if (!config) return evalOther(ts, frame, throw_flag);
@@ -656,6 +688,8 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
   }
 
   if (tls_run_only) return evalDefault(ts, frame, 0);  // called under a frame past its recompile limit
+  if (int refused = modeRefusal(extra, code, config); refused != 0)
+    return refused < 0 ? nullptr : evalDefault(ts, frame, 0);
   cache::EntryPtr entry;
   bool error = false;
   tls_limit_hit = false;

@@ -254,6 +254,54 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   const bool grad_mode = enabled.get() == Py_True;
   contexts_.setGradModeAtStart(grad_mode);
   guards().checkGradMode(grad_mode);
+  // Every entry is guarded on the TorchFunctionMode stack and on torch function dispatch
+  // being on: a call under a mode entered since, or with dispatch disabled, is not this
+  // entry's (its graph would skip the mode's __torch_function__, or call a subclass's that
+  // eagerly does not run). The hook compiles nothing under a mode the trace does not model
+  // (eval_frame.cpp modeRefusal); torch.device contexts are compiled, their devices guarded.
+  {
+    PyObject* len_fn = lookup(Obj::torch_C_len_torch_function_stack);
+    PyObject* enabled_fn = lookup(Obj::torch_C_is_torch_function_enabled);
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (!len_fn || !enabled_fn || !no_args) return failFromPython("torch's TorchFunctionMode state");
+    Ref tf_enabled = Ref::steal(PyObject_Call(enabled_fn, no_args.get(), nullptr));
+    Ref depth = tf_enabled ? Ref::steal(PyObject_Call(len_fn, no_args.get(), nullptr)) : Ref();
+    if (!depth) return failFromPython("torch's TorchFunctionMode state");
+    guards().checkStateQuery(enabled_fn, no_args.get(), nullptr, tf_enabled.get());
+    guards().checkStateQuery(len_fn, no_args.get(), nullptr, depth.get());
+    if (tf_enabled.get() != Py_True) return fail("torch function dispatch is disabled (not modelled)");
+    const long n = PyLong_AsLong(depth.get());
+    if (n == -1 && PyErr_Occurred()) return failFromPython("torch._C._len_torch_function_stack()");
+    if (n != 0) {
+      PyObject* key_fn = lookup(Obj::cdynamo_state_function_mode_key);
+      Ref key = key_fn ? Ref::steal(PyObject_Call(key_fn, no_args.get(), nullptr)) : Ref();
+      if (!key) return failFromPython("cdynamo._state.function_mode_key()");
+      if (key.get() == Py_None) return fail("a TorchFunctionMode other than torch.device is active (not modelled)");
+      guards().checkStateQuery(key_fn, no_args.get(), nullptr, key.get());
+    }
+    // Autocast: an entry traced under it casts in its graph (AOT autograd bakes the casts
+    // in), one traced without it does not; a call under another autocast state is not this
+    // entry's. One query when autocast is off (the usual case), the devices' state when on.
+    PyObject* any_fn = lookup(Obj::torch_C_is_any_autocast_enabled);
+    Ref any = any_fn ? Ref::steal(PyObject_Call(any_fn, no_args.get(), nullptr)) : Ref();
+    if (!any) return failFromPython("torch._C._is_any_autocast_enabled()");
+    guards().checkStateQuery(any_fn, no_args.get(), nullptr, any.get());
+    if (any.get() == Py_True) {
+      PyObject* enabled_on = lookup(Obj::torch_is_autocast_enabled);
+      PyObject* dtype_on = lookup(Obj::torch_get_autocast_dtype);
+      if (!enabled_on || !dtype_on) return failFromPython("torch's autocast state");
+      for (const char* device : {"cpu", "cuda"}) {
+        Ref dev_args = Ref::steal(Py_BuildValue("(s)", device));
+        Ref on = dev_args ? Ref::steal(PyObject_Call(enabled_on, dev_args.get(), nullptr)) : Ref();
+        if (!on) return failFromPython(std::string("torch.is_autocast_enabled('") + device + "')");
+        guards().checkStateQuery(enabled_on, dev_args.get(), nullptr, on.get());
+        if (on.get() != Py_True) continue;
+        Ref dtype = Ref::steal(PyObject_Call(dtype_on, dev_args.get(), nullptr));
+        if (!dtype) return failFromPython(std::string("torch.get_autocast_dtype('") + device + "')");
+        guards().checkStateQuery(dtype_on, dev_args.get(), nullptr, dtype.get());
+      }
+    }
+  }
   Result<ValuePtr> ret = runFrame(root);
   contexts_.restore();
   if (ret && PyErr_Occurred()) {  // an internal inconsistency: never compile a graph with an error set

@@ -55,9 +55,56 @@ def _restore(saved):
         torch.set_autocast_cache_enabled(cache)
 
 
-def dispatch_mode_active():
-    """Whether a TorchDispatchMode of the program is on the stack (what makes torch._dynamo
-    run a frame natively: not an infra mode such as FakeTensorMode, nor one whose class says
-    ignore_compile_internals()). A mode is off the stack while its own __torch_dispatch__
-    runs, so a compiled function called from there compiles."""
-    return torch._C._len_torch_dispatch_stack() > 0 and any_torch_dispatch_mode_on_stack()
+# ---- torch's mode stacks when a frame is called -----------------------------------------
+#
+# A TorchFunctionMode on the stack when a compiled frame is called runs its
+# __torch_function__ on every torch call of the frame, before any tensor subclass's
+# (torch._dynamo traces it into the graph; cdynamo does not yet). A torch.device(...)
+# context (torch.set_default_device) is such a mode too; it only fills in the device of
+# factories, which the trace sees (it runs on the fake tensors under the same mode), so it
+# is compiled, and guarded (function_mode_key). With torch function dispatch disabled
+# (torch._C.DisableTorchFunction / DisableTorchFunctionSubclass) a tensor subclass's
+# __torch_function__ is not called, which the trace does not model. A TorchDispatchMode
+# that is not an infra mode and does not ask to ignore compile internals: torch._dynamo runs
+# the frame natively, and so does cdynamo.
+
+
+def _device_context_type():
+    try:
+        from torch.utils._device import DeviceContext
+    except ImportError:
+        return None
+    return DeviceContext
+
+
+def function_mode_key():
+    """The TorchFunctionMode stack as a constant a guard compares: the device of each
+    torch.device context on it, innermost last; None when another mode is on it."""
+    device_context = _device_context_type()
+    key = []
+    for i in range(torch._C._len_torch_function_stack()):
+        mode = torch._C._get_function_stack_at(i)
+        if device_context is None or type(mode) is not device_context:
+            return None
+        key.append(str(mode.device))
+    return tuple(key)
+
+
+def mode_refusal():
+    """Why a frame called now is not compiled because of torch's mode stacks: None, or
+    (reason, whether fullgraph=True must raise it). Read on a cache miss only."""
+    if not torch._C._is_torch_function_enabled():
+        return ("torch function dispatch is disabled here (torch._C.DisableTorchFunction or "
+                "DisableTorchFunctionSubclass): a tensor subclass's __torch_function__ would not run, "
+                "which the trace does not model", True)
+    if torch._C._len_torch_function_stack() and function_mode_key() is None:
+        device_context = _device_context_type()
+        names = [type(torch._C._get_function_stack_at(i)).__qualname__
+                 for i in range(torch._C._len_torch_function_stack())
+                 if type(torch._C._get_function_stack_at(i)) is not device_context]
+        return (f"a TorchFunctionMode ({', '.join(names)}) is active: its __torch_function__ runs on every "
+                "torch call of the frame, which the trace does not model yet", True)
+    if torch._C._len_torch_dispatch_stack() and any_torch_dispatch_mode_on_stack():
+        return ("a TorchDispatchMode is active (not an infra mode, and it does not ignore compile "
+                "internals): the frame runs natively under it, as with torch._dynamo", False)
+    return None
