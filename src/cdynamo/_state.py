@@ -6,6 +6,7 @@ run the graph it compiles (aot_eager traces it, a user backend may call it), and
 sets grad mode and autocast state as the program did; the program's state after the call
 must be what eager execution leaves, whatever the backend did. The CPU RNG is restored as
 well (compiling must not consume random numbers the program would have drawn).
+``save()`` also refuses to translate under torch.jit.trace (RuntimeError, as torch._dynamo).
 """
 import torch
 
@@ -13,6 +14,14 @@ _DEVICES = ("cpu", "cuda")
 
 
 def save():
+    if torch._C._is_tracing():
+        # torch.jit.trace calling a compiled function: the JIT tracer would record the
+        # graph's outputs as values it never saw made (with symbolic sizes it crashes in
+        # TracingState::getOutput). torch._dynamo refuses the call the same way.
+        raise RuntimeError(
+            "Detected that you are using FX to torch.jit.trace a dynamo-optimized function. "
+            "This is not supported at the moment."
+        )
     autocast = []
     for dev in _DEVICES:
         try:
