@@ -235,12 +235,18 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
       if (op == NodeOp::CallMethod && PyUnicode_Check(target)) {
         if (PyUnicode_Compare(target, size_name) == 0) query = size_name;
         else if (PyUnicode_Compare(target, stride_name) == 0) query = stride_name;
+      } else if (op == NodeOp::CallFunction && target == lookup(Obj::builtins_getattr) && args.size() == 2 &&
+                 args[1]->constant() && PyUnicode_Check(args[1]->constant()) &&
+                 PyUnicode_CompareWithASCIIString(args[1]->constant(), "shape") == 0) {
+        query = size_name;  // x.shape
       }
-      if (!query) {
-        if (isConstantObject(plain.get())) return Value::constant(plain.get());
-        return t.fail("an operation returning a tuple of symbolic numbers other than Tensor.size()/stride()");
-      }
-      return symbolicSizes(t, args[0], plain.get(), query);
+      if (query) return symbolicSizes(t, args[0], plain.get(), query);
+      bool plain_ints = true;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plain.get()); ++i)
+        plain_ints = plain_ints && PyLong_CheckExact(PyTuple_GET_ITEM(plain.get(), i));
+      if (!plain_ints)
+        return t.fail("an operation returning a tuple of symbolic numbers other than Tensor.size()/stride()/shape");
+      // a tuple of plain ints: a constant, as below
     }
     if (!isConstantObject(plain.get()))
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);

@@ -398,7 +398,7 @@ def _overlapping_chunks(h, w=4):
 
 def _stride_queries(x):
     y = x.view(x.size(0), -1, 2)
-    return x.stride(), y.stride(), y.stride(1), y.stride(-3), y.size(), x + y.stride()[0]
+    return x.stride(), y.stride(), y.stride(1), y.stride(-3), y.size(), y.shape, x.view(x.shape[0], -1), x + y.stride()[0]
 
 
 @pytest.mark.parametrize("fn", [_overlapping_chunks, _stride_queries])
