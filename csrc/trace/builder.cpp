@@ -158,6 +158,23 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     auto it = wrapped_.find(reg);
     if (it != wrapped_.end()) return it->second;
   }
+  // Lists, tuples and dicts are wrapped item by item, before their own value exists: one
+  // that holds itself would recurse without end (a C stack overflow), and a very deep
+  // nesting would exhaust the C stack too. Both stop the trace with a reason (the frame
+  // then runs natively or breaks), as an unsupported construct does.
+  constexpr size_t kMaxWrapDepth = 200;
+  if (wrapping_.count(obj)) {
+    return fail(std::string("a ") + Py_TYPE(obj)->tp_name +
+                " that contains itself (a reference cycle through its items) is not supported");
+  }
+  if (wrapping_.size() >= kMaxWrapDepth)
+    return fail("containers nested more than " + std::to_string(kMaxWrapDepth) + " levels deep are not supported");
+  struct InProgress {
+    std::unordered_set<PyObject*>& set;
+    PyObject* obj;
+    ~InProgress() { set.erase(obj); }
+  } in_progress{wrapping_, obj};
+  wrapping_.insert(obj);
   // One mutable object reached through two sources (`alias = lst`, f(l, l), a bound
   // method's __self__) is one Value, so a mutation through one is seen through the other;
   // the guard checks that the two sources still are one object.

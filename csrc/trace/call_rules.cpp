@@ -724,6 +724,8 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
     case TorchKind::Binding:
       break;
   }
+  if (isType(f, Obj::torch_set_grad_enabled_C) && args.size() == 1 && kwargs.empty())
+    return t.contexts().setGradEnabled(args[0]);
   return t.fail("call of " + torchName(f) + "(), a torch binding that may change state");
 }
 

@@ -120,6 +120,18 @@ Result<ValuePtr> namedTupleMethod(Tracer& t, const ValuePtr& self, const char* n
   return Value::of(std::move(replaced));
 }
 
+// Whether `v` reads the very items of the list or deque value `self`: `self` itself, or an
+// instance of a list/deque subclass whose items are `self` (a.extend(a) called through a
+// subclass method sees `a` as the instance and `self` as its base). list.extend and
+// deque.extend copy such an argument before adding to it; taking it item by item would
+// never reach its end.
+bool readsItemsOf(const ValuePtr& v, const ValuePtr& self) {
+  if (v == self) return true;
+  if (const Object* o = v->get<Object>()) return o->base == self;
+  if (const NewObject* o = v->get<NewObject>()) return o->base == self;
+  return false;
+}
+
 Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   List& q = self->as<List>();
@@ -144,7 +156,7 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
     }
     if ((is("extend") || is("extendleft")) && args.size() == 1) {
       // Item by item, as deque does: a lazy iterator's next item sees the ones added.
-      Result<ValuePtr> source = args[0] == self ? Value::list(items) : getIter(t, args[0]);
+      Result<ValuePtr> source = readsItemsOf(args[0], self) ? Value::list(items) : getIter(t, args[0]);
       if (!source) return source;
       Done d = forEachItem(t, *source, [&](ValuePtr m) -> Done {
         if (is("extend")) {
@@ -221,10 +233,12 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
     return Value::constant(Py_None);
   }
   if (is("extend") && args.size() == 1) {
-    // A list or tuple is copied first (l.extend(l) doubles it); any other iterable is
-    // taken item by item, each appended before the next is taken (as list.extend does).
-    if (args[0]->is(Kind::List) || args[0]->is(Kind::Tuple)) {
-      std::vector<ValuePtr> more = *args[0]->elements();
+    // A list or tuple, or the list itself (through a subclass instance too), is copied
+    // first (l.extend(l) doubles it); any other iterable is taken item by item, each
+    // appended before the next is taken (as list.extend does).
+    const bool own = readsItemsOf(args[0], self);
+    if (own || args[0]->is(Kind::List) || args[0]->is(Kind::Tuple)) {
+      std::vector<ValuePtr> more = own ? items : *args[0]->elements();
       items.insert(items.end(), more.begin(), more.end());
       return Value::constant(Py_None);
     }

@@ -58,6 +58,23 @@ bool gradEnabled() {
 
 bool Contexts::isContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; }
 
+bool Contexts::setMode(bool mode) {
+  if (gradEnabled() == mode) return true;
+  return t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode ? Py_True : Py_False))) >= 0;
+}
+
+Result<ValuePtr> Contexts::setGradEnabled(const ValuePtr& mode) {
+  if (!contextFunctionsFound()) return t_.fail("torch._C._set_grad_enabled: torch's grad-mode functions not found");
+  PyObject* c = mode->constant();
+  if (!c || !PyBool_Check(c)) return t_.fail("torch._C._set_grad_enabled() of something other than a constant bool");
+  // Recorded even when the mode is already that: torch._dynamo coalesces only the changes
+  // its grad-mode context objects make, not the program's own calls of the binding (its
+  // graphs, and the op counts PyTorch's tests check, have them).
+  if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(c))) < 0)
+    return t_.failFromPython("torch._C._set_grad_enabled");
+  return Value::constant(Py_None);
+}
+
 bool Contexts::gradMode() { return gradEnabled(); }
 
 Result<ValuePtr> Contexts::wrapExit(PyObject* self, PyObject* func, int self_reg) {
@@ -128,8 +145,7 @@ Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
     ctx.saved_grad_mode = gradEnabled();
     int t = PyObject_IsTrue(items[0]->constant());
     if (t < 0) return t_.failFromPython("set_grad_enabled");
-    if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(t ? Py_True : Py_False))) < 0)
-      return t_.failFromPython("set_grad_enabled");
+    if (!setMode(t != 0)) return t_.failFromPython("set_grad_enabled");
   }
   return Value::of(std::move(ctx));
 }
@@ -144,13 +160,17 @@ Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad: {
       ctx.saved_grad_mode = gradEnabled();
-      PyObject* mode = kind == Ctx::NoGrad ? Py_False : Py_True;
-      if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode))) < 0)
-        return t_.failFromPython("no_grad");
+      if (!setMode(kind == Ctx::EnableGrad)) return t_.failFromPython("no_grad");
       return Value::constant(Py_None);
     }
-    case Ctx::SetGradEnabled:
+    case Ctx::SetGradEnabled: {
+      // set_grad_enabled.__enter__ sets its mode again: the program may have changed the
+      // mode between making the object and entering it.
+      int on = ctx.args.empty() || !ctx.args[0] ? -1 : PyObject_IsTrue(ctx.args[0]->constant());
+      if (on < 0) return t_.failFromPython("set_grad_enabled");
+      if (!setMode(on != 0)) return t_.failFromPython("set_grad_enabled");
       return Value::constant(Py_None);
+    }
     case Ctx::InferenceMode: {
       PyObject* mode = ctx.args.empty() || !ctx.args[0] ? Py_True : ctx.args[0]->constant();
       int node = t_.graph().addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
@@ -183,9 +203,7 @@ Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
     case Ctx::NoGrad:
     case Ctx::EnableGrad:
     case Ctx::SetGradEnabled:
-      if (t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C),
-                           single(graph::Arg::ofConst(ctx.saved_grad_mode ? Py_True : Py_False))) < 0)
-        return t_.failFromPython("leaving a grad-mode context");
+      if (!setMode(ctx.saved_grad_mode)) return t_.failFromPython("leaving a grad-mode context");
       return Value::constant(Py_None);
     case Ctx::InferenceMode:
     case Ctx::Autocast: {

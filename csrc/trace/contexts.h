@@ -36,6 +36,11 @@ class Contexts {
   // cdynamo._resume.grad_mode_exit(cls, prev). Unsupported for other contexts.
   Done planExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
 
+  // torch._C._set_grad_enabled(mode) called by the program (a user context manager's
+  // __enter__/__exit__, a contextlib generator): the same state change as the grad-mode
+  // contexts make, recorded even when the mode is already that (as torch._dynamo does).
+  // Returns None, as the binding does.
+  Result<ValuePtr> setGradEnabled(const ValuePtr& mode);
   // torch.is_grad_enabled() now.
   bool gradMode();
   // The grad mode the trace started with (restored at the end).
@@ -50,6 +55,11 @@ class Contexts {
     Ref exit_fn;  // real function undoing the state change
     Ref handle;   // its argument (the enter function's result)
   };
+  // Sets grad mode to `mode` at trace time and in the graph; nothing when the mode is
+  // already that (TorchDynamo coalesces grad-mode changes the same way: the graph runs
+  // under the grad mode it was traced in, guarded, so a change to the mode in force is a
+  // no-op node). False with an error set when the call failed.
+  bool setMode(bool mode);
   Tracer& t_;
   std::vector<Open> open_;  // entered at trace time, not yet exited
   bool grad_mode_at_start_ = true;

@@ -155,11 +155,11 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
   return t.fail(describe(v) + " cannot be passed to a graph operation");
 }
 
-// x.shape / x.size() of a tensor with symbolic sizes: a tuple whose symbolic items are the
-// symbols' placeholders (as torch._dynamo's graphs use them), or a size query node for a
-// size that is an expression of them; static sizes stay constants.
-static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObject* sizes) {
-  static PyObject* const size_name = PyUnicode_InternFromString("size");
+// x.shape / x.size() / x.stride() of a tensor with symbolic sizes: a tuple whose symbolic
+// items are the symbols' placeholders (as torch._dynamo's graphs use them), or a query node
+// of the same method (x.size(i), x.stride(i)) for an item that is an expression of them;
+// static items stay constants. `query` is the method's interned name.
+static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObject* sizes, PyObject* query) {
   std::vector<ValuePtr> items;
   bool any = false;
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes); ++i) {
@@ -176,7 +176,7 @@ static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObjec
     }
     Ref index = Ref::steal(PyLong_FromSsize_t(i));
     if (!index) return t.failFromPython("a symbolic size");
-    Result<ValuePtr> v = recordCall(t, NodeOp::CallMethod, size_name, {tensor, Value::constant(index.get())}, {});
+    Result<ValuePtr> v = recordCall(t, NodeOp::CallMethod, query, {tensor, Value::constant(index.get())}, {});
     if (!v) return v;
     items.push_back(v.take());
   }
@@ -226,8 +226,28 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
   Ref plain;
   int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain);
   if (node == graph::GraphBuilder::kNoTensorResult) {
-    if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor))
-      return symbolicSizes(t, args[0], plain.get());
+    if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor)) {
+      // Only a size or stride query can be asked again item by item (once every tuple
+      // here was taken for sizes: x.stride()'s items became x.size(i), a wrong result).
+      static PyObject* const size_name = PyUnicode_InternFromString("size");
+      static PyObject* const stride_name = PyUnicode_InternFromString("stride");
+      PyObject* query = nullptr;
+      if (op == NodeOp::CallMethod && PyUnicode_Check(target)) {
+        if (PyUnicode_Compare(target, size_name) == 0) query = size_name;
+        else if (PyUnicode_Compare(target, stride_name) == 0) query = stride_name;
+      } else if (op == NodeOp::CallFunction && target == lookup(Obj::builtins_getattr) && args.size() == 2 &&
+                 args[1]->constant() && PyUnicode_Check(args[1]->constant()) &&
+                 PyUnicode_CompareWithASCIIString(args[1]->constant(), "shape") == 0) {
+        query = size_name;  // x.shape
+      }
+      if (query) return symbolicSizes(t, args[0], plain.get(), query);
+      bool plain_ints = true;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(plain.get()); ++i)
+        plain_ints = plain_ints && PyLong_CheckExact(PyTuple_GET_ITEM(plain.get(), i));
+      if (!plain_ints)
+        return t.fail("an operation returning a tuple of symbolic numbers other than Tensor.size()/stride()/shape");
+      // a tuple of plain ints: a constant, as below
+    }
     if (!isConstantObject(plain.get()))
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);
     return Value::constant(plain.get());

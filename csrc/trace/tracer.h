@@ -249,6 +249,10 @@ class Tracer {
   std::unordered_map<int, ValuePtr> wrapped_;                // guard register -> value (one per source)
   std::unordered_map<PyObject*, ValuePtr> wrapped_objects_;  // mutable object -> its value (aliases)
   std::unordered_map<PyObject*, ValuePtr> wrapped_tensors_;  // tensor input -> its value (one placeholder)
+  // Objects whose wrap() is under way (their items are being wrapped): a container that
+  // holds itself, directly or through others (l.append(l), d["self"] = d), is met again
+  // before its value exists; wrap() then stops the trace instead of recursing forever.
+  std::unordered_set<PyObject*> wrapping_;
   std::unordered_set<int> module_regs_;                      // registers holding an nn.Module
   std::unordered_map<int, Ref> subclass_input_nodes_;        // placeholder of a tensor subclass instance -> it
   // A parameter, or a tensor read from a module's attributes, is marked a static input

@@ -9,7 +9,8 @@ well (compiling must not consume random numbers the program would have drawn).
 
 Both run with the program's TorchDispatchModes set aside (the compiled call may run inside
 one): reading and comparing the RNG state are operators, which such a mode would see and
-may answer with anything.
+may answer with anything. ``save()`` also refuses to translate under torch.jit.trace
+(RuntimeError, as torch._dynamo).
 """
 import torch
 from torch.utils._python_dispatch import _disable_current_modes, any_torch_dispatch_mode_on_stack
@@ -18,6 +19,14 @@ _DEVICES = ("cpu", "cuda")
 
 
 def save():
+    if torch._C._is_tracing():
+        # torch.jit.trace calling a compiled function: the JIT tracer would record the
+        # graph's outputs as values it never saw made (with symbolic sizes it crashes in
+        # TracingState::getOutput). torch._dynamo refuses the call the same way.
+        raise RuntimeError(
+            "Detected that you are using FX to torch.jit.trace a dynamo-optimized function. "
+            "This is not supported at the moment."
+        )
     with _disable_current_modes():
         return _save()
 

@@ -155,6 +155,122 @@ def case_compile_inside_dispatch_mode_during_a_compile():
     assert done == [True, True], done
 
 
+# PyTorch's test_repros (test_list_self_reference, test_multi_dot_import: torch.fx's
+# symbolic_trace hands a module's globals on): a list, dict or tuple read from the program is
+# wrapped item by item before its own value exists, so one that holds itself recursed until
+# the C stack overflowed (a segfault; a dict's growing guard names made it a hang first).
+def _first_of_cyclic(x, box):
+    return x + box[0]
+
+
+def _cyclic_list():
+    box = [1]
+    box.append(box)
+    return box
+
+
+def case_list_that_contains_itself():
+    same_as_eager(_first_of_cyclic, lambda: (torch.ones(2), _cyclic_list()), captured=False)
+
+
+def _cyclic_dict():
+    d = {0: 2}
+    d["self"] = {"again": d}
+    return d
+
+
+def case_dict_that_contains_itself_through_another():
+    same_as_eager(_first_of_cyclic, lambda: (torch.ones(2), _cyclic_dict()), captured=False)
+
+
+def _cyclic_tuple():
+    inner = [3]
+    outer = (4, inner)
+    inner.append(outer)
+    return outer
+
+
+def case_tuple_in_a_cycle_through_a_list():
+    same_as_eager(_first_of_cyclic, lambda: (torch.ones(2), _cyclic_tuple()), captured=False)
+
+
+_GLOBAL_CYCLE = [5]
+_GLOBAL_CYCLE.append(_GLOBAL_CYCLE)
+
+
+def _reads_global_cycle(x):
+    return x * _GLOBAL_CYCLE[0]
+
+
+def case_global_list_that_contains_itself():
+    same_as_eager(_reads_global_cycle, lambda: (torch.ones(2),), captured=False)
+
+
+def _deep_list(depth):
+    d = [1.0]
+    for _ in range(depth):
+        d = [d]
+    return d
+
+
+def _depth_of(x, nest):
+    n = 0
+    while isinstance(nest, list) and len(nest) == 1 and isinstance(nest[0], list):
+        nest = nest[0]
+        n += 1
+    return x + n
+
+
+def case_very_deeply_nested_list():
+    # Acyclic, but deep enough to exhaust the C stack if each level were wrapped recursively.
+    same_as_eager(_depth_of, lambda: (torch.ones(2), _deep_list(20000)), captured=False)
+
+
+# PyTorch's test_restricted_list_subclass3: a.extend(b) with b the same list-subclass instance
+# took b's items one at a time while appending them to the same item list: a hang. CPython
+# copies a list (or the list itself) first.
+class Registry(list):
+    def add_all_twice(self, other):
+        self.extend(other)
+        self.extend(other)
+        return self
+
+
+def _extend_by_itself(x, a):
+    a.add_all_twice(a)
+    a.extend(a)
+    return x + len(a)
+
+
+def case_list_subclass_extended_by_itself():
+    same_as_eager(_extend_by_itself, lambda: (torch.ones(2), Registry([1, 2])), captured=False)
+
+
+def _plain_self_extend(x, a):
+    a.extend(a)
+    a += a
+    return x + len(a)
+
+
+def case_list_extended_by_itself():
+    same_as_eager(_plain_self_extend, lambda: (torch.ones(2), [1, 2]), captured=False)
+
+
+# PyTorch's test_jit_trace_errors: torch.jit.trace of a compiled function with dynamic=True
+# segfaulted in the JIT tracer (TracingState::getOutput saw outputs it never recorded).
+# torch._dynamo refuses to compile under torch.jit.trace with a RuntimeError; so does cdynamo.
+def case_jit_trace_of_a_compiled_function():
+    for dynamic in (True, False, None):
+        cdynamo.reset()
+        f = cdynamo.compile(lambda x: x + 1, backend="eager", dynamic=dynamic)
+        try:
+            torch.jit.trace(f, torch.randn(3))
+        except RuntimeError as e:
+            assert "torch.jit.trace" in str(e), str(e)
+        else:
+            raise AssertionError(f"torch.jit.trace of a compiled function (dynamic={dynamic}) did not raise")
+
+
 # ---------------------------------------------------------------- the tests
 
 def test_for_over_iterator_returning_self():
@@ -193,3 +309,35 @@ def test_torch_named_tuple_fields_and_type():
 def test_compile_inside_dispatch_mode_during_a_compile():
     # Once a deadlock: the compile lock was not re-entrant.
     isolated(MODULE, "case_compile_inside_dispatch_mode_during_a_compile")
+
+
+def test_list_that_contains_itself():
+    isolated(MODULE, "case_list_that_contains_itself")
+
+
+def test_dict_that_contains_itself_through_another():
+    isolated(MODULE, "case_dict_that_contains_itself_through_another")
+
+
+def test_tuple_in_a_cycle_through_a_list():
+    isolated(MODULE, "case_tuple_in_a_cycle_through_a_list")
+
+
+def test_global_list_that_contains_itself():
+    isolated(MODULE, "case_global_list_that_contains_itself")
+
+
+def test_very_deeply_nested_list():
+    isolated(MODULE, "case_very_deeply_nested_list")
+
+
+def test_list_subclass_extended_by_itself():
+    isolated(MODULE, "case_list_subclass_extended_by_itself")
+
+
+def test_list_extended_by_itself():
+    isolated(MODULE, "case_list_extended_by_itself")
+
+
+def test_jit_trace_of_a_compiled_function():
+    isolated(MODULE, "case_jit_trace_of_a_compiled_function")

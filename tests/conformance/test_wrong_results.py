@@ -381,3 +381,50 @@ def test_returning_a_function_that_refers_to_itself():
         except Exception as e:  # noqa: BLE001 - eager returns; any exception is the wrong outcome
             raise AssertionError(f"{call}: raised {type(e).__name__}: {e}") from None
         assert torch.equal(out, torch.ones(2)) and f() is f, call
+
+
+# ---------------------------------------------------------------- symbolic strides
+
+def _overlapping_chunks(h, w=4):
+    # PyTorch's test_longformer_chunk (from HF Longformer): strides read as a list, one
+    # changed, handed to as_strided.
+    h = h.view(h.size(0), h.size(1) // (w * 2), w * 2, h.size(2))
+    size = list(h.size())
+    size[1] = size[1] * 2 - 1
+    stride = list(h.stride())
+    stride[1] = stride[1] // 2
+    return h.as_strided(size=size, stride=stride)
+
+
+def _stride_queries(x):
+    y = x.view(x.size(0), -1, 2)
+    return x.stride(), y.stride(), y.stride(1), y.stride(-3), y.size(), y.shape, x.view(x.shape[0], -1), x + y.stride()[0]
+
+
+@pytest.mark.parametrize("fn", [_overlapping_chunks, _stride_queries])
+def test_strides_of_tensors_with_symbolic_sizes(fn):
+    # Tensor.stride() of a tensor with symbolic sizes was taken for its sizes: an item that
+    # is an expression of the symbols became x.size(i) in the graph (as_strided got the
+    # batch size for a stride: a wrong result after the recompile with dynamic shapes).
+    shapes = [(1, 32, 1), (3, 32, 5), (1, 32, 1), (3, 32, 5), (2, 16, 3)]
+    for dynamic in (True, None):
+        torch._dynamo.reset()
+        dcnt = torch._dynamo.testing.CompileCounter()
+        dopt = torch.compile(fn, backend=dcnt, dynamic=dynamic)
+        for shape in shapes:
+            dopt(torch.randn(*shape))
+        torch._dynamo.reset()
+        cdynamo.reset()
+        cnt = cdynamo.testing.CompileCounter()
+        opt = cdynamo.compile(fn, backend=cnt, dynamic=dynamic)
+        for shape in shapes:
+            x = torch.randn(*shape)
+            expected, got = fn(x), opt(x)
+            if isinstance(expected, torch.Tensor):
+                expected, got = (expected,), (got,)
+            for e, g in zip(expected, got):
+                if isinstance(e, torch.Tensor):
+                    assert g.shape == e.shape and g.stride() == e.stride() and torch.equal(g, e), (shape, dynamic)
+                else:
+                    assert g == e, (shape, dynamic, g, e)
+        assert cnt.frame_count <= dcnt.frame_count, (dynamic, cnt.frame_count, dcnt.frame_count)

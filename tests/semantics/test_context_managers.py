@@ -226,6 +226,118 @@ def no_grad_restored_after_caught_exception(x):
     return y, x * 3, torch.is_grad_enabled()
 
 
+class GradModeSwitch:
+    """A context manager of the program's own that sets grad mode through torch's binding
+    (PyTorch's test_ctx_manager has one), restoring the mode it found when made."""
+
+    def __init__(self, mode):
+        self.prev = torch.is_grad_enabled()
+        self.mode = mode
+
+    def __enter__(self):
+        torch._C._set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+
+
+@contextlib.contextmanager
+def grad_mode_switch(mode):
+    prev = torch.is_grad_enabled()
+    try:
+        yield torch._C._set_grad_enabled(mode)
+    finally:
+        torch._C._set_grad_enabled(prev)
+
+
+@case(leaf(4))
+def set_grad_enabled_object_entered_after_the_mode_changed(x):
+    # set_grad_enabled sets its mode when made AND when entered: entering it after the
+    # program switched the mode back switches it again (once a wrong result: the block ran
+    # with grad on and its output required grad).
+    ctx = torch.set_grad_enabled(False)
+    torch.set_grad_enabled(True)
+    with ctx:
+        y = x * 2
+        inside = torch.is_grad_enabled()
+    return y, y.requires_grad, inside, torch.is_grad_enabled()
+
+
+@case(leaf(4))
+def user_class_setting_grad_mode_through_the_binding(x):
+    with GradModeSwitch(False):
+        y = x * 2
+        inside = torch.is_grad_enabled()
+    return y, inside, x * 3, torch.is_grad_enabled()
+
+
+@case(leaf(4))
+def nested_user_classes_setting_grad_mode(x):
+    with torch.no_grad():
+        with GradModeSwitch(True):
+            y = x.sin()
+            with GradModeSwitch(False):
+                z = y * 1.5
+            w = z + y
+    return y, z, w, torch.is_grad_enabled()
+
+
+@case(leaf(4))
+def contextlib_generator_setting_grad_mode(x):
+    with grad_mode_switch(False) as r:
+        y = x * 2
+    with grad_mode_switch(True):
+        z = x * 4
+    return y, z, r, torch.is_grad_enabled()
+
+
+@case(leaf(4))
+def binding_called_as_a_function(x):
+    prev = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(False)
+    y = x + 1
+    torch._C._set_grad_enabled(prev)
+    return y, x + 2, torch.is_grad_enabled()
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_context_managers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
+
+
+def _redundant_modes(a, b):
+    x = a + 1
+    with torch.no_grad():  # already off under the caller's no_grad: nothing to record
+        x = x + b
+    with torch.set_grad_enabled(False):
+        x = x * 2
+    with GradModeSwitch(False):
+        x = x - 1
+    return x
+
+
+def _op_counts(compile_fn, counter):
+    with torch.no_grad():
+        out = compile_fn(_redundant_modes, backend=counter)(torch.ones(3), torch.ones(3))
+    return out, counter.op_count, counter.frame_count
+
+
+def test_grad_mode_changes_to_the_mode_in_force_are_not_recorded():
+    # torch._dynamo coalesces the grad-mode changes of its context objects: entering no_grad
+    # under no_grad records no _set_grad_enabled node (PyTorch's test_no_grad counts the
+    # ops). The graph runs under the grad mode it was traced in (guarded): such a node
+    # would be a no-op.
+    import cdynamo
+    import cdynamo.testing
+
+    with torch.no_grad():
+        expected = _redundant_modes(torch.ones(3), torch.ones(3))
+    cdynamo.reset()
+    got, ops, frames = _op_counts(cdynamo.compile, cdynamo.testing.CompileCounter())
+    torch._dynamo.reset()
+    _, dynamo_ops, dynamo_frames = _op_counts(torch.compile, torch._dynamo.testing.CompileCounter())
+    torch._dynamo.reset()
+    assert torch.equal(got, expected) and not got.requires_grad
+    # 4 tensor ops; the program's own two calls of torch._C._set_grad_enabled (in
+    # GradModeSwitch) are recorded, as torch._dynamo records them.
+    assert (ops, frames) == (dynamo_ops, dynamo_frames) == (6, 1)
