@@ -666,6 +666,36 @@ Ref iterRemaining(PyObject* it) {
   return Ref::steal(PyTuple_GetSlice(seq.get(), index, PY_SSIZE_T_MAX));
 }
 
+namespace {
+
+int firstVisited(PyObject* obj, void* arg) {
+  PyObject** out = static_cast<PyObject**>(arg);
+  if (!*out) *out = obj;
+  return 0;
+}
+
+}  // namespace
+
+PyObject* iterContainer(PyObject* it) {
+  if (!isReadableIterator(it)) return nullptr;
+  traverseproc traverse = Py_TYPE(it)->tp_traverse;
+  if (!traverse) return nullptr;
+  PyObject* first = nullptr;
+  traverse(it, firstVisited, &first);
+  if (!first || !(PyList_CheckExact(first) || PyDict_Check(first) || PyAnySet_Check(first))) return nullptr;
+  return first;
+}
+
+Py_ssize_t listIteratorIndex(PyObject* it) {
+  Ref state = Ref::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
+  if (!state) return -1;
+  if (!PyTuple_Check(state.get()) || PyTuple_GET_SIZE(state.get()) < 3) {
+    PyErr_SetString(PyExc_TypeError, "a list_iterator without an index in its __reduce__()");
+    return -1;
+  }
+  return PyLong_AsSsize_t(PyTuple_GET_ITEM(state.get(), 2));
+}
+
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {
   PyObject* out = nullptr;
   switch (ld.kind) {
@@ -708,6 +738,15 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
     case LoadKind::SetItems:
       if (PyAnySet_Check(regs[ld.base])) out = PySequence_Tuple(regs[ld.base]);
       break;
+    case LoadKind::IterContainer:
+      out = iterContainer(regs[ld.base]);
+      break;
+    case LoadKind::IterIndex: {
+      if (!iterContainer(regs[ld.base]) || !PyList_CheckExact(iterContainer(regs[ld.base]))) break;
+      Py_ssize_t index = listIteratorIndex(regs[ld.base]);
+      if (index >= 0) out = PyLong_FromSsize_t(index);
+      break;
+    }
     case LoadKind::ViewDict: {
       PyObject* view = regs[ld.base];
       if (PyDictKeys_Check(view) || PyDictValues_Check(view) || PyDictItems_Check(view))

@@ -38,6 +38,9 @@ enum class LoadKind : uint8_t {
   ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
                  // heap type (fails once the class is gone), the type itself otherwise
   SetItems,      // a tuple of the set reg[base]'s items in the order a walk meets them: owned
+  IterContainer, // the list, dict or set that the list/dict/set iterator reg[base] reads
+                 // (iterContainer; fails once it is exhausted): borrowed
+  IterIndex,     // the index of the list_iterator reg[base] (its __reduce__): owned
 };
 
 enum class CheckKind : uint8_t {
@@ -94,7 +97,8 @@ struct Load {
   mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
   bool dropped = false;   // removed by dropRegisters: never run, never shared again
   bool owned() const {
-    return kind == LoadKind::Attr || kind == LoadKind::IterRemaining || kind == LoadKind::SetItems;
+    return kind == LoadKind::Attr || kind == LoadKind::IterRemaining || kind == LoadKind::SetItems ||
+           kind == LoadKind::IterIndex;
   }
 };
 
@@ -170,6 +174,13 @@ struct StorageGuard {
 Ref iterRemaining(PyObject* it);
 // Whether iterRemaining can read `it` (an iterator of a tuple, list, range, dict or set).
 bool isReadableIterator(PyObject* it);
+// The list, dict or set that a list_iterator, dict iterator (keys, values, items) or
+// set_iterator `it` reads (borrowed: the iterator holds it), found through its type's
+// tp_traverse (the container is the first object it visits); null, without an error, for
+// an exhausted one (it has let its container go) or another kind of iterator.
+PyObject* iterContainer(PyObject* it);
+// The index of list_iterator `it` (the next item it reads), or -1 with a Python error.
+Py_ssize_t listIteratorIndex(PyObject* it);
 
 class GuardProgram {
  public:

@@ -236,6 +236,16 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       return r ? 0 : -1;
     }
     int operator()(const SideEffect::Advance& a) const {
+      if (a.set_index) {
+        Ref r = Ref::steal(PyObject_CallMethod(target, "__setstate__", "n", a.count < 0 ? PY_SSIZE_T_MAX : a.count));
+        if (!r) return -1;
+        if (a.count >= 0) return 0;
+        if (Ref item = Ref::steal(PyIter_Next(target))) {  // past its end: it lets its list go
+          PyErr_SetString(PyExc_RuntimeError, "cdynamo: a list_iterator set past its end gave an item");
+          return -1;
+        }
+        return PyErr_Occurred() ? -1 : 0;
+      }
       for (Py_ssize_t i = 0; i < a.count; ++i) {
         if (Ref item = Ref::steal(PyIter_Next(target))) continue;
         if (!PyErr_Occurred())

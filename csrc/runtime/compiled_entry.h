@@ -128,6 +128,9 @@ struct SideEffect {
   };
   struct Advance {  // next(target) `count` times: an iterator passed in, advanced past what the trace consumed
     Py_ssize_t count;
+    // Instead: target.__setstate__(count), a list_iterator set to the index it reached in its
+    // list (-1: exhausted, as it is once it has seen its end).
+    bool set_index = false;
   };
   using What = std::variant<SetAttr, SetItem, DelAttr, SetCell, ReplaceList, ReplaceDict, ReplaceSet, Advance>;
   int reg = -1;

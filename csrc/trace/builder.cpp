@@ -443,7 +443,8 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       item_regs.push_back(item_reg);
     }
     v = Value::iterator(std::move(items), reinterpret_cast<PyObject*>(Py_TYPE(obj)), reg);
-    iterators_.addInput(v, rest_reg, std::move(item_regs));
+    wrapped_[reg] = v;
+    if (Done d = iterators_.addInput(v, obj, rest_reg, std::move(item_regs)); !d) return d.stop();
   } else {
     return notHandled();
   }
@@ -580,15 +581,19 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
   return v;
 }
 
-Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
+int Tracer::rootLocalRegister(SymbolicFrame& f, int index) {
   PyCodeObject* co = f.code;
   int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
               ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
-  if (index >= nargs || index >= root_view_.nfast) return notHandled();
-  PyObject* obj = root_view_.fast[index];
-  if (!obj) return notHandled();
+  if (index >= nargs || index >= root_view_.nfast || !root_view_.fast[index]) return -1;
   PyObject* name = PyTuple_GET_ITEM(co->co_localsplusnames, index);
-  int reg = load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
+  return load(LoadKind::Local, -1, index, nullptr, std::string("L['") + PyUnicode_AsUTF8(name) + "']");
+}
+
+Result<ValuePtr> Tracer::loadRootLocal(SymbolicFrame& f, int index) {
+  int reg = rootLocalRegister(f, index);
+  if (reg < 0) return notHandled();
+  PyObject* obj = root_view_.fast[index];
   Result<ValuePtr> v = wrap(obj, reg);
   if (v) f.locals[index] = *v;
   return v;

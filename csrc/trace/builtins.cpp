@@ -457,6 +457,12 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
   // A list is read backwards from its length now, item by item as it is then.
   if (const List* l = args[0]->get<List>(); l && !l->deque)
     return sequenceIterator(args[0], std::move(backwards), iteratorTypeFor(t, f, args[0]), 0, true);
+  // A dict (or a view of one) too, from its end: a change of its size raises when the next
+  // item is taken, as Python's reverse dict iterators do.
+  if (args[0]->is(Kind::Dict))
+    return sequenceIterator(args[0], std::move(backwards), iteratorTypeFor(t, f, args[0]), DictView::Keys, true);
+  if (const DictView* view = args[0]->get<DictView>())
+    return sequenceIterator(view->dict, std::move(backwards), iteratorTypeFor(t, f, args[0]), view->which, true);
   return Value::iterator(std::move(backwards), iteratorTypeFor(t, f, args[0]));
   
 }

@@ -145,6 +145,7 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
   if (is("append") || is("appendleft") || is("extend") || is("extendleft") || is("pop") || is("popleft")) {
     if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
     if ((is("append") || is("appendleft")) && args.size() == 1) {
+      dequeChanged(q);
       if (is("append")) {
         items.push_back(args[0]);
         trim(true);
@@ -159,6 +160,7 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
       Result<ValuePtr> source = readsItemsOf(args[0], self) ? Value::list(items) : getIter(t, args[0]);
       if (!source) return source;
       Done d = forEachItem(t, *source, [&](ValuePtr m) -> Done {
+        dequeChanged(self->as<List>());
         if (is("extend")) {
           items.push_back(std::move(m));
           trim(true);
@@ -173,6 +175,7 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
     }
     if ((is("pop") || is("popleft")) && args.empty()) {
       if (items.empty()) return t.raiseNew(PyExc_IndexError, "pop from an empty deque");
+      dequeChanged(q);
       ValuePtr v = is("pop") ? items.back() : items.front();
       items.erase(is("pop") ? items.end() - 1 : items.begin());
       return v;
@@ -185,6 +188,7 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std
     if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
     if (k < 0) k = std::max<Py_ssize_t>(0, k + sz);
     k = std::min(k, sz);
+    dequeChanged(q);
     items.insert(items.begin() + k, args[1]);
     return Value::constant(Py_None);
   }
@@ -265,6 +269,7 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
     if (sz == 0) return t.raiseNew(PyExc_IndexError, "pop from empty list");
     if (k < 0) k += sz;
     if (k < 0 || k >= sz) return t.raiseNew(PyExc_IndexError, "pop index out of range");
+    dequeChanged(self->as<List>());  // del d[k] of a deque
     ValuePtr v = items[static_cast<size_t>(k)];
     items.erase(items.begin() + k);
     return v;
@@ -274,6 +279,7 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
       int eq;
       if (!sameValue(items[i], args[0], &eq)) return t.fail("list.remove needs comparisons known at trace time");
       if (eq) {
+        dequeChanged(self->as<List>());
         items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
         return Value::constant(Py_None);
       }
@@ -281,10 +287,11 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
     return t.raiseNew(PyExc_ValueError, "list.remove(x): x not in list");
   }
   if (is("clear")) {
+    if (!items.empty()) dequeChanged(self->as<List>());
     items.clear();
     return Value::constant(Py_None);
   }
-  if (is("reverse")) {
+  if (is("reverse")) {  // a deque's reverse() is not counted as a change (its iterators go on)
     std::reverse(items.begin(), items.end());
     return Value::constant(Py_None);
   }

@@ -100,9 +100,16 @@ Done Tracer::breakArguments(SymbolicFrame& f, PyCodeObject* orig, bool in_resume
     }
     ValuePtr v = f.locals[static_cast<size_t>(i)];
     if (!v && !f.deleted[static_cast<size_t>(i)]) {
-      Result<ValuePtr> r = loadRootLocal(f, i);
-      if (!r && !r.notHandled()) return r.stop();
-      if (r) v = r.take();
+      // An argument the trace never read (nor stored to) is handed on as the object itself,
+      // unguarded: nothing traced depends on it, and what the trace did to the object
+      // through another source is replayed on it. Wrapping it would guard it, and all it
+      // holds, for nothing (a list kept alive across a loop whose iterator breaks every
+      // step would tie its items to the iterator's at each index, one entry per step).
+      int reg = rootLocalRegister(f, i);
+      if (reg >= 0) {
+        items->push_back(runtime::plan::Register{reg});
+        continue;
+      }
     }
     runtime::OutputPlan p;
     if (!v) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstring>
 #include <string>
 #include <unordered_set>
 
@@ -113,6 +114,8 @@ Done stepSequence(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   auto end = [&]() -> Done {
     Iterator& now = it->as<Iterator>();
     now.ended = true;
+    const List* q = now.seq ? now.seq->get<List>() : nullptr;
+    if (q && q->deque) return {};  // a deque's keeps it: a change after its end still raises
     now.seq = nullptr;  // as Python's: an exhausted iterator lets its container go
     now.seq_keys.clear();
     now.seq_items.clear();
@@ -122,8 +125,7 @@ Done stepSequence(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   t.effects().noteMutation();  // the iterator moves
   if (const List* l = seq->get<List>()) {
     const size_t n = l->items.size();
-    if (l->deque && n != iter.seq_len) {
-      iter.seq = nullptr;
+    if (l->deque && l->state != iter.seq_state) {  // any change CPython's deque counts, even of the same size
       iter.ended = true;
       return t.raiseNew(PyExc_RuntimeError, "deque mutated during iteration");
     }
@@ -164,7 +166,7 @@ Done stepSequence(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   for (size_t k = 0; k < d->keys.size() && same_keys; ++k) same_keys = d->keys[k].get() == iter.seq_keys[k].get();
   if (!same_keys) return t.fail("a dict's keys changed (same size) while an iterator over it was in use");
   if (iter.pos >= d->keys.size()) return end();
-  const size_t k = iter.pos;
+  const size_t k = iter.seq_reversed ? d->keys.size() - 1 - iter.pos : iter.pos;
   ValuePtr value = d->values[k];
   if (iter.seq_which == DictView::Values) {
     *item = std::move(value);
@@ -189,6 +191,7 @@ ValuePtr sequenceIterator(const ValuePtr& container, std::vector<ValuePtr> items
   iter.seq_reversed = reversed;
   if (const List* l = container->get<List>()) {
     iter.seq_len = l->items.size();
+    iter.seq_state = l->state;
   } else if (const Set* s = container->get<Set>()) {
     iter.seq_len = s->items.size();
     iter.seq_items = s->items;
@@ -217,6 +220,9 @@ Stop raiseStopIteration(Tracer& t, const ValuePtr& it) {
 Done stepUserIterator(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   Iterator& iter = it->as<Iterator>();
   item->reset();
+  if (iter.ended && iter.made == Iterator::Made::Sequence && iter.seq)
+    if (const List* q = iter.seq->get<List>(); q && q->deque && q->state != iter.seq_state)
+      return stepSequence(t, it, item);  // raises again, as Python's
   if (iter.ended) return {};
   if (iter.made == Iterator::Made::Generator) return t.resumeGenerator(it, nullptr, item);
   if (iter.made == Iterator::Made::Sequence) return stepSequence(t, it, item);
@@ -309,6 +315,7 @@ Done nextItem(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   if (!iter)  // an opaque iterator read from the program (a generator, a map object) or a non-iterator
     return t.fail(std::string("next() of ") + (it->real() ? std::string("a ") + Py_TYPE(it->real())->tp_name + " object the trace cannot read ahead" : std::string("a non-iterator")));
   if (iter->lazy()) return stepUserIterator(t, it, item);
+  if (Done d = dequeUnchanged(t, it); !d) return d;
   if (iter->pos < iter->items.size()) {
     ValuePtr v = iter->items[iter->pos];
     if (Done d = t.iterators().advance(it, iter->pos + 1, false); !d) return d;
@@ -322,6 +329,7 @@ Done drainUserIterator(Tracer& t, const ValuePtr& it) {
   Iterator& iter = it->as<Iterator>();
   if (!iter.lazy()) return {};
   constexpr size_t kMaxItems = 100000;  // an endless iterator is not unrolled
+  const size_t pos_before = iter.pos;
   std::vector<ValuePtr> items;
   while (true) {
     ValuePtr item;
@@ -330,6 +338,7 @@ Done drainUserIterator(Tracer& t, const ValuePtr& it) {
     items.push_back(std::move(item));
     if (items.size() > kMaxItems) return t.fail("an iterator object that gives more than 100000 items");
   }
+  if (iter.made == Iterator::Made::Sequence) iter.seq_base = pos_before;
   iter.items = std::move(items);
   iter.pos = 0;
   iter.ended = false;  // its items are now known: it ends once they are taken
@@ -337,10 +346,20 @@ Done drainUserIterator(Tracer& t, const ValuePtr& it) {
   iter.made = Iterator::Made::Ahead;
   iter.map_fn = nullptr;
   iter.map_sources.clear();
-  iter.seq = nullptr;
+  const List* q = iter.seq ? iter.seq->get<List>() : nullptr;
+  if (!q || !q->deque) iter.seq = nullptr;  // a deque's stays: its iterator checks its changes to the last (dequeUnchanged)
   iter.seq_keys.clear();
   iter.seq_items.clear();
   return {};
+}
+
+Done dequeUnchanged(Tracer& t, const ValuePtr& it) {
+  const Iterator* iter = it->get<Iterator>();
+  if (!iter || !iter->seq) return {};
+  const List* q = iter->seq->get<List>();
+  if (!q || !q->deque || q->state == iter->seq_state) return {};
+  it->as<Iterator>().ended = true;
+  return t.raiseNew(PyExc_RuntimeError, "deque mutated during iteration");
 }
 
 bool Iterators::stale(const Value* it) const {
@@ -423,21 +442,158 @@ void Iterators::link(const ValuePtr& derived, std::vector<ValuePtr> sources, std
   links_[derived.get()] = std::move(link);
 }
 
-void Iterators::addInput(ValuePtr value, int items_reg, std::vector<int> item_regs) {
-  inputs_.push_back(Input{std::move(value), items_reg, std::move(item_regs)});
+Done Iterators::addInput(ValuePtr value, PyObject* obj, int items_reg, std::vector<int> item_regs) {
+  Input in{std::move(value), items_reg, std::move(item_regs), Ref::borrow(obj)};
+  if (PyObject* c = guards::iterContainer(obj)) in.container = Ref::borrow(c);
+  inputs_.push_back(std::move(in));
+  if (!inputs_.back().container) return {};
+  // A container the trace changed before it read this iterator: the iterator sees the change.
+  for (const ValuePtr& c : t_.effects().replacedContainers())
+    if (Done d = relate(inputs_.back(), c, nullptr); !d) return d;
+  return {};
 }
 
-void Iterators::appendAdvances(std::vector<runtime::SideEffect>* out) const {
+Done Iterators::containerChanging(const ValuePtr& c) {
+  for (Input& in : inputs_)
+    if (Done d = relate(in, c, nullptr); !d) return d;
+  return {};
+}
+
+Done Iterators::relate(Input& in, const ValuePtr& c, PyObject* obj) {
+  if (in.pinned || !in.container || in.value->as<Iterator>().ended || c->reg < 0) return {};
+  if (!obj) {  // the object the program passed for `c`
+    for (const auto& [o, v] : t_.wrappedObjects())
+      if (v == c) obj = o;
+    if (!obj) return {};
+  }
+  if (Py_TYPE(obj) != Py_TYPE(in.container.get())) return {};
+  if (in.container_reg < 0)
+    in.container_reg = t_.load(guards::LoadKind::IterContainer, in.value->reg, 0, nullptr,
+                               t_.guards().sourceName(in.value->reg) + ".<container>");
+  const bool same = obj == in.container.get();
+  t_.guards().checkAliasing(in.container_reg, c->reg, same);
+  if (!same) return {};
+  return pin(in, c);
+}
+
+Done Iterators::pin(Input& in, const ValuePtr& c) {
+  for (const auto& [derived, link] : links_)
+    for (const ValuePtr& s : link.sources)
+      if (s == in.value && !link.derived->as<Iterator>().ended)
+        return t_.fail("an iterator passed in, read by a zip/map/enumerate, over a container the trace changes");
+  Iterator& it = in.value->as<Iterator>();
+  if (it.lazy()) return t_.fail("internal: an input iterator made item by item before it was pinned");
+  const size_t taken = std::min(it.pos, it.items.size());
+  const size_t left = it.items.size() - taken;
+  const int reg = in.value->reg;
+  PyObject* rest = nullptr;  // the tuple of the items it had left, as the guards read it
+  Ref rest_held = guards::iterRemaining(in.obj.get());
+  if (!rest_held) return t_.failFromPython("reading an iterator passed in");
+  rest = rest_held.get();
+  if (static_cast<size_t>(PyTuple_GET_SIZE(rest)) != it.items.size())
+    return t_.fail("internal: an iterator passed in changed while it was traced");
+  size_t pos = 0;
+  if (const List* l = c->get<List>()) {
+    // list_iterator reads its list at its index: the index is what the trace now depends on.
+    Py_ssize_t index = guards::listIteratorIndex(in.obj.get());
+    if (index < 0) return t_.failFromPython("the index of a list_iterator passed in");
+    Ref index_obj = Ref::steal(PyLong_FromSsize_t(index));
+    if (!index_obj) return t_.failFromPython("the index of a list_iterator passed in");
+    int index_reg = t_.load(guards::LoadKind::IterIndex, reg, 0, nullptr, t_.guards().sourceName(reg) + ".<index>");
+    t_.guards().checkEquals(index_reg, index_obj.get());
+    pos = static_cast<size_t>(index) + taken;
+    it.seq_len = l->items.size();
+    it.items = l->items;
+  } else if (c->is(Kind::Dict) || c->is(Kind::Set)) {
+    // A dict or set iterator's place is by its items left, in the container as the program
+    // passed it (the trace may have changed its value already): the last `left` of the real
+    // container's walk, when the iterator is not broken (a size changed since iter() makes
+    // its length hint 0). The iterator then checks the value's size and keys against those.
+    PyObject* real = in.container.get();
+    Py_ssize_t hint = PyObject_LengthHint(in.obj.get(), -1);
+    if (hint < 0) return t_.failFromPython("the length of an iterator passed in");
+    Ref walk = Ref::steal(PySequence_List(real));
+    if (!walk) return t_.failFromPython("the items of a container passed in");
+    const size_t n = static_cast<size_t>(PyList_GET_SIZE(walk.get()));
+    if (static_cast<size_t>(hint) != it.items.size() || left > n)
+      return t_.fail("an iterator passed in over a dict or set that changed size while it was in use");
+    pos = n - left;
+    int which = DictView::Keys;
+    if (c->is(Kind::Dict)) {
+      static const char* const kTypes[] = {"dict_keyiterator", "dict_valueiterator", "dict_itemiterator"};
+      which = -1;
+      for (int k = 0; k < 3; ++k)
+        if (strcmp(Py_TYPE(in.obj.get())->tp_name, kTypes[k]) == 0) which = k;
+      if (which < 0) return t_.fail("an iterator of a dict subclass's views passed in, over a dict the trace changes");
+    }
+    for (size_t k = 0; k < left && which != DictView::Values; ++k) {
+      PyObject* item = PyTuple_GET_ITEM(rest, static_cast<Py_ssize_t>(taken + k));
+      PyObject* key = which == DictView::Items ? PyTuple_GET_ITEM(item, 0) : item;
+      if (key != PyList_GET_ITEM(walk.get(), static_cast<Py_ssize_t>(pos + k)))
+        return t_.fail("an iterator passed in whose items left are not the last of its dict or set");
+    }
+    it.seq_len = n;
+    if (const Dict* d = c->get<Dict>()) {
+      it.seq_which = static_cast<uint8_t>(which);
+      it.seq_keys.clear();
+      for (size_t k = 0; k < n; ++k) it.seq_keys.push_back(Ref::borrow(PyList_GET_ITEM(walk.get(), static_cast<Py_ssize_t>(k))));
+      it.items.clear();
+      (void)d;
+    } else {
+      // The set's walk: what it had taken as constants, what it has left as traced.
+      const Set& s = c->as<Set>();
+      std::vector<ValuePtr> order;
+      for (size_t k = 0; k < pos; ++k) order.push_back(Value::constant(PyList_GET_ITEM(walk.get(), static_cast<Py_ssize_t>(k))));
+      order.insert(order.end(), it.items.begin() + static_cast<std::ptrdiff_t>(taken), it.items.end());
+      // Its items as the trace has them now; a set changed before (same size) is not modeled.
+      it.seq_items = inReplaced(t_, c) ? std::vector<ValuePtr>{} : s.items;
+      it.items = std::move(order);
+    }
+  } else {
+    return t_.fail("internal: an iterator's container of an unknown kind");
+  }
+  it.made = Iterator::Made::Sequence;
+  it.seq = c;
+  it.seq_reversed = false;
+  it.pos = pos;
+  in.pinned = true;
+  in.taken_at_pin = taken;
+  in.pos_at_pin = pos;
+  return {};
+}
+
+bool Iterators::inReplaced(Tracer& t, const ValuePtr& c) {
+  for (const ValuePtr& r : t.effects().replacedContainers())
+    if (r == c) return true;
+  return false;
+}
+
+size_t Iterators::takenSincePin(const Input& in) {
+  const Iterator& it = in.value->as<Iterator>();
+  if (it.made == Iterator::Made::Sequence) return it.pos - in.pos_at_pin;
+  return it.seq_base - in.pos_at_pin + std::min(it.pos, it.items.size());  // drained, then taken from
+}
+
+void Iterators::appendAdvances(std::vector<runtime::SideEffect>* out, bool after) const {
   for (const Input& in : inputs_) {
     const Iterator& it = in.value->as<Iterator>();
-    if (it.pos == 0) continue;
+    const bool list = in.pinned && PyList_CheckExact(in.container.get());
+    if (list != after) continue;
+    runtime::SideEffect::Advance a{0};
+    if (list) {
+      // Its index in the list as it is at the end (exhausted: -1), set on the real one.
+      a.set_index = true;
+      a.count = it.ended ? -1 : static_cast<Py_ssize_t>(in.pos_at_pin + takenSincePin(in));
+    } else {
+      a.count = static_cast<Py_ssize_t>(in.pinned ? in.taken_at_pin + takenSincePin(in) : std::min(it.pos, it.items.size()));
+      if (a.count == 0) continue;
+    }
 // GCC 12 warns that a field of another alternative of SideEffect::What may be
 // uninitialized when a SideEffect is moved into the vector (a -Wmaybe-uninitialized false
 // positive of std::variant).
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-    out->push_back(runtime::SideEffect{in.value->reg,
-                                       runtime::SideEffect::Advance{static_cast<Py_ssize_t>(std::min(it.pos, it.items.size()))}});
+    out->push_back(runtime::SideEffect{in.value->reg, a});
 #pragma GCC diagnostic pop
   }
 }
@@ -482,9 +638,11 @@ void Iterators::guardInputs(const runtime::CompiledEntry& entry) {
   for (const Input& in : inputs_) {
     const ValuePtr& it = in.value;
     const Iterator& iter = it->as<Iterator>();
-    const size_t taken = std::min(iter.pos, in.item_regs.size());
+    // A pinned one reads its container, guarded as such (the container, the index): of the
+    // items it had left only those taken before are used.
+    const size_t taken = in.pinned ? in.taken_at_pin : std::min(iter.pos, in.item_regs.size());
     std::vector<int> untaken(in.item_regs.begin() + static_cast<std::ptrdiff_t>(taken), in.item_regs.end());
-    bool unread = !iter.ended;
+    bool unread = in.pinned || !iter.ended;
     std::vector<int> under = t_.guards().registersUnder(untaken);
     std::unordered_set<int> under_set(under.begin(), under.end());
     std::unordered_set<const Value*> under_values;

@@ -41,6 +41,9 @@ Done drainUserIterator(Tracer& t, const ValuePtr& it);
 // a consumer that reads them all at once sees), `type` its Python type.
 ValuePtr sequenceIterator(const ValuePtr& container, std::vector<ValuePtr> items, PyObject* type, int which,
                           bool reversed);
+// Raises RuntimeError when `it` walks a deque that changed since iter() (List::state):
+// CPython's deque iterator checks that before every item, even past its end.
+Done dequeUnchanged(Tracer& t, const ValuePtr& it);
 // Raises the StopIteration that ends iterator `it` (a generator's carries its return value).
 Stop raiseStopIteration(Tracer& t, const ValuePtr& it);
 // The next item of any Iterator value (taken: it advances), or null at its end.
@@ -75,10 +78,21 @@ class Iterators {
                     const std::vector<std::vector<ValuePtr>>& seqs, size_t n, bool strict);
 
   // An iterator passed in: `value` over the items it had left, read through `items_reg`
-  // (the tuple of them) and `item_regs` (one per item).
-  void addInput(ValuePtr value, int items_reg, std::vector<int> item_regs);
-  // The Advance effects of the inputs the trace consumed from (appended to `out`).
-  void appendAdvances(std::vector<runtime::SideEffect>* out) const;
+  // (the tuple of them) and `item_regs` (one per item). `obj` is the real iterator.
+  // An iterator of a list, dict or set reads that container as it is when each item is
+  // taken: modeled over the items it had left as long as the trace does not change the
+  // container, it is pinned to the container's value (an Iterator::Made::Sequence over
+  // it) once the trace is about to change it (containerChanging), or when the trace
+  // changed it before reading the iterator.
+  Done addInput(ValuePtr value, PyObject* obj, int items_reg, std::vector<int> item_regs);
+  // Container `c`, read from the program, is about to change (SideEffects::noteContainerMutation):
+  // every input iterator not yet ended over a container of its type is guarded to read `c`
+  // or not, and the ones that read it are pinned to it.
+  Done containerChanging(const ValuePtr& c);
+  // The effects that move the inputs the trace consumed from as it did (appended to `out`):
+  // Advance (next() so many times) before the program's effects, and `after` the index a
+  // pinned list_iterator reached, set once its list has its final contents.
+  void appendAdvances(std::vector<runtime::SideEffect>* out, bool after) const;
   // Once `entry` is complete: each input iterator guarded on what the trace took of it.
   void guardInputs(const runtime::CompiledEntry& entry);
 
@@ -99,8 +113,21 @@ class Iterators {
     ValuePtr value;
     int items_reg;               // the guard register of the tuple of items it had left
     std::vector<int> item_regs;  // one per item
+    Ref obj;                     // the real iterator
+    Ref container;               // the list, dict or set it reads (null: another kind, or exhausted)
+    int container_reg = -1;      // its guard register, once the trace depends on which it is
+    bool pinned = false;         // an Iterator::Made::Sequence over the container's value now
+    size_t taken_at_pin = 0;     // items taken over the items it had left, before it was pinned
+    size_t pos_at_pin = 0;       // its pos in the container when it was pinned
   };
   void syncSources(const Value* derived);
+  Done relate(Input& in, const ValuePtr& c, PyObject* obj);
+  Done pin(Input& in, const ValuePtr& c);
+  // Items an input taken from the container since it was pinned (its Sequence pos, or the
+  // drained items' start and pos).
+  static size_t takenSincePin(const Input& in);
+  // Whether the trace has changed container `c` (from the program) already.
+  static bool inReplaced(Tracer& t, const ValuePtr& c);
 
   Tracer& t_;
   std::unordered_map<const Value*, Link> links_;

@@ -283,6 +283,16 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     }
     if (Done d = t.effects().noteContainerMutation(a); !d) return d.stop();
     std::vector<ValuePtr>& items = *a->elements();
+    {
+      // What a deque counts as a change: items added, a clear (*= 0) of a non-empty one, a
+      // repeat that adds (n >= 2, fewer when a maxlen bounds it to one copy).
+      List& q = a->as<List>();
+      const long bound = q.maxlen ? PyLong_AsLong(q.maxlen.get()) : -1;
+      const Py_ssize_t size = static_cast<Py_ssize_t>(items.size());
+      Py_ssize_t copies = times;
+      if (op != BinaryOp::InplaceAdd && bound >= 0 && size > 0 && copies * size > bound) copies = (bound + size - 1) / size;
+      if (op == BinaryOp::InplaceAdd ? !more.empty() : size > 0 && copies != 1) dequeChanged(q);
+    }
     if (op == BinaryOp::InplaceAdd) {
       items.insert(items.end(), more.begin(), more.end());
     } else {
@@ -1057,6 +1067,7 @@ Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out) {
   Result<ValuePtr> got = getIter(t, v);
   if (!got) return got.stop();
   if (Done d = drainUserIterator(t, *got); !d) return d;
+  if (Done d = dequeUnchanged(t, *got); !d) return d;
   const Iterator& it = (*got)->as<Iterator>();
   out->assign(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())), it.items.end());
   return {};

@@ -297,21 +297,14 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
         return {};
       }
-      if (it.made == Iterator::Made::Sequence && it.seq && !it.seq_reversed) {
-        if (const List* l = it.seq->get<List>(); l && !l->deque) {
-          // iter(list) reads its list by index as it goes: rebuilt over the list itself at
-          // the index it reached, so a change made to the list after the break (or by the
-          // caller) is seen, as eagerly. A copy of the items left would not see it.
-          PyObject* at = lookup(Obj::cdynamo_resume_list_iterator_at);
-          if (!at) return t_.failFromPython("cdynamo._resume.list_iterator_at");
-          Ref index = Ref::steal(PyLong_FromSize_t(it.pos));
-          if (!index) return t_.failFromPython("a list iterator's index");
-          std::vector<runtime::OutputPlan> args(2);
-          if (Done d = plan(it.seq, &args[0]); !d) return d;
-          args[1] = runtime::OutputPlan::constant(index.get());
-          out->step = P::Call{Ref::borrow(at), std::move(args)};
-          return {};
-        }
+      if (it.made == Iterator::Made::Sequence && it.seq) {
+        // Rebuilt over its container itself, in the state it reached, so a change made to
+        // the container after the break (or by the caller) is seen as eagerly: a list
+        // iterator reads the item at its index then, a dict or set iterator raises once the
+        // size changed. A copy of the items left would see none of it.
+        Result<bool> over = planOverContainer(v, out);
+        if (!over) return over.stop();
+        if (*over) return {};
       }
       if (it.made == Iterator::Made::Sequence) {
         // What it has left, read from its container now: it leaves as an iterator over those.
@@ -447,6 +440,74 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       break;
   }
   return t_.fail(std::string("returning ") + describe(v) + " is not supported yet");
+}
+
+Result<bool> OutputPlanner::planOverContainer(const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const Iterator& it = v->as<Iterator>();
+  const ValuePtr& c = it.seq;
+  Obj helper = Obj::cdynamo_resume_container_iterator_at;
+  Py_ssize_t state = static_cast<Py_ssize_t>(it.pos);
+  int which = it.seq_which;
+  if (const List* l = c->get<List>(); l && l->deque) {
+    // A deque's iterator walks the deque it was made over, unchanged since (its own count
+    // of changes starts again on the deque rebuilt).
+    if (l->state != it.seq_state || it.ended) return false;
+    which = 0;
+  } else if (l) {
+    if (it.seq_reversed) {  // the index of the next item, counted from the length it had at reversed()
+      helper = Obj::cdynamo_resume_list_reverse_iterator_at;
+      state = static_cast<Py_ssize_t>(it.seq_len) - 1 - static_cast<Py_ssize_t>(it.pos);
+      if (state < -1) state = -1;
+    } else {
+      helper = Obj::cdynamo_resume_list_iterator_at;
+    }
+  } else if (const Dict* d = c->get<Dict>()) {
+    // Taken that many items of the dict as it is: only while it has the keys it had at iter().
+    if (d->keys.size() != it.seq_len || it.seq_keys.size() != d->keys.size()) return false;
+    for (size_t k = 0; k < d->keys.size(); ++k)
+      if (d->keys[k].get() != it.seq_keys[k].get()) return false;
+  } else if (const Set* s = c->get<Set>()) {
+    if (s->items.size() != it.seq_len || s->items != it.seq_items) return false;
+    // The real set must be walked in the order the trace modelled: the set passed in, not
+    // changed, or one rebuilt from constants whose new table walks them in that order.
+    if (c->reg >= 0) {
+      if (s->shadow) return false;
+    } else {
+      Ref fresh = Ref::steal(PySet_New(nullptr));
+      if (!fresh) return t_.failFromPython("a set");
+      for (const ValuePtr& item : s->items)
+        if (!item->constant() || PySet_Add(fresh.get(), item->constant()) < 0) {
+          PyErr_Clear();
+          return false;
+        }
+      Ref walk = Ref::steal(PySequence_List(fresh.get()));
+      if (!walk) return t_.failFromPython("a set");
+      std::vector<ValuePtr> order = setIterationOrder(*s);
+      if (static_cast<size_t>(PyList_GET_SIZE(walk.get())) != order.size()) return false;
+      for (size_t k = 0; k < order.size(); ++k)
+        if (order[k]->constant() != PyList_GET_ITEM(walk.get(), static_cast<Py_ssize_t>(k))) return false;
+    }
+    which = 0;
+  } else {
+    return false;
+  }
+  PyObject* fn = lookup(helper);
+  if (!fn) return t_.failFromPython("cdynamo._resume's iterator rebuilders");
+  std::vector<runtime::OutputPlan> args(1);
+  if (Done d = plan(c, &args[0]); !d) return d.stop();
+  if (helper == Obj::cdynamo_resume_container_iterator_at) {
+    Ref w = Ref::steal(PyLong_FromLong(which));
+    if (!w) return t_.failFromPython("an iterator's state");
+    args.push_back(runtime::OutputPlan::constant(w.get()));
+  }
+  Ref n = Ref::steal(PyLong_FromSsize_t(state));
+  if (!n) return t_.failFromPython("an iterator's state");
+  args.push_back(runtime::OutputPlan::constant(n.get()));
+  if (helper == Obj::cdynamo_resume_container_iterator_at && it.seq_reversed)
+    args.push_back(runtime::OutputPlan::constant(Py_True));
+  out->step = P::Call{Ref::borrow(fn), std::move(args)};
+  return true;
 }
 
 Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {

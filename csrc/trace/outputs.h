@@ -38,6 +38,10 @@ class OutputPlanner {
  private:
   Done planOne(const ValuePtr& v, runtime::OutputPlan* out);
   Done planFunction(const ValuePtr& fn, runtime::OutputPlan* out);
+  // An iterator over a list, dict or set (Iterator::Made::Sequence) rebuilt over the
+  // container itself in the state it reached (cdynamo._resume); false when it cannot be
+  // (a dict or set changed since, a set whose real walk may differ from the modelled one).
+  Result<bool> planOverContainer(const ValuePtr& v, runtime::OutputPlan* out);
 
   Tracer& t_;
   std::vector<int> graph_outputs_;

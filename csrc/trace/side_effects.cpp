@@ -47,9 +47,18 @@ Done SideEffects::noteContainerMutation(const ValuePtr& c) {
   if (c->reg < 0) return {};  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set))
     return t_.fail(std::string("mutating ") + describe(c) + " from outside the trace is not supported yet");
+  // An iterator passed in over this container reads it as it changes from now on.
+  if (Done d = t_.iterators().containerChanging(c); !d) return d;
   for (const Effect& e : effects_)
     if (const auto* r = std::get_if<Effect::Replace>(&e.what); r && r->container == c) return {};
   return record({c->reg, Effect::Replace{c}});
+}
+
+std::vector<ValuePtr> SideEffects::replacedContainers() const {
+  std::vector<ValuePtr> out;
+  for (const Effect& e : effects_)
+    if (const auto* r = std::get_if<Effect::Replace>(&e.what)) out.push_back(r->container);
+  return out;
 }
 
 ValuePtr SideEffects::overlayAttr(int reg, PyObject* name) const {

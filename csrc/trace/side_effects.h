@@ -60,6 +60,8 @@ class SideEffects {
   // A mutation of container `c`: recorded (once) when it comes from the program, nothing
   // to replay when the trace made it; Unsupported for a kind that cannot be replayed.
   Done noteContainerMutation(const ValuePtr& c);
+  // The containers from the program the trace has changed so far.
+  std::vector<ValuePtr> replacedContainers() const;
 
   // The value last stored to attribute `name` of the object in register `reg` (or global
   // `name` of the globals dict in `reg`), deleted() when it was deleted since, or null.

@@ -347,8 +347,10 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   // then the effects' values.
   runtime::OutputPlan plan;
   auto effects = [&]() -> Done {
-    iterators_.appendAdvances(&entry_->effects);
-    return effects_.buildReplay(outputs_, &entry_->effects);
+    iterators_.appendAdvances(&entry_->effects, false);
+    if (Done d = effects_.buildReplay(outputs_, &entry_->effects); !d) return d;
+    iterators_.appendAdvances(&entry_->effects, true);
+    return {};
   };
   if (failed_) {
     return;

@@ -126,6 +126,9 @@ class Tracer {
   // Root argument `index` as the frame was entered; NotHandled when it is not an argument
   // bound at entry.
   Result<ValuePtr> loadRootLocal(SymbolicFrame& f, int index);
+  // The guard register of argument `index` of the root frame (a Local load, nothing
+  // checked), or -1 when it is not an argument or not bound.
+  int rootLocalRegister(SymbolicFrame& f, int index);
   Result<ValuePtr> loadGlobal(SymbolicFrame& f, PyObject* name);
   // The guard register of graph input `node`, or -1 when `node` is not a graph input.
   int inputRegOf(int node) const;

@@ -146,10 +146,31 @@ def list_iterator_at(lst, index):
     return it
 
 
+def list_reverse_iterator_at(lst, index):
+    """reversed(lst) whose next item is lst[index] (-1: exhausted): it reads the list as it
+    is when each item is taken, as the iterator the trace modelled."""
+    it = reversed(lst)
+    it.__setstate__(index)
+    if index < 0:
+        next(it, None)  # past its start: it lets its list go, as Python's does
+    return it
+
+
+def container_iterator_at(container, which, taken, backwards=False):
+    """iter(container) (which: 0 its keys, 1 a dict's values, 2 a dict's items; backwards:
+    reversed()) that has taken `taken` items: it goes on over the container itself, so a
+    change of the container's size later makes it raise as Python's does."""
+    over = container if which == 0 else container.values() if which == 1 else container.items()
+    it = reversed(over) if backwards else iter(over)
+    for _ in range(taken):
+        next(it)
+    return it
+
+
 def rebuild_partial(fn, args, keywords):
     """A functools.partial made in the trace, handed back (or to a resume function) as a real one."""
     return functools.partial(fn, *args, **keywords)
 
 
-__all__ = ["grad_mode_exit", "list_iterator_at", "make_function", "real_iterator", "rebuild_iterator",
-           "rebuild_partial"]
+__all__ = ["container_iterator_at", "grad_mode_exit", "list_iterator_at", "list_reverse_iterator_at", "make_function",
+           "real_iterator", "rebuild_iterator", "rebuild_partial"]

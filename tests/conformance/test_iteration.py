@@ -501,3 +501,125 @@ def test_returned_list_iterator_reads_the_list_as_it_is_later():
         lst.append(9)
         lst[1] = 7
         assert list(it) == want == [7, 2, 9]
+
+
+# A deque counts its changes as CPython's does (appends, pops, inserts, removals, rotations,
+# a clear of a non-empty one, a repeat that adds): an iterator over it raises RuntimeError
+# once the count moved, even when the size is the same again, and even past its end; d[i] = v
+# and reverse() are not counted. (Only a change of size raised before.)
+def _del_then_insert(d):
+    del d[0]
+    d.insert(0, 1)
+
+
+def _setitem(d):
+    d[1] = 7
+
+
+def _iadd(d, more):
+    d += more
+
+
+def _imul(d, n):
+    d *= n
+
+
+DEQUE_CHANGES = {
+    "append_then_pop": lambda d: (d.append(9), d.pop()),
+    "appendleft_then_popleft": lambda d: (d.appendleft(9), d.popleft()),
+    "setitem": _setitem,
+    "reverse": lambda d: d.reverse(),
+    "remove_then_append": lambda d: (d.remove(3), d.append(3)),
+    "del_then_insert": _del_then_insert,
+    "extend_empty": lambda d: d.extend([]),
+    "iadd_empty": lambda d: _iadd(d, []),
+    "iadd_one": lambda d: (_iadd(d, [5]), d.pop()),
+    "imul_one": lambda d: _imul(d, 1),
+    "imul_two": lambda d: _imul(d, 2),
+    "clear_then_extend": lambda d: (d.clear(), d.extend([1, 2, 3, 4])),
+    "extendleft_then_pop": lambda d: (d.extendleft([0]), d.popleft()),
+}
+
+
+@pytest.mark.parametrize("change", sorted(DEQUE_CHANGES))
+@pytest.mark.parametrize("past_end", [False, True])
+def test_deque_iterator_sees_every_counted_change(change, past_end):
+    op = DEQUE_CHANGES[change]
+
+    def fn(x):
+        d = collections.deque([1, 2, 3, 4])
+        it = iter(d)
+        first = next(it)
+        if past_end:
+            rest = list(it)
+        op(d)
+        try:
+            tail = list(it)
+        except RuntimeError as e:
+            tail = str(e)
+        return x + first, tail, list(d)
+
+    same_as_eager(fn, one(), fullgraph=True, compare_with_dynamo=False, expect_graphs=1)
+
+
+@pytest.mark.parametrize("view", ["dict", "keys", "values", "items"])
+@pytest.mark.parametrize("change", ["grow", "shrink", "same_keys", "none"])
+def test_reversed_dict_reads_the_dict_at_each_step(view, change):
+    # reversed(d) (and of its views) takes each item from the dict as it is then, and raises
+    # RuntimeError once the dict changed size (it was copied up front).
+    def fn(x):
+        d = {"a": 1, "b": 2, "c": 3}
+        over = d if view == "dict" else getattr(d, view)()
+        r = reversed(over)
+        first = next(r)
+        if change == "grow":
+            d["z"] = 4
+        elif change == "shrink":
+            del d["a"]
+        elif change == "same_keys":
+            d["a"] = 10
+        try:
+            rest = list(r)
+        except RuntimeError as e:
+            rest = str(e)
+        return x + 1, first, rest
+
+    same_as_eager(fn, one(), fullgraph=True, compare_with_dynamo=False, expect_graphs=1)
+
+
+@pytest.mark.parametrize("kind", ["deque", "reversed_dict", "reversed_items"])
+def test_iterators_alive_at_a_break_go_on_over_their_container(kind):
+    # A deque iterator and a reverse dict iterator alive at a graph break are rebuilt over
+    # the container itself: a change after the break raises as eagerly.
+    def fn(x):
+        if kind == "deque":
+            c = collections.deque([1, 2, 3])
+            it = iter(c)
+        else:
+            c = {"a": 1, "b": 2, "c": 3}
+            it = reversed(c) if kind == "reversed_dict" else reversed(c.items())
+        first = next(it)
+        print("break")
+        if kind == "deque":
+            c.rotate(1)
+        else:
+            c["z"] = 0
+        try:
+            rest = list(it)
+        except RuntimeError as e:
+            rest = str(e)
+        return x + 1, first, rest
+
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    x = torch.randn(3)
+    want = fn(x)
+    for call in ("first call", "cache hit"):
+        got = cfn(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:], (call, got[1:], want[1:])
+    # The resume function takes the rest from an iterator it cannot read ahead (a deque's, a
+    # reverse dict iterator): it breaks there, and the exception is handled in the break code.
+    assert cnt.frame_count <= 1 and cdynamo.stats()["graph_breaks"] >= 1
+    assert not cdynamo.stats()["native_frames"]

@@ -301,8 +301,10 @@ class Gen:
 
     def stmt(self, depth, in_loop, ind):
         nk = 20 if depth > 0 else 12  # compound statements only above depth 0
-        k = self.pick("stmt", nk)
+        k = self.pick("stmt", nk + 5)
         ed = self.draw(st.integers(0, 2))
+        if k >= nk:  # the stateful families: iterators, generators, deques, set algebra, views
+            return self.stateful(k - nk, ed, ind)
         if k <= 1:
             ty = self.choice(["T", "I", "L", "D", "F", "S", "P"])
             self.tag("stmt.assign.%s" % ty)
@@ -402,6 +404,105 @@ class Gen:
         return [ind + self.choice(["t1 = helper(%s, %s)" % (self.e_T(ed), self.e_I(ed)),
                                    "i1 = helper_int(%s, %s)" % (self.e_L(0), self.e_I(ed))])]
 
+    # ------------------------------------------------------------------ stateful objects
+    # Objects whose state a later step reads: an iterator over a container the program
+    # changes between next() calls, a generator driven by next()/send() between other
+    # statements, a deque, set algebra after removals, a dict view held across changes.
+    # Each family may put a graph break (a print, a data-dependent branch) while the object
+    # is alive, and prints what it reads (stdout is compared).
+    ITER_SOURCES = ["l0", "lst", "d0", "dct", "s0", "d0.keys()", "d0.values()", "d0.items()", "reversed(l0)",
+                    "reversed(d0)", "reversed(d0.items())", "enumerate(l0)", "zip(l0, tp)", "map(abs, l0)",
+                    "filter(None, l0)", "iter(tp)"]
+
+    def change_of(self, src, d):
+        """A statement that changes the container under `src` (or another one)."""
+        base = src.split("(")[-1].split(")")[0].split(",")[0].split(".")[0] if "(" in src else src.split(".")[0]
+        if base in ("l0", "lst"):
+            return self.choice(["%s.append(%s)" % (base, self.e_I(d)), "%s.insert(0, %s)" % (base, self.e_I(d)),
+                                "del %s[0]" % base, "%s.clear()" % base, "%s[0] = %s" % (base, self.e_I(d)),
+                                "%s.extend([7, 8])" % base, "%s.pop()" % base, "%s.reverse()" % base])
+        if base in ("d0", "dct"):
+            return self.choice(['%s["z"] = %s' % (base, self.e_I(d)), '%s.pop("a", 0)' % base,
+                                '%s["a"] = %s' % (base, self.e_I(d)), '%s.update(b=9)' % base,
+                                '%s.setdefault("c", 3)' % base, '%s.clear()' % base])
+        if base == "s0":
+            return self.choice(["s0.add(%s)" % self.e_I(d), "s0.discard(1)", "s0.add(9)", "s0.discard(2)",
+                                "s0 |= {17, 25}", "s0 -= {1}"])
+        return self.mutation(d)
+
+    def maybe_break(self, ind, d):
+        k = self.pick("sbreak", 3)
+        if k == 0:
+            return []
+        self.tag("stateful.break")
+        if k == 1:
+            return [ind + "print(%s)" % self.e_I(0)]
+        return [ind + "if %s.sum() > 0:" % self.e_T(d), ind + "    print(\"pos\")"]
+
+    def stateful(self, family, d, ind):
+        v = self.fresh()
+        if family == 0:
+            src = self.choice(self.ITER_SOURCES)
+            self.tag("stateful.iter")
+            lines = [ind + "%s = iter(%s)" % (v, src), ind + "print(next(%s, None))" % v]
+            lines += self.maybe_break(ind, d)
+            if self.draw(st.booleans()):
+                self.tag("stateful.iter_change")
+                lines.append(ind + self.change_of(src, d))
+            lines += self.maybe_break(ind, d)
+            lines += [ind + "try:", ind + "    print(next(%s, None), list(%s))" % (v, v),
+                      ind + "except RuntimeError as e:", ind + "    print(\"RuntimeError\", e)"]
+            return lines
+        if family == 1:
+            self.tag("stateful.generator")
+            g = "gen_" + v
+            lines = [ind + "def %s(k):" % g, ind + "    a = yield k", ind + "    print(\"got\", a)",
+                     ind + "    l0.append(k)", ind + "    b = yield (a or 0) + len(l0)", ind + "    yield b"]
+            lines += [ind + "%s = %s(%s)" % (v, g, self.e_I(d)), ind + "print(next(%s))" % v]
+            lines += self.maybe_break(ind, d)
+            if self.draw(st.booleans()):
+                lines.append(ind + self.mutation(d))
+            lines += [ind + "print(%s.send(%s))" % (v, self.e_I(d))]
+            lines += self.maybe_break(ind, d)
+            lines += [ind + "print(next(%s, None), next(%s, None))" % (v, v)]
+            return lines
+        if family == 2:
+            self.tag("stateful.deque")
+            maxlen = self.choice(["", ", maxlen=3"])
+            lines = [ind + "%s = collections.deque(l0%s)" % (v, maxlen)]
+            ops = ["append(%s)" % self.e_I(d), "appendleft(5)", "pop()", "popleft()", "rotate(1)", "reverse()",
+                   "extend([6, 7])", "clear()"]
+            it = v + "_it"
+            lines += [ind + "%s = iter(%s)" % (it, v), ind + "print(next(%s, None))" % it]
+            for _ in range(self.draw(st.integers(0, 2))):
+                op = self.choice(ops + ["[0] = 9"])
+                stmt = "%s%s" % (v, op) if op.startswith("[") else "%s.%s" % (v, op)
+                if op in ("pop()", "popleft()") or op.startswith("["):
+                    stmt = "if %s: %s" % (v, stmt)  # not on an empty deque
+                lines.append(ind + stmt)
+                lines += self.maybe_break(ind, d)
+            lines += [ind + "try:", ind + "    print(list(%s))" % it, ind + "except RuntimeError as e:",
+                      ind + "    print(\"RuntimeError\", e)", ind + "print(list(%s))" % v]
+            return lines
+        if family == 3:
+            self.tag("stateful.set_algebra")
+            lines = [ind + self.choice(["s0.discard(1)", "s0.discard(2)", "s0.pop()", "s0.remove(2) if 2 in s0 else None"]),
+                     ind + self.choice(["s0.add(9)", "s0.add(17)", "s0.update({25, 33})", "s0.add(%s)" % self.e_I(d)])]
+            lines += self.maybe_break(ind, d)
+            other = self.choice(["{3, 9}", "{1, 17, 40}", "set(l0)", "{%s}" % self.e_I(d)])
+            expr = self.choice(["s0 | %s" % other, "s0 - %s" % other, "s0 & %s" % other, "s0 ^ %s" % other,
+                                "s0.union(%s)" % other, "s0.difference(%s)" % other, "s0.intersection(%s)" % other,
+                                "s0.symmetric_difference(%s)" % other, "%s | s0" % other])
+            lines += [ind + "%s = %s" % (v, expr), ind + "print(list(%s), list(s0))" % v]
+            return lines
+        self.tag("stateful.dict_view")
+        view = self.choice(["keys", "values", "items"])
+        lines = [ind + "%s = %s.%s()" % (v, self.choice(DICTS), view)]
+        lines += self.maybe_break(ind, d)
+        lines.append(ind + self.change_of("d0", d))
+        lines += [ind + "print(list(%s), len(%s))" % (v, v)]
+        return lines
+
     def fresh(self):
         self.loop_var += 1
         return "w%d" % self.loop_var
@@ -421,7 +522,7 @@ class Gen:
 
     # ------------------------------------------------------------------ the module
     def program(self):
-        lines = ["import torch", "", "G0 = 1", "GL = [0]", ""]
+        lines = ["import collections", "import torch", "", "G0 = 1", "GL = [0]", ""]
         # The class: a method over a tensor, a property over an int, a method that stores.
         self.restricted = True
         self.extra = {"T": ["self.t", "a"], "I": ["self.k"]}

@@ -56,7 +56,14 @@ struct List {
   std::vector<ValuePtr> items;
   Ref deque;   // collections.deque when the list models a deque, or null
   Ref maxlen;  // a deque's maxlen (an int), or null for none
+  // A deque's count of the changes CPython's deque counts (appends, pops, inserts, removals,
+  // rotations, a clear of a non-empty one; not d[i] = v nor reverse()): an iterator over it
+  // raises once this moved since iter(), even past its end (dequeChanged).
+  uint64_t state = 0;
 };
+inline void dequeChanged(List& l) {
+  if (l.deque) ++l.state;
+}
 struct Slice {
   std::array<ValuePtr, 3> parts;  // start, stop, step
 };
@@ -95,6 +102,10 @@ struct Iterator {
   // that keeps the size is not modeled (the trace fails rather than guess Python's order).
   std::vector<Ref> seq_keys;
   std::vector<ValuePtr> seq_items;
+  // A Sequence iterator whose items were then made known ahead (drainUserIterator): its
+  // pos in the container when they were, so the drained items begin there.
+  size_t seq_base = 0;
+  uint64_t seq_state = 0;             // Sequence over a deque: its List::state at iter()
   // Whether its items are made one at a time when taken (not known ahead).
   bool lazy() const { return stepper || made != Made::Ahead; }
 };
