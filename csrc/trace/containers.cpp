@@ -836,6 +836,14 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
 
 }  // namespace
 
+PyObject* realSetOperand(const ValuePtr& v) {
+  Set* s = v->get<Set>();
+  if (!s || s->frozen || v->reg >= 0) return nullptr;
+  PyObject* shadow = setShadow(*s);
+  if (!shadow || static_cast<size_t>(PySet_GET_SIZE(shadow)) != s->items.size()) return nullptr;
+  return shadow;
+}
+
 std::vector<ValuePtr> setIterationOrder(const Set& s) {
   // Python walks a set in the order of its table, which the items' hashes decide: a set of
   // real objects (constants, modules, whose hashes are the same on every call the guards

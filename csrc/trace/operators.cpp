@@ -346,11 +346,22 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
   // Sets, and a constant with a container of constants ("%s=%d" % (name, n)): compute.
   if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != BinaryOp::InplaceAdd &&
       op != BinaryOp::InplaceMultiply) {
-    Ref pa = toPython(t, a), pb = pa ? toPython(t, b) : Ref();
+    // A set made in the trace is read as its shadow: eager's a ^ b walks a's own table,
+    // whose order its history (removals, resizes) decides; a fresh copy of its items walks
+    // in another order (fuzzer F5: s ^ {3, 9} after discard/add gave [1, 3] for [3, 1]).
+    auto operand = [&](const ValuePtr& v) {
+      PyObject* shadow = realSetOperand(v);
+      return shadow ? Ref::borrow(shadow) : toPython(t, v);
+    };
+    Ref pa = operand(a), pb = pa ? operand(b) : Ref();
     if (pa && pb) {
       Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, pa.get(), pb.get(), nullptr));
       if (!r) return t.failFromPython(std::string("operator.") + fn_name);
-      return fromPython(t, r.get());
+      Result<ValuePtr> out = fromPython(t, r.get());
+      // The new set's own table is its history from here on (a later walk or pop() reads it).
+      if (out && PySet_CheckExact(r.get()))
+        if (Set* s = (*out)->get<Set>(); s && !s->frozen && (*out)->reg < 0) s->shadow = std::move(r);
+      return out;
     }
   }
   // Sets holding values made in the trace (tensors): by their members.

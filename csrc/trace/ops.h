@@ -253,6 +253,11 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
 // identity, frozensets of those). The order a walk of set `s` meets its items in: Python's
 // (from the items' hashes) when they are all real objects, else the order they were added.
 std::vector<ValuePtr> setIterationOrder(const Set& s);
+// The real set an operation of the program would read for the set value `v` made in the
+// trace: its shadow (Set::shadow, the same table eager execution's set has, history and
+// all), made on first need; borrowed; null when there is none (an item without a real
+// object, a set from the program, not a Set).
+PyObject* realSetOperand(const ValuePtr& v);
 // frozenset(iterable): a constant when its items are constants, else a frozen Set.
 Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable);
 // a | b, a & b, a - b, a ^ b (and the in-place forms, which change a set itself) of two

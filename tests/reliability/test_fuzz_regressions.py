@@ -179,14 +179,12 @@ def test_nonlocal_stores_by_two_closures_made_outside_the_trace():
         assert torch.equal(got[0], want[0]) and got[1] == want[1]
 
 
-@pytest.mark.xfail(strict=True, reason="F5 (issue 14 item 4): a non-in-place set operator on a set "
-                   "with a history computes on a fresh copy; the result walks in another order")
 def test_symmetric_difference_of_a_set_after_removal_walks_as_eagerly():
     # F5 (fuzzer seed 80000): s0 ^ {3, 9} after s0.discard(2); s0.add(9). CPython's result is
     # a copy of s0's table (its dummy slot included) toggled by the other's items: [3, 1];
     # the trace combined fresh sets built from the items and gave [1, 3]. The in-place
-    # operators replay on the set's shadow (829466f); the binary ones should build their
-    # result from that shadow too.
+    # operators replay on the set's shadow (829466f); the binary ones now read their operands'
+    # shadows and keep the result's real table as its history.
     def f(x):
         s0 = {1, 2}
         s0.discard(2)

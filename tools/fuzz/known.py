@@ -7,6 +7,4 @@ KNOWN = [
     {"id": "F2", "signature": "exception: eager ok / compiled RuntimeError", "tags": ["closure.recursive"],
      "symptom_contains": "cannot rebuild a container that contains itself",
      "test": "tests/reliability/test_fuzz_regressions.py::test_recursive_closure_escaping_the_trace"},
-    {"id": "F5", "signature": "stdout: value", "tags": ["stateful.set_algebra"],
-     "test": "tests/reliability/test_fuzz_regressions.py::test_symmetric_difference_of_a_set_after_removal_walks_as_eagerly"},
 ]
