@@ -170,6 +170,12 @@ struct StorageGuard {
 Ref iterRemaining(PyObject* it);
 // Whether iterRemaining can read `it` (an iterator of a tuple, list, range, dict or set).
 bool isReadableIterator(PyObject* it);
+// A new tuple of the keys of `dict` in the order iterating it meets them: an OrderedDict's
+// (or a subclass's) linked order (move_to_end changes it, not the dict's storage order,
+// which PyDict_Next walks), read through OrderedDict's own C iterator (a subclass's
+// __iter__ never runs); any other dict's storage order. Null with a Python error set
+// when the walk fails.
+Ref dictKeysInOrder(PyObject* dict);
 
 class GuardProgram {
  public:
