@@ -241,6 +241,10 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 // at trace time: true with *eq set (0 or 1), false when it cannot be known.
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
+// Raises the TypeError Python raises for a call of the container type `type` (dict,
+// OrderedDict, defaultdict, ...) with more positional arguments than it takes: the type is
+// called for real with None in their place (its argument check fails before any work).
+Stop raiseConstructorArgumentError(Tracer& t, PyObject* type, size_t nargs, const Kwargs& kwargs);
 // Sets and frozensets made in the trace (their items constants, modules, tensors by
 // identity, frozensets of those). The order a walk of set `s` meets its items in: Python's
 // (from the items' hashes) when they are all real objects, else the order they were added.
