@@ -74,7 +74,6 @@ bool constIntArg(const std::vector<ValuePtr>& args, size_t i, Py_ssize_t* out) {
 Result<ValuePtr> sortConstants(Tracer& t, std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
 Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePtr>& args,
                             std::vector<std::pair<Ref, ValuePtr>>& kwargs);
-PyTypeObject* containerCType(const ValuePtr& self);
 // Calls C method `name` of `type` for real with placeholders for `args` and `kwargs`, on an
 // empty instance, to raise the TypeError Python raises for arguments the method refuses
 // (its argument parsing fails before it does anything); the caller knows they are refused.
@@ -1078,11 +1077,6 @@ Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key) {
   return v;
 }
 
-namespace {
-
-// The C type whose methods act on a container value (list, collections.deque, tuple,
-// dict, OrderedDict, defaultdict, mappingproxy, set, frozenset): for an instance of a
-// subclass, its first base that is not a class of the program. Null for other kinds.
 PyTypeObject* containerCType(const ValuePtr& self) {
   PyTypeObject* type = nullptr;
   if (const List* l = self->get<List>())
@@ -1096,6 +1090,8 @@ PyTypeObject* containerCType(const ValuePtr& self) {
   while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
   return type;
 }
+
+namespace {
 
 // What a C method's __text_signature__ says of the arguments it takes; `known` false when
 // it has none (D.update([E, ]**F), set.union(*others) as documented in prose).
@@ -1320,6 +1316,29 @@ Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* 
       break;
   }
   if (!r.notHandled()) return r;
+  if (n[0] == '_' && n[1] == '_' && (self->is(Kind::List) || self->is(Kind::Tuple) || self->is(Kind::Dict) ||
+                                     self->is(Kind::Set))) {
+    // A special method called by name (l.__getitem__(2), d.__iter__(), s.__sub__(q)): the
+    // C type's method, as a call through the class would run it (callBaseMethod).
+    if (PyTypeObject* type = containerCType(self))
+      if (PyObject* descr = _PyType_Lookup(type, name)) {
+        Ref hold = Ref::borrow(descr);
+        Args with_self{self};
+        with_self.insert(with_self.end(), args.begin(), args.end());
+        Result<ValuePtr> b = callBaseMethod(t, descr, with_self, kwargs);
+        if (!b.notHandled()) return b;
+      }
+  }
+  if (self->is(Kind::DictView) && strcmp(n, "__iter__") == 0 && args.empty() && kwargs.empty()) return getIter(t, self);
+  if (self->is(Kind::Iterator) && args.empty() && kwargs.empty()) {
+    if (strcmp(n, "__iter__") == 0) return self;  // an iterator is its own
+    if (strcmp(n, "__next__") == 0) {
+      ValuePtr item;
+      if (Done d = nextItem(t, self, &item); !d) return d.stop();
+      if (!item) return raiseStopIteration(t, self);
+      return item;
+    }
+  }
   return t.fail(std::string(kindName(self->kind())) + "." + n + "() is not supported yet");
 }
 

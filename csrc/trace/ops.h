@@ -241,6 +241,10 @@ Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Re
 // at trace time: true with *eq set (0 or 1), false when it cannot be known.
 bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
+// The C type whose methods act on a container value (list, collections.deque, tuple, dict,
+// OrderedDict, defaultdict, mappingproxy, set, frozenset; for a subclass instance's items,
+// the first base that is not a class of the program), or null for other kinds.
+PyTypeObject* containerCType(const ValuePtr& self);
 // Raises the TypeError Python raises for a call of the container type `type` (dict,
 // OrderedDict, defaultdict, ...) with more positional arguments than it takes: the type is
 // called for real with None in their place (its argument check fails before any work).
