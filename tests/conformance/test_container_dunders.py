@@ -81,3 +81,18 @@ def test_method_objects_and_assert_raises():
         return x + 1, names, b.get.__name__, b.get.__func__ is Box.get, b.get.__self__ is b
 
     same_as_eager(fn, one)
+
+
+def test_iterating_a_non_iterable_constant_raises_type_error():
+    # set.issubset(1), list(None), for x in 3: Python's TypeError, raised in the trace
+    # (it stopped the trace as unsupported).
+    def fn(x):
+        caught = []
+        for call in (lambda: {1}.issubset(1), lambda: list(None), lambda: [v for v in 3], lambda: iter(2.5)):
+            try:
+                call()
+            except TypeError as e:
+                caught.append(str(e))
+        return x + 1, caught
+
+    same_as_eager(fn, one)
