@@ -361,16 +361,29 @@ void GuardProgram::checkNoInstanceAttr(int reg, PyObject* name) {
   addCheck(std::move(c));
 }
 
+Ref dictKeysInOrder(PyObject* dict) {
+  if (!PyODict_Check(dict)) {
+    Ref keys = Ref::steal(PyDict_Keys(dict));
+    return keys ? Ref::steal(PyList_AsTuple(keys.get())) : Ref();
+  }
+  Ref it = Ref::steal(PyODict_Type.tp_iter(dict));
+  if (!it) return Ref();
+  Ref keys = Ref::steal(PyList_New(0));
+  if (!keys) return Ref();
+  while (PyObject* key = PyIter_Next(it.get())) {
+    Ref held = Ref::steal(key);
+    if (PyList_Append(keys.get(), key) < 0) return Ref();
+  }
+  if (PyErr_Occurred()) return Ref();
+  return Ref::steal(PyList_AsTuple(keys.get()));
+}
+
 void GuardProgram::checkDictKeys(int reg, PyObject* dict) {
   // Once per register: the real dict does not change while a frame is traced.
   for (const Check& done : checks_)
     if (!done.dropped && done.kind == CheckKind::DictKeys && done.reg == reg) return;
   Check c{CheckKind::DictKeys, reg};
-  c.obj = Ref::steal(PyDict_Keys(dict));
-  if (c.obj) {
-    Ref t = Ref::steal(PyList_AsTuple(c.obj.get()));
-    c.obj = std::move(t);
-  }
+  c.obj = dictKeysInOrder(dict);
   if (!c.obj) {
     PyErr_Clear();
     c.kind = CheckKind::Identity;
@@ -832,6 +845,18 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
     case CheckKind::DictKeys: {
       PyObject* keys = c.obj.get();
       if (!PyDict_Check(v) || PyDict_GET_SIZE(v) != PyTuple_GET_SIZE(keys)) return false;
+      if (PyODict_Check(v)) {
+        // An OrderedDict is walked in its linked order, which move_to_end changes without
+        // touching the storage order PyDict_Next sees; the keys were recorded in that order
+        // (dictKeysInOrder). Its C iterator runs no Python code, but allocates.
+        Ref it = Ref::steal(PyODict_Type.tp_iter(v));
+        if (!it) return PyErr_Clear(), false;
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); ++i) {
+          Ref k = Ref::steal(PyIter_Next(it.get()));
+          if (!k || !sameKey(k.get(), PyTuple_GET_ITEM(keys, i))) return PyErr_Clear(), false;
+        }
+        return true;
+      }
       PyObject *key, *value;
       Py_ssize_t pos = 0, i = 0;
       while (PyDict_Next(v, &pos, &key, &value)) {

@@ -181,6 +181,12 @@ bool isReadableIterator(PyObject* it);
 PyObject* iterContainer(PyObject* it);
 // The index of list_iterator `it` (the next item it reads), or -1 with a Python error.
 Py_ssize_t listIteratorIndex(PyObject* it);
+// A new tuple of the keys of `dict` in the order iterating it meets them: an OrderedDict's
+// (or a subclass's) linked order (move_to_end changes it, not the dict's storage order,
+// which PyDict_Next walks), read through OrderedDict's own C iterator (a subclass's
+// __iter__ never runs); any other dict's storage order. Null with a Python error set
+// when the walk fails.
+Ref dictKeysInOrder(PyObject* dict);
 
 class GuardProgram {
  public:

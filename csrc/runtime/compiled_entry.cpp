@@ -227,8 +227,28 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       return PyList_SetSlice(target, 0, PyList_GET_SIZE(target), value);
     }
     int operator()(const SideEffect::ReplaceDict&) const {
-      PyDict_Clear(target);
-      return PyDict_Update(target, value);
+      if (PyDict_CheckExact(target)) {
+        PyDict_Clear(target);
+        return PyDict_Update(target, value);
+      }
+      // An OrderedDict, a defaultdict (or a subclass of one): PyDict_Clear/PyDict_Update
+      // would write the dict's storage under an OrderedDict's linked order (corrupting it);
+      // its C type's own clear() and item assignment keep both (a Python override of the
+      // program's class is not what the trace recorded, and does not run).
+      PyTypeObject* base = Py_TYPE(target);
+      while (PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE)) base = base->tp_base;
+      PyObject* clear = _PyType_Lookup(base, interned(Str::clear));
+      if (!clear) {
+        PyErr_SetString(PyExc_TypeError, "cdynamo: a dict type without clear()");
+        return -1;
+      }
+      Ref cleared = Ref::steal(PyObject_CallOneArg(clear, target));
+      if (!cleared) return -1;
+      PyObject *k, *v;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(value, &pos, &k, &v))
+        if (base->tp_as_mapping->mp_ass_subscript(target, k, v) < 0) return -1;
+      return 0;
     }
     int operator()(const SideEffect::ReplaceSet&) const {
       PySet_Clear(target);

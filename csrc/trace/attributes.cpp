@@ -193,11 +193,38 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (obj->as<Iterator>().made == Iterator::Made::Generator &&
           (strcmp(n, "send") == 0 || strcmp(n, "close") == 0 || strcmp(n, "throw") == 0 || strcmp(n, "__next__") == 0))
         return Value::namedMethod(obj, name);
+      if (strcmp(n, "__iter__") == 0 || strcmp(n, "__next__") == 0)
+        return Value::namedMethod(obj, name);  // it.__iter__() (itself), it.__next__(): called later
       break;
+    case Kind::NamedMethod: {
+      // The method of a container or tensor value: what its C method answers
+      // (assertRaises(TypeError, s.add) reads its __name__).
+      const NamedMethod& m = obj->as<NamedMethod>();
+      if (strcmp(n, "__self__") == 0) return m.self;
+      if (strcmp(n, "__name__") == 0) return Value::constant(m.name.get());
+      if (strcmp(n, "__qualname__") == 0) {
+        PyTypeObject* owner = containerCType(m.self);
+        if (!owner && m.self->is(Kind::Tensor)) owner = reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_Tensor));
+        if (!owner) break;
+        Ref q = Ref::steal(PyUnicode_FromFormat("%s.%U", _PyType_Name(owner), m.name.get()));
+        if (!q) return t.failFromPython("a method's __qualname__");
+        return Value::constant(q.get());
+      }
+      break;
+    }
+    case Kind::BoundMethod: {
+      // A Python function bound to a value: the method object's own attributes, the rest
+      // read from the function (as a method object forwards them).
+      const BoundMethod& m = obj->as<BoundMethod>();
+      if (strcmp(n, "__self__") == 0) return m.self;
+      if (strcmp(n, "__func__") == 0) return Value::callable(m.function.get());
+      if (strcmp(n, "__name__") == 0 || strcmp(n, "__qualname__") == 0 || strcmp(n, "__module__") == 0 ||
+          strcmp(n, "__doc__") == 0)
+        return getAttr(t, Value::callable(m.function.get()), name);
+      break;
+    }
     case Kind::Null:
     case Kind::Slice:
-    case Kind::BoundMethod:
-    case Kind::NamedMethod:
     case Kind::Cell:
     case Kind::Partial:
       break;

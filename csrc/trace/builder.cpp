@@ -455,12 +455,17 @@ Result<ValuePtr> Tracer::wrapDictItems(PyObject* obj, int reg, PyObject* type) {
   std::vector<Ref> keys;
   std::vector<ValuePtr> values;
   if (reg >= 0) guards().checkDictKeys(reg, obj);
-  PyObject *key, *value;
-  Py_ssize_t pos = 0;
-  while (PyDict_Next(obj, &pos, &key, &value)) {
+  // The items in the order iterating the dict meets them: an OrderedDict's linked order
+  // (move_to_end changes it, not the storage order PyDict_Next walks), the key guard's order.
+  Ref order = guards::dictKeysInOrder(obj);
+  if (!order) return failFromPython("reading the keys of a dict");
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(order.get()); ++i) {
+    PyObject* key = PyTuple_GET_ITEM(order.get(), i);
     // Constants, or objects hashed by identity (tensors, classes, functions, modules, user
     // objects), which the key guard then requires to be the same objects.
     if (!isConstantObject(key) && !isIdentityKey(key)) return fail("dict keys must be constants or objects hashed by identity");
+    PyObject* value = PyDict_GetItemWithError(obj, key);  // such keys hash and compare in C
+    if (!value) return PyErr_Occurred() ? failFromPython("reading a dict item") : fail("a dict changed while it was read");
     int item_reg = -1;
     if (reg >= 0) {
       Ref r = Ref::steal(PyObject_Repr(key));

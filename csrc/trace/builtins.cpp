@@ -307,6 +307,7 @@ Result<ValuePtr> builtinCollection(Tracer& t, PyObject* f, const char* which, Ar
 Result<ValuePtr> builtinDict(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (!(is("dict"))) return notHandled();
+  if (args.size() > 1) return raiseConstructorArgumentError(t, f, args.size(), kwargs);
   ValuePtr d = Value::dict(f, {}, {});
   if (Result<ValuePtr> r = callContainerMethod(t, d, interned(Str::update), args, kwargs); !r) return r;
   return d;

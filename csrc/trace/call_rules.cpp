@@ -350,6 +350,7 @@ Result<ValuePtr> makeNamedTupleClass(Tracer& t, PyObject* f, const char*, Args& 
 
 // collections.defaultdict(factory, ...) made in the trace.
 Result<ValuePtr> makeDefaultdict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() > 2) return raiseConstructorArgumentError(t, f, args.size(), kwargs);
   ValuePtr d = Value::dict(f, {}, {});
   if (!args.empty()) {
     // The factory: a real callable (list, a class, a function of the program), one made in
@@ -407,6 +408,7 @@ Result<ValuePtr> callGetter(Tracer& t, PyObject* f, const char*, Args& args, Kwa
 
 // collections.OrderedDict(...) made in the trace.
 Result<ValuePtr> makeOrderedDict(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (args.size() > 1) return raiseConstructorArgumentError(t, f, args.size(), kwargs);
   ValuePtr d = Value::dict(f, {}, {});
   if (Result<ValuePtr> r = callContainerMethod(t, d, interned(Str::update), args, kwargs); !r) return r;
   return d;

@@ -182,6 +182,30 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>
     for (const char* k : kImmutable) pure = pure || strcmp(n, k) == 0;
   }
   if (!pure) return notHandled();
+  // These take an iterable one item at a time and stop at the first that decides: a lazy
+  // iterator must keep the rest (and a generator not run ahead). A frozenset's predicates
+  // are the set methods' (containers.cpp); operator.contains/indexOf are left to the rules.
+  if (PyCFunction_Check(fn) && args.size() == 1) {
+    PyObject* self = PyCFunction_GET_SELF(fn);
+    const char* name = reinterpret_cast<PyCFunctionObject*>(fn)->m_ml->ml_name;
+    if (self && PyAnySet_Check(self) && (strcmp(name, "isdisjoint") == 0 || strcmp(name, "issuperset") == 0)) {
+      std::vector<ValuePtr> items;
+      Ref it = Ref::steal(PyObject_GetIter(self));
+      if (!it) return t.failFromPython("iterating a set");
+      while (Ref x = Ref::steal(PyIter_Next(it.get()))) items.push_back(Value::constant(x.get()));
+      if (PyErr_Occurred()) return t.failFromPython("iterating a set");
+      Ref method = Ref::steal(PyUnicode_FromString(name));
+      if (!method) return t.failFromPython("a method name");
+      return callContainerMethod(t, Value::frozenSet(std::move(items)), method.get(), args, kwargs);
+    }
+  }
+  if (PyCFunction_Check(fn) && !args.empty())
+    if (args[0]->is(Kind::Iterator)) {
+      const char* name = reinterpret_cast<PyCFunctionObject*>(fn)->m_ml->ml_name;
+      PyObject* self = PyCFunction_GET_SELF(fn);
+      if (self && PyModule_Check(self) && (strcmp(name, "contains") == 0 || strcmp(name, "indexOf") == 0))
+        return notHandled();
+    }
   // An iterator argument is taken whole by these C functions ("".join(map(f, xs))): one
   // made item by item is run to its end first, in order.
   for (const ValuePtr& a : args)

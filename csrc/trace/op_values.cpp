@@ -145,6 +145,56 @@ Result<Next> opUnpackSequence(Tracer& t, SymbolicFrame&, const bytecode::Instruc
   return Next::Fall;
 }
 
+namespace {
+
+// repr() of a list, tuple, plain dict or set made of constants (nested ones too), as Python
+// writes it: a set's items in the order walking it meets them (its history decides:
+// setIterationOrder), which a real set rebuilt from the items would not keep. Null
+// without an error when some part is not such a value (a tensor, an object).
+Ref containerRepr(Tracer& t, const ValuePtr& v, int depth = 0) {
+  if (depth > 50) return Ref();
+  if (PyObject* c = v->constant()) return Ref::steal(PyObject_Repr(c));
+  std::vector<ValuePtr> items;
+  std::string open, close;
+  const Dict* dict = v->get<Dict>();
+  if (const Set* s = v->get<Set>()) {
+    items = setIterationOrder(*s);
+    if (items.empty()) return Ref::steal(PyUnicode_FromString(s->frozen ? "frozenset()" : "set()"));
+    open = s->frozen ? "frozenset({" : "{";
+    close = s->frozen ? "})" : "}";
+  } else if (v->is(Kind::List) && !v->as<List>().deque) {
+    items = v->as<List>().items;
+    open = "[", close = "]";
+  } else if (const Tuple* tu = v->get<Tuple>(); tu && !tu->namedtuple) {
+    items = tu->items;
+    open = "(", close = items.size() == 1 ? ",)" : ")";
+  } else if (dict && dict->type.get() == reinterpret_cast<PyObject*>(&PyDict_Type)) {
+    open = "{", close = "}";
+  } else {
+    return Ref();
+  }
+  std::string out = open;
+  size_t n = dict ? dict->keys.size() : items.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i) out += ", ";
+    if (dict) {
+      Ref k = Ref::steal(PyObject_Repr(dict->keys[i].get()));
+      if (!k) return Ref();
+      out += PyUnicode_AsUTF8(k.get());
+      out += ": ";
+    }
+    Ref r = containerRepr(t, dict ? dict->values[i] : items[i], depth + 1);
+    if (!r) return Ref();
+    const char* text = PyUnicode_AsUTF8(r.get());
+    if (!text) return Ref();
+    out += text;
+  }
+  out += close;
+  return Ref::steal(PyUnicode_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size())));
+}
+
+}  // namespace
+
 Result<Next> opFormatValue(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
   // f-string pieces of constants: format with CPython's own conversion rules.
   const int arg = ins.arg;
@@ -157,6 +207,16 @@ Result<Next> opFormatValue(Tracer& t, SymbolicFrame&, const bytecode::Instructio
     if (!s.notHandled()) {
       if (!s) return s.stop();
       io.assign(1, s.take());
+      return Next::Fall;
+    }
+  }
+  if (!c && !spec && (arg & 0x03) != 3) {
+    // A container of constants: f"{s}" and f"{s!r}" are its repr (str and format with an
+    // empty spec are repr for these types).
+    Ref r = containerRepr(t, v);
+    PyErr_Clear();
+    if (r) {
+      io.assign(1, Value::constant(r.get()));
       return Next::Fall;
     }
   }

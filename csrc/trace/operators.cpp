@@ -823,7 +823,8 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     }
     case Kind::Constant: {
       Ref iter = Ref::steal(PyObject_GetIter(obj->constant()));
-      if (!iter) return t.failFromPython("iterating a constant");
+      // iter(1), for x in None: the TypeError Python raises, raised in the traced program.
+      if (!iter) return PyErr_ExceptionMatches(PyExc_TypeError) ? t.raisePython() : t.failFromPython("iterating a constant");
       std::vector<ValuePtr> items;
       while (Ref item = Ref::steal(PyIter_Next(iter.get()))) {
         if (!isConstantObject(item.get())) return t.fail("iterating a constant gave a non-constant");

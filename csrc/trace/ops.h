@@ -249,6 +249,14 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 // Python module, whose type's __eq__ (and __hash__) are not Python functions.
 bool realComparable(const ValuePtr& v, bool hashed = false);
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
+// The C type whose methods act on a container value (list, collections.deque, tuple, dict,
+// OrderedDict, defaultdict, mappingproxy, set, frozenset; for a subclass instance's items,
+// the first base that is not a class of the program), or null for other kinds.
+PyTypeObject* containerCType(const ValuePtr& self);
+// Raises the TypeError Python raises for a call of the container type `type` (dict,
+// OrderedDict, defaultdict, ...) with more positional arguments than it takes: the type is
+// called for real with None in their place (its argument check fails before any work).
+Stop raiseConstructorArgumentError(Tracer& t, PyObject* type, size_t nargs, const Kwargs& kwargs);
 // Sets and frozensets made in the trace (their items constants, modules, tensors by
 // identity, frozensets of those). The order a walk of set `s` meets its items in: Python's
 // (from the items' hashes) when they are all real objects, else the order they were added.
