@@ -260,7 +260,8 @@ class GraphBuilder {
     OutGrad out_rg = OutGrad::Mixed;
     int next = -1;  // the next entry of the same key, or -1
     // The result is a view of positional argument 0 (a view method: view_methods), with
-    // this layout (sizes, strides and offset in the key's symbols): made by as_strided.
+    // this layout (sizes and strides in the key's symbols; view_offset: its storage offset
+    // less the receiver's, see relativeOffset in memo.cpp): made by as_strided.
     bool view_of_receiver = false;
     Ref view_size, view_stride, view_offset;
   };
