@@ -202,6 +202,16 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
         if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return -1;
       }
     }
+    // Under a ShapeEnv, with torch's Python dispatcher on, as torch._dynamo runs every fake
+    // op (get_fake_value): the Python decompositions of composite ops (upsample's, used by
+    // F.interpolate) apply, which keep sizes symbolic where the C++ composite reads
+    // sizes() and specializes them. On for this call only (the object's end restores).
+    Ref python_dispatcher;
+    if (shape_env_) {
+      PyObject* enable = lookup(Obj::torch_C_EnablePythonDispatcher);
+      python_dispatcher = enable ? Ref::steal(PyObject_CallNoArgs(enable)) : Ref();
+      if (!python_dispatcher) return -1;
+    }
     if (op == NodeOp::CallMethod) {
       // target is the method name; args[0] is the receiver.
       CDYNAMO_CHECK(PyTuple_GET_SIZE(fargs.get()) >= 1, "method call without receiver");
@@ -212,6 +222,12 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       n.fake = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
+    }
+    if (python_dispatcher) {
+      PyObject *type, *value, *tb;  // a pending error survives the object's end
+      PyErr_Fetch(&type, &value, &tb);
+      python_dispatcher = Ref();
+      PyErr_Restore(type, value, tb);
     }
     if (memo_result) {
       // The check mode (tests): what the memo made must be what running the op made.
