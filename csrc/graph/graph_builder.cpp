@@ -126,6 +126,16 @@ PyObject* GraphBuilder::stackTrace(int loc) {
   return stack_traces_[loc].get();
 }
 
+int GraphBuilder::runtimeAssertsNeeded() {
+  if (!shape_env_) return 0;
+  if (has_unbacked_) return 1;
+  Ref count = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "num_deferred_runtime_asserts"));
+  if (!count) return -1;
+  Py_ssize_t n = PyLong_AsSsize_t(count.get());
+  if (n < 0 && PyErr_Occurred()) return -1;
+  return n > 0 ? 1 : 0;
+}
+
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                           std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result) {
   Node n{op};
@@ -250,20 +260,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       }
   }
   if (shape_env_) {
-    // A deferred runtime assert (torch._check(s > 0), or `s >= 0` assumed by an op using
-    // s as a size) would have to become a graph node checked on every call; until it is,
-    // such a call is not captured (never silently dropped).
-    Ref count = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "num_deferred_runtime_asserts"));
-    if (!count) return -1;
-    Py_ssize_t n_asserts = PyLong_AsSsize_t(count.get());
-    if (n_asserts < 0 && PyErr_Occurred()) return -1;
-    if (n_asserts != runtime_asserts_) {
-      runtime_asserts_ = n_asserts;
-      PyErr_SetString(PyExc_NotImplementedError,
-                      "it makes an assumption about a value read from a tensor (Tensor.item()) that would need a "
-                      "runtime check in the graph (not supported yet)");
-      return -1;
-    }    // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
+    // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
     // records them for each node: a backend that re-traces the graph (AOT autograd) needs
     // them, and it consumes the ShapeEnv's pending symbols.
     Ref pending = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "pending_fresh_unbacked_symbols"));
@@ -277,6 +274,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                                                                     shape_env_.get(), n.fake.get(), nullptr));
       if (!n.unbacked_bindings) return -1;
       if (n.unbacked_bindings.get() == Py_None) n.unbacked_bindings = Ref();
+      else has_unbacked_ = true;
     }
   }
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is

@@ -334,6 +334,47 @@ def compile_guards(shape_env, bindings):
     return out
 
 
+def runtime_assert_symbols(shape_env):
+    """The symbols the ShapeEnv's deferred runtime asserts are about (a frozenset)."""
+    out = set()
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            out |= ra.expr.free_symbols
+    return frozenset(out)
+
+
+def insert_runtime_asserts(gm, shape_env, name):
+    """torch's pass that torch._dynamo runs on every graph (torch.fx.passes.runtime_assert):
+    the ShapeEnv's deferred runtime asserts (torch._check of a value read from a tensor, the
+    relation an op assumed between unbacked sizes: Eq(u0, u1) for `x + y` of two nonzero()
+    results) and the ranges of unbacked symbols become aten._assert_scalar nodes, each
+    placed once the graph has bound its symbols. Returns the graph's op count afterwards.
+
+    An assert whose symbols the graph never binds (a size of an input the graph does not
+    take) would be dropped by the pass: NotImplementedError instead, and the frame is not
+    captured with that reason rather than run without the check."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+    from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+
+    bound = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            bound |= free_symbols(node.meta.get("example_value"))
+        bindings = node.meta.get("unbacked_bindings")
+        if bindings:
+            bound |= set(bindings)
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            missing = ra.expr.free_symbols - bound
+            if missing:
+                raise NotImplementedError(
+                    f"a runtime check ({ra.expr}) on {', '.join(sorted(map(str, missing)))}, which the graph does not "
+                    "take as an input")
+    insert_deferred_runtime_asserts(gm, shape_env, name)
+    gm.recompile()
+    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
+
+
 # config.memo_check: the differences found (op, what differs), for the tests to assert
 # none; each also raises in the trace that found it.
 memo_check_failures = []
