@@ -509,13 +509,15 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
     // As torch._dynamo (InstructionTranslator._return raises SkipFrame: 'No ops traced for
     // the FX graph'): a frame whose trace, first or a recompile, recorded no op and had no
     // graph break runs natively from now on, its entries unused (the frames it calls are
-    // still captured); not under fullgraph=True, where the empty graph is the answer.
+    // still captured); not under fullgraph=True, where the empty graph is the answer, nor
+    // with config.allow_empty_graphs (torch._dynamo's flag of that name).
     Ref fullgraph = Ref::steal(PyObject_GetAttrString(config, "fullgraph"));
-    if (!fullgraph) {
+    int allow_empty = fullgraph ? graph::configFlag("allow_empty_graphs") : -1;
+    if (allow_empty < 0) {
       *error = true;
       return nullptr;
     }
-    if (fullgraph.get() != Py_True) {
+    if (fullgraph.get() != Py_True && !allow_empty) {
       trace::Unsupported u;
       u.reason = "no op traced (no graph and no graph break): the frame runs natively from now on, as "
                  "torch._dynamo skips it";

@@ -11,6 +11,8 @@ import torch._dynamo.testing
 import cdynamo
 from cdynamo.testing import CompileCounter
 
+pytestmark = pytest.mark.usefixtures("dynamo_skips_empty_frames")  # torch._dynamo's default
+
 
 def returns_input(x):
     return x

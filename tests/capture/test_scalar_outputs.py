@@ -240,7 +240,7 @@ def test_on_branching_on_the_value_is_a_graph_break(capture, t):
     assert cdynamo.stats()["cache_hits"] == 3
 
 
-def test_on_bool_of_the_value_in_a_branch_is_a_graph_break(capture):
+def test_on_bool_of_the_value_in_a_branch_is_a_graph_break(capture, dynamo_skips_empty_frames):
     def f(x, t):
         return x * 2 if bool(t) else x
 

@@ -15,6 +15,9 @@ import torch._dynamo.testing
 import cdynamo
 from cdynamo.testing import CompileCounter
 
+# torch._dynamo's defaults on both sides: a frame without ops is skipped for good.
+pytestmark = pytest.mark.usefixtures("dynamo_skips_empty_frames")
+
 
 def run_both(fn, calls, **kw):
     """(cdynamo's counter, torch._dynamo's counter, torch._dynamo's outcome per call) over
