@@ -49,15 +49,17 @@ const char* const kMemoViewMethods[] = {"transpose", "view", "permute", "reshape
                                         "swapdims", "movedim", "contiguous"};
 
 // Memo functions whose fake run can reach an op with a Python composite kernel (see
-// TorchRefs::plain_functions).
+// TorchRefs::plain_functions). linear and multi_head_attention_forward can too (linear of
+// a non-contiguous input is at::matmul; the attention's projections, dropout and sdpa), but
+// stay without it: it made a dynamic trace of a TransformerEncoder ~6% slower (callgrind),
+// and their C++ composites work on symbolic sizes (matmul's Python decomposition differs
+// in avoiding guards on its folding decision: torch._dynamo, which inlines the attention,
+// takes it; cdynamo records the attention as one node and does not).
 const std::pair<const char*, const char*> kReachPythonKernels[] = {
     {"torch", "matmul"},
     {"operator", "matmul"},
-    {"torch.nn.functional", "linear"},
-    {"torch._C._nn", "linear"},
     {"torch.nn.functional", "dropout"},
-    {"torch.nn.functional", "scaled_dot_product_attention"},
-    {"torch.nn.functional", "multi_head_attention_forward"}};
+    {"torch.nn.functional", "scaled_dot_product_attention"}};
 
 template <size_t N>
 bool addAll(PyObject* set, const char* module, const char* const (&names)[N]) {

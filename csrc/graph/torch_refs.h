@@ -17,9 +17,9 @@ struct TorchRefs {
   Ref memo_view_methods;   // set of Tensor method names that return a view of the receiver (or a new tensor)
   // Memo functions and method names whose fake run never reaches an op with a Python
   // kernel for CompositeImplicitAutograd or Autograd (torch's Python dispatcher changes
-  // nothing for them): pointwise ops, views, softmax, layer_norm. Not matmul, linear,
-  // dropout, scaled_dot_product_attention (their composites or math paths reach matmul's or
-  // dropout's Python decomposition). GraphBuilder::addCall runs the others with it on.
+  // nothing for them): pointwise ops, views, softmax, layer_norm; and, for speed, linear and
+  // multi_head_attention_forward (see kReachPythonKernels). Not matmul, dropout,
+  // scaled_dot_product_attention. GraphBuilder::addCall runs the others with it on.
   Ref plain_functions, plain_methods;
   Ref subclass_kwnames;    // ("dispatch_device", "device_for_backend_keys")
   Ref empty_kwnames;       // ("dtype", "device")
