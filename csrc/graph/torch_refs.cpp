@@ -48,19 +48,6 @@ const char* const kMemoViewMethods[] = {"transpose", "view", "permute", "reshape
                                         "flatten", "unflatten", "expand", "narrow", "select", "swapaxes",
                                         "swapdims", "movedim", "contiguous"};
 
-// Memo functions whose fake run can reach an op with a Python composite kernel (see
-// TorchRefs::plain_functions). linear and multi_head_attention_forward can too (linear of
-// a non-contiguous input is at::matmul; the attention's projections, dropout and sdpa), but
-// stay without it: it made a dynamic trace of a TransformerEncoder ~6% slower (callgrind),
-// and their C++ composites work on symbolic sizes (matmul's Python decomposition differs
-// in avoiding guards on its folding decision: torch._dynamo, which inlines the attention,
-// takes it; cdynamo records the attention as one node and does not).
-const std::pair<const char*, const char*> kReachPythonKernels[] = {
-    {"torch", "matmul"},
-    {"operator", "matmul"},
-    {"torch.nn.functional", "dropout"},
-    {"torch.nn.functional", "scaled_dot_product_attention"}};
-
 template <size_t N>
 bool addAll(PyObject* set, const char* module, const char* const (&names)[N]) {
   Ref m = Ref::steal(PyImport_ImportModule(module));
@@ -108,22 +95,6 @@ const TorchRefs* torchRefs() {
       if (!method || PySet_Add(refs.memo_view_methods.get(), method.get()) < 0 ||
           PySet_Add(refs.memo_methods.get(), method.get()) < 0)
         return nullptr;
-    }
-    refs.plain_functions = Ref::steal(PySet_New(refs.memo_functions.get()));
-    refs.plain_methods = Ref::steal(PySet_New(refs.memo_methods.get()));
-    if (!refs.plain_functions || !refs.plain_methods) return nullptr;
-    for (const auto& [module, name] : kReachPythonKernels) {
-      Ref m = Ref::steal(PyImport_ImportModule(module));
-      Ref f = m ? Ref::steal(PyObject_GetAttrString(m.get(), name)) : Ref();
-      if (!f) {
-        PyErr_Clear();
-        continue;
-      }
-      if (PySet_Discard(refs.plain_functions.get(), f.get()) < 0) return nullptr;
-    }
-    for (const char* name : {"matmul", "__matmul__"}) {
-      Ref method = Ref::steal(PyUnicode_InternFromString(name));
-      if (!method || PySet_Discard(refs.plain_methods.get(), method.get()) < 0) return nullptr;
     }
     refs.ok = true;
   }

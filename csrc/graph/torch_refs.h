@@ -15,12 +15,6 @@ struct TorchRefs {
   Ref memo_functions;      // set of callables known to return one new tensor
   Ref memo_methods;        // set of Tensor method names known to return one new tensor
   Ref memo_view_methods;   // set of Tensor method names that return a view of the receiver (or a new tensor)
-  // Memo functions and method names whose fake run never reaches an op with a Python
-  // kernel for CompositeImplicitAutograd or Autograd (torch's Python dispatcher changes
-  // nothing for them): pointwise ops, views, softmax, layer_norm; and, for speed, linear and
-  // multi_head_attention_forward (see kReachPythonKernels). Not matmul, dropout,
-  // scaled_dot_product_attention. GraphBuilder::addCall runs the others with it on.
-  Ref plain_functions, plain_methods;
   Ref subclass_kwnames;    // ("dispatch_device", "device_for_backend_keys")
   Ref empty_kwnames;       // ("dtype", "device")
   bool ok = false;
