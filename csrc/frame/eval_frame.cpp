@@ -505,6 +505,32 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
     emitEvent("native", code, nullptr, &r.unsupported, why, ns, extra->entries.size());
     return nullptr;
   }
+  if (r.entry->no_ops) {
+    // As torch._dynamo (InstructionTranslator._return raises SkipFrame: 'No ops traced for
+    // the FX graph'): a frame whose trace, first or a recompile, recorded no op and had no
+    // graph break runs natively from now on, its entries unused (the frames it calls are
+    // still captured); not under fullgraph=True, where the empty graph is the answer, nor
+    // with config.allow_empty_graphs (torch._dynamo's flag of that name).
+    Ref fullgraph = Ref::steal(PyObject_GetAttrString(config, "fullgraph"));
+    int allow_empty = fullgraph ? graph::configFlag("allow_empty_graphs") : -1;
+    if (allow_empty < 0) {
+      *error = true;
+      return nullptr;
+    }
+    if (fullgraph.get() != Py_True && !allow_empty) {
+      trace::Unsupported u;
+      u.reason = "no op traced (no graph and no graph break): the frame runs natively from now on, as "
+                 "torch._dynamo skips it";
+      u.function = codeName(code);
+      const char* file = PyUnicode_AsUTF8(code->co_filename);
+      if (!file) PyErr_Clear();
+      u.filename = file ? file : "?";
+      u.line = code->co_firstlineno;
+      recordNative(extra, code, u);
+      emitEvent("native", code, nullptr, &u, why, ns, extra->entries.size());
+      return nullptr;
+    }
+  }
   ++stats().frames_captured;
   if (r.entry->brk) recordBreak(code, *r.entry);
   extra->state = cache::CodeState::Active;

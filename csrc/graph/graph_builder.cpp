@@ -126,6 +126,16 @@ PyObject* GraphBuilder::stackTrace(int loc) {
   return stack_traces_[loc].get();
 }
 
+int GraphBuilder::runtimeAssertsNeeded() {
+  if (!shape_env_) return 0;
+  if (has_unbacked_) return 1;
+  Ref count = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "num_deferred_runtime_asserts"));
+  if (!count) return -1;
+  Py_ssize_t n = PyLong_AsSsize_t(count.get());
+  if (n < 0 && PyErr_Occurred()) return -1;
+  return n > 0 ? 1 : 0;
+}
+
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                           std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result) {
   Node n{op};
@@ -202,6 +212,20 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
         if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return -1;
       }
     }
+    // Under a ShapeEnv, with torch's Python dispatcher on, as torch._dynamo runs every fake
+    // op (get_fake_value): the Python decompositions of composite ops (upsample's, used by
+    // F.interpolate) apply, which keep sizes symbolic where the C++ composite reads
+    // sizes() and specializes them. On for this call only (the object's end restores).
+    // Not for the output-metadata memo's ops (`key` set: pointwise ops, views, softmax,
+    // norms, linear, matmul, dropout, attention), whose C++ composites work on symbolic
+    // sizes: on for them it cost a dynamic TransformerEncoder trace ~5% (callgrind), and
+    // it changes only matmul's folding guard and dropout's decomposition among them.
+    Ref python_dispatcher;
+    if (shape_env_ && !key) {
+      PyObject* enable = lookup(Obj::torch_C_EnablePythonDispatcher);
+      python_dispatcher = enable ? Ref::steal(PyObject_CallNoArgs(enable)) : Ref();
+      if (!python_dispatcher) return -1;
+    }
     if (op == NodeOp::CallMethod) {
       // target is the method name; args[0] is the receiver.
       CDYNAMO_CHECK(PyTuple_GET_SIZE(fargs.get()) >= 1, "method call without receiver");
@@ -212,6 +236,12 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       n.fake = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
     } else {
       n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
+    }
+    if (python_dispatcher) {
+      PyObject *type, *value, *tb;  // a pending error survives the object's end
+      PyErr_Fetch(&type, &value, &tb);
+      python_dispatcher = Ref();
+      PyErr_Restore(type, value, tb);
     }
     if (memo_result) {
       // The check mode (tests): what the memo made must be what running the op made.
@@ -234,20 +264,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
       }
   }
   if (shape_env_) {
-    // A deferred runtime assert (torch._check(s > 0), or `s >= 0` assumed by an op using
-    // s as a size) would have to become a graph node checked on every call; until it is,
-    // such a call is not captured (never silently dropped).
-    Ref count = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "num_deferred_runtime_asserts"));
-    if (!count) return -1;
-    Py_ssize_t n_asserts = PyLong_AsSsize_t(count.get());
-    if (n_asserts < 0 && PyErr_Occurred()) return -1;
-    if (n_asserts != runtime_asserts_) {
-      runtime_asserts_ = n_asserts;
-      PyErr_SetString(PyExc_NotImplementedError,
-                      "it makes an assumption about a value read from a tensor (Tensor.item()) that would need a "
-                      "runtime check in the graph (not supported yet)");
-      return -1;
-    }    // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
+    // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
     // records them for each node: a backend that re-traces the graph (AOT autograd) needs
     // them, and it consumes the ShapeEnv's pending symbols.
     Ref pending = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "pending_fresh_unbacked_symbols"));
@@ -261,6 +278,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                                                                     shape_env_.get(), n.fake.get(), nullptr));
       if (!n.unbacked_bindings) return -1;
       if (n.unbacked_bindings.get() == Py_None) n.unbacked_bindings = Ref();
+      else has_unbacked_ = true;
     }
   }
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is

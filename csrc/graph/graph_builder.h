@@ -115,6 +115,11 @@ class GraphBuilder {
   void setDynamic(const DynamicConfig& c) { dyn_ = c; }
   bool symbolic() const { return symbolic_; }
   PyObject* shapeEnv() const { return shape_env_.get(); }
+  // Whether the graph needs torch's runtime asserts pass (cdynamo._shapes.insert_runtime_asserts):
+  // a node binds unbacked symbols (Tensor.item(), nonzero()) or the ShapeEnv deferred an
+  // assert (torch._check of a value read from a tensor, an op assuming a relation between
+  // unbacked sizes). 1 yes, 0 no, -1 with an error set.
+  int runtimeAssertsNeeded();
 
   // A graph input for real tensor `real` read from `source` (the guard source's name);
   // returns the node id or -1.
@@ -260,7 +265,8 @@ class GraphBuilder {
     OutGrad out_rg = OutGrad::Mixed;
     int next = -1;  // the next entry of the same key, or -1
     // The result is a view of positional argument 0 (a view method: view_methods), with
-    // this layout (sizes, strides and offset in the key's symbols): made by as_strided.
+    // this layout (sizes and strides in the key's symbols; view_offset: its storage offset
+    // less the receiver's, see relativeOffset in memo.cpp): made by as_strided.
     bool view_of_receiver = false;
     Ref view_size, view_stride, view_offset;
   };
@@ -323,7 +329,7 @@ class GraphBuilder {
   bool symbolic_ = false;              // input fakes are made with symbolic contexts (_shapes.input_fake)
   Ref symbol_nodes_;                   // dict: sympy symbol -> its placeholder node id
   std::vector<std::string> int_sources_;  // see symbolicIntSources
-  Py_ssize_t runtime_asserts_ = 0;     // the ShapeEnv's deferred asserts seen so far
+  bool has_unbacked_ = false;  // a node binds unbacked symbols (see runtimeAssertsNeeded)
   bool capture_scalars_ = false;
   Ref memo_;  // dict: memo key -> index in memo_entries_ of the key's newest entry
   std::vector<MemoEntry> memo_entries_;

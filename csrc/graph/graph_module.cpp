@@ -250,6 +250,29 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   };
   for (const Node& n : nodes_) countNode(n, 1);
   for (int o : outputs) ++uses[o];
+  if (has_unbacked_) {
+    // A value read from a tensor that a deferred runtime assert is about (torch._check(
+    // t.item() > 0), read by nothing else) stays: the assert placed after it needs its symbol.
+    static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+    Ref syms = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "runtime_assert_symbols", "O", shape_env_.get()))
+                      : Ref();
+    if (!syms) return Ref();
+    for (int i = 0; i < numNodes(); ++i) {
+      PyObject* bindings = nodes_[i].unbacked_bindings.get();
+      if (!bindings || !PyDict_Check(bindings)) continue;
+      PyObject *sym, *path;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(bindings, &pos, &sym, &path)) {
+        int in = PySequence_Contains(syms.get(), sym);
+        if (in < 0) return Ref();
+        if (in) {
+          ++uses[i];
+          break;
+        }
+      }
+    }
+  }
   PyObject* getitem = lookup(Obj::operator_getitem);
   if (!getitem) return Ref();
   auto symArg = [&](const Arg& a) {

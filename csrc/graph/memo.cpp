@@ -72,6 +72,26 @@ Ref symTuple(PyObject* seq) {
   return out;
 }
 
+// The storage offset of `view` less that of `base`, its receiver: a function of what a view
+// method's memo key holds (the receiver's sizes and strides, the constant arguments), not of
+// the receiver's own offset (a view, a transpose: 0; select/narrow: index times a stride).
+// So views of q, k and v, three select() results of one tensor at different offsets, share
+// one entry. An int when it is one (a SymInt whose expression is a number is made that
+// int); null with an error set on failure.
+Ref relativeOffset(PyObject* view, PyObject* base) {
+  Ref a = Ref::steal(PyObject_CallMethod(view, "storage_offset", nullptr));
+  Ref b = a ? Ref::steal(PyObject_CallMethod(base, "storage_offset", nullptr)) : Ref();
+  if (!b) return Ref();
+  if (a.get() == b.get()) return Ref::steal(PyLong_FromLong(0));
+  Ref d = Ref::steal(PyNumber_Subtract(a.get(), b.get()));
+  if (!d || PyLong_CheckExact(d.get())) return d;
+  Ref node = Ref::steal(PyObject_GetAttrString(d.get(), "node"));
+  Ref as_int = node ? Ref::steal(PyObject_CallMethod(node.get(), "maybe_as_int", nullptr)) : Ref();
+  if (!as_int) return Ref();
+  if (as_int.get() == Py_None) return d;
+  return as_int;
+}
+
 }  // namespace
 
 Ref GraphBuilder::makeSig(PyObject* dtype, PyObject* device, PyObject* shape, PyObject* stride) {
@@ -199,18 +219,6 @@ Ref GraphBuilder::memoKey(NodeOp op, PyObject* target, const std::vector<Arg>& a
       return Ref();
     }
   }
-  if (op == NodeOp::CallMethod && !args.empty() && args[0].kind == Arg::Kind::Node &&
-      PySet_Contains(t->memo_view_methods.get(), target) == 1) {
-    // A view's offset is the receiver's plus its own: the receiver's is part of the key.
-    PyObject* f = nodes_[args[0].node].fake.get();
-    Ref off = f ? Ref::steal(PyObject_CallMethod(f, "storage_offset", nullptr)) : Ref();
-    Ref one = off ? Ref::steal(PyTuple_Pack(1, off.get())) : Ref();
-    Ref part = one ? symTuple(one.get()) : Ref();
-    if (!part || PyList_Append(parts.get(), part.get()) < 0) {
-      PyErr_Clear();
-      return Ref();
-    }
-  }
   Ref key = Ref::steal(PyList_AsTuple(parts.get()));
   if (!key) PyErr_Clear();
   return key;
@@ -324,7 +332,7 @@ void GraphBuilder::memoStore(PyObject* key, PyObject* fake, const Node& n,
       entry.view_of_receiver = true;
       entry.view_size = Ref::steal(PyObject_GetAttrString(fake, "shape"));
       entry.view_stride = Ref::steal(PyObject_CallMethod(fake, "stride", nullptr));
-      entry.view_offset = Ref::steal(PyObject_CallMethod(fake, "storage_offset", nullptr));
+      entry.view_offset = relativeOffset(fake, receiver);
       if (!dt || !rdt || !rg || !rrg || !entry.view_size || !entry.view_stride || !entry.view_offset ||
           dt.get() != rdt.get() || rg.get() != rrg.get())
         return PyErr_Clear();
@@ -409,8 +417,12 @@ Ref GraphBuilder::memoMake(const MemoEntry& entry, const Node& n) {
       PyErr_SetString(PyExc_RuntimeError, "memo entry of a view does not fit the call");
       return Ref();
     }
-    PyObject* vargs[] = {nodes_[n.args[0].node].fake.get(), entry.view_size.get(), entry.view_stride.get(),
-                         entry.view_offset.get()};
+    PyObject* receiver = nodes_[n.args[0].node].fake.get();
+    Ref offset = Ref::steal(PyObject_CallMethod(receiver, "storage_offset", nullptr));
+    if (offset && !(PyLong_CheckExact(entry.view_offset.get()) && PyLong_AsLong(entry.view_offset.get()) == 0))
+      offset = Ref::steal(PyNumber_Add(offset.get(), entry.view_offset.get()));
+    if (!offset) return Ref();
+    PyObject* vargs[] = {receiver, entry.view_size.get(), entry.view_stride.get(), offset.get()};
     return Ref::steal(PyObject_VectorcallMethod(interned(Str::as_strided), vargs, 4, nullptr));
   }
   if (entry.alias_arg >= 0) {

@@ -17,7 +17,7 @@ const Obj kGraphObjects[] = {
     Obj::torch_SymBool, Obj::torch_compute_unbacked_bindings, Obj::torch_guards_tracing,
     Obj::torch_guards_TracingContext, Obj::torch_Tensor, Obj::torch_nn_Parameter, Obj::torch_Tensor_make_subclass,
     Obj::torch_C_set_throw_on_mutable_data_ptr, Obj::torch_C_set_warn_deprecated_on_mutable_data_ptr,
-    Obj::torch_fx_immutable_dict, Obj::torch_fx_graph_Node, Obj::torch_fx_graph};
+    Obj::torch_fx_immutable_dict, Obj::torch_fx_graph_Node, Obj::torch_fx_graph, Obj::torch_C_EnablePythonDispatcher};
 
 // Ops whose fake result is determined by the inputs' metadata and the constant arguments
 // (no data-dependent output shapes, no global state besides what effects change) and that

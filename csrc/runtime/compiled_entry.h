@@ -185,6 +185,10 @@ struct CompiledEntry {
   std::string name;             // "fn at file:line", for messages
   std::shared_ptr<const BreakPlan> brk;  // set when the frame ends in a graph break
   GraphBreakInfo break_info;
+  // The trace recorded no op (no graph, or one that only returns its inputs) and ends
+  // without a graph break: torch._dynamo skips such a frame for good (SkipFrame, 'No ops
+  // traced'), and so does compileMiss unless the configuration is fullgraph.
+  bool no_ops = false;
 
   // After tryRun() returned the break code's arguments (stolen): runs the break code with
   // the frame's globals and closure, then any continuations; returns the frame's result.

@@ -201,7 +201,26 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
     return constInt(static_cast<long>(v->elements()->size()));
   if (const Dict* d = v->get<Dict>()) return constInt(static_cast<long>(d->values.size()));
   if (const DictView* view = v->get<DictView>()) return constInt(static_cast<long>(view->dict->as<Dict>().values.size()));
-  if (v->is(Kind::Tensor)) return recordCall(t, NodeOp::CallFunction, f, args, {});
+  if (v->is(Kind::Tensor)) {
+    // Under a ShapeEnv the length is size 0 as x.shape[0] gives it (its symbol), as
+    // torch._dynamo answers len(x): running len() on the fake would specialize it (Python's
+    // len() makes Tensor.__len__'s SymInt an int, guarded to the size at hand). A 0-d
+    // tensor goes to len() itself, which raises eager's TypeError.
+    if (t.graph().symbolic() && !isScalarValue(t, v)) {
+      Ref dim = Ref::steal(PyObject_CallMethod(t.graph().fake(v->get<Tensor>()->node), "dim", nullptr));
+      if (!dim) return t.failFromPython("len() of a tensor");
+      if (PyLong_AsLong(dim.get()) >= 1) {
+        static PyObject* const size_name = PyUnicode_InternFromString("size");
+        Result<ValuePtr> sizes = recordCall(t, NodeOp::CallMethod, size_name, {v}, {});
+        if (!sizes) return sizes;
+        if ((*sizes)->is(Kind::Tuple)) return (*sizes)->elements()->at(0);
+        if ((*sizes)->is(Kind::Constant) && PyTuple_Check((*sizes)->constant()))
+          return Value::constant(PyTuple_GET_ITEM((*sizes)->constant(), 0));
+        return t.fail("len() of a tensor: its sizes are not a tuple");
+      }
+    }
+    return recordCall(t, NodeOp::CallFunction, f, args, {});
+  }
   if (isModuleContainer(v, interned(Str::dunder_len))) {
     std::vector<std::pair<Ref, ValuePtr>> children;
     if (Done d = moduleContainerItems(t, v, &children); !d) return d.stop();
@@ -733,6 +752,38 @@ Result<ValuePtr> minMaxOfSymbolic(Tracer& t, bool is_max, const std::vector<Valu
   return acc;
 }
 
+// min() / max() of numbers, some symbolic, that minMaxOfSymbolic leaves (a SymBool such as
+// `x.shape[0] > 3`, ints mixed with floats): Python's own fold, each later item taken when it
+// compares greater (min: less) than the one kept, every comparison's truth fixed by a shape
+// guard as a branch on it is. The result is the very item eager returns, of its type
+// (max(True, 0) is True, max(3, 2.5) the int 3). A SymBool item is made its truth first
+// (it compares as the bool it is). NotHandled if an item is not a number.
+Result<ValuePtr> minMaxOfNumbers(Tracer& t, bool is_max, std::vector<ValuePtr> items) {
+  if (items.size() < 2) return notHandled();
+  for (ValuePtr& v : items) {
+    if (v->is(Kind::Constant)) {
+      PyTypeObject* type = Py_TYPE(v->constant());
+      if (type != &PyLong_Type && type != &PyFloat_Type && type != &PyBool_Type) return notHandled();
+      continue;
+    }
+    if (!isScalarValue(t, v)) return notHandled();
+    if (scalarType(t, v) == reinterpret_cast<PyObject*>(&PyBool_Type)) {
+      Result<bool> truth = truthValue(t, v);
+      if (!truth) return truth.stop();
+      v = Value::constant(*truth ? Py_True : Py_False);
+    }
+  }
+  ValuePtr acc = items[0];
+  for (size_t i = 1; i < items.size(); ++i) {
+    Result<ValuePtr> takes = compareOp(t, is_max ? Py_GT : Py_LT, items[i], acc);
+    if (!takes) return takes;
+    Result<bool> truth = truthValue(t, *takes);
+    if (!truth) return truth.stop();
+    if (*truth) acc = items[i];
+  }
+  return acc;
+}
+
 Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
   if (is("sorted")) return builtinSorted(t, f, args, kwargs);
@@ -784,6 +835,8 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
     if (!sym.notHandled()) return sym;
     Result<ValuePtr> r = minMaxOfTensors(t, is("max"), items);
     if (!r.notHandled()) return r;
+    Result<ValuePtr> n = minMaxOfNumbers(t, is("max"), items);
+    if (!n.notHandled()) return n;
   }
   return t.fail(std::string(which) + "() over tensors depends on their values");
 }

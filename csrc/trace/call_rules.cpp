@@ -965,6 +965,44 @@ bool isCacheWrapper(PyObject* f) {
 
 const std::vector<SpecialRow>& specialRows() { return kSpecialRows; }
 
+// A function of the math module on a symbolic number (a size, a symbolic int argument, a
+// value read from a tensor): a node, as torch._dynamo records it, so the number stays
+// symbolic instead of being made the int at hand: torch._sym_<name> where torch has one
+// (sqrt, cos, ..., log2: a SymFloat), math.floor/ceil/trunc themselves (a SymInt through the
+// number's __floor__ & co.). Run on plain numbers when the graph runs, each is the math
+// function (its errors included). NotHandled for anything else (the call is folded with
+// the number specialized, as before).
+Result<ValuePtr> callMathOnSymbolic(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  if (!PyCFunction_Check(f) || !kwargs.empty() || args.empty()) return notHandled();
+  PyObject* self = PyCFunction_GET_SELF(f);
+  if (!self || !PyModule_Check(self)) return notHandled();
+  const char* module = PyModule_GetName(self);
+  if (!module) return t.failFromPython("a math function's module");
+  if (strcmp(module, "math") != 0) return notHandled();
+  bool symbolic = false;
+  for (const ValuePtr& a : args) {
+    if (a->is(Kind::Constant)) {
+      PyTypeObject* type = Py_TYPE(a->constant());
+      if (type != &PyLong_Type && type != &PyFloat_Type) return notHandled();
+      continue;
+    }
+    if (!isScalarValue(t, a)) return notHandled();
+    symbolic = true;
+  }
+  if (!symbolic) return notHandled();
+  const char* name = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
+  if (args.size() == 1 && (strcmp(name, "floor") == 0 || strcmp(name, "ceil") == 0 || strcmp(name, "trunc") == 0))
+    return recordCall(t, NodeOp::CallFunction, f, args, {});
+  PyObject* torch = lookup(Obj::torch_module);
+  if (!torch) return t.failFromPython("torch");
+  Ref sym = Ref::steal(PyObject_GetAttrString(torch, (std::string("_sym_") + name).c_str()));
+  if (!sym) {
+    PyErr_Clear();
+    return notHandled();
+  }
+  return recordCall(t, NodeOp::CallFunction, sym.get(), args, {});
+}
+
 Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
   PyObject* f = fn->real();
   if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
@@ -978,6 +1016,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (Result<ValuePtr> m = callTensorMethodDescriptor(t, f, args, kwargs); !m.notHandled()) return m;
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
+  if (Result<ValuePtr> m = callMathOnSymbolic(t, f, args, kwargs); !m.notHandled()) return m;
   if (isOperatorModuleFunction(f) && anyTensor(args, kwargs))
     return recordCall(t, NodeOp::CallFunction, args.empty() ? f : recordedOperator(t, f, args[0]), args,
                       kwargs);  // operator.add(x, y) on tensors

@@ -239,8 +239,8 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
         Ref str = Ref::steal(PyUnicode_FromString(s.c_str()));
         if (!list || !str || PyList_Append(list.get(), str.get()) < 0) break;
       }
-      Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_ints", "OO", shape_memory,
-                                                                list.get()))
+      Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_ints", "OOs", shape_memory,
+                                                                list.get(), first.unsupported.reason.c_str()))
                              : Ref();
       if (r) {
         Py_XDECREF(et);

@@ -121,11 +121,24 @@ Done Tracer::compileGraph(bool compile_empty) {
   int op_count = 0;
   Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
   if (!gm) return failFromPython("building the FX graph");
+  int asserts = graph_.runtimeAssertsNeeded();
+  if (asserts < 0) return failFromPython("the graph's runtime asserts");
+  if (asserts) {
+    static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+    Ref ops = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "insert_runtime_asserts", "OOs", gm.get(),
+                                                      graph_.shapeEnv(), entry_->name.c_str()))
+                     : Ref();
+    if (!ops) return failFromPython("inserting the graph's runtime asserts");
+    op_count = static_cast<int>(PyLong_AsLong(ops.get()));
+    if (op_count < 0) return failFromPython("inserting the graph's runtime asserts");
+  }
   // Nothing for a backend to do: no graph, unless `compile_empty`. The output plan may still
   // read graph outputs that are graph inputs (a symbolic size alive at a break is its
   // symbol's placeholder): then the graph module itself returns them, no backend involved
   // (torch._dynamo compiles no graph there either).
   const bool passthrough = op_count == 0 && !compile_empty && !outputs_.graphOutputs().empty();
+  entry_->no_ops = op_count == 0 && !compile_empty && !stopped_at_break_;
   if (op_count == 0 && !compile_empty && !passthrough) return {};
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");

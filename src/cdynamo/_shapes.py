@@ -151,12 +151,14 @@ def int_input(shape_env, value, source_name, memory, always=False):
     return sym
 
 
-def specialize_ints(memory, sources):
-    """A trace with these int arguments symbolic failed: they stay constants from now on."""
+def specialize_ints(memory, sources, reason=""):
+    """A trace with these int arguments symbolic failed (`reason`, when it says): they stay
+    constants from now on."""
     for s in sources:
         memory["int:" + s] = "static"
         if _logging.enabled("dynamic"):
-            _logging.emit("dynamic", f"{s} is specialized: the trace with it symbolic did not complete")
+            _logging.emit("dynamic", f"{s} is specialized: the trace with it symbolic did not complete"
+                                     + (f" ({reason})" if reason else ""))
 
 
 def specialize_int(value):
@@ -173,6 +175,37 @@ def truth(value):
     if not value.node.has_hint():
         return None
     return bool(value)
+
+
+_FLIPPED = {sympy.StrictLessThan: sympy.StrictGreaterThan, sympy.StrictGreaterThan: sympy.StrictLessThan,
+            sympy.LessThan: sympy.GreaterThan, sympy.GreaterThan: sympy.LessThan, sympy.Eq: sympy.Eq, sympy.Ne: sympy.Ne}
+
+
+def _int_relation(e):
+    """A comparison of an int expression with a number that is not an int, as torch states
+    it (`ToFloat(s0) < 2.5` for `n < 2.5` or max(n, 2.5)), as the same relation over ints
+    (`s0 < 3`), which the integer guard program evaluates exactly; None for anything else."""
+    lhs, rhs, rel = e.lhs, e.rhs, type(e)
+    if isinstance(lhs, _fn.ToFloat) and rhs.is_number and rhs.is_real:
+        x, c = lhs.args[0], rhs
+    elif isinstance(rhs, _fn.ToFloat) and lhs.is_number and lhs.is_real:
+        x, c, rel = rhs.args[0], lhs, _FLIPPED.get(rel)
+    else:
+        return None
+    if rel is None or not (c.is_finite or c.is_Integer):
+        return None
+    low, high = sympy.Integer(sympy.floor(c)), sympy.Integer(sympy.ceiling(c))
+    if rel is sympy.StrictGreaterThan:
+        return sympy.StrictGreaterThan(x, low, evaluate=False)
+    if rel is sympy.GreaterThan:
+        return sympy.GreaterThan(x, high, evaluate=False)
+    if rel is sympy.StrictLessThan:
+        return sympy.StrictLessThan(x, high, evaluate=False)
+    if rel is sympy.LessThan:
+        return sympy.LessThan(x, low, evaluate=False)
+    if rel is sympy.Eq:
+        return sympy.Eq(x, low, evaluate=False) if low == high else sympy.false
+    return sympy.Ne(x, low, evaluate=False) if low == high else sympy.true
 
 
 class _Compiler:
@@ -222,6 +255,8 @@ class _Compiler:
         elif isinstance(e, sympy.Not):
             self.emit(e.args[0], ops)
             ops.append((NOT, 0, 0))
+        elif isinstance(e, sympy.core.relational.Relational) and _int_relation(e) is not None:
+            self.emit(_int_relation(e), ops)
         elif isinstance(e, sympy.core.relational.Relational):
             rel = {sympy.Eq: EQ, sympy.Ne: NE, sympy.StrictLessThan: LT, sympy.LessThan: LE,
                    sympy.StrictGreaterThan: GT, sympy.GreaterThan: GE}.get(type(e))
@@ -297,6 +332,47 @@ def compile_guards(shape_env, bindings):
         if _depth(ops) > 32:
             raise NotImplementedError(f"shape guard {text} is too deep for the guard program")
     return out
+
+
+def runtime_assert_symbols(shape_env):
+    """The symbols the ShapeEnv's deferred runtime asserts are about (a frozenset)."""
+    out = set()
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            out |= ra.expr.free_symbols
+    return frozenset(out)
+
+
+def insert_runtime_asserts(gm, shape_env, name):
+    """torch's pass that torch._dynamo runs on every graph (torch.fx.passes.runtime_assert):
+    the ShapeEnv's deferred runtime asserts (torch._check of a value read from a tensor, the
+    relation an op assumed between unbacked sizes: Eq(u0, u1) for `x + y` of two nonzero()
+    results) and the ranges of unbacked symbols become aten._assert_scalar nodes, each
+    placed once the graph has bound its symbols. Returns the graph's op count afterwards.
+
+    An assert whose symbols the graph never binds (a size of an input the graph does not
+    take) would be dropped by the pass: NotImplementedError instead, and the frame is not
+    captured with that reason rather than run without the check."""
+    from torch.fx.experimental.symbolic_shapes import free_symbols
+    from torch.fx.passes.runtime_assert import insert_deferred_runtime_asserts
+
+    bound = set()
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            bound |= free_symbols(node.meta.get("example_value"))
+        bindings = node.meta.get("unbacked_bindings")
+        if bindings:
+            bound |= set(bindings)
+    for asserts in shape_env.deferred_runtime_asserts.values():
+        for ra in asserts:
+            missing = ra.expr.free_symbols - bound
+            if missing:
+                raise NotImplementedError(
+                    f"a runtime check ({ra.expr}) on {', '.join(sorted(map(str, missing)))}, which the graph does not "
+                    "take as an input")
+    insert_deferred_runtime_asserts(gm, shape_env, name)
+    gm.recompile()
+    return sum(1 for n in gm.graph.nodes if n.op in ("call_function", "call_method", "call_module"))
 
 
 # config.memo_check: the differences found (op, what differs), for the tests to assert

@@ -4,7 +4,7 @@ import types as _types
 
 # Options that torch._dynamo.config also has (capture_scalar_outputs, suppress_errors,
 # automatic_dynamic_shapes, allow_unspec_int_on_nn_module, force_parameter_static_shapes,
-# automatic_dynamic_shapes_mark_as) are None by default: None means
+# automatic_dynamic_shapes_mark_as, allow_empty_graphs) are None by default: None means
 # "as torch._dynamo.config's option of that name" (same defaults), read where the option is
 # used, so code written for torch.compile that sets torch's option -- or a test that patches
 # it -- gets the same behaviour from cdynamo. True or False set here wins over torch's.
@@ -28,6 +28,13 @@ fail_on_recompile_limit_hit = False
 # so a change applies to frames traced afterwards (cdynamo.reset() re-traces the others).
 # Branching on such a value (`if t.item() > 0`) always stops the trace.
 capture_scalar_outputs = None
+
+# A frame whose trace records no op and ends without a graph break: off (torch._dynamo's
+# default), it runs natively from then on, as torch._dynamo skips it; on, it keeps its cache
+# entry (a graph is compiled only once the trace has ops, a symbolic size's arithmetic
+# included). The test suite turns it on, so that programs without tensor ops still test the
+# interpreter (tests/conftest.py).
+allow_empty_graphs = None
 
 # A backend that fails (raises, or returns something not callable) raises
 # cdynamo.BackendCompilerFailed from the compiled call (the backend's error chained as
