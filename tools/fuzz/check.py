@@ -25,6 +25,11 @@ import torch
 import cdynamo  # noqa: E402
 import cdynamo.testing
 
+# A frame whose trace has no op and no break runs natively by default, as torch._dynamo
+# skips it (config.allow_empty_graphs); the fuzzer's op-less programs would then test
+# nothing of the interpreter, so it compiles them, as the test suite does (tests/conftest.py).
+cdynamo.config.allow_empty_graphs = True
+
 
 class Box:
     """The `obj` argument: an object with a tensor and an int attribute."""
