@@ -307,6 +307,13 @@ Result<ValuePtr> builtinCollection(Tracer& t, PyObject* f, const char* which, Ar
     if (!empty) return t.failFromPython("frozenset()");
     return Value::constant(empty.get());
   }
+  if (is("set") && !args.empty())
+    if (PyObject* shadow = realSetOperand(args[0])) {
+      // set(s) of a set made in the trace copies its real table, as eagerly (containers.cpp).
+      Ref real = Ref::steal(PySet_New(shadow));
+      if (!real) PyErr_Clear();
+      if (ValuePtr v = real ? setFromReal(real.get(), {args[0]}) : nullptr) return v;
+    }
   std::vector<ValuePtr> items;
   if (!args.empty())
     if (Done d = iterate(t, args[0], &items); !d) return d.stop();

@@ -728,6 +728,53 @@ void replayOnShadow(Tracer& t, Set& set, const char* method, const std::vector<V
   }
 }
 
+// A real object standing for an argument of a set operation computed for real on a set's
+// shadow: a set made in the trace (its shadow), a constant, or a list, tuple or set whose
+// items are real objects that hash and compare without running Python code. Null otherwise.
+Ref realSetArgument(Tracer& t, const ValuePtr& v) {
+  if (PyObject* shadow = realSetOperand(v)) return Ref::borrow(shadow);
+  if (v->is(Kind::Constant)) return Ref::borrow(v->constant());
+  if (!(v->is(Kind::List) || v->is(Kind::Tuple) || v->is(Kind::Set))) return Ref();
+  for (const ValuePtr& e : *v->elements())
+    if (!realComparable(e, true)) return Ref();
+  Ref r = toPython(t, v);
+  if (!r) PyErr_Clear();
+  return r;
+}
+
+// set method `n` (copy, union, intersection, difference, symmetric_difference) of a set made
+// in the trace, run for real on its shadow when every argument has a real stand-in; null
+// when it cannot be (the item-list computation then serves).
+ValuePtr setMethodOnShadow(Tracer& t, const ValuePtr& self, const char* n, const std::vector<ValuePtr>& args) {
+  PyObject* shadow = realSetOperand(self);
+  if (!shadow) return nullptr;
+  for (const ValuePtr& v : self->as<Set>().items)
+    if (!realComparable(v, true)) return nullptr;  // the real call would run the program's __eq__
+  Ref real_args = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!real_args) return PyErr_Clear(), nullptr;
+  for (size_t i = 0; i < args.size(); ++i) {
+    Ref a = realSetArgument(t, args[i]);
+    if (!a) return nullptr;
+    PyTuple_SET_ITEM(real_args.get(), static_cast<Py_ssize_t>(i), a.release());
+  }
+  Ref method = Ref::steal(PyObject_GetAttrString(shadow, n));
+  Ref r = method ? Ref::steal(PyObject_Call(method.get(), real_args.get(), nullptr)) : Ref();
+  if (!r) return PyErr_Clear(), nullptr;  // the item-list path raises Python's error
+  ValuePtr out;
+  switch (args.size()) {
+    case 0: out = setFromReal(r.get(), {self}); break;
+    case 1: out = setFromReal(r.get(), {self, args[0]}); break;
+    default: {
+      // Several arguments (s.union(a, b)): each operand's items looked up in turn.
+      std::vector<ValuePtr> all = self->as<Set>().items;
+      for (const ValuePtr& a : args)
+        if (const std::vector<ValuePtr>* e = a->elements()) all.insert(all.end(), e->begin(), e->end());
+      out = setFromReal(r.get(), {Value::list(std::move(all))});
+    }
+  }
+  return out;
+}
+
 Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   Set& set = self->as<Set>();
@@ -738,7 +785,10 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
     if (!k) return k.stop();
     return boolean(*k >= 0);
   }
-  if (is("copy") && args.empty()) return set.frozen ? self : Value::of(Set{items, false});
+  if (is("copy") && args.empty() && set.frozen) return self;
+  if (is("copy") && args.empty())
+    if (ValuePtr real = setMethodOnShadow(t, self, n, args)) return real;
+  if (is("copy") && args.empty()) return Value::of(Set{items, false});
   static const std::pair<const char*, SetOp> kCombining[] = {{"union", SetOp::Union},
                                                              {"intersection", SetOp::Intersection},
                                                              {"difference", SetOp::Difference},
@@ -747,6 +797,7 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
     if (!is(name)) continue;
     if (op == SetOp::SymmetricDifference && args.size() != 1)
       return t.raiseNew(PyExc_TypeError, "symmetric_difference() takes exactly one argument");
+    if (ValuePtr real = setMethodOnShadow(t, self, n, args)) return real;
     std::vector<ValuePtr> result = items, other, next;
     for (const ValuePtr& arg : args) {
       if (Done d = setItemsOf(t, arg, &other); !d) return d.stop();
@@ -895,6 +946,39 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
 
 }  // namespace
 
+// The value of a mutable set computed for real from operands that include a set made in the
+// trace (s.copy(), s.union(...), set(s), s | t): its items are the operands' own values where
+// the real set holds their real objects (constants otherwise), and the real set is its
+// shadow, so that it walks, and pops, in eager's order. A set built afresh from the items
+// walks in another order once the operand had a history (removals leave dummies; fuzzer F5
+// and its siblings). Null when the real set holds an object no operand's value stands for.
+ValuePtr setFromReal(PyObject* real, std::initializer_list<ValuePtr> operands) {
+  if (!PySet_CheckExact(real)) return nullptr;
+  std::vector<ValuePtr> items;
+  Py_ssize_t pos = 0;
+  PyObject* key;
+  Py_hash_t hash;
+  while (_PySet_NextEntry(real, &pos, &key, &hash)) {
+    ValuePtr found;
+    for (const ValuePtr& operand : operands) {
+      const std::vector<ValuePtr>* from = operand ? operand->elements() : nullptr;
+      if (!from) continue;
+      for (const ValuePtr& v : *from)
+        if (v->real() == key) {
+          found = v;
+          break;
+        }
+      if (found) break;
+    }
+    if (!found && isConstantObject(key)) found = Value::constant(key);
+    if (!found) return nullptr;
+    items.push_back(std::move(found));
+  }
+  ValuePtr out = Value::set(std::move(items));
+  out->as<Set>().shadow = Ref::borrow(real);
+  return out;
+}
+
 PyObject* realSetOperand(const ValuePtr& v) {
   Set* s = v->get<Set>();
   if (!s || s->frozen || v->reg >= 0) return nullptr;
@@ -945,6 +1029,15 @@ std::vector<ValuePtr> setIterationOrder(const Set& s) {
 Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable) {
   if (const Set* s = iterable->get<Set>(); s && s->frozen) return iterable;  // frozenset(fs) is fs
   if (iterable->constant() && PyFrozenSet_CheckExact(iterable->constant())) return iterable;
+  if (PyObject* shadow = realSetOperand(iterable)) {
+    // Of a set made in the trace: copied from its real table, as eager copies it (in its
+    // walk order, or slot by slot), when every item is a constant.
+    bool constants = true;
+    for (const ValuePtr& v : iterable->as<Set>().items) constants = constants && v->is(Kind::Constant);
+    Ref real = constants ? Ref::steal(PyFrozenSet_New(shadow)) : Ref();
+    if (real) return Value::constant(real.get());
+    PyErr_Clear();
+  }
   std::vector<ValuePtr> items;
   if (Done d = setItemsOf(t, iterable, &items); !d) return d.stop();
   return makeSet(t, std::move(items), true);
@@ -1317,10 +1410,15 @@ Stop raiseConstructorArgumentError(Tracer& t, PyObject* type, size_t nargs, cons
 }
 
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
-                                             std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+                                     std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  if (Result<ValuePtr> r = raiseOnBadArity(t, self, name, args, kwargs); !r.notHandled()) return r;
+  return applyContainerMethod(t, self, name, args, kwargs);
+}
+
+Result<ValuePtr> applyContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, std::vector<ValuePtr>& args,
+                                      std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
-  if (Result<ValuePtr> r = raiseOnBadArity(t, self, name, args, kwargs); !r.notHandled()) return r;
   if (self->is(Kind::Dict)) keywordsToPositions(self, name, args, kwargs);
   if (!kwargs.empty() && !(self->is(Kind::List) && is("sort")) && !(self->is(Kind::Dict) && is("update")) &&
       !(self->is(Kind::Tuple) && is("_replace")))
@@ -1397,7 +1495,7 @@ namespace {
 Done containerCall(Tracer& t, const ValuePtr& self, Str name, const ValuePtr& arg) {
   Args a{arg};
   Kwargs kw;
-  return outcomeOf(callContainerMethod(t, self, interned(name), a, kw));
+  return outcomeOf(applyContainerMethod(t, self, interned(name), a, kw));
 }
 
 }  // namespace

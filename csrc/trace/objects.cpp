@@ -897,7 +897,7 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObjec
         if (Done d = storeSubscript(t, part, rest[0], nullptr); !d) return d.stop();
         return Value::constant(Py_None);
       }
-      Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::pop), rest, kwargs);
+      Result<ValuePtr> r = applyContainerMethod(t, part, interned(Str::pop), rest, kwargs);
       if (!r) return r;
       return Value::constant(Py_None);
     }
@@ -1026,7 +1026,7 @@ Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwa
   }
   if (is("__getitem__") && rest.size() == 1) return subscript(t, part, rest[0]);
   if (is("__delitem__") && rest.size() == 1) {
-    Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::pop), rest, kwargs);
+    Result<ValuePtr> r = applyContainerMethod(t, part, interned(Str::pop), rest, kwargs);
     if (!r) return r;
     return Value::constant(Py_None);
   }

@@ -357,8 +357,10 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (pa && pb) {
       Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fn, pa.get(), pb.get(), nullptr));
       if (!r) return t.failFromPython(std::string("operator.") + fn_name);
+      // The new set's own table is its history from here on (a later walk or pop() reads it);
+      // its items are the operands' values where it holds their objects.
+      if (ValuePtr v = setFromReal(r.get(), {a, b})) return v;
       Result<ValuePtr> out = fromPython(t, r.get());
-      // The new set's own table is its history from here on (a later walk or pop() reads it).
       if (out && PySet_CheckExact(r.get()))
         if (Set* s = (*out)->get<Set>(); s && !s->frozen && (*out)->reg < 0) s->shadow = std::move(r);
       return out;

@@ -248,7 +248,13 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
 // Python code or depending on an unguarded identity: a constant, a class or function, a
 // Python module, whose type's __eq__ (and __hash__) are not Python functions.
 bool realComparable(const ValuePtr& v, bool hashed = false);
+// A program's call of a container's method: the arguments are checked against the C
+// method's signature first (a call Python refuses raises its TypeError).
 Result<ValuePtr> callContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
+// The interpreter's own use of a method as the implementation of an opcode or a special
+// method (DELETE_SUBSCR and __delitem__ as pop(k), which deque.pop() does not take; SET_UPDATE
+// as update): no signature check.
+Result<ValuePtr> applyContainerMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs);
 // The C type whose methods act on a container value (list, collections.deque, tuple, dict,
 // OrderedDict, defaultdict, mappingproxy, set, frozenset; for a subclass instance's items,
 // the first base that is not a class of the program), or null for other kinds.
@@ -266,6 +272,10 @@ std::vector<ValuePtr> setIterationOrder(const Set& s);
 // all), made on first need; borrowed; null when there is none (an item without a real
 // object, a set from the program, not a Set).
 PyObject* realSetOperand(const ValuePtr& v);
+// A mutable set value for `real`, a set computed for real from `operands` (at least one a set
+// made in the trace, read through realSetOperand): its items are the operands' values for the
+// objects it holds, its shadow `real` itself. Null when it holds an object none stands for.
+ValuePtr setFromReal(PyObject* real, std::initializer_list<ValuePtr> operands);
 // frozenset(iterable): a constant when its items are constants, else a frozen Set.
 Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable);
 // a | b, a & b, a - b, a ^ b (and the in-place forms, which change a set itself) of two

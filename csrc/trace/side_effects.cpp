@@ -61,6 +61,12 @@ std::vector<ValuePtr> SideEffects::replacedContainers() const {
   return out;
 }
 
+bool SideEffects::replaces(const Value* c) const {
+  for (const Effect& e : effects_)
+    if (const auto* r = std::get_if<Effect::Replace>(&e.what); r && r->container.get() == c) return true;
+  return false;
+}
+
 ValuePtr SideEffects::overlayAttr(int reg, PyObject* name) const {
   if (reg < 0 || attr_overlay_.empty()) return nullptr;
   const char* n = PyUnicode_AsUTF8(name);

@@ -62,6 +62,8 @@ class SideEffects {
   Done noteContainerMutation(const ValuePtr& c);
   // The containers from the program the trace has changed so far.
   std::vector<ValuePtr> replacedContainers() const;
+  // Whether container `c` from the program gets its contents replaced after the graph.
+  bool replaces(const Value* c) const;
 
   // The value last stored to attribute `name` of the object in register `reg` (or global
   // `name` of the globals dict in `reg`), deleted() when it was deleted since, or null.

@@ -198,3 +198,42 @@ def test_symmetric_difference_of_a_set_after_removal_walks_as_eagerly():
     for _ in range(2):
         got = cf(x)
         assert got[1:] == want[1:]
+
+
+@pytest.mark.parametrize("kind", ["dict", "set", "deque"])
+def test_iterator_over_a_changed_input_container_alive_at_a_break(kind):
+    # Fuzzer seed 90001: dct["a"] = n; it = iter(dct); next(it); print(...) with an input
+    # dict that lacked "a". At the break the iterator was rebuilt over the real dict before
+    # the store was replayed on it; the replay then changed the dict's size under it and
+    # the next item raised "dictionary changed size during iteration". A set and a deque
+    # share the rebuild (a deque's iterator counts every change).
+    import collections
+
+    def f(c, x):
+        if kind == "dict":
+            c["a"] = 1
+        elif kind == "set":
+            c.add("a")
+        else:
+            c.append("a")
+        it = iter(c)
+        first = next(it, None)
+        print("break", first)
+        return x + 1, first, list(it), c
+
+    def make():
+        if kind == "dict":
+            return {"b": 0}
+        if kind == "set":
+            return {"b"}
+        return collections.deque(["b"])
+
+    counter = CompileCounter()
+    cf = cdynamo.compile(f, backend=counter)
+    x = torch.ones(2)
+    for call in range(2):
+        want = outcome(f, make(), x)
+        got = outcome(cf, make(), x)
+        assert want[0] == got[0] == "ok", (want, got)
+        assert torch.equal(got[1][0], want[1][0]) and got[1][1:] == want[1][1:], (call, got, want)
+    assert counter.frame_count >= 1
