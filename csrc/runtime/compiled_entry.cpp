@@ -2,6 +2,7 @@
 
 #include "runtime/continuation.h"
 #include "support/lookup.h"
+#include "support/set_table.h"
 
 namespace cdynamo::runtime {
 namespace {
@@ -251,6 +252,9 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       return 0;
     }
     int operator()(const SideEffect::ReplaceSet&) const {
+      // The trace's set, with its table when it kept one (a copy of its shadow's): the
+      // target gets that table, so it walks and pops as eagerly (support/set_table.h).
+      if (PySet_CheckExact(target) && PySet_CheckExact(value)) return assignSetTable(target, value);
       PySet_Clear(target);
       Ref r = Ref::steal(PyNumber_InPlaceOr(target, value));
       return r ? 0 : -1;

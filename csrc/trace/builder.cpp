@@ -7,6 +7,7 @@
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "support/set_table.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
 
@@ -410,13 +411,21 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       values.push_back(Value::constant(item));
     }
     if (reg >= 0) {
-      // Compared with a private copy: the set itself may be mutated by this very entry.
-      Ref frozen = Ref::steal(PySet_New(obj));
-      if (!frozen) return failFromPython("reading a set");
+      // Its items in the order it walks them (equal sets can walk in different orders: the
+      // order comes from the table's history), compared with a private tuple: the set itself
+      // may be mutated by this very entry.
       guards().checkType(reg, Py_TYPE(obj));
-      guards().checkEquals(reg, frozen.get());
+      int items_reg = load(LoadKind::SetItems, reg, 0, nullptr, "tuple(" + guards().sourceName(reg) + ")");
+      Ref walk = Ref::steal(PySequence_Tuple(items.get()));
+      if (!walk) return failFromPython("reading a set");
+      guards().checkEquals(items_reg, walk.get());
     }
     v = Value::set(std::move(values), reg);
+    // What the trace does to it replays on a copy of its very table (support/set_table.h),
+    // so it walks and pops as the real set will, and that table is what the real set gets.
+    Ref shadow = copySetTable(obj);
+    if (!shadow) return failFromPython("reading a set");
+    v->as<Set>().shadow = std::move(shadow);
   } else if (guards::isReadableIterator(obj) && reg >= 0) {
     // An iterator of a tuple, list, range, dict or set passed in: a tuple_iterator is what a
     // resume function receives for a for loop a break interrupted (the break's output plan

@@ -981,7 +981,9 @@ ValuePtr setFromReal(PyObject* real, std::initializer_list<ValuePtr> operands) {
 
 PyObject* realSetOperand(const ValuePtr& v) {
   Set* s = v->get<Set>();
-  if (!s || s->frozen || v->reg >= 0) return nullptr;
+  // A set read from the program has a copy of its table from the start (builder.cpp); one
+  // without (read another way, or cleared since) would get a fresh table here, not its own.
+  if (!s || s->frozen || (v->reg >= 0 && !s->shadow)) return nullptr;
   PyObject* shadow = setShadow(*s);
   if (!shadow || static_cast<size_t>(PySet_GET_SIZE(shadow)) != s->items.size()) return nullptr;
   return shadow;

@@ -5,10 +5,30 @@
 #include <cstring>
 
 #include "support/lookup.h"
+#include "support/set_table.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
+
+namespace {
+
+// The shadow of a set changed in the trace (Set::shadow) when it holds exactly the set's
+// items, all constants: a copy of its table is then the set as eager has it. Null otherwise
+// (never changed: a set built from the items in order is the same; no shadow: the order is
+// rebuilt from the items).
+PyObject* shadowOfConstants(const Set& s) {
+  if (s.frozen || s.shadow_lost || !s.shadow || !PySet_CheckExact(s.shadow.get())) return nullptr;
+  if (static_cast<size_t>(PySet_GET_SIZE(s.shadow.get())) != s.items.size()) return nullptr;
+  for (const ValuePtr& item : s.items) {
+    if (!item->is(Kind::Constant)) return nullptr;
+    int in = PySet_Contains(s.shadow.get(), item->constant());
+    if (in != 1) return in < 0 ? (PyErr_Clear(), nullptr) : nullptr;
+  }
+  return s.shadow.get();
+}
+
+}  // namespace
 
 Done OutputPlanner::planAll(const std::vector<ValuePtr>& values, std::vector<runtime::OutputPlan>* out) {
   out->resize(values.size());
@@ -187,6 +207,18 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
       return {};
     }
     case Kind::Set: {
+      if (PyObject* shadow = shadowOfConstants(v->as<Set>())) {
+        // Changed in the trace: its shadow has eager's table (dummies, pop's finger), which
+        // a set built afresh from the items would not (support/set_table.h). Each run hands
+        // out its own copy of a private snapshot of it.
+        Ref snapshot = copySetTable(shadow);
+        PyObject* copier = snapshot ? setTableCopier() : nullptr;
+        if (!copier) return t_.failFromPython("copying a set's table");
+        std::vector<runtime::OutputPlan> args;
+        args.push_back(runtime::OutputPlan::constant(snapshot.get()));
+        out->step = P::Call{Ref::borrow(copier), std::move(args)};
+        return {};
+      }
       std::vector<runtime::OutputPlan> items;
       if (Done d = planAll(v->as<Set>().items, &items); !d) return d;
       out->step = P::Set{std::move(items), v->as<Set>().frozen};
@@ -477,10 +509,9 @@ Result<bool> OutputPlanner::planOverContainer(const ValuePtr& v, runtime::Output
   } else if (const Set* s = c->get<Set>()) {
     if (s->items.size() != it.seq_len || s->items != it.seq_items) return false;
     // The real set must be walked in the order the trace modelled: the set passed in, not
-    // changed, or one rebuilt from constants whose new table walks them in that order.
-    if (c->reg >= 0) {
-      if (s->shadow) return false;
-    } else {
+    // changed (a changed one returned false above), a copy of a changed set's shadow table,
+    // or one rebuilt from constants whose new table walks them in that order.
+    if (c->reg < 0 && !shadowOfConstants(*s)) {
       Ref fresh = Ref::steal(PySet_New(nullptr));
       if (!fresh) return t_.failFromPython("a set");
       for (const ValuePtr& item : s->items)

@@ -86,7 +86,12 @@ namespace {
 ValuePtr contentsOf(const Value& c) {
   switch (c.kind()) {
     case Kind::List: return Value::list(c.as<List>().items);
-    case Kind::Set: return Value::set(c.as<Set>().items);
+    case Kind::Set: {  // with its shadow: the table the real set must end with (support/set_table.h)
+      ValuePtr copy = Value::set(c.as<Set>().items);
+      copy->as<Set>().shadow = c.as<Set>().shadow.copy();
+      copy->as<Set>().shadow_lost = c.as<Set>().shadow_lost;
+      return copy;
+    }
     case Kind::Dict: {
       const Dict& d = c.as<Dict>();
       std::vector<Ref> keys;

@@ -15,6 +15,9 @@ graph count of torch._dynamo).
 """
 import torch
 
+import cdynamo
+from cdynamo.testing import CompileCounter
+
 from .harness import same_as_eager
 
 
@@ -269,3 +272,113 @@ def test_set_methods_walk_as_eagerly_under_any_string_hash():
         r = subprocess.run([sys.executable, "-c", _METHOD_PROGRAM], env=env, capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0 and r.stdout.startswith("ok 1"), (seed, r.stdout[-2000:], r.stderr[-2000:])
+
+
+# A changed set crossing a graph break, returned, or passed in (fuzzer seeds 92000-92002).
+# A set handed to a resume function or to the caller was rebuilt from its items, a fresh
+# table without the changed set's history: the code after the break (run natively, or
+# traced with the set as an input) then walked, combined or popped it in another order.
+# Now it leaves as a copy of its shadow's very table (support/set_table.h), a set passed in
+# is traced on a copy of its own table, and a changed input set is given the trace's table.
+
+def _same_with_breaks(fn, make_args, calls=2):
+    cdynamo.reset()
+    cnt = CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    for call in range(calls):
+        ea, ca = make_args(), make_args()
+        want, got = fn(*ea), cfn(*ca)
+        assert torch.equal(got[0], want[0])
+        assert got[1:] == want[1:], (call, got[1:], want[1:])
+        assert [list(a) for a in ca if isinstance(a, set)] == [list(a) for a in ea if isinstance(a, set)]
+    st = cdynamo.stats()
+    assert st["frames_native"] == 0, st["native_frames"]
+    assert cnt.frame_count >= 1
+    return st
+
+
+def _popped(s):
+    return [s.pop() for _ in range(len(s))]
+
+
+def test_changed_set_popped_and_combined_after_a_break_in_a_loop():
+    def fn(x):
+        s0 = {1, 2}
+        seen = []
+        for _ in range(2):
+            s0.pop()
+            s0.add(9)
+            seen.append((list(s0 | {3, 9}), list(s0)))
+            print("break")
+        return x + 1, seen
+
+    assert _same_with_breaks(fn, lambda: (torch.ones(2),))["graph_breaks"] >= 1
+
+
+def test_changed_set_combined_in_a_resume_function():
+    def fn(x):
+        s0 = {1, 2}
+        s0.discard(1)
+        s0.add(9)
+        s1 = {1, 2}
+        s1.discard(1)
+        s1.update({25, 33})
+        print("break")
+        return x + 1, list(s0.union({1, 17, 40})), list(s1.symmetric_difference({1, 2, 3})), list(s0), list(s1)
+
+    assert _same_with_breaks(fn, lambda: (torch.ones(2),))["graph_breaks"] >= 1
+
+
+def test_returned_changed_set_pops_as_eagerly():
+    def fn(x):
+        s = {1, 2, 3, 9}
+        s.pop()
+        s.discard(9)
+        s.add(17)
+        return x + 1, s
+
+    cfn = cdynamo.compile(fn, backend=CompileCounter())
+    for _ in range(2):
+        want, got = fn(torch.ones(2)), cfn(torch.ones(2))
+        assert list(got[1]) == list(want[1]) and _popped(got[1]) == _popped(want[1])
+        assert list(got[1] | {25}) == list(want[1] | {25})
+
+
+def _history_a():
+    return {1, 9}
+
+
+def _history_b():
+    s = {9}
+    s.add(1)
+    return s
+
+
+def test_input_sets_equal_but_walked_in_other_orders():
+    # {1, 9} made in two orders: 9 and 1 share a slot of the 8-entry table, so the one added
+    # second lands after the other. Equal sets, two walks: the guard reads the walk order.
+    assert list(_history_a()) != list(_history_b())
+
+    def fn(x, s):
+        return x + 1, list(s), [v * 2 for v in s]
+
+    cdynamo.reset()
+    cfn = cdynamo.compile(fn, backend=CompileCounter())
+    for make in (_history_a, _history_b, _history_a, _history_b):
+        want, got = fn(torch.ones(2), make()), cfn(torch.ones(2), make())
+        assert got[1:] == want[1:]
+
+
+def test_input_set_changed_in_the_trace_keeps_its_table():
+    def fn(x, s):
+        s.discard(1)
+        s.add(17)
+        s.add(1)
+        return x + 1, list(s)
+
+    for make in (_history_a, _history_b):
+        _same_with_breaks(fn, lambda: (torch.ones(2), make()))
+        s_e, s_c = make(), make()
+        fn(torch.ones(2), s_e)
+        cdynamo.compile(fn, backend=CompileCounter())(torch.ones(2), s_c)
+        assert _popped(s_c) == _popped(s_e)
