@@ -792,7 +792,12 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
     case Kind::Object:
     case Kind::NewObject: {
       Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_iter), {});
-      if (r.notHandled()) return t.fail("object is not iterable (TypeError)");
+      if (r.notHandled()) {
+        PyObject* real = obj->real();
+        if (real && Py_TYPE(real)->tp_iter)  // a C type's own iteration (deque, array, ...)
+          return t.fail(std::string("iter() of a ") + Py_TYPE(real)->tp_name + " object (a C type's own iterator) is not modelled");
+        return t.fail("object is not iterable (TypeError)");
+      }
       if (!r) return r;
       // What __iter__ returned is the iterator, never asked for its own __iter__: a user
       // object gives its items through its __next__, one at a time.
@@ -945,7 +950,26 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         if (!r) return r.stop();
         return dunderTruth(t, dunder, *r);
       }
-      return true;
+      // No __bool__ or __len__ the trace can run: a C type's own (collections.deque,
+      // array.array, a C base of the class) still decides, from the object's state. An
+      // object from the program is measured for real, its length guarded; otherwise the
+      // truth is not known here (taken as true, an empty deque went down the wrong branch).
+      PyTypeObject* tp = v->is(Kind::Object) && v->real()
+                             ? Py_TYPE(v->real())
+                             : v->is(Kind::NewObject) && PyType_Check(v->as<NewObject>().cls.get())
+                                   ? reinterpret_cast<PyTypeObject*>(v->as<NewObject>().cls.get())
+                                   : nullptr;
+      if (!tp) return t.fail("the truth value of " + describe(v) + " is not known to the trace");
+      const bool has_bool = tp->tp_as_number && tp->tp_as_number->nb_bool;
+      const bool has_len = (tp->tp_as_mapping && tp->tp_as_mapping->mp_length) ||
+                           (tp->tp_as_sequence && tp->tp_as_sequence->sq_length);
+      if (!has_bool && !has_len) return true;
+      if (has_bool || !v->is(Kind::Object) || v->reg < 0)
+        return t.fail(std::string("the truth value of a ") + tp->tp_name + " object (a C type's own) is not modelled");
+      Py_ssize_t n = PyObject_Length(v->real());  // a C slot: no Python code runs
+      if (n < 0) return t.failFromPython("the length of an object");
+      t.guards().checkLength(v->reg, n);
+      return n != 0;
     }
     case Kind::Super:
     case Kind::Partial:

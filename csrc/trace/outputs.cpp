@@ -481,14 +481,13 @@ Result<bool> OutputPlanner::planOverContainer(const ValuePtr& v, runtime::Output
   Obj helper = Obj::cdynamo_resume_container_iterator_at;
   Py_ssize_t state = static_cast<Py_ssize_t>(it.pos);
   int which = it.seq_which;
-  // A dict, set or deque from the program that the trace changed gets its new contents
-  // only after this plan is built (runtime: result first, then effects): an iterator made
-  // over it now would walk the old contents and then see them replaced (a dict or set
-  // "changed size", a deque "mutated during iteration"). A list iterator reads by index
-  // when it is advanced, so it sees the new contents.
-  const List* as_list = c->get<List>();
-  if (c->reg >= 0 && (!as_list || as_list->deque) && t_.effects().replaces(c.get())) return false;
-  if (const List* l = as_list; l && l->deque) {
+  // A container from the program that the trace changed gets its new contents only after
+  // this plan is built (runtime: result first, then effects): an iterator made over it now
+  // would walk the old contents and then see them replaced (a dict or set "changed size",
+  // a deque "mutated during iteration"), and a list iterator's position is clamped to the
+  // old length when it is set (list_iterator.__setstate__): it leaves as what it has left.
+  if (c->reg >= 0 && t_.effects().replaces(c.get())) return false;
+  if (const List* l = c->get<List>(); l && l->deque) {
     // A deque's iterator walks the deque it was made over, unchanged since (its own count
     // of changes starts again on the deque rebuilt).
     if (l->state != it.seq_state || it.ended) return false;

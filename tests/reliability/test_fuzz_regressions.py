@@ -237,3 +237,59 @@ def test_iterator_over_a_changed_input_container_alive_at_a_break(kind):
         assert want[0] == got[0] == "ok", (want, got)
         assert torch.equal(got[1][0], want[1][0]) and got[1][1:] == want[1][1:], (call, got, want)
     assert counter.frame_count >= 1
+
+
+class _DequeWithAttr(__import__("collections").deque):
+    pass
+
+
+@pytest.mark.parametrize("make", ["deque", "deque subclass", "array", "bytearray"])
+def test_truth_of_a_c_object_from_the_program_is_its_state(make):
+    # Fuzzer seeds 92005-92008: `if w1: w1.pop()` after w1.clear() on a deque that reached
+    # a resume function: the trace took any object without a __bool__/__len__ it could run
+    # as true, and popped an empty deque. A C type's own truth (deque, array, a C base) is
+    # now read for real and its length guarded.
+    import array
+    import collections
+
+    def build(items):
+        return {"deque": collections.deque, "deque subclass": _DequeWithAttr,
+                "array": lambda v: array.array("i", v), "bytearray": bytearray}[make](items)
+
+    def f(x, c):
+        r = []
+        if c:
+            r.append("non-empty")
+        if not c:
+            r.append("empty")
+        return x + 1, r, bool(c)
+
+    counter = CompileCounter()
+    cf = cdynamo.compile(f, backend=counter)
+    x = torch.ones(2)
+    for items in ([], [1, 2], [], [3]):
+        want, got = f(x, build(items)), cf(x, build(items))
+        assert got[1:] == want[1:], (items, got, want)
+    assert counter.frame_count >= 1
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_list_iterator_over_an_input_list_grown_in_the_trace_alive_at_a_break(reverse):
+    # Fuzzer seed 92012: l0 += l0; it = iter(reversed(l0)); next(it); print(...): the
+    # iterator was rebuilt over the real list before the list's new contents were replayed
+    # on it, and list_reverseiterator.__setstate__ clamped its position to the old length
+    # (3 then [2, 1] for eager's 2 then [1, 3, 2, 1]).
+    def f(x, lst):
+        lst += lst
+        it = iter(reversed(lst)) if reverse else iter(lst)
+        first = [next(it), next(it), next(it), next(it)]
+        print("break")
+        return x + 1, first, next(it), list(it), list(lst)
+
+    counter = CompileCounter()
+    cf = cdynamo.compile(f, backend=counter)
+    x = torch.ones(2)
+    for _ in range(2):
+        want, got = f(x, [1, 2, 3]), cf(x, [1, 2, 3])
+        assert got[1:] == want[1:], (got, want)
+    assert counter.frame_count >= 1
