@@ -17,6 +17,10 @@ namespace cdynamo::graph::torchimpl {
 // torch.is_grad_enabled(), without a Python call.
 bool gradEnabled();
 
+// torch._C._get_tracing_state() is not None (torch.jit.trace is running on this thread),
+// without a Python call.
+bool jitTracing();
+
 // Identity of the tensor's storage (its StorageImpl), for alias checks; null when it has none.
 const void* storageId(PyObject* t);
 

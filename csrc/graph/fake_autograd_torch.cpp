@@ -15,6 +15,7 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/functions/utils.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/jit/frontend/tracer.h>
 
 #include "graph/fake_autograd.h"
 
@@ -45,6 +46,8 @@ bool plainLayout(c10::TensorImpl* impl) {
 }  // namespace
 
 bool gradEnabled() { return c10::GradMode::is_enabled(); }
+
+bool jitTracing() { return torch::jit::tracer::isTracing(); }
 
 const void* storageId(PyObject* t) {
   const at::Tensor& v = var(t);

@@ -1,11 +1,13 @@
 #include "guards/guard_program.h"
 
 #include "support/lookup.h"
+#include "support/set_table.h"
 
 #include <algorithm>
 #include <cstring>
 #include <functional>
 #include <sstream>
+#include <unordered_map>
 
 #include "support/check.h"
 
@@ -748,8 +750,8 @@ bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) 
     case LoadKind::IterRemaining:
       out = iterRemaining(regs[ld.base]).release();
       break;
-    case LoadKind::SetItems:
-      if (PyAnySet_Check(regs[ld.base])) out = PySequence_Tuple(regs[ld.base]);
+    case LoadKind::SetTable:
+      if (PySet_CheckExact(regs[ld.base])) out = setTableLayout(regs[ld.base]).release();
       break;
     case LoadKind::IterContainer:
       out = iterContainer(regs[ld.base]);
@@ -835,6 +837,10 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
           if (!found[i] && PyErr_Occurred()) return PyErr_Clear(), false;
           if (found[i] && !PyDict_Check(found[i])) return false;
         }
+        for (const Ref& name : c.absent) {  // str keys: no Python code
+          if (PyDict_GetItemWithError(mdict, name.get())) return false;
+          if (PyErr_Occurred()) return PyErr_Clear(), false;
+        }
         memo = DictMemo{mdict, tag, nullptr};
         for (int i = 0; i < 4; ++i) c.hook_dicts[i] = found[i];
       }
@@ -876,19 +882,20 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
       memo = DictMemo{d, versionOf(d), nullptr};
       return true;
     }
-    case CheckKind::GradMode: {
-      Ref r = Ref::steal(PyObject_CallNoArgs(c.obj.get()));
-      if (!r) return PyErr_Clear(), false;
-      return (r.get() == Py_True) == (c.index != 0);
-    }
+    case CheckKind::GradMode:
+      return gradModeEnabled() == (c.index != 0);
     case CheckKind::Shape: {
       int64_t v = 0;
       return evalShape(c.shape_ops, regs, &v) && v != 0;
     }
     case CheckKind::StateQuery: {
       PyObject* q = c.obj.get();
+      PyObject* args = PyTuple_GET_ITEM(q, 1);
       PyObject* kw = PyTuple_GET_ITEM(q, 2);
-      Ref r = Ref::steal(PyObject_Call(PyTuple_GET_ITEM(q, 0), PyTuple_GET_ITEM(q, 1), kw == Py_None ? nullptr : kw));
+      // No arguments (the torch state queries of every entry): the vectorcall, no tuple unpacking.
+      Ref r = Ref::steal(PyTuple_GET_SIZE(args) == 0 && kw == Py_None
+                             ? PyObject_CallNoArgs(PyTuple_GET_ITEM(q, 0))
+                             : PyObject_Call(PyTuple_GET_ITEM(q, 0), args, kw == Py_None ? nullptr : kw));
       if (!r) return PyErr_Clear(), false;
       return sameConstant(r.get(), PyTuple_GET_ITEM(q, 3));
     }
@@ -896,12 +903,85 @@ bool GuardProgram::runCheck(const Check& c, PyObject** regs) const {
   return false;
 }
 
+void GuardProgram::finish() {
+  std::unordered_map<int, size_t> no_hooks;  // register -> its NoHooks check
+  for (size_t i = 0; i < checks_.size(); ++i)
+    if (!checks_[i].dropped && checks_[i].kind == CheckKind::NoHooks && checks_[i].reg >= 0)
+      no_hooks.emplace(checks_[i].reg, i);
+  if (!no_hooks.empty()) {
+    std::vector<Step> kept;
+    kept.reserve(steps_.size());
+    for (const Step& s : steps_) {
+      if (!s.is_load) {
+        Check& c = checks_[static_cast<size_t>(s.index)];
+        auto it = c.kind == CheckKind::NoInstanceAttr ? no_hooks.find(c.reg) : no_hooks.end();
+        if (it != no_hooks.end()) {
+          checks_[it->second].absent.push_back(c.obj.copy());
+          c.dropped = true;  // folded: described and counted with its NoHooks check
+          continue;
+        }
+      }
+      kept.push_back(s);
+    }
+    steps_ = std::move(kept);
+  }
+  // Stable: the program's own order otherwise. These read no register, and every entry of
+  // a code object asks the same: the checks that tell entries apart (a tensor's shape) run
+  // first, so an entry that does not match is left before any query of torch's state.
+  std::stable_partition(steps_.begin(), steps_.end(), [this](const Step& s) {
+    if (s.is_load) return true;
+    CheckKind k = checks_[static_cast<size_t>(s.index)].kind;
+    return k != CheckKind::GradMode && k != CheckKind::StateQuery;
+  });
+}
+
 bool GuardProgram::run(const FrameView& f, PyObject** regs) const {
   const int nregs = numRegisters();
   for (int i = 0; i < nregs; ++i) regs[i] = nullptr;
+  // The commonest steps are done here, without a call: a dict item whose dict is unchanged
+  // since the last run (its memo), a local, a type, a tensor. The rest (and every miss of
+  // a memo) go through runLoad/runCheck, which do the same for these as well.
   for (const Step& s : steps_) {
-    bool ok = s.is_load ? runLoad(loads_[s.index], f, regs) : runCheck(checks_[s.index], regs);
-    if (!ok) return false;
+    if (s.is_load) {
+      const Load& ld = loads_[static_cast<size_t>(s.index)];
+      if (ld.kind == LoadKind::DictItem) {
+        PyObject* d = regs[ld.base];
+        if (d == ld.memo.dict && PyDict_Check(d) && versionOf(d) == ld.memo.tag) {
+          regs[s.index] = ld.memo.value;
+          continue;
+        }
+      } else if (ld.kind == LoadKind::Local) {
+        PyObject* v = ld.index < f.nfast ? f.fast[ld.index] : nullptr;
+        if (!v) return false;
+        regs[s.index] = v;
+        continue;
+      }
+      if (!runLoad(ld, f, regs)) return false;
+      continue;
+    }
+    const Check& c = checks_[static_cast<size_t>(s.index)];
+    switch (c.kind) {
+      case CheckKind::Type:
+        if (reinterpret_cast<PyObject*>(Py_TYPE(regs[c.reg])) != deref(c)) return false;
+        continue;
+      case CheckKind::Tensor:
+        if (!tensorMatches(c.tensor, regs[c.reg])) return false;
+        continue;
+      case CheckKind::Shape: {
+        const std::vector<ShapeOp>& ops = c.shape_ops;
+        if (ops.size() == 3 && ops[0].op == ShapeOpKind::Size && ops[1].op == ShapeOpKind::Size &&
+            ops[2].op == ShapeOpKind::Eq) {  // size == size: one call
+          if (!tensorSizesEqual(regs[ops[0].reg], static_cast<int>(ops[0].arg), regs[ops[1].reg],
+                                static_cast<int>(ops[1].arg)))
+            return false;
+          continue;
+        }
+        if (!runCheck(c, regs)) return false;
+        continue;
+      }
+      default:
+        if (!runCheck(c, regs)) return false;
+    }
   }
   return true;
 }
@@ -937,8 +1017,11 @@ std::string GuardProgram::describeCheck(const Check& c) const {
       return "not " + c.what;
     case CheckKind::DictKeys:
       return "list(" + c.what + ".keys()) == " + reprOf(c.obj.get());
-    case CheckKind::NoHooks:
-      return c.what + " has no module hooks";
+    case CheckKind::NoHooks: {
+      std::string text = c.what + " has no module hooks";
+      for (const Ref& name : c.absent) text += std::string(", '") + PyUnicode_AsUTF8(name.get()) + "' not in its __dict__";
+      return text;
+    }
     case CheckKind::Aliasing:
     case CheckKind::Storages:
       return c.what;

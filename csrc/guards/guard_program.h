@@ -37,7 +37,7 @@ enum class LoadKind : uint8_t {
   ViewDict,      // the dict that reg[base] (a dict_keys/dict_values/dict_items view) reads (borrowed)
   ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
                  // heap type (fails once the class is gone), the type itself otherwise
-  SetItems,      // a tuple of the set reg[base]'s items in the order a walk meets them: owned
+  SetTable,      // the table of the set reg[base], as a tuple (support/set_table.h setTableLayout): owned
   IterContainer, // the list, dict or set that the list/dict/set iterator reg[base] reads
                  // (iterContainer; fails once it is exhausted): borrowed
   IterIndex,     // the index of the list_iterator reg[base] (its __reduce__): owned
@@ -97,7 +97,7 @@ struct Load {
   mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
   bool dropped = false;   // removed by dropRegisters: never run, never shared again
   bool owned() const {
-    return kind == LoadKind::Attr || kind == LoadKind::IterRemaining || kind == LoadKind::SetItems ||
+    return kind == LoadKind::Attr || kind == LoadKind::IterRemaining || kind == LoadKind::SetTable ||
            kind == LoadKind::IterIndex;
   }
 };
@@ -117,20 +117,24 @@ using Origin = std::vector<OriginFrame>;
 std::string describeOrigin(const Origin& o);
 
 struct Check {
+  // Hot fields first (what a run reads of most checks fits one cache line), cold ones last.
   CheckKind kind;
   int reg = -1;
   int index = 0;
   Ref obj;       // expected type / object / constant (or weakref to it)
   bool weak = false;
-  TensorSpec tensor;
-  std::vector<ShapeOp> shape_ops;  // Shape
-  std::string what;  // the source's readable name, for messages (cold)
   bool dropped = false;  // removed by dropRegisters
   // NoHooks (and NoInstanceAttr): the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.
   mutable DictMemo hooks_memo;
   mutable PyObject* hook_dicts[4] = {nullptr, nullptr, nullptr, nullptr};
+  TensorSpec tensor;
+  // NoHooks: instance attributes that must be absent from the same __dict__ (the
+  // NoInstanceAttr checks of that register folded into it: one memo serves both).
+  std::vector<Ref> absent;
+  std::vector<ShapeOp> shape_ops;  // Shape
+  std::string what;  // the source's readable name, for messages (cold)
   Origin origin;  // see Origin
   // Storages: `index` is its StorageGuard in the program's side table (only that kind has
   // one: every other check stays without its vectors).
@@ -228,6 +232,11 @@ class GuardProgram {
   // the trace turned out not to use (the items an input iterator had left past those it
   // took); the caller makes sure nothing else reads those registers.
   void dropRegisters(const std::vector<int>& roots);
+  // Once the program is complete: folds each NoInstanceAttr check into the NoHooks check of
+  // the same register (both read the module's __dict__, one version memo serves both), and
+  // moves the checks of torch's global state (grad mode, the state queries) after every
+  // other step.
+  void finish();
   // Every register a load of `roots` (transitively) makes, `roots` included.
   std::vector<int> registersUnder(const std::vector<int>& roots) const;
   void checkDictEmpty(int reg);

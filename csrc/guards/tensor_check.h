@@ -15,8 +15,6 @@ namespace cdynamo::guards {
 
 struct TensorSpec {
   Ref type;     // exact Python type (torch.Tensor, torch.nn.Parameter)
-  Ref dtype;    // torch.dtype singleton (for descriptions)
-  Ref device;   // torch.device (for descriptions)
   bool requires_grad = false;
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
@@ -34,6 +32,8 @@ struct TensorSpec {
   // trace time (the graph's fake strides are those expressions of the symbolic sizes).
   uint64_t dynamic_mask = 0;
   bool dynamic(size_t dim) const { return dim < 64 && ((dynamic_mask >> dim) & 1u); }
+  Ref dtype;    // torch.dtype singleton (for descriptions; cold)
+  Ref device;   // torch.device (for descriptions; cold)
 };
 
 // The strides a contiguous (row-major) tensor of `sizes` has.
@@ -46,9 +46,15 @@ std::string stridesMismatch(const TensorSpec& spec, const int64_t* sizes, const 
 bool captureTensorSpec(PyObject* tensor, TensorSpec* out);
 // True when `obj` matches `spec`. Never leaves a Python error set; allocates nothing.
 bool tensorMatches(const TensorSpec& spec, PyObject* obj);
+// torch.is_grad_enabled(), read from c10's thread-local grad mode (what that function
+// returns) without a Python call: every entry's guards ask it.
+bool gradModeEnabled();
 // Size `dim` of tensor `obj` (a THPVariable whose tensor check passed), or -1 when it has
 // no such dim. Allocates nothing.
 int64_t tensorSize(PyObject* obj, int dim);
+// tensorSize(a, da) == tensorSize(b, db), both readable (the shape guard `s_i == s_j` of
+// two symbolic sizes, the commonest: duck sizing relates every equal size), in one call.
+bool tensorSizesEqual(PyObject* a, int da, PyObject* b, int db);
 // Identity of the storage (its c10::StorageImpl) of tensor `obj` (a THPVariable whose
 // tensor check passed), or null when it has none. Allocates nothing.
 const void* tensorStorage(PyObject* obj);

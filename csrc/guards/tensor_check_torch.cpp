@@ -12,6 +12,7 @@
 // type is such a subclass, and the check compares the exact type first, so the cast below
 // only ever sees THPVariables.
 #include <ATen/core/Tensor.h>
+#include <c10/core/GradMode.h>
 #include <c10/core/TensorImpl.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/headeronly/version.h>
@@ -166,6 +167,18 @@ int64_t tensorSize(PyObject* t, int dim) {
   }
 }
 
+bool tensorSizesEqual(PyObject* a, int da, PyObject* b, int db) {
+  if (a == nullptr || b == nullptr) return false;
+  try {
+    const c10::TensorImpl* ia = implOf(a);
+    const c10::TensorImpl* ib = implOf(b);
+    if (ia == nullptr || ib == nullptr || da < 0 || db < 0 || da >= ia->dim() || db >= ib->dim()) return false;
+    return ia->sizes()[da] == ib->sizes()[db];
+  } catch (...) {
+    return false;
+  }
+}
+
 const void* tensorStorage(PyObject* t) {
   if (t == nullptr) return nullptr;
   try {
@@ -204,5 +217,7 @@ std::string dispatchKeysText(uint64_t raw) {
   }
 }
 }  // namespace detail
+
+bool gradModeEnabled() { return c10::GradMode::is_enabled(); }
 
 }  // namespace cdynamo::guards

@@ -21,6 +21,15 @@ struct Builder {
   PyObject* graph_out;
   PyObject* const* regs;
   PyObject** memo;
+  // A sequence item built after the effects (OutputPlan::after_effects): None holds its
+  // place in the new tuple or list until then.
+  struct Late {
+    PyObject* seq;  // borrowed: part of the result being built
+    Py_ssize_t index;
+    bool tuple;
+    const OutputPlan* plan;
+  };
+  std::vector<Late>* late = nullptr;  // null: build every plan now
 
   Ref build(const OutputPlan& p) {
     Ref r = std::visit([&](const auto& step) { return make(p, step); }, p.step);
@@ -35,12 +44,23 @@ struct Builder {
   }
 
   // A new tuple or list of `items` built, recorded for `p` first when `remembered`.
-  Ref sequence(bool tuple, const std::vector<OutputPlan>& items, const OutputPlan* remembered) {
+  // `may_defer`: a Tuple or List plan's own items (the only places an after_effects plan is
+  // left for later; a call's arguments, a named tuple's or a deque's items are built now).
+  Ref sequence(bool tuple, const std::vector<OutputPlan>& items, const OutputPlan* remembered, bool may_defer = false) {
     Py_ssize_t n = static_cast<Py_ssize_t>(items.size());
     Ref seq = Ref::steal(tuple ? PyTuple_New(n) : PyList_New(n));
     if (!seq) return Ref();
     if (remembered) remember(*remembered, Ref::borrow(seq.get()));
     for (Py_ssize_t i = 0; i < n; ++i) {
+      if (may_defer && late && items[static_cast<size_t>(i)].after_effects) {
+        Py_INCREF(Py_None);  // why: the slot's own reference, replaced in fillLate
+        if (tuple)
+          PyTuple_SET_ITEM(seq.get(), i, Py_None);
+        else
+          PyList_SET_ITEM(seq.get(), i, Py_None);
+        late->push_back(Late{seq.get(), i, tuple, &items[static_cast<size_t>(i)]});
+        continue;
+      }
       Ref item = build(items[static_cast<size_t>(i)]);
       if (!item) return Ref();
       if (tuple)
@@ -73,7 +93,7 @@ struct Builder {
   }
   Ref make(const OutputPlan&, const plan::Constant& c) { return c.obj.copy(); }
   Ref make(const OutputPlan&, const plan::Register& r) { return Ref::borrow(regs[r.reg]); }
-  Ref make(const OutputPlan&, const plan::Tuple& t) { return sequence(true, t.items, nullptr); }
+  Ref make(const OutputPlan&, const plan::Tuple& t) { return sequence(true, t.items, nullptr, true); }
   Ref make(const OutputPlan&, const plan::NamedTuple& t) {
     Ref items = sequence(true, t.items, nullptr);
     if (!items) return Ref();
@@ -84,7 +104,7 @@ struct Builder {
     return Ref::steal(
         PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", t.cls.get(), items.get()));
   }
-  Ref make(const OutputPlan& p, const plan::List& l) { return sequence(false, l.items, &p); }
+  Ref make(const OutputPlan& p, const plan::List& l) { return sequence(false, l.items, &p, true); }
   Ref make(const OutputPlan& p, const plan::Deque& d) {
     Ref items = sequence(false, d.items, nullptr);
     if (!items) return Ref();
@@ -158,6 +178,30 @@ struct Builder {
     if (!args) return Ref();
     return remember(p, Ref::steal(PyObject_Call(c.fn.get(), args.get(), nullptr)));
   }
+
+  // After the effects: builds the items left in place, in the order they were met.
+  bool fillLate(const std::vector<Late>& items) {
+    std::vector<Late>* saved = late;
+    late = nullptr;
+    bool ok = true;
+    for (const Late& l : items) {
+      Ref item = build(*l.plan);
+      if (!item) {
+        ok = false;
+        break;
+      }
+      if (l.tuple) {
+        PyObject* old = PyTuple_GET_ITEM(l.seq, l.index);
+        PyTuple_SET_ITEM(l.seq, l.index, item.release());
+        Py_DECREF(old);  // why: the placeholder's reference, taken in sequence()
+      } else if (PyList_SetItem(l.seq, l.index, item.release()) < 0) {
+        ok = false;
+        break;
+      }
+    }
+    late = saved;
+    return ok;
+  }
 };
 
 // Walks plans in the order Builder builds them and records when each memo slot is
@@ -176,9 +220,20 @@ struct MemoOrder {
   void all(const std::vector<OutputPlan>& items) {
     for (const OutputPlan& i : items) visit(i);
   }
+  std::vector<const OutputPlan*> deferred;  // after_effects plans, walked after the rest
+  bool deferring = true;
+
   void visit(const OutputPlan& p) {
     if (first_unbuilt >= 0) return;
+    if (deferring && p.after_effects) {
+      deferred.push_back(&p);
+      return;
+    }
     std::visit([&](const auto& step) { walk(p, step); }, p.step);
+  }
+  void visitDeferred() {
+    deferring = false;
+    for (const OutputPlan* p : deferred) visit(*p);
   }
   void walk(const OutputPlan&, const plan::Memo& m) {
     if (m.slot < 0 || static_cast<size_t>(m.slot) >= built.size() || !built[static_cast<size_t>(m.slot)])
@@ -289,6 +344,7 @@ int memoReadBeforeBuilt(const OutputPlan& output, const std::vector<SideEffect>&
   order.visit(output);
   for (const SideEffect& e : effects)
     if (const OutputPlan* stored = storedValue(e)) order.visit(*stored);
+  order.visitDeferred();
   return order.first_unbuilt;
 }
 
@@ -383,7 +439,17 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     }
   } release_memo{memo, memo_slots};
   Builder builder{graph_out.get(), regs, memo};
-  Ref result = builder.build(output);
+  std::vector<Builder::Late> late;
+  // Plans built after the effects read registers then: hold them (an effect can free an
+  // object a borrowed register points to).
+  std::vector<Ref> held;
+  if (late_plans) {
+    builder.late = &late;
+    held.reserve(static_cast<size_t>(nregs));
+    for (int i = 0; i < nregs; ++i) held.push_back(Ref::borrow(regs[i]));
+  }
+  const bool root_late = late_plans && output.after_effects;
+  Ref result = root_late ? Ref::borrow(Py_None) : builder.build(output);
   if (result && !effects.empty()) {
     std::vector<Ref> values;
     values.reserve(effects.size());
@@ -397,6 +463,12 @@ PyObject* CompiledEntry::tryRun(const FrameView& frame, bool* matched) const {
     }
     for (size_t i = 0; result && i < effects.size(); ++i)
       if (!applyEffect(effects[i], regs[effects[i].reg], values[i].get())) result.reset();
+  }
+  if (result && root_late) {
+    builder.late = nullptr;
+    result = builder.build(output);
+  } else if (result && !late.empty() && !builder.fillLate(late)) {
+    result.reset();
   }
   graph_out.reset();
   guards.release(regs);

@@ -90,6 +90,11 @@ struct OutputPlan {
                             plan::List, plan::Deque, plan::Dict, plan::Set, plan::NewObject, plan::Call, plan::Memo>;
   Step step = plan::Constant{};
   int memo = -1;  // memo slot the built object is recorded in, or -1
+  // Built after the effects ran, not with the rest: an iterator rebuilt over a container of
+  // the program that the effects give its new contents (it must walk those). Only the root
+  // plan of the result or a direct item of a Tuple/List plan of it (the tracer refuses it
+  // anywhere else); also set on a Memo plan that reads such an iterator's slot.
+  bool after_effects = false;
 
   OutputPlan() = default;
   template <class S>
@@ -189,6 +194,8 @@ struct CompiledEntry {
   // without a graph break: torch._dynamo skips such a frame for good (SkipFrame, 'No ops
   // traced'), and so does compileMiss unless the configuration is fullgraph.
   bool no_ops = false;
+  // The output holds plans built after the effects (OutputPlan::after_effects).
+  bool late_plans = false;
 
   // After tryRun() returned the break code's arguments (stolen): runs the break code with
   // the frame's globals and closure, then any continuations; returns the frame's result.

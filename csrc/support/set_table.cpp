@@ -79,6 +79,40 @@ Ref copySetTable(PyObject* set) {
   return out;
 }
 
+Ref setTableLayout(PyObject* set) {
+  if (!PySet_CheckExact(set)) {
+    PyErr_SetString(PyExc_TypeError, "cdynamo: the table layout of a set only");
+    return Ref();
+  }
+  auto* so = reinterpret_cast<PySetObject*>(set);
+  const Py_ssize_t size = so->mask + 1;
+  Ref keys = Ref::steal(PyList_New(0));
+  Ref types = Ref::steal(PyList_New(0));
+  Ref slots = Ref::steal(PyList_New(0));
+  Ref dummies = Ref::steal(PyList_New(0));
+  if (!keys || !types || !slots || !dummies) return Ref();
+  for (Py_ssize_t i = 0; i < size; ++i) {
+    PyObject* key = so->table[i].key;
+    if (!key) continue;
+    Ref index = Ref::steal(PyLong_FromSsize_t(i));
+    if (!index) return Ref();
+    if (key == _PySet_Dummy) {
+      if (PyList_Append(dummies.get(), index.get()) < 0) return Ref();
+      continue;
+    }
+    if (PyList_Append(slots.get(), index.get()) < 0 || PyList_Append(keys.get(), key) < 0 ||
+        PyList_Append(types.get(), reinterpret_cast<PyObject*>(Py_TYPE(key))) < 0)
+      return Ref();
+  }
+  Ref k = Ref::steal(PyList_AsTuple(keys.get()));
+  Ref t = Ref::steal(PyList_AsTuple(types.get()));
+  Ref s = Ref::steal(PyList_AsTuple(slots.get()));
+  Ref d = Ref::steal(PyList_AsTuple(dummies.get()));
+  if (!k || !t || !s || !d) return Ref();
+  return Ref::steal(Py_BuildValue("(nnnnOOOO)", so->mask, so->fill, so->used, so->finger, s.get(), d.get(), t.get(),
+                                  k.get()));
+}
+
 namespace {
 
 PyObject* copierImpl(PyObject*, PyObject* set) { return copySetTable(set).release(); }

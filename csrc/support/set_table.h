@@ -21,6 +21,12 @@ Ref copySetTable(PyObject* set);
 // Gives `target` (an exact set) a copy of `source`'s table (an exact set), as if it had
 // lived source's history; its own items are released. -1 with an error set on failure.
 int assignSetTable(PyObject* target, PyObject* source);
+// A new tuple that is equal for two exact sets exactly when their tables are the same: size,
+// fill, used, pop's finger, which slots hold dummies, and the key (compared with ==, and its
+// type) in each other occupied slot, in slot order. What a guard compares for a set the
+// trace walks, pops or changes: equal sets of other histories walk and pop differently.
+// Null with an error set when `set` is not an exact set.
+Ref setTableLayout(PyObject* set);
 // A builtin function object: f(s) -> copySetTable(s) (a step of an output plan). Borrowed,
 // made once; null with an error set if it cannot be made.
 PyObject* setTableCopier();

@@ -411,14 +411,14 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       values.push_back(Value::constant(item));
     }
     if (reg >= 0) {
-      // Its items in the order it walks them (equal sets can walk in different orders: the
-      // order comes from the table's history), compared with a private tuple: the set itself
-      // may be mutated by this very entry.
+      // Its table (equal sets of other histories walk and pop in other orders: the trace
+      // walks, pops and changes a copy of this very table), compared with a private
+      // snapshot: the set itself may be mutated by this very entry.
       guards().checkType(reg, Py_TYPE(obj));
-      int items_reg = load(LoadKind::SetItems, reg, 0, nullptr, "tuple(" + guards().sourceName(reg) + ")");
-      Ref walk = Ref::steal(PySequence_Tuple(items.get()));
-      if (!walk) return failFromPython("reading a set");
-      guards().checkEquals(items_reg, walk.get());
+      int table_reg = load(LoadKind::SetTable, reg, 0, nullptr, "<table of " + guards().sourceName(reg) + ">");
+      Ref layout = setTableLayout(obj);
+      if (!layout) return failFromPython("reading a set");
+      guards().checkEquals(table_reg, layout.get());
     }
     v = Value::set(std::move(values), reg);
     // What the trace does to it replays on a copy of its very table (support/set_table.h),

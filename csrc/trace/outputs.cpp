@@ -481,17 +481,26 @@ Result<bool> OutputPlanner::planOverContainer(const ValuePtr& v, runtime::Output
   Obj helper = Obj::cdynamo_resume_container_iterator_at;
   Py_ssize_t state = static_cast<Py_ssize_t>(it.pos);
   int which = it.seq_which;
-  // A container from the program that the trace changed gets its new contents only after
-  // this plan is built (runtime: result first, then effects): an iterator made over it now
-  // would walk the old contents and then see them replaced (a dict or set "changed size",
-  // a deque "mutated during iteration"), and a list iterator's position is clamped to the
-  // old length when it is set (list_iterator.__setstate__): it leaves as what it has left.
-  if (c->reg >= 0 && t_.effects().replaces(c.get())) return false;
+  // A container from the program that the trace changed gets its new contents from the
+  // effects, which run after the result is built: an iterator made over it then would walk
+  // the old contents and see them replaced (a dict or set "changed size", a deque "mutated
+  // during iteration"; a list iterator's position is clamped to the old length when it is
+  // set). It is built after the effects instead (placeLatePlans says where it can be).
+  const bool after_effects = c->reg >= 0 && t_.effects().replaces(c.get());
+  bool deque_changed = false;
   if (const List* l = c->get<List>(); l && l->deque) {
-    // A deque's iterator walks the deque it was made over, unchanged since (its own count
-    // of changes starts again on the deque rebuilt).
-    if (l->state != it.seq_state || it.ended) return false;
-    which = 0;
+    // A deque's iterator over the deque rebuilt, as many items taken; one the deque changed
+    // under since iter() is made to raise as Python's (cdynamo._resume.deque_iterator_at).
+    // A deque of maxlen 0 cannot be changed and given back its contents: not rebuilt.
+    deque_changed = l->state != it.seq_state;
+    if (it.seq_reversed) {  // reversed(d): over the deque rebuilt while it is unchanged
+      if (deque_changed) return false;
+      which = 0;
+    } else {
+      if (deque_changed && l->maxlen && PyLong_Check(l->maxlen.get()) && PyLong_AsSsize_t(l->maxlen.get()) == 0)
+        return false;
+      helper = Obj::cdynamo_resume_deque_iterator_at;
+    }
   } else if (l) {
     if (it.seq_reversed) {  // the index of the next item, counted from the length it had at reversed()
       helper = Obj::cdynamo_resume_list_reverse_iterator_at;
@@ -543,8 +552,67 @@ Result<bool> OutputPlanner::planOverContainer(const ValuePtr& v, runtime::Output
   args.push_back(runtime::OutputPlan::constant(n.get()));
   if (helper == Obj::cdynamo_resume_container_iterator_at && it.seq_reversed)
     args.push_back(runtime::OutputPlan::constant(Py_True));
+  if (helper == Obj::cdynamo_resume_deque_iterator_at)
+    args.push_back(runtime::OutputPlan::constant(deque_changed ? Py_True : Py_False));
   out->step = P::Call{Ref::borrow(fn), std::move(args)};
+  out->after_effects = after_effects;
   return true;
+}
+
+namespace {
+
+// Where a plan sits, for placeLatePlans.
+struct LatePlacer {
+  std::unordered_set<int> late_slots;
+  bool misplaced = false;
+  bool any = false;
+
+  // `fillable`: reached from the result's root through tuples, lists and dict values only
+  // (a built object the runtime can still patch: nothing consumed it); `direct`: the root
+  // itself or a tuple's or list's own item.
+  void walk(runtime::OutputPlan& p, bool fillable, bool direct, bool mark_readers) {
+    namespace P = runtime::plan;
+    if (const auto* m = std::get_if<P::Memo>(&p.step); m && mark_readers && late_slots.count(m->slot))
+      p.after_effects = true;
+    if (p.after_effects) {
+      if (!(fillable && direct)) misplaced = true;
+      any = true;
+      if (!mark_readers && p.memo >= 0) late_slots.insert(p.memo);
+      return;  // its own parts are built with it, later
+    }
+    auto items = [&](std::vector<runtime::OutputPlan>& xs, bool keeps_fillable, bool are_direct) {
+      for (runtime::OutputPlan& x : xs) walk(x, fillable && keeps_fillable, are_direct, mark_readers);
+    };
+    if (auto* tp = std::get_if<P::Tuple>(&p.step)) return items(tp->items, true, true);
+    if (auto* l = std::get_if<P::List>(&p.step)) return items(l->items, true, true);
+    if (auto* d = std::get_if<P::Dict>(&p.step)) return items(d->values, true, false);
+    if (auto* n = std::get_if<P::NamedTuple>(&p.step)) return items(n->items, false, false);
+    if (auto* dq = std::get_if<P::Deque>(&p.step)) return items(dq->items, false, false);
+    if (auto* st = std::get_if<P::Set>(&p.step)) return items(st->items, false, false);
+    if (auto* c = std::get_if<P::Call>(&p.step)) return items(c->args, false, false);
+    if (auto* o = std::get_if<P::NewObject>(&p.step)) {
+      if (o->attrs) walk(*o->attrs, false, false, mark_readers);
+      if (o->items) walk(*o->items, false, false, mark_readers);
+    }
+  }
+};
+
+}  // namespace
+
+Done OutputPlanner::placeLatePlans(runtime::OutputPlan* output, std::vector<runtime::SideEffect>* effects, bool* any) {
+  LatePlacer placer;
+  // First the iterators themselves (their slots), then the plans that read those slots.
+  for (bool readers : {false, true}) {
+    placer.walk(*output, true, true, readers);
+    for (runtime::SideEffect& e : *effects)
+      if (const runtime::OutputPlan* stored = runtime::storedValue(e))
+        placer.walk(*const_cast<runtime::OutputPlan*>(stored), false, false, readers);
+  }
+  if (placer.misplaced)
+    return t_.fail("an iterator over a container the trace changed is kept where it cannot be rebuilt after the "
+                   "change (inside another object, or stored by an effect): not supported yet");
+  *any = placer.any;
+  return {};
 }
 
 Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {

@@ -34,6 +34,12 @@ class OutputPlanner {
   // reads back, builder.cpp) instead of iterators of their own type: for a graph break's
   // locals and stack.
   void setForResume(bool on) { for_resume_ = on; }
+  // Once the result and the effects are planned: the plans left for after the effects (an
+  // iterator over a container the effects change, OutputPlan::after_effects) must sit where
+  // the runtime can fill them in later (the result itself, or an item of a tuple or list
+  // reached from it through tuples, lists and dict values only); the plans that read such
+  // an iterator's memo slot are left for later too. *any: whether there is one.
+  Done placeLatePlans(runtime::OutputPlan* output, std::vector<runtime::SideEffect>* effects, bool* any);
 
  private:
   Done planOne(const ValuePtr& v, runtime::OutputPlan* out);

@@ -391,6 +391,9 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
                  "when it is dropped (not modeled)");
       return;
     }
+  bool late_plans = false;
+  if (!outputs_.placeLatePlans(&plan, &entry_->effects, &late_plans)) return;
+  entry_->late_plans = late_plans;
   if (runtime::memoReadBeforeBuilt(plan, entry_->effects) >= 0) {
     (void)fail("internal: a value made in the trace would be read back before it is rebuilt");
     return;
@@ -406,6 +409,7 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   // then stated over the registers that stay (a dropped register is never loaded).
   iterators_.guardInputs(*entry_);
   (void)addShapeGuards();
+  guards().finish();
 }
 
 Done Tracer::addShapeGuards() {

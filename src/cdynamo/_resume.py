@@ -167,10 +167,31 @@ def container_iterator_at(container, which, taken, backwards=False):
     return it
 
 
+def deque_iterator_at(d, taken, changed):
+    """iter(d) that has taken `taken` items. `changed`: the deque changed since that iterator
+    was made (its contents here are the changed ones), so the iterator's next step raises
+    RuntimeError, as Python's does even past its end: a change that keeps the contents (a
+    rotation there and back, or an item taken and put back) moves the deque's count of
+    changes on (the tracer rebuilds no such iterator over a deque of maxlen 0)."""
+    it = iter(d)
+    if not changed:
+        for _ in range(taken):
+            next(it)
+    elif len(d) >= 2:
+        d.rotate(1)
+        d.rotate(-1)
+    elif len(d) == 1:
+        d.append(d.pop())
+    else:
+        d.append(None)
+        d.pop()
+    return it
+
+
 def rebuild_partial(fn, args, keywords):
     """A functools.partial made in the trace, handed back (or to a resume function) as a real one."""
     return functools.partial(fn, *args, **keywords)
 
 
-__all__ = ["container_iterator_at", "grad_mode_exit", "list_iterator_at", "list_reverse_iterator_at", "make_function",
+__all__ = ["container_iterator_at", "deque_iterator_at", "grad_mode_exit", "list_iterator_at", "list_reverse_iterator_at", "make_function",
            "real_iterator", "rebuild_iterator", "rebuild_partial"]

@@ -293,3 +293,71 @@ def test_list_iterator_over_an_input_list_grown_in_the_trace_alive_at_a_break(re
         want, got = f(x, [1, 2, 3]), cf(x, [1, 2, 3])
         assert got[1:] == want[1:], (got, want)
     assert counter.frame_count >= 1
+
+
+def test_iterators_over_changed_containers_see_what_happens_after_the_break():
+    # Fuzzer seeds 93000 and 93002. An iterator over a container the trace changed, alive at
+    # a break, must be the container's own iterator in its final state: built before the
+    # container got its new contents, it walked stale ones; drained into a tuple iterator
+    # instead (5a4015e), it missed what the code after the break did to the container (an
+    # append it should see, a change it should raise on). Now it is built after the effects
+    # (OutputPlan::after_effects). A deque made in the trace and changed after iter() gives
+    # an iterator that raises, as Python's.
+    import collections
+
+    def f(x, lst, d):
+        lst += [7]
+        d["new"] = 1
+        it_l = iter(lst)
+        it_d = iter(d)
+        first = (next(it_l), next(it_d))
+        dq = collections.deque([1])
+        it_q = iter(dq)
+        taken = next(it_q)
+        dq.append(2)
+        print("break")
+        lst.append(8)
+        rest_l = list(it_l)
+        d["later"] = 2
+        try:
+            rest_d = list(it_d)
+        except RuntimeError as e:
+            rest_d = str(e)
+        try:
+            rest_q = list(it_q)
+        except RuntimeError as e:
+            rest_q = str(e)
+        return x + 1, first, taken, rest_l, rest_d, rest_q
+
+    cdynamo.reset()
+    cf = cdynamo.compile(f, backend=CompileCounter())
+    x = torch.ones(2)
+    for _ in range(2):
+        kind_w, want = outcome(f, x, [1, 2], {"a": 0})
+        kind_g, got = outcome(cf, x, [1, 2], {"a": 0})
+        assert kind_w == kind_g == "ok", (want, got)
+        assert torch.equal(got[0], want[0]) and got[1:] == want[1:], (got, want)
+    st = cdynamo.stats()
+    assert st["graph_breaks"] >= 1 and not st["native_frames"], st
+
+
+def test_input_set_popped_in_a_loop_across_breaks():
+    # Fuzzer seeds 93001/93005: s.pop() in a resume function traced on one call's set hit
+    # on the next call, whose set was equal (same walk order) but had its pop finger
+    # elsewhere: the trace's pop took the item the first set would have. The guard of a set
+    # passed in now compares its whole table (finger and dummies included).
+    def f(x):
+        s0 = {1, 2}
+        seen = []
+        for _ in range(3):
+            print("break")
+            s0.pop()
+            s0.add(1)
+            seen.append((list(s0 | {3, 9}), list(s0)))
+        return x + 1, seen
+
+    cf = cdynamo.compile(f, backend=CompileCounter())
+    x = torch.ones(2)
+    for _ in range(2):
+        want, got = f(x), cf(x)
+        assert got[1] == want[1], (got[1], want[1])

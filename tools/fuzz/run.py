@@ -57,8 +57,18 @@ def is_known(sig, tags, known, text=""):
 
 # ---------------------------------------------------------------------------------------- worker
 
+# A worker's address space (bytes): a generated program that grows without bound raises
+# MemoryError inside it (check.py skips it) instead of taking the machine's memory.
+WORKER_ADDRESS_SPACE = 8 * 1024**3
+
+
 def worker(args):
     import faulthandler
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    limit = WORKER_ADDRESS_SPACE if hard == resource.RLIM_INFINITY else min(WORKER_ADDRESS_SPACE, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hyp_seed
