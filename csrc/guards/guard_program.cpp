@@ -486,15 +486,7 @@ void GuardProgram::checkNoModuleHooks(int reg) {
 void GuardProgram::checkGradMode(bool enabled) {
   for (const Check& c : checks_)
     if (c.kind == CheckKind::GradMode) return;
-  Check c{CheckKind::GradMode, -1, enabled ? 1 : 0};
-  Ref torch_c = Ref::steal(PyImport_ImportModule("torch._C"));
-  if (torch_c) c.obj = Ref::steal(PyObject_GetAttrString(torch_c.get(), "is_grad_enabled"));
-  if (!c.obj) {
-    PyErr_Clear();
-    c.kind = CheckKind::Identity;  // cannot read grad mode: never match
-    c.obj = Ref::borrow(Py_None);
-    c.reg = -1;
-  }
+  Check c{CheckKind::GradMode, -1, enabled ? 1 : 0};  // read from c10 (gradModeEnabled)
   c.what = "torch.is_grad_enabled()";
   addCheck(std::move(c));
 }

@@ -18,47 +18,31 @@ int assignSetTable(PyObject* target, PyObject* source) {
   auto* dst = reinterpret_cast<PySetObject*>(target);
   auto* src = reinterpret_cast<PySetObject*>(source);
   const Py_ssize_t size = src->mask + 1;
-  setentry* table = dst->smalltable;
-  if (size > PySet_MINSIZE) {
-    table = PyMem_New(setentry, static_cast<size_t>(size));  // what set_table_resize allocates with
-    if (!table) {
-      PyErr_NoMemory();
-      return -1;
-    }
+  // The entries are copied (each key's reference taken) into a heap buffer first, then the
+  // target is emptied (its items may run code when released: a __del__), then the buffer
+  // becomes its table, or is copied into its smalltable (PySet_Clear leaves it there, zeroed)
+  // when the source's table is that small. PyMem_New is what set_table_resize allocates with.
+  // Dummy entries share the one dummy object and hold no reference to it (setobject.c).
+  setentry* table = PyMem_New(setentry, static_cast<size_t>(size));
+  if (!table) {
+    PyErr_NoMemory();
+    return -1;
   }
-  // Empty the target first (its items may run code when released: a __del__), keeping its
-  // smalltable when the new table lives there; then copy the entries. Dummy entries share
-  // the one dummy object and hold no reference to it (setobject.c).
-  if (table == dst->smalltable) {
-    setentry* scratch = PyMem_New(setentry, static_cast<size_t>(size));
-    if (!scratch) {
-      PyErr_NoMemory();
-      return -1;
-    }
-    for (Py_ssize_t i = 0; i < size; ++i) {
-      scratch[i] = src->table[i];
-      if (scratch[i].key && scratch[i].key != _PySet_Dummy) Py_INCREF(scratch[i].key);  // why: the entry's own
-    }
-    if (PySet_Clear(target) < 0) {
-      for (Py_ssize_t i = 0; i < size; ++i)
-        if (scratch[i].key && scratch[i].key != _PySet_Dummy) Py_DECREF(scratch[i].key);  // why: undo the above
-      PyMem_Free(scratch);
-      return -1;
-    }
-    // PySet_Clear left the target on its zeroed smalltable.
-    for (Py_ssize_t i = 0; i < size; ++i) dst->smalltable[i] = scratch[i];
-    PyMem_Free(scratch);
+  auto owns = [](const setentry& e) { return e.key && e.key != _PySet_Dummy; };
+  for (Py_ssize_t i = 0; i < size; ++i) {
+    table[i] = src->table[i];
+    if (owns(table[i])) Py_INCREF(table[i].key);  // why: the entry's own
+  }
+  if (PySet_Clear(target) < 0) {
+    for (Py_ssize_t i = 0; i < size; ++i)
+      if (owns(table[i])) Py_DECREF(table[i].key);  // why: undo the above
+    PyMem_Free(table);
+    return -1;
+  }
+  if (size <= PySet_MINSIZE) {
+    for (Py_ssize_t i = 0; i < size; ++i) dst->smalltable[i] = table[i];
+    PyMem_Free(table);
   } else {
-    for (Py_ssize_t i = 0; i < size; ++i) {
-      table[i] = src->table[i];
-      if (table[i].key && table[i].key != _PySet_Dummy) Py_INCREF(table[i].key);  // why: the entry's own
-    }
-    if (PySet_Clear(target) < 0) {
-      for (Py_ssize_t i = 0; i < size; ++i)
-        if (table[i].key && table[i].key != _PySet_Dummy) Py_DECREF(table[i].key);  // why: undo the above
-      PyMem_Free(table);
-      return -1;
-    }
     dst->table = table;
   }
   dst->mask = src->mask;

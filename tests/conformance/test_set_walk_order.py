@@ -103,6 +103,19 @@ def test_returned_set_after_removals():
     same_as_eager(fn, one)
 
 
+def _runs_under_hash_seeds(program, seeds):
+    """Runs `program` in its own interpreter under each PYTHONHASHSEED (string hashes, so set
+    tables, change per process); it prints "ok 1" when it saw what eager did."""
+    import os
+    import subprocess
+    import sys
+
+    for seed in seeds:
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        r = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0 and r.stdout.startswith("ok 1"), (seed, r.stdout[-2000:], r.stderr[-2000:])
+
+
 _OPERATOR_PROGRAM = '''
 import torch, cdynamo
 def fn(x):
@@ -133,15 +146,7 @@ def test_in_place_set_operators_keep_the_history_under_any_string_hash():
     # the shadow behind: the later pop() and walk read a stale table (with string hashes,
     # which change per process, PYTHONHASHSEED=3, 4 and 7 gave another order and pop).
     # Now they replay on the shadow as the methods do. Several hash seeds, each its own process.
-    import os
-    import subprocess
-    import sys
-
-    for seed in ("1", "3", "4", "7"):
-        env = dict(os.environ, PYTHONHASHSEED=seed)
-        r = subprocess.run([sys.executable, "-c", _OPERATOR_PROGRAM], env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0 and r.stdout.startswith("ok 1"), (seed, r.stdout[-2000:], r.stderr[-2000:])
+    _runs_under_hash_seeds(_OPERATOR_PROGRAM, ("1", "3", "4", "7"))
 
 
 _BINARY_PROGRAM = '''
@@ -178,15 +183,7 @@ def test_binary_set_operators_walk_as_eagerly_under_any_string_hash():
     # and all, so the result's order differed under some hash seeds (fuzzer F5; test_misc's
     # list(set(b) | {"q"}) under PYTHONHASHSEED=0 and 7). The operands are now the sets'
     # shadows and the result keeps its real table as its own history (its pop() reads it).
-    import os
-    import subprocess
-    import sys
-
-    for seed in ("0", "3", "7", "11"):
-        env = dict(os.environ, PYTHONHASHSEED=seed)
-        r = subprocess.run([sys.executable, "-c", _BINARY_PROGRAM], env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0 and r.stdout.startswith("ok 1"), (seed, r.stdout[-2000:], r.stderr[-2000:])
+    _runs_under_hash_seeds(_BINARY_PROGRAM, ("0", "3", "7", "11"))
 
 
 def test_in_place_operators_change_the_set_its_aliases_see():
@@ -263,15 +260,7 @@ print("ok", cdynamo.stats()["cache_hits"])
 
 def test_set_methods_walk_as_eagerly_under_any_string_hash():
     # The same with string items, whose hashes (and so the tables) change per process.
-    import os
-    import subprocess
-    import sys
-
-    for seed in ("0", "3", "7", "11"):
-        env = dict(os.environ, PYTHONHASHSEED=seed)
-        r = subprocess.run([sys.executable, "-c", _METHOD_PROGRAM], env=env, capture_output=True, text=True,
-                           timeout=300)
-        assert r.returncode == 0 and r.stdout.startswith("ok 1"), (seed, r.stdout[-2000:], r.stderr[-2000:])
+    _runs_under_hash_seeds(_METHOD_PROGRAM, ("0", "3", "7", "11"))
 
 
 # A changed set crossing a graph break, returned, or passed in (fuzzer seeds 92000-92002).
