@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstring>
 #include <initializer_list>
+#include <new>
 #include <vector>
 
 #include <pthread.h>
@@ -489,7 +490,21 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
         return nullptr;
       }
     }
-    r = trace::translate(view, config, extra->shape_memory.get());
+    try {
+      r = trace::translate(view, config, extra->shape_memory.get());
+    } catch (const std::bad_alloc&) {
+      // Memory ran out in the tracer's own structures (a program growing a list to millions
+      // of items, each modelled and guarded): the frame runs natively, where the program
+      // meets its own MemoryError, if any, as eagerly; never an abort of the process.
+      PyErr_Clear();
+      r = trace::TranslateResult{};
+      r.unsupported.reason = "out of memory while tracing (std::bad_alloc): the frame runs natively";
+      r.unsupported.function = codeName(code);
+      const char* file = PyUnicode_AsUTF8(code->co_filename);
+      if (!file) PyErr_Clear();
+      r.unsupported.filename = file ? file : "?";
+      r.unsupported.line = code->co_firstlineno;
+    }
     ns = static_cast<uint64_t>(
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start).count());
     stats().translate_ns += ns;

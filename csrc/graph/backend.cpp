@@ -2,6 +2,7 @@
 // when the graph may hold symbolic scalars).
 #include "graph/graph_builder.h"
 
+#include "graph/fake_autograd.h"
 #include "graph/fake_propagation.h"
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
@@ -21,6 +22,20 @@ Ref GraphBuilder::callBackend(PyObject* backend, PyObject* gm, PyObject* example
     if (!real) continue;
     if (!registerWithConverter(real)) return Ref();
     real = nullptr;
+  }
+  // The fakes the backend's conversion finds must describe the inputs as the graph receives
+  // them; an input the trace changed in place has a fake that says what it became (requires
+  // grad after x.add_(y), another shape after x.unsqueeze_(0)): AOT autograd would compile for
+  // that and give, say, an output requiring grad that eagerly does not. Such an input gets a
+  // fake made anew from it (torch._dynamo hands the backend a fresh fake mode instead).
+  for (const Node& n : nodes_) {
+    if ((n.op != NodeOp::Placeholder && n.op != NodeOp::GetAttr) || !n.real || !n.fake) continue;
+    if (!PyObject_TypeCheck(n.real.get(), reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_Tensor)))) continue;
+    if (!torchimpl::fakeDiffersFromInput(n.fake.get(), n.real.get())) continue;
+    Ref fresh = Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::cdynamo_shapes_entry_fake), mode_.get(),
+                                                        n.real.get(), n.fake.get(), nullptr));
+    if (!fresh) return Ref();
+    entry_fakes_.push_back(std::move(fresh));  // the converter's memo holds its fakes weakly
   }
   if (cache_was_enabled_ && PyObject_SetAttrString(mode_.get(), "cache_enabled", cache_was_enabled_.get()) < 0)
     return Ref();

@@ -93,6 +93,13 @@ bool plainView(PyObject* o, bool allow_symbolic = false);
 // plain form (dense, strided, offset 0, not a view, storage exactly its elements).
 bool plainFakeLeaf(PyObject* o);
 
+// Whether `fake`, the trace's fake of graph input `real`, no longer describes `real` as the
+// graph receives it: an in-place op of the trace gave it requires_grad or autograd history
+// (x.add_(y) with y requiring grad), or another layout (x.unsqueeze_(0)). Layouts are
+// compared as far as they are concrete (symbolic sizes: their number). False for a tensor
+// whose metadata cannot be read so.
+bool fakeDiffersFromInput(PyObject* fake, PyObject* real);
+
 // Gives `out`, a fresh tensor that does not require grad (a leaf without autograd history),
 // the history of an op applied to `inputs`: a grad_fn that is an autograd Error node whose
 // next edges are the inputs' gradient edges (what torch's DelayedError / MetaConverter give

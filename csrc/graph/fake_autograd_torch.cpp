@@ -189,6 +189,24 @@ bool plainView(PyObject* o, bool allow_symbolic) {
   }
 }
 
+bool fakeDiffersFromInput(PyObject* fake, PyObject* real) {
+  try {
+    const at::Tensor& f = var(fake);
+    const at::Tensor& r = var(real);
+    if (!f.defined() || !r.defined()) return false;
+    if (f.requires_grad() != r.requires_grad() || f.is_leaf() != r.is_leaf()) return true;
+    c10::TensorImpl* fi = f.unsafeGetTensorImpl();
+    c10::TensorImpl* ri = r.unsafeGetTensorImpl();
+    if (fi->layout() != c10::kStrided || ri->layout() != c10::kStrided) return false;
+    if (fi->dim() != ri->dim()) return true;
+    if (fi->has_symbolic_sizes_strides() || ri->has_symbolic_sizes_strides()) return false;
+    return fi->sizes() != ri->sizes() || fi->strides() != ri->strides() ||
+           fi->storage_offset() != ri->storage_offset();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
 bool plainFakeLeaf(PyObject* o) {
   try {
     const at::Tensor& v = var(o);

@@ -315,6 +315,7 @@ class GraphBuilder {
   // Storages of the graph inputs so far: -> the real tensor whose shortcut fake owns it
   // and is not registered with the converter yet, or null (the converter knows it).
   std::unordered_map<const void*, PyObject*> input_storages_;
+  std::vector<Ref> entry_fakes_;  // fakes of inputs as the graph receives them (callBackend)
   bool registerWithConverter(PyObject* real);
   bool beforeConversion(PyObject* real, std::vector<const void*>* related);
   void afterConversion(const std::vector<const void*>& related);

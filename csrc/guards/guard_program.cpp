@@ -67,19 +67,25 @@ bool sameKey(PyObject* a, PyObject* b) {
 
 }  // namespace
 
+uint64_t GuardProgram::loadKey(LoadKind kind, int base, int index) {
+  uint64_t k = static_cast<uint64_t>(static_cast<uint32_t>(base)) << 32 | static_cast<uint32_t>(index);
+  return (k * 0x9E3779B97F4A7C15ull) ^ static_cast<uint64_t>(kind);
+}
+
 int GuardProgram::load(LoadKind kind, int base, int index, PyObject* name, std::string what) {
   // Names are attribute names (str) or dict keys (any constant: int keys too); comparing
   // them never leaves an error set.
-  for (size_t i = 0; i < loads_.size(); ++i) {
-    const Load& l = loads_[i];
+  std::vector<int>& same_key = loads_by_key_[loadKey(kind, base, index)];
+  for (int i : same_key) {
+    const Load& l = loads_[static_cast<size_t>(i)];
     if (!l.dropped && l.kind == kind && l.base == base && l.index == index) {
-      if (!name && !l.name) return static_cast<int>(i);
-      if (kind == LoadKind::Constant && l.name.get() == name) return static_cast<int>(i);
-      if (kind != LoadKind::Constant && name && l.name && sameKey(name, l.name.get()))
-        return static_cast<int>(i);
+      if (!name && !l.name) return i;
+      if (kind == LoadKind::Constant && l.name.get() == name) return i;
+      if (kind != LoadKind::Constant && name && l.name && sameKey(name, l.name.get())) return i;
     }
   }
   CDYNAMO_CHECK(base < static_cast<int>(loads_.size()), "load through an unknown register");
+  same_key.push_back(static_cast<int>(loads_.size()));
   loads_.push_back(Load{kind, base, index, Ref::borrow(name)});
   names_.push_back(std::move(what));
   steps_.push_back(Step{true, static_cast<int>(loads_.size() - 1)});
@@ -248,15 +254,16 @@ bool GuardProgram::expired() const {
 }
 
 int GuardProgram::loadClassDict(PyTypeObject* type, std::string what) {
-  for (size_t i = 0; i < loads_.size(); ++i) {
-    const Load& l = loads_[i];
-    if (l.dropped || l.kind != LoadKind::ClassDict) continue;
+  for (int i : class_dict_loads_) {
+    const Load& l = loads_[static_cast<size_t>(i)];
+    if (l.dropped) continue;
     PyObject* held = l.index ? PyWeakref_GET_OBJECT(l.name.get()) : l.name.get();
-    if (held == reinterpret_cast<PyObject*>(type)) return static_cast<int>(i);
+    if (held == reinterpret_cast<PyObject*>(type)) return i;
   }
   Ref held = weakTypeRef(type);
   const int weak = held ? 1 : 0;
   if (!held) held = Ref::borrow(reinterpret_cast<PyObject*>(type));
+  class_dict_loads_.push_back(static_cast<int>(loads_.size()));
   loads_.push_back(Load{LoadKind::ClassDict, -1, weak, std::move(held)});
   names_.push_back(std::move(what));
   steps_.push_back(Step{true, static_cast<int>(loads_.size() - 1)});

@@ -13,6 +13,7 @@
 #include <Python.h>
 
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "guards/tensor_check.h"
@@ -292,6 +293,12 @@ class GuardProgram {
   std::string describeCheck(const Check& c) const;
 
   std::vector<Load> loads_;
+  // The loads by (kind, base, index) hash, so that load() finds an equal load without a walk
+  // over all of them (a trace reading every item of a list of 10^5 items made guard building
+  // quadratic); candidates are compared in full. And the ClassDict loads, for loadClassDict.
+  static uint64_t loadKey(LoadKind kind, int base, int index);
+  std::unordered_map<uint64_t, std::vector<int>> loads_by_key_;
+  std::vector<int> class_dict_loads_;
   std::vector<std::string> names_;
   std::vector<Check> checks_;
   std::vector<StorageGuard> storage_guards_;  // Storages checks' side records (Check::index)

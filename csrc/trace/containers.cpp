@@ -1502,6 +1502,23 @@ Done containerCall(Tracer& t, const ValuePtr& self, Str name, const ValuePtr& ar
 
 }  // namespace
 
+Done deleteItem(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
+  if (obj->is(Kind::List) && index->is(Kind::Slice)) return storeSubscript(t, obj, index, nullptr);  // del xs[a:b]
+  if (obj->is(Kind::List) && index->is(Kind::Constant)) {
+    // The index is checked here: pop(k), which carries the deletion out, says "pop index out
+    // of range" (deque.pop takes no index at all).
+    Py_ssize_t k;
+    if (!constIntArg({index}, 0, &k)) return t.fail("del of a list item needs a constant int index");
+    const Py_ssize_t n = static_cast<Py_ssize_t>(obj->as<List>().items.size());
+    if (k < -n || k >= n)
+      return t.raiseNew(PyExc_IndexError,
+                        obj->as<List>().deque ? "deque index out of range" : "list assignment index out of range");
+    return containerCall(t, obj, Str::pop, index);
+  }
+  if (obj->is(Kind::Dict)) return containerCall(t, obj, Str::pop, index);
+  return t.fail(std::string("del on an item of ") + describe(obj) + " is not supported yet");
+}
+
 Result<Next> opBuildMap(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
   ValuePtr d = Value::emptyDict();
   for (size_t i = 0; i < static_cast<size_t>(ins.arg); ++i)
@@ -1568,16 +1585,7 @@ Result<Next> opMapAdd(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, V
 }
 
 Result<Next> opDeleteSubscr(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
-  const ValuePtr& obj = io[0];
-  const ValuePtr& index = io[1];
-  Done done;
-  if (obj->is(Kind::Dict) || (obj->is(Kind::List) && index->is(Kind::Constant)))
-    done = containerCall(t, obj, Str::pop, index);
-  else if (obj->is(Kind::List) && index->is(Kind::Slice))
-    done = storeSubscript(t, obj, index, nullptr);  // del xs[a:b]
-  else
-    return t.fail(std::string("del on an item of ") + describe(obj) + " is not supported yet");
-  if (!done) return done.stop();
+  if (Done done = deleteItem(t, io[0], io[1]); !done) return done.stop();
   io.clear();
   return Next::Fall;
 }

@@ -893,12 +893,7 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObjec
       return Value::constant(Py_None);
     }
     if (is("__delitem__") && rest.size() == 1) {
-      if (rest[0]->is(Kind::Slice)) {
-        if (Done d = storeSubscript(t, part, rest[0], nullptr); !d) return d.stop();
-        return Value::constant(Py_None);
-      }
-      Result<ValuePtr> r = applyContainerMethod(t, part, interned(Str::pop), rest, kwargs);
-      if (!r) return r;
+      if (Done d = deleteItem(t, part, rest[0]); !d) return d.stop();
       return Value::constant(Py_None);
     }
     if (is("__init__")) {  // list.__init__(iterable=()): its items replaced

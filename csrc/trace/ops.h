@@ -285,6 +285,10 @@ Result<ValuePtr> setBinaryOp(Tracer& t, bytecode::BinaryOp op, const ValuePtr& a
 // members; NotHandled when either is not one.
 Result<ValuePtr> setCompare(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
 Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+// del obj[index] of a list, deque (a slice of a list) or dict value, as DELETE_SUBSCR and
+// __delitem__ do it: an index out of range raises the IndexError of the item deletion
+// ("list assignment index out of range", "deque index out of range"), not pop's.
+Done deleteItem(Tracer& t, const ValuePtr& obj, const ValuePtr& index);
 // The object that stands for `v` as a dict key (borrowed): a hashable constant, or a real
 // object hashed by identity (a tensor or nn.Module from the program, a class, a function, a
 // user object whose class keeps object's __hash__/__eq__), whose source is then guarded to be

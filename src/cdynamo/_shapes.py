@@ -400,3 +400,27 @@ def check_memo_result(memo, real, target):
         memo_check_failures.append(what)
         raise RuntimeError("cdynamo internal error: " + what)
     return True
+
+
+def entry_fake(mode, real, fake):
+    """A fake of graph input `real` as the graph receives it, registered in `mode`'s converter
+    for a backend that converts `real` again through the trace's mode (AOT autograd under the
+    TracingContext the graph builder gives it): `fake`, the trace's own, took what the graph's
+    in-place ops did to it (requires grad after x.add_(y), another shape after unsqueeze_).
+
+    A fake of concrete layout is converted again from `real` (the storage memo keeps it an
+    alias of the other fakes of that storage); a symbolic one keeps its sizes (symbols of the
+    trace) and gets `real`'s autograd state: an alias of it without history."""
+    converter = mode.fake_tensor_converter
+    concrete = not any(isinstance(s, torch.SymInt) for s in (*fake.shape, *fake.stride(), fake.storage_offset()))
+    if concrete:
+        meta = converter.meta_converter
+        tid = meta.describer.lookup_tensor.get(real)
+        if tid is not None:
+            meta.tensor_memo.pop(tid, None)
+        return mode.from_tensor(real, static_shapes=True)
+    with torch.no_grad():
+        fresh = fake.detach()
+    fresh.requires_grad_(real.requires_grad)
+    converter.set_tensor_memo(real, fresh)
+    return fresh

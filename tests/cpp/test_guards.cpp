@@ -377,6 +377,25 @@ void testStoragesCheckInAProgram() {
 }  // namespace
 
 
+// load() shares a register between equal loads, found by their (kind, base, index) key:
+// loads that differ only in their name (attribute names, dict keys equal by value) or in their
+// index stay apart, and a dropped load is not reused.
+void testLoadsSharedByKey() {
+  GuardProgram p;
+  int rdict = p.load(LoadKind::Local, -1, 0, nullptr, "L['d']");
+  Obj one(PyLong_FromLong(1)), one_again(PyLong_FromLong(1)), two(PyLong_FromLong(2));
+  int k1 = p.load(LoadKind::DictItem, rdict, 0, one.o, "L['d'][1]");
+  EXPECT_EQ(p.load(LoadKind::DictItem, rdict, 0, one_again.o, "L['d'][1]"), k1);  // equal keys
+  int k2 = p.load(LoadKind::DictItem, rdict, 0, two.o, "L['d'][2]");
+  EXPECT(k2 != k1);
+  int rlist = p.load(LoadKind::Local, -1, 1, nullptr, "L['xs']");
+  std::vector<int> items;
+  for (int i = 0; i < 1000; ++i) items.push_back(p.load(LoadKind::ListItem, rlist, i, nullptr, "L['xs'][i]"));
+  for (int i = 0; i < 1000; ++i) EXPECT_EQ(p.load(LoadKind::ListItem, rlist, i, nullptr, "L['xs'][i]"), items[i]);
+  EXPECT(items[0] != items[1] && items[1] != items[999]);
+  EXPECT(p.load(LoadKind::ListItem, rdict, 0, nullptr, "L['d'][0]") != items[0]);  // another base
+}
+
 int main() {
   Py_Initialize();
   testLocalsConstantsAndContainers();
@@ -386,6 +405,7 @@ int main() {
   testStorageAliasingDecisions();
   testStoragesCheckAllocatesNothingOnAHit();
   testStoragesCheckInAProgram();
+  testLoadsSharedByKey();
   Py_Finalize();
   return TEST_MAIN_RESULT();
 }

@@ -296,6 +296,37 @@ def test_deep_recursion_raises_recursion_error_as_eagerly():
     assert "ok" in out
 
 
+@pytest.mark.skipif("libasan" in os.environ.get("LD_PRELOAD", ""),
+                    reason="ASan's allocator reports running out of memory itself instead of throwing std::bad_alloc")
+def test_memory_running_out_in_the_tracer_runs_the_frame_natively():
+    # In a subprocess under an address-space limit: `lst += lst` doubling a list to 1.5M
+    # items, each item modelled and guarded, outgrows the tracer's memory long before the
+    # program's (its list is 12 MB). The tracer's std::bad_alloc aborted the process (fuzzer
+    # seed 95000); the frame now runs natively with that reason, and the result is eager's.
+    out = _run("""
+        import resource
+        mapped = 0
+        for line in open("/proc/self/maps"):
+            a, b = line.split()[0].split("-")
+            mapped += int(b, 16) - int(a, 16)
+        limit = mapped + 400 * 2**20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+        def f(x, lst):
+            for _ in range(19):
+                lst += lst
+            return x + len(lst)
+
+        c = cdynamo.compile(f, backend="eager")
+        got, lst = c(torch.ones(1), [1, 2, 3]), [1, 2, 3]
+        assert torch.equal(got, f(torch.ones(1), lst)), got
+        reasons = [n["reason"] for n in cdynamo.stats()["native_frames"]]
+        assert any("out of memory while tracing" in r for r in reasons), reasons
+        print("ok")
+    """)
+    assert "ok" in out
+
+
 # ---------------------------------------------------------------------------------------- generators, coroutines
 
 def test_generator_function_compiled():

@@ -1,6 +1,8 @@
 """Regression tests written from the fuzzer's minimal programs (tools/fuzz; the list with
 diagnoses is kept in the fuzz bug list, F1, F2, ...). Fixed ones pass; the others are strict
 xfails naming the mechanism to fix."""
+import collections
+
 import pytest
 import torch
 import torch._dynamo.testing
@@ -362,3 +364,90 @@ def test_input_set_popped_in_a_loop_across_breaks():
     for _ in range(2):
         want, got = f(x), cf(x)
         assert got[1] == want[1], (got[1], want[1])
+
+
+@pytest.mark.parametrize("kind", ["list", "deque"])
+def test_del_of_an_item_out_of_range_raises_the_deletion_message(kind):
+    # Seed 95002: `del GL[0]` on an empty global list, its message stored by the program,
+    # said "pop from empty list": the deletion was carried out as pop(k) with pop's checks.
+    # del xs[k] checks k itself now ("list assignment index out of range", "deque index out of
+    # range"), through DELETE_SUBSCR and through type(xs).__delitem__.
+    def f(x, items, k):
+        xs = collections.deque(items) if kind == "deque" else items
+        msgs = []
+        try:
+            del xs[k]
+        except IndexError as e:
+            msgs.append(str(e))
+        try:
+            type(xs).__delitem__(xs, k)
+        except IndexError as e:
+            msgs.append(str(e))
+        return x + len(msgs), msgs, list(xs)
+
+    for items, k in [([], 0), ([1, 2], 5), ([1, 2], -3), ([1, 2, 3], -1), ([1, 2, 3], 1)]:
+        cdynamo.reset()
+        cnt = CompileCounter()
+        cf = cdynamo.compile(f, backend=cnt)
+        a, b = list(items), list(items)
+        want = outcome(f, torch.ones(2), a, k)
+        got = outcome(cf, torch.ones(2), b, k)
+        assert got[0] == want[0] == "ok"
+        assert torch.equal(got[1][0], want[1][0]) and got[1][1:] == want[1][1:], (items, k, got, want)
+        assert a == b
+        assert cnt.frame_count == 1
+
+
+def _inputs(n, requires_grad):
+    g = torch.Generator().manual_seed(n)
+    x, y = torch.randn(n, generator=g), torch.randn(n, generator=g)
+    return (x.clone(), y.clone().requires_grad_(requires_grad)), (x.clone(), y.clone().requires_grad_(requires_grad))
+
+
+def _add_in_place(x, y):
+    t0 = x + 1
+    x.add_(y)
+    return t0, x * 2
+
+
+def _unsqueeze_in_place(x, y):
+    t0 = x * 2
+    x.unsqueeze_(0)
+    return t0, x + y
+
+
+def _mutate_a_view(x, y):
+    t0 = x + 1
+    x[0].mul_(y[0])
+    return t0, x.sum()
+
+
+def _add_in_place_then_break(x, y):
+    t0 = x + 1
+    x.add_(y)
+    print("break")
+    return (t0,)
+
+
+@pytest.mark.parametrize("fn", [_add_in_place, _unsqueeze_in_place, _mutate_a_view, _add_in_place_then_break])
+@pytest.mark.parametrize("dynamic", [None, True])
+def test_an_input_changed_in_place_is_given_to_aot_autograd_as_the_graph_receives_it(fn, dynamic, capsys):
+    # Seed 95003: x.add_(y) with y requiring grad gave the trace's fake of x requires_grad (and
+    # unsqueeze_ another shape); AOT autograd, converting the inputs again through the trace's
+    # fake mode (a ShapeEnv: dynamic, automatic dynamic on a recompile, or a break), found
+    # that fake and compiled for an input requiring grad: outputs that eagerly do not require
+    # grad did. The backend now gets fakes made anew for inputs the trace changed.
+    cf = cdynamo.compile(fn, backend="aot_eager", dynamic=dynamic)
+    for n in (4, 5, 6):
+        (xa, ya), (xb, yb) = _inputs(n, True)
+        want, got = fn(xa, ya), cf(xb, yb)
+        for w, g in zip(want, got):
+            assert torch.equal(w, g) and w.shape == g.shape
+            assert w.requires_grad == g.requires_grad, (n, [t.requires_grad for t in want], [t.requires_grad for t in got])
+        assert torch.equal(xa, xb) and xa.shape == xb.shape and xa.requires_grad == xb.requires_grad
+        if any(t.requires_grad for t in want):
+            sum(t.sum() for t in want if t.requires_grad).backward()
+            sum(t.sum() for t in got if t.requires_grad).backward()
+            assert torch.allclose(ya.grad, yb.grad)
+    assert cdynamo.stats()["graphs_compiled"] >= 1
+    capsys.readouterr()
