@@ -19,6 +19,8 @@ def test_fuzz_fixed_seed(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["programs"] >= 60, p.stdout[-3000:] + p.stderr[-3000:]
     assert not summary["bugs"], p.stdout[-12000:]
+    # Skipped programs (an eager call too slow or out of memory) are not compared; nearly all are.
+    assert summary["skipped"] <= 3, summary["skipped"]
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     # The grammar really reached the interpreter: graphs were compiled and hit.
     assert summary["graphs"] > 0 and summary["cache_hits"] > 0

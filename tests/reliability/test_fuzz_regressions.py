@@ -451,3 +451,35 @@ def test_an_input_changed_in_place_is_given_to_aot_autograd_as_the_graph_receive
             assert torch.allclose(ya.grad, yb.grad)
     assert cdynamo.stats()["graphs_compiled"] >= 1
     capsys.readouterr()
+
+
+def test_aot_autograd_refuses_an_in_place_change_of_a_saved_tensor_as_under_torch_dynamo():
+    # Seeds 94001, 96000, 96004 (tools/fuzz/known.py A1): eagerly `x.add_(x * y)` runs (only a
+    # backward would fail: MulBackward saved x); AOT autograd traces the backward while
+    # compiling and refuses the graph. torch._dynamo raises the same BackendCompilerFailed with
+    # the same cause, so the fuzzer counts it as a backend limit, not a cdynamo mismatch. If
+    # AOT autograd ever accepts such graphs, both frontends must return eager's result.
+    def f(x, y):
+        x.add_(x * y)
+        return (x,)
+
+    def run(compile_fn):
+        x, y = torch.randn(4), torch.randn(4, requires_grad=True)
+        try:
+            return ("ok", compile_fn(f)(x, y)[0].detach())
+        except Exception as e:  # noqa: BLE001 - the failure itself is compared
+            # torch._dynamo keeps the backend's exception as inner_exception (raised `from
+            # None`); cdynamo chains it as the cause.
+            cause = e.__cause__ or getattr(e, "inner_exception", None)
+            return ("raised", type(e).__name__, type(cause).__name__,
+                    "modified by an inplace operation" in str(cause))
+
+    torch._dynamo.reset()
+    ours = run(lambda fn: cdynamo.compile(fn, backend="aot_eager"))
+    theirs = run(lambda fn: torch.compile(fn, backend="aot_eager"))
+    torch._dynamo.reset()
+    if theirs[0] == "ok":
+        assert ours[0] == "ok" and torch.equal(ours[1], theirs[1]), ours
+    else:
+        assert theirs == ("raised", "BackendCompilerFailed", "RuntimeError", True), theirs
+        assert ours == theirs

@@ -51,7 +51,7 @@ def signature(kind, mismatch):
 def is_known(sig, tags, known, text=""):
     """Same kind of difference (the signature, or a known symptom text) and every production
     of the known bug's minimal program."""
-    return any((sig == k["signature"] or k.get("symptom_contains") and k["symptom_contains"] in (text or ""))
+    return any((sig == k.get("signature") or k.get("symptom_contains") and k["symptom_contains"] in (text or ""))
                and set(k["tags"]) <= set(tags) for k in known)
 
 
@@ -127,9 +127,14 @@ def worker(args):
                 progress.write(json.dumps({"tags": sorted(prog.tags), "backend": backend, "graphs": rep.graphs,
                                            "breaks": rep.breaks, "native": rep.native, "break_reasons": rep.break_reasons,
                                            "raised": rep.eager_raised, "hits": rep.hits, "misses": rep.misses,
-                                           "mismatch": sig, "duplicate": dup}) + "\n")
+                                           "mismatch": sig, "duplicate": dup, "skipped": rep.skipped}) + "\n")
                 progress.flush()
             if rep.mismatch and not is_known(signature(rep.kind, rep.mismatch), prog.tags, known, rep.mismatch):
+                if not state["failing"]:
+                    # Kept for a Flaky outcome: hypothesis then reports only that the replay
+                    # passed, and the first failure is all there is to diagnose.
+                    state["first"] = {"source": prog.source, "backend": backend, "tags": sorted(prog.tags),
+                                      "symptom": rep.mismatch}
                 state["failing"] = True
                 raise Mismatch(prog, backend, rep)
 
@@ -147,8 +152,11 @@ def worker(args):
             print("\n=== new mismatch (seed %d): %s\n%s\n" % (seed, bug["symptom"], bug["source"]), file=sys.stderr)
             done += state["generated"]
         except Flaky as e:
+            first = state.get("first") or {"source": _read_current(current).get("source", "")}
             _append(os.path.join(out, "bugs.jsonl"), {"kind": "flaky", "signature": "flaky", "tags": [],
-                                                      "source": _read_current(current).get("source", ""),
+                                                      "source": first["source"], "backend": first.get("backend"),
+                                                      "first_symptom": first.get("symptom"),
+                                                      "first_tags": first.get("tags"),
                                                       "symptom": str(e)[:2000], "seed": seed})
             done += state["generated"]
         except Exception as e:  # noqa: BLE001 - a harness or grammar error: recorded, run goes on
@@ -213,6 +221,9 @@ def summarize(out, elapsed, quiet=False):
         "cache_hits": sum(p["hits"] for p in prog),
         "mismatching_programs": sum(1 for p in prog if p["mismatch"]),
         "duplicates_of_known": sum(1 for p in prog if p["duplicate"]),
+        # Programs not compared (check.py: an eager call too slow or out of memory); not
+        # counted among the programs checked.
+        "skipped": sum(1 for p in prog if p.get("skipped")),
         "bugs": [{k: b.get(k) for k in ("kind", "signature", "symptom", "backend", "seed", "source")} for b in bugs],
         "coverage": dict(sorted(tags.items())),
         "native_reasons": dict(native.most_common(40)),
@@ -222,7 +233,8 @@ def summarize(out, elapsed, quiet=False):
         json.dump(s, fh, indent=1)
     if quiet:
         return s
-    print("fuzz: %d programs in %.0f s (%s)" % (n, elapsed, s["backends"]))
+    print("fuzz: %d programs in %.0f s (%s), %d of them skipped (eager too slow or out of memory)" % (
+        n, elapsed, s["backends"], s["skipped"]))
     if n:
         print("  captured whole %.1f%%, with a graph break %.1f%%, with a native frame %.1f%%, no graph %.1f%%" % (
             100 * s["captured_whole"] / n, 100 * s["with_graph_break"] / n, 100 * s["with_native_frame"] / n,
