@@ -103,11 +103,16 @@ def worker(args):
             super().__init__(rep.mismatch)
             self.prog, self.backend, self.rep = prog, backend, rep
 
+    # A worker checks at most --per-worker programs, then exits and the parent starts a fresh
+    # one: a process that has compiled ~80,000 programs holds hundreds of MB more (torch's
+    # per-ShapeEnv caches, cdynamo's bounded records) and its backends began to fail with
+    # MemoryError under the address-space limit (seeds 96001-96003, flaky).
+    budget = min(args.n, args.per_worker)
     done, seed = 0, args.seed
-    while done < args.n:
+    while done < budget:
         state = {"generated": 0, "failing": False}
 
-        @settings(max_examples=args.n - done, database=None, deadline=None, derandomize=False,
+        @settings(max_examples=budget - done, database=None, deadline=None, derandomize=False,
                   suppress_health_check=list(HealthCheck), phases=[Phase.generate, Phase.shrink],
                   report_multiple_bugs=False, print_blob=False)
         @hyp_seed(seed)
@@ -262,6 +267,7 @@ def main():
     ap.add_argument("--out", default=None, help="output folder (default build/fuzz/seed-SEED)")
     ap.add_argument("--backends", default="count:85,eager:10,aot_eager:5")
     ap.add_argument("--timeout", type=int, default=120, help="seconds one program may take")
+    ap.add_argument("--per-worker", type=int, default=20000, help="programs one worker process checks")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--quiet", action="store_true")
     args = ap.parse_args()
@@ -280,12 +286,16 @@ def main():
         if done >= args.n:
             break
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--seed", str(seed), "-n", str(args.n - done),
-               "--out", args.out, "--backends", args.backends, "--timeout", str(args.timeout)]
+               "--out", args.out, "--backends", args.backends, "--timeout", str(args.timeout),
+               "--per-worker", str(args.per_worker)]
         p = subprocess.run(cmd)
-        if p.returncode == 0:
-            break
-        # The worker died: a crash (signal) or a hang (faulthandler exits with 1).
         cur = _read_current(os.path.join(args.out, "current.json"))
+        if p.returncode == 0:
+            if len(_read_jsonl(os.path.join(args.out, "progress.jsonl"))) == done:
+                break  # hypothesis generated nothing more
+            seed = cur.get("seed", seed) + 1  # the worker checked its share; a fresh one goes on
+            continue
+        # The worker died: a crash (signal) or a hang (faulthandler exits with 1).
         kind = "crash" if p.returncode < 0 else "hang-or-exit"
         _append(os.path.join(args.out, "bugs.jsonl"), {
             "kind": kind, "signature": "%s:%d" % (kind, p.returncode), "tags": cur.get("tags", []),
