@@ -116,11 +116,24 @@ int Tracer::locationId(SymbolicFrame* f) {
   return f->loc_id;
 }
 
+// torch.fx keeps every GraphModule's generated source for good (linecache and its loader's
+// cache, under a fresh name each); cdynamo drops it when the graph module dies
+// (eval_frame.forget_source_on_death). Done here, where every graph module is built, so that
+// graphs no backend sees (no ops, a failed compile) are covered: a few per generated program
+// in a fuzzer run, tens of MB over 100,000 programs.
+static bool forgetSourceOnDeath(PyObject* gm) {
+  static Ref& eval_frame = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!eval_frame) eval_frame = Ref::steal(PyImport_ImportModule("cdynamo.eval_frame"));
+  if (!eval_frame) return false;
+  return Ref::steal(PyObject_CallMethod(eval_frame.get(), "forget_source_on_death", "O", gm)).get() != nullptr;
+}
+
 Done Tracer::compileGraph(bool compile_empty) {
   std::vector<int> inputs_used;
   int op_count = 0;
   Ref gm = graph_.buildGraphModule(outputs_.graphOutputs(), &inputs_used, &op_count);
   if (!gm) return failFromPython("building the FX graph");
+  if (!forgetSourceOnDeath(gm.get())) return failFromPython("registering the FX source's removal");
   int asserts = graph_.runtimeAssertsNeeded();
   if (asserts < 0) return failFromPython("the graph's runtime asserts");
   if (asserts) {
@@ -132,6 +145,7 @@ Done Tracer::compileGraph(bool compile_empty) {
     if (!ops) return failFromPython("inserting the graph's runtime asserts");
     op_count = static_cast<int>(PyLong_AsLong(ops.get()));
     if (op_count < 0) return failFromPython("inserting the graph's runtime asserts");
+    if (!forgetSourceOnDeath(gm.get())) return failFromPython("registering the FX source's removal");
   }
   // Nothing for a backend to do: no graph, unless `compile_empty`. The output plan may still
   // read graph outputs that are graph inputs (a symbolic size alive at a break is its

@@ -1,6 +1,7 @@
 """cdynamo.compile: wrapping functions and modules so their calls run with the hook on."""
 import collections
 import functools
+import itertools
 import os
 import sys
 import sysconfig
@@ -58,11 +59,22 @@ class _timed:
     def __call__(self, gm, example_inputs):
         start = time.perf_counter_ns()
         before = _fx_source_key(gm)
+        sources = _fx_source_cache()
+        known = len(sources) if sources is not None else 0
         try:
             return self.__wrapped__(gm, example_inputs)
         finally:
             _events.add_backend_time(time.perf_counter_ns() - start)
-            _forget_fx_source_on_death(gm, before, _fx_source_key(gm))
+            # The graphs the backend made (AOT autograd's joint, forward and backward graphs:
+            # about 20 a compile) go with the graph they were made from: the newest keys,
+            # as many as the cache grew by (fewer if some died meanwhile, never another's).
+            # Compiles hold the compile lock, so they are this compile's unless another
+            # thread's uncompiled code built a GraphModule at the same moment: then that
+            # graph's source lines leave tracebacks early, nothing else.
+            made = []
+            if sources is not None and len(sources) > known:
+                made = list(itertools.islice(reversed(sources), len(sources) - known))
+            _forget_fx_source_on_death(gm, before, _fx_source_key(gm), *made)
 
     def __reduce__(self):
         return (_timed, (self.__wrapped__,))
@@ -80,10 +92,14 @@ def _fx_source_key(gm):
     return getattr(code, "co_filename", None)
 
 
+def _fx_source_cache():
+    cache = getattr(getattr(torch.fx.graph_module, "_loader", None), "eval_cache", None)
+    return cache if isinstance(cache, dict) else None
+
+
 def _forget_fx_source_on_death(gm, *keys):
-    loader = getattr(torch.fx.graph_module, "_loader", None)
-    cache = getattr(loader, "eval_cache", None)
-    if not isinstance(cache, dict):
+    cache = _fx_source_cache()
+    if cache is None:
         return
     keys = tuple({k for k in keys if isinstance(k, str) and k in cache})
     if keys:
@@ -91,6 +107,13 @@ def _forget_fx_source_on_death(gm, *keys):
             weakref.finalize(gm, _forget_fx_source, cache, keys).atexit = False
         except TypeError:  # not weakly referenceable
             pass
+
+
+def forget_source_on_death(gm):
+    """Called by the tracer on every graph module it builds (and again after the runtime
+    asserts regenerate its code): graphs no backend sees (no ops, a failed compile, a
+    passthrough) would otherwise keep their source for good, a few per generated program."""
+    _forget_fx_source_on_death(gm, _fx_source_key(gm))
 
 
 def _forget_fx_source(cache, keys):

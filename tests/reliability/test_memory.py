@@ -126,6 +126,42 @@ def test_generated_source_of_dead_graphs_is_dropped():
     assert not any(k in fx_gm._loader.eval_cache or k in linecache.cache for k in keys)
 
 
+def _fx_sources():
+    import torch.fx.graph_module as fx_gm
+    return set(fx_gm._loader.eval_cache)
+
+
+# A graph no backend sees (a frame whose trace recorded no op) is built all the same, and its
+# source must go with it: a fuzzer run leaked a few such sources per program.
+def test_source_of_a_graph_without_ops_is_dropped():
+    ns = {}
+    exec(compile("def g(x, xs):\n    xs.append(x)\n    return len(xs)\n", "<memory-test>", "exec"), ns)
+    counter = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(ns["g"], backend=counter)
+    before = _fx_sources()
+    xs = []
+    assert cf(torch.ones(2), xs) == 1 and cf(torch.ones(2), xs) == 2 and len(xs) == 2
+    assert counter.frame_count == 0 and cdynamo.stats()["frames_captured"] >= 1  # traced, no graph
+    gc.collect()
+    assert _fx_sources() - before == set()
+
+
+# The graphs a backend makes from cdynamo's (AOT autograd's joint, forward and backward
+# graphs) keep their sources while the entry lives and drop them with it.
+def test_sources_of_the_graphs_a_backend_made_go_with_the_entry():
+    before = _fx_sources()
+    cf = cdynamo.compile(make_function(), backend="aot_eager")
+    x = torch.ones(3, requires_grad=True)
+    assert torch.equal(cf(x), make_function()(x))
+    made = _fx_sources() - before
+    assert len(made) > 2  # cdynamo's two graphs and AOT autograd's own
+    del cf
+    cdynamo.reset()
+    gc.collect()
+    gc.collect()
+    assert _fx_sources() & made == set()
+
+
 # A module is guarded by its class and the attributes read from it; the class's forward code
 # owns the entry (co_extra), so a class held strongly by its guards would never be freed
 # (a cycle through C++ that gc cannot see): heap types are held weakly.
