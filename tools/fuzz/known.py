@@ -1,14 +1,14 @@
-"""Bugs the fuzzer has found that are diagnosed but not fixed yet (listed with diagnoses in
-/work/helpers/fuzz-bugs.md; each has a strict-xfail regression test), and limits of a backend
-that torch._dynamo shares (each with a test that shows both frontends fail alike). A failure
-with the same signature (or containing `symptom_contains`) whose program uses every production
-in `tags` counts as a duplicate of it, so runs (and the fixed-seed run in `make test`) report
-only what is new. Remove an entry with its fix.
+"""Bugs the fuzzer has found that are diagnosed but not fixed yet (each with a strict-xfail
+regression test in tests/reliability/test_fuzz_regressions.py; tools/fuzz/RUNS.md has the
+diagnoses), and limits of a backend that torch._dynamo shares (each with a test that shows
+both frontends fail alike). A failure with the same signature (or containing
+`symptom_contains`) whose program uses every production in `tags` counts as a duplicate of
+it, so runs (and the fixed-seed run in `make test`) report only what is
+new. Remove an entry with its fix.
 """
 KNOWN = [
-    {"id": "F2", "signature": "exception: eager ok / compiled RuntimeError", "tags": ["closure.recursive"],
-     "symptom_contains": "cannot rebuild a container that contains itself",
-     "test": "tests/reliability/test_fuzz_regressions.py::test_recursive_closure_escaping_the_trace"},
+    # (F2, a recursive closure escaping the trace, is fixed: its test passes and its entry is
+    # gone, so a program failing that way again is reported.)
     # Not a cdynamo bug: AOT autograd (aot_eager) refuses a graph that changes in place a tensor
     # an earlier op saved for backward (`x.add_(x * y)` with y requiring grad), under
     # torch._dynamo the same way (seeds 94001, 96000, 96004). Matched on the cause's text only.
