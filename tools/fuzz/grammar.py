@@ -6,6 +6,11 @@ productions below. Every local has one type for the whole body (all are assigned
 prologue), so any statement can use any variable and the program always compiles; what it
 does at run time (raise, break the graph, mutate its arguments) is left to the draw.
 
+Beyond the typed expressions and statements: stateful families (an object whose state a
+later statement reads, see ``stateful``) and everyday idioms (calls against defaults and
+variadics, sort keys, string formatting, a user context manager, super(), see ``idiom``),
+with the module-level helpers ``helper``, ``helper_int``, ``kwh``, ``K2`` and ``Ctx``.
+
 Types: T tensor (1-d, the length of the inputs, or 0-d), I int, F float, B bool, L list of
 ints, D dict str -> int, S set of ints, P tuple of ints, plus the K instance ``k0``, the
 input ``obj`` (a Box with ``.t``, ``.a``) and the globals ``G0`` (int) and ``GL`` (list).
@@ -301,8 +306,10 @@ class Gen:
 
     def stmt(self, depth, in_loop, ind):
         nk = 20 if depth > 0 else 12  # compound statements only above depth 0
-        k = self.pick("stmt", nk + 5)
+        k = self.pick("stmt", nk + 6)
         ed = self.draw(st.integers(0, 2))
+        if k == nk + 5:  # idioms of everyday Python code
+            return self.idiom(ed, ind)
         if k >= nk:  # the stateful families: iterators, generators, deques, set algebra, views
             return self.stateful(k - nk, ed, ind)
         if k <= 1:
@@ -503,6 +510,70 @@ class Gen:
         lines += [ind + "print(list(%s), len(%s))" % (v, v)]
         return lines
 
+    # ------------------------------------------------------------------ idioms
+    # What code nobody here wrote does all the time: calls with *args/**kwargs and defaults
+    # (and their TypeErrors), sort keys, string formatting, any/all over generators, a user
+    # context manager that may swallow an exception, a subclass calling super(), partials,
+    # enumerate/zip, getattr/hasattr with defaults, the walrus.
+    def idiom(self, d, ind):
+        k = self.pick("idiom", 12)
+        I = lambda: self.e_I(d)  # noqa: E731,E741
+        T = lambda: self.e_T(d)  # noqa: E731
+        if k == 0:
+            self.tag("idiom.star_call")
+            return [ind + self.choice(["i1 = helper_int(*(%s, %s))" % (self.e_L(0), I()),
+                                       't1 = helper(*[%s], **{"b": %s})' % (T(), I()),
+                                       "i1 = kwh(*%s)" % self.choice(["l0", "tp", "lst"]),
+                                       "i1 = kwh(**{%s: %s})" % (self.choice(['"a"', '"c"', '"z"']), I())])]
+        if k == 1:
+            self.tag("idiom.kw_default")
+            return [ind + "i1 = %s" % self.choice(["kwh(%s)" % I(), "kwh(%s, 3, 4, 5)" % I(), "kwh(%s, c=%s)" % (I(), I()),
+                                                    "kwh(%s, z=1, c=2)" % I(), "kwh(c=%s)" % I(), "kwh(%s, a=1)" % I()])]
+        if k == 2:
+            self.tag("idiom.sort_key")
+            return [ind + self.choice(["l0 = sorted(l0, key=lambda v: (v % 3, -v))",
+                                       "i1 = max(l0, key=abs, default=%s)" % I(),
+                                       "i1 = min(d0.values(), default=%s)" % I(),
+                                       "lst.sort(key=lambda v: -v, reverse=%s)" % self.choice(["True", "False"]),
+                                       "tp = tuple(sorted(tp, key=lambda v: v * %s))" % I()])]
+        if k == 3:
+            self.tag("idiom.str")
+            return [ind + self.choice(['print(f"{i0:>3}|{f0:.2f}|{tuple(t0.shape)}|{l0!r}")',
+                                       'print("-".join(str(v) for v in l0))',
+                                       'print(str(i0).zfill(4), repr(tp), "%d-%s" % (i1, l0))',
+                                       'i1 = len(str(l0)) + "abc".find(%s)' % self.choice(['"c"', '"z"']),
+                                       'print("{}:{:.1f}".format(i1, f0), str(d0).upper())'])]
+        if k == 4:
+            self.tag("idiom.any_all")
+            return [ind + "i1 = int(any(v > %s for v in l0)) + int(all(%s))" % (I(), self.choice(["l0", "tp", "d0", "s0"]))]
+        if k == 5:
+            self.tag("idiom.context_manager")
+            lines = [ind + "with Ctx(%s) as %s:" % (I(), self.fresh())]
+            return lines + self.block(0, False, ind + "    ", 1, 3)
+        if k == 6:
+            self.tag("idiom.super")
+            return [ind + self.choice(["t1 = K2(%s, %s).m(%s)" % (T(), I(), T()), "i1 = K2(t0, %s).p" % I(),
+                                       "k0 = K2(t1, %s)" % I()])]
+        if k == 7:
+            self.tag("idiom.partial")
+            return [ind + "t1 = functools.partial(helper, b=%s)(%s)" % (I(), T())]
+        if k == 8:
+            self.tag("idiom.enumerate_zip")
+            return [ind + self.choice(["l0 = [i * v for i, v in enumerate(l0)]", 'd0 = dict(zip(["a", "b", "c"], l0))',
+                                       "tp = tuple(a + b for a, b in zip(l0, tp))",
+                                       "i1 = sum(i for i, _ in enumerate(lst, start=%s))" % I()])]
+        if k == 9:
+            self.tag("idiom.getattr")
+            return [ind + self.choice(['i1 = getattr(obj, "a", 0) + int(hasattr(obj, "extra")) + int(hasattr(k0, "p"))',
+                                       "print(type(obj).__name__, isinstance(k0, K), callable(k0.m), type(k0) is K2)",
+                                       'i1 = getattr(k0, %s, %s)' % (self.choice(['"k"', '"missing"']), I())])]
+        if k == 10:
+            self.tag("idiom.dict_items")
+            return [ind + 'i1 += sum(vv for kk, vv in sorted(%s.items()) if kk != "a")' % self.choice(DICTS)]
+        self.tag("idiom.walrus")
+        w = self.fresh()
+        return [ind + "if (%s := %s) > 0 and 0 <= i0 < 5:" % (w, I()), ind + "    i1 += %s" % w]
+
     def fresh(self):
         self.loop_var += 1
         return "w%d" % self.loop_var
@@ -522,7 +593,7 @@ class Gen:
 
     # ------------------------------------------------------------------ the module
     def program(self):
-        lines = ["import collections", "import torch", "", "G0 = 1", "GL = [0]", ""]
+        lines = ["import collections", "import functools", "import torch", "", "G0 = 1", "GL = [0]", ""]
         # The class: a method over a tensor, a property over an int, a method that stores.
         self.restricted = True
         self.extra = {"T": ["self.t", "a"], "I": ["self.k"]}
@@ -537,7 +608,15 @@ class Gen:
                   "    def setk(self, v):", "        self.k = v", ""]
         # Helpers at module level: called (inlined) from f.
         lines += ["def helper(a, b):", "    if b > 2:", "        return a * b", "    return a - b", "",
-                  "def helper_int(l, b):", "    return len(l) + b", ""]
+                  "def helper_int(l, b):", "    return len(l) + b", "",
+                  "def kwh(a, b=2, *rest, c=3, **kw):", "    return a * b + c + len(rest) + len(kw)", ""]
+        # A subclass calling super(), and a context manager that swallows exceptions for odd k.
+        lines += ["class K2(K):", "    kind = 3", "", "    def m(self, a):", "        return super().m(a) * 2", "",
+                  "    @property", "    def p(self):", "        return super().p + K2.kind", "",
+                  "class Ctx:", "    def __init__(self, k):", "        self.k = k", "",
+                  "    def __enter__(self):", "        GL.append(self.k)", "        return self", "",
+                  "    def __exit__(self, et, ev, tb):", "        GL.append(-1 if et is None else 99)",
+                  "        return self.k % 2 == 1", ""]
         body = ["    global G0", "    t0 = x + 1", "    t1 = y * 2", "    i0 = n + 1", "    i1 = 2", "    f0 = 1.5",
                 "    l0 = [1, 2, 3]", '    d0 = {"a": 1, "b": 2}', "    s0 = {1, 2}", "    tp = (1, 2)",
                 "    k0 = K(t0, i0)"]
