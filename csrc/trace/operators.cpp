@@ -48,6 +48,53 @@ bool sequenceItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
 }
 
 
+// Which builtin sequence a value of sequenceItems is, for + and *: they combine only with
+// their own type, and a repeat or concatenation keeps it (a deque's maxlen too).
+enum class SequenceType { List, Tuple, Deque, Other };
+
+SequenceType sequenceType(const ValuePtr& v) {
+  if (const List* l = v->get<List>()) return l->deque ? SequenceType::Deque : SequenceType::List;
+  if (const Tuple* tp = v->get<Tuple>()) {
+    // A namedtuple adds tuples as tuple does; another tuple subclass (a structseq is fine,
+    // it has no + of its own) may define its own: not modelled here.
+    if (!tp->namedtuple) return SequenceType::Tuple;
+    PyTypeObject* type = reinterpret_cast<PyTypeObject*>(tp->namedtuple.get());
+    return type->tp_as_number && type->tp_as_number->nb_add ? SequenceType::Other : SequenceType::Tuple;
+  }
+  if (PyObject* c = v->constant(); c && PyTuple_Check(c)) {
+    // A constant tuple subclass with its own + or * (torch.Size: a Size) is not a tuple here.
+    PyTypeObject* type = Py_TYPE(c);
+    if (type != &PyTuple_Type && type->tp_as_number && (type->tp_as_number->nb_add || type->tp_as_number->nb_multiply))
+      return SequenceType::Other;
+    return SequenceType::Tuple;
+  }
+  return SequenceType::Other;
+}
+
+const char* sequenceTypeName(SequenceType type) {
+  return type == SequenceType::List ? "list" : type == SequenceType::Deque ? "deque" : "tuple";
+}
+
+// The Python type name eager's TypeError shows for a sequence value (a deque is
+// "collections.deque", a namedtuple its class's name).
+std::string pythonTypeName(const ValuePtr& v) {
+  if (const List* l = v->get<List>()) return l->deque ? reinterpret_cast<PyTypeObject*>(l->deque.get())->tp_name : "list";
+  if (const Tuple* tp = v->get<Tuple>())
+    return tp->namedtuple ? reinterpret_cast<PyTypeObject*>(tp->namedtuple.get())->tp_name : "tuple";
+  if (PyObject* c = v->constant()) return Py_TYPE(c)->tp_name;
+  return "object";
+}
+
+// A new deque of `like`'s type and maxlen holding `items` (the last maxlen of them, as a
+// bounded deque keeps): what deque + deque and deque * n make.
+ValuePtr newDequeLike(const List& like, std::vector<ValuePtr> items) {
+  if (like.maxlen) {
+    const long maxlen = PyLong_AsLong(like.maxlen.get());
+    if (maxlen >= 0 && static_cast<long>(items.size()) > maxlen) items.erase(items.begin(), items.end() - maxlen);
+  }
+  return Value::of(List{std::move(items), like.deque.copy(), like.maxlen.copy()});
+}
+
 // Whether a value is a mutable object made in the trace (distinct from every other one).
 bool madeMutable(const ValuePtr& v) {
   switch (v->kind()) {
@@ -344,8 +391,12 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
        op == BinaryOp::InplaceXor))
     if (Result<ValuePtr> r = setBinaryOp(t, op, a, b); !r.notHandled()) return r;
   // Sets, and a constant with a container of constants ("%s=%d" % (name, n)): compute.
+  // (+ and * with a list, tuple or deque value are the sequences' own, below: a constant
+  // tuple + a list raises in the trace as eagerly, 3 * deque is a deque value.)
+  const bool sequence_op = (op == BinaryOp::Add || op == BinaryOp::Multiply) &&
+                           (a->is(Kind::List) || a->is(Kind::Tuple) || b->is(Kind::List) || b->is(Kind::Tuple));
   if ((a->is(Kind::Set) || b->is(Kind::Set) || a->is(Kind::Constant)) && op != BinaryOp::InplaceAdd &&
-      op != BinaryOp::InplaceMultiply) {
+      op != BinaryOp::InplaceMultiply && !sequence_op) {
     // A set made in the trace is read as its shadow: eager's a ^ b walks a's own table,
     // whose order its history (removals, resizes) decides; a fresh copy of its items walks
     // in another order (fuzzer F5: s ^ {3, 9} after discard/add gave [1, 3] for [3, 1]).
@@ -370,25 +421,37 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
   if (a->is(Kind::Set) || b->is(Kind::Set))
     if (Result<ValuePtr> r = setBinaryOp(t, op, a, b); !r.notHandled()) return r;
   std::vector<ValuePtr> left, right;
-  if ((op == BinaryOp::Add || op == BinaryOp::InplaceAdd) && sequenceItems(a, &left) && sequenceItems(b, &right) &&
-      (a->is(Kind::Constant) || b->is(Kind::Constant) || a->kind() == b->kind())) {
+  if ((op == BinaryOp::Add || op == BinaryOp::InplaceAdd) && sequenceItems(a, &left) && sequenceItems(b, &right)) {
+    // list + list, tuple + tuple (a namedtuple's too: a plain tuple), deque + deque; any
+    // other pair raises as eagerly (list + tuple, list + deque: once a list).
+    const SequenceType ta = sequenceType(a), tb = sequenceType(b);
+    if (ta == SequenceType::Other || tb == SequenceType::Other)
+      return t.fail(std::string("operator ") + fn_name + " on " + describe(a) + " and " + describe(b) +
+                    " is not supported yet");
+    if (ta != tb)
+      return t.raiseNew(PyExc_TypeError, std::string("can only concatenate ") + sequenceTypeName(ta) + " (not \"" +
+                                             pythonTypeName(b) + "\") to " + sequenceTypeName(ta));
     left.insert(left.end(), right.begin(), right.end());
-    Kind k = a->is(Kind::List) || b->is(Kind::List) ? Kind::List : Kind::Tuple;
-    return Value::sequence(k, std::move(left));
+    if (ta == SequenceType::Deque) return newDequeLike(a->as<List>(), std::move(left));  // a copy of a, extended
+    return Value::sequence(ta == SequenceType::List ? Kind::List : Kind::Tuple, std::move(left));
   }
-  if ((op == BinaryOp::Multiply || op == BinaryOp::InplaceMultiply) && sequenceItems(a, &left) && b->is(Kind::Constant) &&
-      PyLong_CheckExact(b->constant()) && !a->is(Kind::Constant)) {
-    long n = PyLong_AsLong(b->constant());
+  // seq * n and n * seq: the sequence's own type (a deque's maxlen kept).
+  const bool times_right = (op == BinaryOp::Multiply || op == BinaryOp::InplaceMultiply) && b->is(Kind::Constant) &&
+                           PyLong_CheckExact(b->constant()) && !a->is(Kind::Constant) && sequenceItems(a, &left);
+  const bool times_left = !times_right && op == BinaryOp::Multiply && a->is(Kind::Constant) &&
+                          PyLong_CheckExact(a->constant()) && !b->is(Kind::Constant) && sequenceItems(b, &left);
+  if (times_right || times_left) {
+    const ValuePtr& seq = times_right ? a : b;
+    const SequenceType type = sequenceType(seq);
+    if (type == SequenceType::Other)
+      return t.fail(std::string("operator ") + fn_name + " on " + describe(a) + " and " + describe(b) +
+                    " is not supported yet");
+    long n = PyLong_AsLong((times_right ? b : a)->constant());
+    if (n == -1 && PyErr_Occurred()) return t.raisePython();
     std::vector<ValuePtr> out;
     for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
-    return Value::sequence(a->kind(), std::move(out));
-  }
-  if (op == BinaryOp::Multiply && sequenceItems(b, &right) && a->is(Kind::Constant) && PyLong_CheckExact(a->constant()) &&
-      !b->is(Kind::Constant)) {  // n * [x]: the same as [x] * n
-    long n = PyLong_AsLong(a->constant());
-    std::vector<ValuePtr> out;
-    for (long i = 0; i < n; ++i) out.insert(out.end(), right.begin(), right.end());
-    return Value::sequence(b->kind(), std::move(out));
+    if (type == SequenceType::Deque) return newDequeLike(seq->as<List>(), std::move(out));
+    return Value::sequence(type == SequenceType::List ? Kind::List : Kind::Tuple, std::move(out));
   }
   if (op == BinaryOp::Or && a->is(Kind::Callable) && b->is(Kind::Callable) &&
       Py_IS_TYPE(a->real(), &PyType_Type) && Py_IS_TYPE(b->real(), &PyType_Type)) {  // list | tuple: a types.UnionType, made for real (it runs no user code)

@@ -502,6 +502,30 @@ def set_and_dict_inplace_operators_keep_identity(x, s, d):
     return x + len(s), alias_s, same, alias_d, merged, merged is d, alias_od
 
 
+# + and * of builtin sequences keep the type: a deque's repeat or concatenation is a deque
+# with its maxlen (the trace made them lists), and sequences of two types refuse each other
+# (list + deque, list + tuple(l) were concatenated into a list).
+@case(lambda: (torch.randn(4), [1, 2, 3]))
+def deque_concatenation_and_repeat_keep_the_deque(x, items):
+    d = deque(items, maxlen=4)
+    e = deque(items)
+    both = d + deque([x])
+    return x + 1, d + d, d * 2, 3 * d, e + e, e * 2, both, both.maxlen, deque([x]) + e, d * 0, d * -1
+
+
+@case(lambda: (torch.randn(4), [1, 2, 3]))
+def sequences_of_two_types_refuse_each_other(x, items):
+    pairs = [(items, tuple(items)), (tuple(items), items), (items, deque(items)), (deque(items), items),
+             (deque(items), (1,)), ((x,), [x]), ([x], (x,)), (Point(1, 2), [3]), ([3], Point(1, 2))]
+    out = []
+    for a, b in pairs:
+        try:
+            out.append(a + b)
+        except TypeError as e:
+            out.append(str(e))
+    return x + 1, out, Point(1, 2) + (3,), (3,) + Point(1, 2), Point(x, 2) * 2
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_containers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
