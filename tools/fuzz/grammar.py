@@ -516,7 +516,7 @@ class Gen:
     # context manager that may swallow an exception, a subclass calling super(), partials,
     # enumerate/zip, getattr/hasattr with defaults, the walrus.
     def idiom(self, d, ind):
-        k = self.pick("idiom", 12)
+        k = self.pick("idiom", 13)
         I = lambda: self.e_I(d)  # noqa: E731,E741
         T = lambda: self.e_T(d)  # noqa: E731
         if k == 0:
@@ -570,6 +570,16 @@ class Gen:
         if k == 10:
             self.tag("idiom.dict_items")
             return [ind + 'i1 += sum(vv for kk, vv in sorted(%s.items()) if kk != "a")' % self.choice(DICTS)]
+        if k == 11:
+            # + and * across sequence types: the same type concatenates (a deque keeps its
+            # maxlen), two types raise TypeError.
+            self.tag("idiom.sequence_ops")
+            a = self.choice(["l0", "tp", "collections.deque(l0, maxlen=3)", "collections.deque(tp)", "tuple(l0)",
+                             "list(tp)", "[%s]" % T()])
+            b = self.choice(["l0", "tp", "collections.deque(lst)", "(%s,)" % I(), "[%s]" % I(), "(%s,)" % T()])
+            expr = self.choice(["%s + %s" % (a, b), "%s * %d" % (a, self.small(-1, 3)), "%d * %s" % (self.small(0, 2), b)])
+            return [ind + "try:", ind + "    print(%s)" % expr, ind + "except TypeError as e:",
+                    ind + "    print(\"TypeError\", e)"]
         self.tag("idiom.walrus")
         w = self.fresh()
         return [ind + "if (%s := %s) > 0 and 0 <= i0 < 5:" % (w, I()), ind + "    i1 += %s" % w]
