@@ -97,9 +97,11 @@ struct Builder {
   Ref make(const OutputPlan&, const plan::NamedTuple& t) {
     Ref items = sequence(true, t.items, nullptr);
     if (!items) return Ref();
-    // A structseq (torch.return_types.max) is made from one sequence; tuple.__new__ refuses it.
+    // A structseq (torch.return_types.max) or a torch.Size, C types, are made from one
+    // sequence; tuple.__new__ refuses them.
     PyObject* cls_dict = reinterpret_cast<PyTypeObject*>(t.cls.get())->tp_dict;
-    if (cls_dict && PyDict_GetItem(cls_dict, interned(Str::n_sequence_fields)))
+    if (!PyType_HasFeature(reinterpret_cast<PyTypeObject*>(t.cls.get()), Py_TPFLAGS_HEAPTYPE) ||
+        (cls_dict && PyDict_GetItem(cls_dict, interned(Str::n_sequence_fields))))
       return Ref::steal(PyObject_CallOneArg(t.cls.get(), items.get()));
     return Ref::steal(
         PyObject_CallMethod(reinterpret_cast<PyObject*>(&PyTuple_Type), "__new__", "OO", t.cls.get(), items.get()));

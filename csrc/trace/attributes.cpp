@@ -129,6 +129,11 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
           PyErr_Clear();
           fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "__match_args__"));
         }
+        // A C tuple type without fields (torch.Size): none; its methods are the class's, below.
+        if (!fields && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tuple.namedtuple.get()), Py_TPFLAGS_HEAPTYPE)) {
+          PyErr_Clear();
+          fields = Ref::steal(PyTuple_New(0));
+        }
         if (!fields || !PyTuple_Check(fields.get())) return t.failFromPython("namedtuple fields");
         if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)

@@ -360,7 +360,10 @@ Result<Ref> realArgument(Tracer& t, const ValuePtr& v) {
     if (!tuple) return t.failFromPython("a tuple");
     PyObject* nt = v->as<Tuple>().namedtuple.get();
     if (!nt) return tuple;
-    Ref made = Ref::steal(PyObject_Call(nt, tuple.get(), nullptr));
+    // A namedtuple class takes its fields; a C tuple type (structseq, torch.Size) one sequence.
+    Ref made = Ref::steal(PyType_HasFeature(reinterpret_cast<PyTypeObject*>(nt), Py_TPFLAGS_HEAPTYPE)
+                              ? PyObject_Call(nt, tuple.get(), nullptr)
+                              : PyObject_CallOneArg(nt, tuple.get()));
     if (!made) return t.failFromPython("a namedtuple");
     return made;
   }

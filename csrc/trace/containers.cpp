@@ -247,6 +247,16 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
     }
     return Value::constant(Ref::steal(longOf(count)).get());
   }
+  if (!list && is("numel") && args.empty() && isSizeValue(self)) {
+    // torch.Size.numel(): the product of the sizes (symbolic ones multiply in the graph).
+    ValuePtr product = Value::constant(Ref::steal(PyLong_FromLong(1)).get());
+    for (const ValuePtr& item : items) {
+      Result<ValuePtr> r = binaryOp(t, bytecode::BinaryOp::Multiply, product, item);
+      if (!r) return r;
+      product = r.take();
+    }
+    return product;
+  }
   if (!list) return t.fail(std::string("tuple has no method .") + n + "()");
   if (is("copy")) return Value::list(items);
   if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();

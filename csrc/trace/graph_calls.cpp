@@ -155,6 +155,15 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
   return t.fail(describe(v) + " cannot be passed to a graph operation");
 }
 
+bool isIntValue(Tracer& t, const ValuePtr& v) {
+  if (PyObject* c = v->constant()) return PyLong_CheckExact(c);
+  if (!v->is(Kind::Tensor)) return false;
+  PyObject* fake = t.graph().fake(v->as<Tensor>().node);
+  PyObject* symint = lookup(Obj::torch_SymInt);
+  if (!symint) return PyErr_Clear(), false;
+  return fake && PyObject_TypeCheck(fake, reinterpret_cast<PyTypeObject*>(symint));
+}
+
 // x.shape / x.size() / x.stride() of a tensor with symbolic sizes: a tuple whose symbolic
 // items are the symbols' placeholders (as torch._dynamo's graphs use them), or a query node
 // of the same method (x.size(i), x.stride(i)) for an item that is an expression of them;
@@ -181,7 +190,13 @@ static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObjec
     items.push_back(v.take());
   }
   if (!any && isConstantObject(sizes)) return Value::constant(sizes);
-  // torch.Size is a tuple subclass: the trace holds it as a tuple of its items.
+  // x.shape and x.size() are a torch.Size (type(), isinstance(), a slice or a + of it, what
+  // the program gets back), held as a tuple of its items of that class; x.stride() a tuple.
+  if (PyUnicode_CompareWithASCIIString(query, "size") == 0) {
+    PyObject* size_type = lookup(Obj::torch_Size);
+    if (!size_type) return t.failFromPython("torch.Size");
+    return Value::of(Tuple{std::move(items), Ref::borrow(size_type)});
+  }
   return Value::tuple(std::move(items));
 }
 
@@ -247,6 +262,15 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
       if (!plain_ints)
         return t.fail("an operation returning a tuple of symbolic numbers other than Tensor.size()/stride()/shape");
       // a tuple of plain ints: a constant, as below
+    }
+    PyObject* size_type = lookup(Obj::torch_Size);
+    if (size_type && target == size_type && Py_TYPE(plain.get()) == reinterpret_cast<PyTypeObject*>(size_type) &&
+        !isConstantObject(plain.get()) && args.size() == 1 && (args[0]->is(Kind::List) || args[0]->is(Kind::Tuple))) {
+      // torch.Size([x.shape[0], 5]) of symbolic sizes: a Size value of those items (its fake
+      // result holds the SymInts of the trace, which must never leave it).
+      bool all_ints = true;
+      for (const ValuePtr& item : *args[0]->elements()) all_ints = all_ints && isIntValue(t, item);
+      if (all_ints) return Value::of(Tuple{*args[0]->elements(), Ref::borrow(size_type)});
     }
     if (!isConstantObject(plain.get()))
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);

@@ -50,10 +50,13 @@ bool sequenceItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
 
 // Which builtin sequence a value of sequenceItems is, for + and *: they combine only with
 // their own type, and a repeat or concatenation keeps it (a deque's maxlen too).
-enum class SequenceType { List, Tuple, Deque, Other };
+// A torch.Size adds and repeats into a Size (with a tuple on either side).
+enum class SequenceType { List, Tuple, Deque, Size, Other };
+
 
 SequenceType sequenceType(const ValuePtr& v) {
   if (const List* l = v->get<List>()) return l->deque ? SequenceType::Deque : SequenceType::List;
+  if (isSizeValue(v)) return SequenceType::Size;
   if (const Tuple* tp = v->get<Tuple>()) {
     // A namedtuple adds tuples as tuple does; another tuple subclass (a structseq is fine,
     // it has no + of its own) may define its own: not modelled here.
@@ -73,6 +76,13 @@ SequenceType sequenceType(const ValuePtr& v) {
 
 const char* sequenceTypeName(SequenceType type) {
   return type == SequenceType::List ? "list" : type == SequenceType::Deque ? "deque" : "tuple";
+}
+
+// A torch.Size value of `items` when all are ints (constant or symbolic), else null.
+ValuePtr newSize(Tracer& t, std::vector<ValuePtr> items) {
+  for (const ValuePtr& item : items)
+    if (!isIntValue(t, item)) return nullptr;
+  return Value::of(Tuple{std::move(items), Ref::borrow(lookup(Obj::torch_Size))});
 }
 
 // The Python type name eager's TypeError shows for a sequence value (a deque is
@@ -130,6 +140,15 @@ bool madeMutable(const ValuePtr& v) {
 }
 
 }  // namespace
+
+// A torch.Size value: a symbolic x.shape (a Tuple of that class) or a constant Size.
+bool isSizeValue(const ValuePtr& v) {
+  PyObject* size_type = lookup(Obj::torch_Size);
+  if (!size_type) return PyErr_Clear(), false;
+  if (const Tuple* tp = v->get<Tuple>()) return tp->namedtuple.get() == size_type;
+  PyObject* c = v->constant();
+  return c && Py_TYPE(c) == reinterpret_cast<PyTypeObject*>(size_type);
+}
 
 PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a) {
   if (a->is(Kind::Tensor) && !isScalarValue(t, a)) return fn;
@@ -428,6 +447,16 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (ta == SequenceType::Other || tb == SequenceType::Other)
       return t.fail(std::string("operator ") + fn_name + " on " + describe(a) + " and " + describe(b) +
                     " is not supported yet");
+    const bool tuples = (ta == SequenceType::Tuple || ta == SequenceType::Size) &&
+                        (tb == SequenceType::Tuple || tb == SequenceType::Size);
+    if (tuples && (ta == SequenceType::Size || tb == SequenceType::Size)) {
+      // torch.Size's + takes a tuple on either side and makes a Size.
+      left.insert(left.end(), right.begin(), right.end());
+      if (ValuePtr size = newSize(t, std::move(left))) return size;
+      return t.fail("a torch.Size concatenated with a tuple of other than ints is not supported yet");
+    }
+    if (ta == SequenceType::Size)  // torch.Size's own message, for anything but a tuple
+      return t.raiseNew(PyExc_TypeError, "can only concatenate tuple (not " + pythonTypeName(b) + ") to torch.Size");
     if (ta != tb)
       return t.raiseNew(PyExc_TypeError, std::string("can only concatenate ") + sequenceTypeName(ta) + " (not \"" +
                                              pythonTypeName(b) + "\") to " + sequenceTypeName(ta));
@@ -451,6 +480,10 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     std::vector<ValuePtr> out;
     for (long i = 0; i < n; ++i) out.insert(out.end(), left.begin(), left.end());
     if (type == SequenceType::Deque) return newDequeLike(seq->as<List>(), std::move(out));
+    if (type == SequenceType::Size) {
+      if (ValuePtr size = newSize(t, std::move(out))) return size;
+      return t.fail("a torch.Size of other than ints");
+    }
     return Value::sequence(type == SequenceType::List ? Kind::List : Kind::Tuple, std::move(out));
   }
   if (op == BinaryOp::Or && a->is(Kind::Callable) && b->is(Kind::Callable) &&
@@ -794,9 +827,12 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     if (!*slice ||
         PySlice_GetIndicesEx(slice->get(), static_cast<Py_ssize_t>(items.size()), &start, &stop, &step, &len) < 0)
       return t.failFromPython("slicing a sequence");
+    if (const List* l = obj->get<List>(); l && l->deque)
+      return t.raiseNew(PyExc_TypeError, "sequence index must be integer, not 'slice'");
     std::vector<ValuePtr> out;
     for (Py_ssize_t k = 0, at = start; k < len; ++k, at += step) out.push_back(items[static_cast<size_t>(at)]);
-    return Value::sequence(obj->kind(), std::move(out));
+    if (isSizeValue(obj)) return Value::of(Tuple{std::move(out), obj->as<Tuple>().namedtuple.copy()});
+    return Value::sequence(obj->kind(), std::move(out));  // a namedtuple's slice is a tuple
   }
   if (obj->constant() && (index->is(Kind::Constant) || index->is(Kind::Slice))) {
     graph::Arg idx;

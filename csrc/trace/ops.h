@@ -195,6 +195,10 @@ Result<ValuePtr> callBuiltin(Tracer& t, PyObject* fn, const CallableRow& row, Ar
 // The real Python object for a value made only of constants (constants, and tuples, lists,
 // dicts and sets of them), or null (no error set) when it holds anything else.
 Ref toPython(Tracer& t, const ValuePtr& v);
+// Whether a value is an int: a constant int or a symbolic one (a SymInt of the graph).
+bool isIntValue(Tracer& t, const ValuePtr& v);
+// Whether a value is a torch.Size: a symbolic x.shape (a Tuple of that class) or a constant one.
+bool isSizeValue(const ValuePtr& v);
 // (a real iterator of Python type `type` (may be null) over `items` (a sequence), an
 // iterator whose length hint counts the items left as the first is used), or null (no
 // error set).

@@ -526,6 +526,17 @@ def sequences_of_two_types_refuse_each_other(x, items):
     return x + 1, out, Point(1, 2) + (3,), (3,) + Point(1, 2), Point(x, 2) * 2
 
 
+# A deque refuses a slice (TypeError) where the trace sliced it into a list.
+@case(lambda: (torch.randn(4), [1, 2, 3]))
+def deque_refuses_a_slice(x, items):
+    d = deque(items)
+    try:
+        out = d[1:]
+    except TypeError as e:
+        out = str(e)
+    return x + 1, out, d[-1]
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_containers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

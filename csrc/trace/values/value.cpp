@@ -154,9 +154,15 @@ bool isConstantObject(PyObject* o) {
   // objects defined by torch; recognised by type name to keep torch out of the hot path.
   const char* n = t->tp_name;
   if (strcmp(n, "torch.dtype") == 0 || strcmp(n, "torch.device") == 0 ||
-      strcmp(n, "torch.layout") == 0 || strcmp(n, "torch.memory_format") == 0 ||
-      strcmp(n, "torch.Size") == 0)
+      strcmp(n, "torch.layout") == 0 || strcmp(n, "torch.memory_format") == 0)
     return true;
+  if (strcmp(n, "torch.Size") == 0) {
+    // Of plain ints only: the Size a fake op returns under dynamic shapes holds SymInts of
+    // the trace (torch.Size([x.shape[0], 5]) was kept as a constant and returned them).
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i)
+      if (!PyLong_CheckExact(PyTuple_GET_ITEM(o, i))) return false;
+    return true;
+  }
   if (t == &PyRange_Type || t == &PyFrozenSet_Type) return true;
   if (strncmp(n, "numpy.", 6) == 0) return isNumpyConstant(o);
   if (PyTuple_CheckExact(o)) {
