@@ -516,7 +516,7 @@ class Gen:
     # context manager that may swallow an exception, a subclass calling super(), partials,
     # enumerate/zip, getattr/hasattr with defaults, the walrus.
     def idiom(self, d, ind):
-        k = self.pick("idiom", 13)
+        k = self.pick("idiom", 14)
         I = lambda: self.e_I(d)  # noqa: E731,E741
         T = lambda: self.e_T(d)  # noqa: E731
         if k == 0:
@@ -580,6 +580,14 @@ class Gen:
             expr = self.choice(["%s + %s" % (a, b), "%s * %d" % (a, self.small(-1, 3)), "%d * %s" % (self.small(0, 2), b)])
             return [ind + "try:", ind + "    print(%s)" % expr, ind + "except TypeError as e:",
                     ind + "    print(\"TypeError\", e)"]
+        if k == 12:
+            # torch.Size: printed, its type, slices and + of it (symbolic from call D on).
+            self.tag("idiom.size")
+            return [ind + self.choice(['print(x.shape, type(t0.size()).__name__, isinstance(y.shape, torch.Size))',
+                                       "tp = tuple(x.shape + (%s,))" % I(),
+                                       "i1 = x.shape.numel() + len(t1.size()[1:]) + %s.shape[0]" % T(),
+                                       "print(torch.Size([x.shape[0], %s]), x.size() * 2, (1,) + y.shape)" % I(),
+                                       "print(list(%s.shape), x.shape == y.shape, x.shape[-1:])" % T()])]
         self.tag("idiom.walrus")
         w = self.fresh()
         return [ind + "if (%s := %s) > 0 and 0 <= i0 < 5:" % (w, I()), ind + "    i1 += %s" % w]
