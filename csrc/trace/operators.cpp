@@ -638,6 +638,22 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     // A set is never equal to what is not a set (set.__eq__ answers NotImplemented, then identity).
     if (op == Py_EQ || op == Py_NE) return Value::constant(op == Py_NE ? Py_True : Py_False);
   }
+  // A list, a tuple and a deque are never equal to one another (each one's == answers
+  // NotImplemented for the others, then identity): deque([x]) == [x] is False.
+  auto sequenceClass = [](const ValuePtr& v) {
+    if (const List* l = v->get<List>()) return l->deque ? 2 : 1;
+    const Tuple* tup = v->get<Tuple>();
+    if (!tup) return 0;
+    if (!tup->namedtuple) return 3;
+    // A namedtuple class with an __eq__ of its own is asked (not here).
+    static PyObject* eq_name = PyUnicode_InternFromString("__eq__");
+    return _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), eq_name) ==
+                   _PyType_Lookup(&PyTuple_Type, eq_name)
+               ? 3
+               : 0;
+  };
+  if ((op == Py_EQ || op == Py_NE) && sequenceClass(a) && sequenceClass(b) && sequenceClass(a) != sequenceClass(b))
+    return Value::constant(op == Py_NE ? Py_True : Py_False);
   // Tuples and lists compared item by item as Python does (identity first, then ==, up to
   // the first difference), when every comparison it needs is known.
   if ((op == Py_EQ || op == Py_NE) && a->kind() == b->kind() && (a->is(Kind::Tuple) || a->is(Kind::List))) {

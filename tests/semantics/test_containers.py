@@ -526,6 +526,14 @@ def sequences_of_two_types_refuse_each_other(x, items):
     return x + 1, out, Point(1, 2) + (3,), (3,) + Point(1, 2), Point(x, 2) * 2
 
 
+# A list, a tuple and a deque are never equal to one another, whatever their items
+# (deque([x]) == [x] was True in the trace).
+@case(lambda: (torch.randn(4), [1, 2, 3]))
+def sequences_of_two_types_are_never_equal(x, items):
+    return (x + 1, deque([x]) == [x], [x] == deque([x]), deque([x]) != [x], [x] == (x,), (x,) != [x],
+            Point(x, 1) == (x, 1), Point(x, 1) == [x, 1], deque([x]) == deque([x]))
+
+
 # A deque refuses a slice (TypeError) where the trace sliced it into a list.
 @case(lambda: (torch.randn(4), [1, 2, 3]))
 def deque_refuses_a_slice(x, items):
