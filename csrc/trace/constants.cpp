@@ -259,7 +259,10 @@ PyObject* typeOf(Tracer& t, const ValuePtr& v) {
       const Tuple& tuple = v->as<Tuple>();
       return tuple.namedtuple ? tuple.namedtuple.get() : reinterpret_cast<PyObject*>(&PyTuple_Type);
     }
-    case Kind::List: return reinterpret_cast<PyObject*>(&PyList_Type);
+    case Kind::List: {  // a deque's class for a deque (type(), isinstance())
+      const List& l = v->as<List>();
+      return l.deque ? l.deque.get() : reinterpret_cast<PyObject*>(&PyList_Type);
+    }
     case Kind::Dict: return v->as<Dict>().type.get();
     case Kind::Set: return reinterpret_cast<PyObject*>(v->as<Set>().frozen ? &PyFrozenSet_Type : &PySet_Type);
     case Kind::Slice: return reinterpret_cast<PyObject*>(&PySlice_Type);

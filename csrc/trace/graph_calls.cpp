@@ -107,6 +107,9 @@ Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out) {
       return items(graph::Arg::Kind::Tuple, tuple.data(), tuple.data() + tuple.size());
     }
     case Kind::List: {
+      // torch's argument parser takes lists and tuples, not a deque (TypeError eagerly): the
+      // call runs at a break, where it raises as eagerly.
+      if (v->as<List>().deque) return t.fail("a deque passed to a torch operation");
       const std::vector<ValuePtr>& l = v->as<List>().items;
       return items(graph::Arg::Kind::List, l.data(), l.data() + l.size());
     }

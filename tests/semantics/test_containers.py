@@ -534,6 +534,13 @@ def sequences_of_two_types_are_never_equal(x, items):
             Point(x, 1) == (x, 1), Point(x, 1) == [x, 1], deque([x]) == deque([x]))
 
 
+# A deque made in the trace is a deque to type() and isinstance() (it was a list).
+@case(T4)
+def deque_type_and_isinstance(x):
+    d = deque([x, 1], maxlen=3)
+    return x + 1, type(d) is deque, type(d).__name__, isinstance(d, list), isinstance(d, deque), d.maxlen
+
+
 # A deque refuses a slice (TypeError) where the trace sliced it into a list.
 @case(lambda: (torch.randn(4), [1, 2, 3]))
 def deque_refuses_a_slice(x, items):
@@ -548,3 +555,25 @@ def deque_refuses_a_slice(x, items):
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_containers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
+
+
+# torch's argument parser refuses a deque where a list or tuple of tensors or ints goes
+# (the trace passed its items as a list: torch.stack(deque) returned where eagerly it raises).
+@pytest.mark.parametrize("op", ["stack", "cat", "view"])
+def test_torch_ops_refuse_a_deque_as_eagerly(op):
+    def fn(x):
+        y = x + 1
+        d = deque([y, y]) if op != "view" else deque([1, -1])
+        return getattr(torch, op)(d) if op != "view" else y.view(d)
+
+    def outcome(f, x):
+        try:
+            return ("ok", f(x))
+        except TypeError as e:
+            return ("raised", str(e).split(" - ")[0])
+
+    import cdynamo
+    cf = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    for _ in range(2):
+        got, want = outcome(cf, torch.ones(2)), outcome(fn, torch.ones(2))
+        assert got == want and want[0] == "raised", (got, want)
