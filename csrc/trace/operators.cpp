@@ -380,7 +380,10 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     const Dict& da = a->as<Dict>();
     ValuePtr target = a;
     if (op == BinaryOp::Or) {
-      if (da.type.get() != reinterpret_cast<PyObject*>(&PyDict_Type))
+      // A dict subclass on the right with its own __ror__ answers first (dict | OrderedDict
+      // is an OrderedDict).
+      if (da.type.get() != reinterpret_cast<PyObject*>(&PyDict_Type) ||
+          b->as<Dict>().type.get() != reinterpret_cast<PyObject*>(&PyDict_Type))
         return t.fail("| of a dict subclass is not supported yet");
       std::vector<Ref> keys;
       for (const Ref& k : da.keys) keys.push_back(k.copy());

@@ -534,6 +534,15 @@ def sequences_of_two_types_are_never_equal(x, items):
             Point(x, 1) == (x, 1), Point(x, 1) == [x, 1], deque([x]) == deque([x]))
 
 
+# dict | OrderedDict is an OrderedDict (the subclass's __ror__ answers first); the trace
+# made a dict. (It runs at a break now: one graph, after it.)
+@case(T4)
+def dict_or_a_dict_subclass_asks_the_subclass(x):
+    od = OrderedDict(b=x)
+    merged = {"a": x} | od
+    return x + 1, merged, type(merged) is OrderedDict, {"a": 1} | {"b": x}
+
+
 # A deque made in the trace is a deque to type() and isinstance() (it was a list).
 @case(T4)
 def deque_type_and_isinstance(x):
