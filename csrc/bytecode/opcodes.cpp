@@ -75,6 +75,15 @@ int opPushes(Op op, int arg, bool jump) {
   return 0;
 }
 
+const char* binaryOpSymbol(BinaryOp op) {
+  static const char* const kSymbols[] = {
+#define B(name, num, symbol, fn) symbol,
+#include CDYNAMO_BINARY_OPS
+#undef B
+  };
+  return kSymbols[static_cast<int>(op)];
+}
+
 const char* binaryOpFunction(BinaryOp op) {
   static const char* const kNames[] = {
 #define B(name, num, symbol, fn) #fn,

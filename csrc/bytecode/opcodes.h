@@ -55,6 +55,8 @@ constexpr int kNumBinaryOps = 0
 inline bool binaryOpKnown(int arg) { return arg >= 0 && arg < kNumBinaryOps; }
 // The operator module's function for `op` ("add", "and_", "iadd", ...).
 const char* binaryOpFunction(BinaryOp op);
+// The operator as written ("+", "+=", "//").
+const char* binaryOpSymbol(BinaryOp op);
 // a += b and the other in-place forms.
 inline bool isInplace(BinaryOp op) { return op >= BinaryOp::InplaceAdd; }
 

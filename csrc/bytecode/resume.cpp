@@ -148,10 +148,11 @@ int remapCellSlot(const Original& o, int i, int added) {
 // `shift` added before them; MAKE_CELL gone, COPY_FREE_VARS copying cells too) with `prologue` emitted right after RESUME, `inlineTail`
 // right after instruction `last` (if >= 0), and `endTail` appended. `prologue` receives
 // a label bound to original instruction `entry`. Instruction `last`, if a jump, is
-// retargeted to `jumpLabel` (which `endTail` binds).
-template <typename Prologue, typename Inline, typename End>
+// retargeted to `jumpLabel` (which `endTail` binds). `afterEach(out, ins)` runs after
+// every copied instruction (the break code's handlers clear its first-pass flag there).
+template <typename Prologue, typename Inline, typename End, typename AfterEach>
 Assembly copyWithInsertions(const Original& o, int shift, int entry, int last, bool retarget, Prologue prologue,
-                            Inline inlineTail, End endTail) {
+                            Inline inlineTail, End endTail, AfterEach afterEach) {
   const Assembly& a = o.asm_;
   const size_t n = a.instrs.size();
   Assembly out;
@@ -176,6 +177,7 @@ Assembly copyWithInsertions(const Original& o, int shift, int entry, int last, b
     if (static_cast<int>(i) == last && retarget) ins.label = jumpLabel;
     newIndex[i] = static_cast<int>(out.instrs.size());
     out.instrs.push_back(ins);
+    afterEach(out, ins);
     if (static_cast<int>(i) == o.resumeIndex) prologue(out, entryLabel);
     if (static_cast<int>(i) == last) inlineTail(out);
   }
@@ -427,7 +429,7 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
         emitPrologue(dst, at, slotLocal, entryLabel, pos);
         prologueLength = static_cast<int>(dst.instrs.size() - before);
       },
-      [](Assembly&) {}, [](Assembly&, int) {});
+      [](Assembly&) {}, [](Assembly&, int) {}, [](Assembly&, const AsmInstr&) {});
   int line = lineOf(o, at.index);
   std::string name = "cdynamo_resume_in_" + utf8(orig->co_name) + "_at_" + std::to_string(line);
   std::string qualname = utf8(orig->co_qualname) + ".<resume at line " + std::to_string(line) + ">";
@@ -473,11 +475,25 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
     temp[s] = o.nvarnames + static_cast<int>(layout.extraNames.size());
     layout.extraNames.push_back("___tmp" + std::to_string(s));
   }
+  // Note [The break code's first pass]: the break code is a copy of the whole function in
+  // which the breaking instruction leads to the epilogues. It runs that instruction once,
+  // from the prologue; if the instruction raises and a handler of the copy catches the
+  // exception, the rest of the frame runs natively in the copy, and a loop can bring it
+  // back to the breaking instruction with a stack of its own (LOAD_METHOD's [method, self]
+  // where the trace had [NULL, bound method]): going to the epilogue then called the
+  // continuation with the wrong values (a list "called"). A flag set by the prologue and
+  // cleared by every handler's first instruction sends only the first pass there; later
+  // passes go on with the original code.
+  const int firstPassLocal = o.nvarnames + static_cast<int>(layout.extraNames.size());
+  layout.extraNames.push_back("___first_pass");
   const int noneConst = static_cast<int>(PyTuple_GET_SIZE(orig->co_consts));
   layout.extraConsts.push_back(Py_None);
   Ref k0 = Ref::steal(PyLong_FromLong(0)), k1 = Ref::steal(PyLong_FromLong(1));
   layout.extraConsts.push_back(k0.get());
   layout.extraConsts.push_back(k1.get());
+  const int trueConst = noneConst + 3, falseConst = noneConst + 4;
+  layout.extraConsts.push_back(Py_True);
+  layout.extraConsts.push_back(Py_False);
 
   // A load that pushes a NULL below its value (LOAD_METHOD, LOAD_GLOBAL with bit 0) runs as
   // the plain load followed by PUSH_NULL; SWAP 2: for the CALL after it, [NULL, attr] is
@@ -514,23 +530,38 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   // (a `with` or `try` body) the handler's stack depth would not hold once the epilogue
   // has popped the stack. The breaking instruction jumps (or falls through a jump) there.
   int fallLabel = -1;
+  // Where the breaking instruction goes when it is not the first pass: on to the next
+  // instruction, or, for a jump taken, to its original target.
+  const int targetLabel = isJump ? o.asm_.instrs[static_cast<size_t>(last)].label : -1;
   Assembly out = copyWithInsertions(
       o, static_cast<int>(layout.extraNames.size()), at.index, last, isJump,
-      [&](Assembly& dst, int entryLabel) { emitPrologue(dst, at, slotLocal, entryLabel, pos); },
+      [&](Assembly& dst, int entryLabel) {
+        dst.emit(Op::LOAD_CONST, trueConst, pos);
+        dst.emit(Op::STORE_FAST, firstPassLocal, pos);
+        emitPrologue(dst, at, slotLocal, entryLabel, pos);
+      },
       [&](Assembly& dst) {
         if (null_below) {
           dst.emit(Op::PUSH_NULL, 0, breakPos);
           dst.emit(Op::SWAP, 2, breakPos);
         }
         fallLabel = dst.newLabel();
-        dst.emitJump(Op::JUMP_FORWARD, fallLabel, breakPos);
+        dst.emit(Op::LOAD_FAST, firstPassLocal, breakPos);
+        dst.emitJump(Op::POP_JUMP_FORWARD_IF_TRUE, fallLabel, breakPos);
       },
       [&](Assembly& dst, int jumpLabel) {
         dst.bind(fallLabel);
         epilogue(dst, 0);
         if (!isJump) return;
         dst.bind(jumpLabel);
+        dst.emit(Op::LOAD_FAST, firstPassLocal, breakPos);
+        dst.emitJump(Op::POP_JUMP_FORWARD_IF_FALSE, targetLabel, breakPos);
         epilogue(dst, 1);
+      },
+      [&](Assembly& dst, const AsmInstr& ins) {
+        if (ins.op != Op::PUSH_EXC_INFO) return;
+        dst.emit(Op::LOAD_CONST, falseConst, ins.pos);
+        dst.emit(Op::STORE_FAST, firstPassLocal, ins.pos);
       });
   std::string name = utf8(orig->co_name);
   std::string qualname = utf8(orig->co_qualname);

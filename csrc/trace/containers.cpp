@@ -44,14 +44,16 @@ bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq) {
   const Tuple* tup = a->get<Tuple>() ? a->get<Tuple>() : b->get<Tuple>();
   PyObject* ctup = a->get<Tuple>() ? b->constant() : a->constant();
   if (tup && !tup->namedtuple && ctup && PyTuple_CheckExact(ctup)) {
-    if (static_cast<size_t>(PyTuple_GET_SIZE(ctup)) != tup->items.size()) return *eq = 0, true;
-    for (size_t i = 0; i < tup->items.size(); ++i) {
+    // Tuples compare their items up to the shorter length before their lengths (no early
+    // out, unlike lists): (x, 1) == (2,) compares x == 2 first.
+    const size_t n = std::min(static_cast<size_t>(PyTuple_GET_SIZE(ctup)), tup->items.size());
+    for (size_t i = 0; i < n; ++i) {
       int item_eq;
       if (!sameValue(tup->items[i], Value::constant(PyTuple_GET_ITEM(ctup, static_cast<Py_ssize_t>(i))), &item_eq))
         return false;
       if (!item_eq) return *eq = 0, true;
     }
-    return *eq = 1, true;
+    return *eq = static_cast<size_t>(PyTuple_GET_SIZE(ctup)) == tup->items.size(), true;
   }
   // A constant never equals a module or a function made in the trace (their == is
   // identity); against a container or an object, it is not known here.

@@ -856,6 +856,7 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObjec
       return Value::tuple(std::move(items));
     }
     if (other->is(kind)) {
+      if (kind == Kind::List && other->as<List>().deque) return nullptr;  // a deque is no list
       if (kind == Kind::Tuple && other->as<Tuple>().namedtuple) return Value::tuple(other->as<Tuple>().items);
       return other;
     }

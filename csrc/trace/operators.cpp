@@ -316,7 +316,18 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
     if (answered(r)) return r;
     r = tryDunder(b, "__r" + base + "__", a);
     if (answered(r)) return r;
-    return t.raiseNew(PyExc_TypeError, "unsupported operand type(s) for " + base);
+    // Neither answered: + of a list or tuple (a subclass's base) raises its concatenation's
+    // error, anything else CPython's "unsupported operand" one, with the types' names.
+    PyTypeObject* ta = reinterpret_cast<PyTypeObject*>(typeOf(t, a));
+    PyTypeObject* tb = reinterpret_cast<PyTypeObject*>(typeOf(t, b));
+    if (!ta || !tb) return t.fail("unsupported operand type(s) for " + base);
+    if (base == "add" && (PyType_IsSubtype(ta, &PyList_Type) || PyType_IsSubtype(ta, &PyTuple_Type))) {
+      const char* seq = PyType_IsSubtype(ta, &PyList_Type) ? "list" : "tuple";
+      return t.raiseNew(PyExc_TypeError, std::string("can only concatenate ") + seq + " (not \"" + tb->tp_name +
+                                             "\") to " + seq);
+    }
+    return t.raiseNew(PyExc_TypeError, std::string("unsupported operand type(s) for ") + bytecode::binaryOpSymbol(op) +
+                                           ": '" + ta->tp_name + "' and '" + tb->tp_name + "'");
   }
   if (a->is(Kind::NdArray) || b->is(Kind::NdArray)) return ndarrayOperator(t, fn_name, {a, b});
   if (Result<ValuePtr> r = subclassOperator(t, fn_name, {a, b}); !r.notHandled()) return r;
@@ -669,12 +680,15 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     };
     const std::vector<ValuePtr>& x = *a->elements();
     const std::vector<ValuePtr>& y = *b->elements();
-    bool known = plainEq(a) && plainEq(b), equal = x.size() == y.size();
-    for (size_t i = 0; known && equal && i < x.size(); ++i) {
+    // A list (and a deque) of another length differs at once; tuples compare their items up
+    // to the shorter length first ((x, 1) == (2,) compares x == 2), then their lengths.
+    bool known = plainEq(a) && plainEq(b), equal = a->is(Kind::Tuple) || x.size() == y.size();
+    for (size_t i = 0; known && equal && i < x.size() && i < y.size(); ++i) {
       int eq;
       known = sameValue(x[i], y[i], &eq);
       equal = known && eq == 1;
     }
+    equal = equal && x.size() == y.size();
     if (known) return Value::constant((equal == (op == Py_EQ)) ? Py_True : Py_False);
   }
   return t.fail(std::string("comparison of ") + describe(a) + " and " + describe(b) +

@@ -543,6 +543,47 @@ def dict_or_a_dict_subclass_asks_the_subclass(x):
     return x + 1, merged, type(merged) is OrderedDict, {"a": 1} | {"b": x}
 
 
+# Tuples compare their items up to the shorter length before their lengths ((x, 1) == (2,)
+# compares x == 2, which raises for a 2-element x); lists and deques of other lengths
+# differ at once. The trace answered False for the tuples.
+@case(T4)
+def tuple_equality_compares_items_before_lengths(x):
+    y = x + 1  # the graph before the break (the first comparison breaks, raises and is caught)
+    out = []
+    for a, b in [((x, 1), (2,)), ((x, 1), tuple([2])), ([x, 1], [2]), (deque([x, 1]), deque([2])), ((x,), (x, 1))]:
+        try:
+            out.append(a == b)
+        except RuntimeError as e:
+            out.append(str(e))
+    return y, out
+
+
+# A list subclass + a deque raises list's concatenation error; an object without + raises
+# CPython's "unsupported operand" message with both types (the trace's said neither).
+class Box:
+    pass
+
+
+class Items(list):
+    pass
+
+
+@case(T4)
+def binary_operators_without_an_answer_raise_as_eagerly(x):
+    out = []
+    box = Box()
+    for make in (lambda: Items([x]) + deque([x]), lambda: box + 1, lambda: 1 + box, lambda: box * x):
+        try:
+            out.append(make())
+        except TypeError as e:
+            out.append(str(e))
+    try:
+        box += 1
+    except TypeError as e:
+        out.append(str(e))
+    return x + 1, out, Items([x]) == deque([x])
+
+
 # A deque made in the trace is a deque to type() and isinstance() (it was a list).
 @case(T4)
 def deque_type_and_isinstance(x):
