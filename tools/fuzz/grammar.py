@@ -516,7 +516,7 @@ class Gen:
     # context manager that may swallow an exception, a subclass calling super(), partials,
     # enumerate/zip, getattr/hasattr with defaults, the walrus.
     def idiom(self, d, ind):
-        k = self.pick("idiom", 14)
+        k = self.pick("idiom", 15)
         I = lambda: self.e_I(d)  # noqa: E731,E741
         T = lambda: self.e_T(d)  # noqa: E731
         if k == 0:
@@ -588,6 +588,18 @@ class Gen:
                                        "i1 = x.shape.numel() + len(t1.size()[1:]) + %s.shape[0]" % T(),
                                        "print(torch.Size([x.shape[0], %s]), x.size() * 2, (1,) + y.shape)" % I(),
                                        "print(list(%s.shape), x.shape == y.shape, x.shape[-1:])" % T()])]
+        if k == 13:
+            # A breaking instruction that raises, caught in a loop: the rest of the frame runs
+            # natively in the break code and comes back to the breaking instruction.
+            self.tag("idiom.raising_break")
+            w = self.fresh()
+            body = self.choice(["l0.append(int(bool(%s)))" % w, "l0.append(int(%s.item()))" % w,
+                                "l0.append((%s, 1) == (2,))" % w, "l0.append(1 if %s else 0)" % w])
+            if self.draw(st.booleans()):
+                return [ind + "for %s in [%s, %s[:1]]:" % (w, T(), T()), ind + "    try:", ind + "        " + body,
+                        ind + "    except RuntimeError as e:", ind + "        l0.append(-1)"]
+            return [ind + "for %s in [%s, %s[:1]]:" % (w, T(), T()), ind + "    with Ctx(%d):" % self.choice([1, 3]),
+                    ind + "        " + body]
         self.tag("idiom.walrus")
         w = self.fresh()
         return [ind + "if (%s := %s) > 0 and 0 <= i0 < 5:" % (w, I()), ind + "    i1 += %s" % w]
