@@ -15,6 +15,14 @@ using guards::LoadKind;
 
 Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
+  if ((obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Dict) || obj->is(Kind::Set)) &&
+      strcmp(n, "__class__") == 0) {
+    // A container's class, as type(x) answers (a namedtuple's, a torch.Size's, a deque's):
+    // object's __class__ descriptor, not a method to call later.
+    PyObject* type = typeOf(t, obj);
+    if (!type) return t.fail("the class of a container");
+    return Value::callable(type);
+  }
   switch (obj->kind()) {
     case Kind::Tensor: {
       if (isScalarValue(t, obj))  // a number read from a tensor: not a tensor's attributes

@@ -584,6 +584,15 @@ def binary_operators_without_an_answer_raise_as_eagerly(x):
     return x + 1, out, Items([x]) == deque([x])
 
 
+# x.__class__ of a container is its class (a namedtuple's, a deque's, an OrderedDict's), not a
+# method to call later (`is` against a class broke the graph).
+@case(T4)
+def container_class_attribute(x):
+    return (x + 1, [x].__class__ is list, Point(x, 1).__class__ is Point, deque([x]).__class__ is deque,
+            {"a": x}.__class__ is dict, OrderedDict(a=x).__class__ is OrderedDict, frozenset([1]).__class__.__name__,
+            (x,).__class__ is tuple)
+
+
 # A deque made in the trace is a deque to type() and isinstance() (it was a list).
 @case(T4)
 def deque_type_and_isinstance(x):
