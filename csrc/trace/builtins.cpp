@@ -376,6 +376,14 @@ ValuePtr lazyIterator(Iterator::Made made, PyObject* type, ValuePtr fn, std::vec
 // are read now, as they are, instead.
 Result<std::vector<ValuePtr>> lazySources(Tracer& t, Args& args, size_t first, size_t count, bool ahead = false) {
   bool any = false;
+  // One iterator passed twice (zip(it, it), the pairwise idiom): each item taken comes
+  // from it in turn, so its items cannot be read ahead once per argument.
+  bool shared = false;
+  for (size_t i = first; i < first + count && i < args.size(); ++i)
+    for (size_t j = first; j < i; ++j)
+      shared = shared || (args[i]->is(Kind::Iterator) && args[i].get() == args[j].get());
+  if (shared && ahead) return t.fail("zip(strict=True) of one iterator passed twice is not supported yet");
+  any = shared;
   for (size_t i = first; i < first + count && i < args.size(); ++i) {
     const Iterator* it = args[i]->get<Iterator>();
     if (ahead && it && it->made == Iterator::Made::Sequence) {
@@ -394,7 +402,7 @@ Result<std::vector<ValuePtr>> lazySources(Tracer& t, Args& args, size_t first, s
     if (!it) return it.stop();
     sources.push_back(it.take());
   }
-  bool lazy = false;
+  bool lazy = shared;
   for (const ValuePtr& s : sources) lazy = lazy || s->as<Iterator>().lazy();
   if (!lazy) {  // a user object whose __iter__ gave a plain iterator: computed ahead as before
     args.erase(args.begin() + static_cast<std::ptrdiff_t>(first),
@@ -479,6 +487,10 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
   if (!(is("reversed") && args.size() == 1)) return notHandled();
   std::vector<ValuePtr> items;
   if (args[0]->is(Kind::Iterator)) return t.fail("reversed() of an iterator (TypeError)");
+  if (const Set* s = args[0]->get<Set>())  // no order to reverse (the trace walked it)
+    return t.raiseNew(PyExc_TypeError, std::string("'") + (s->frozen ? "frozenset" : "set") + "' object is not reversible");
+  if (PyObject* c = args[0]->constant(); c && PyAnySet_Check(c))  // a constant frozenset
+    return t.raiseNew(PyExc_TypeError, std::string("'") + Py_TYPE(c)->tp_name + "' object is not reversible");
   if (Done d = iterate(t, args[0], &items); !d) return d.stop();
   std::vector<ValuePtr> backwards(items.rbegin(), items.rend());
   // A list is read backwards from its length now, item by item as it is then.

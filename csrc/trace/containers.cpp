@@ -392,7 +392,10 @@ Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std:
     PyObject* copy_type = dict.type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type)
                               ? reinterpret_cast<PyObject*>(&PyDict_Type)  // mappingproxy.copy(): a dict
                               : dict.type.get();
-    return Value::dict(copy_type, std::move(kcopy), values);
+    ValuePtr copy = Value::dict(copy_type, std::move(kcopy), values);
+    copy->as<Dict>().default_factory = dict.default_factory.copy();  // a defaultdict's copy keeps its factory
+    copy->as<Dict>().factory_value = dict.factory_value;
+    return copy;
   }
   if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
   if (is("setdefault") || is("pop") || is("move_to_end")) {

@@ -593,6 +593,32 @@ def container_class_attribute(x):
             (x,).__class__ is tuple)
 
 
+# One iterator passed twice to zip takes its items in turn (the pairwise idiom); over a
+# string or an enumerate the trace read its items once per argument ({'a': 'a', ...}).
+@case(T4)
+def zip_of_one_iterator_twice(x):
+    chars = iter("abcd")
+    pairs = enumerate("wxyz")
+    nums = iter([x, x * 2, x * 3, x * 4])
+    return x + 1, dict(zip(chars, chars)), list(zip(pairs, pairs)), [a + b for a, b in zip(nums, nums)]
+
+
+# reversed() of a set raises as eagerly (the trace reversed its walk); a defaultdict's copy
+# keeps its factory (the trace's copy had none).
+@case(T4)
+def reversed_set_raises_and_defaultdict_copy_keeps_its_factory(x):
+    out = []
+    for s in ({x.shape[0], 1}, frozenset({3, 1})):
+        try:
+            out.append(list(reversed(s)))
+        except TypeError as e:
+            out.append(str(e))
+    d = collections.defaultdict(int, a=1)
+    c = d.copy()
+    c["missing"] += 2
+    return x + 1, out, c, c.default_factory is int, d
+
+
 # A deque made in the trace is a deque to type() and isinstance() (it was a list).
 @case(T4)
 def deque_type_and_isinstance(x):
