@@ -186,9 +186,19 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
           return d.default_factory ? Value::callable(d.default_factory.get()) : Value::constant(Py_None);
         }
       }
+      if (PyObject* type = obj->as<Dict>().type.get(); type && PyType_Check(type) &&
+                                                       !_PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), name))
+        // Not its class's (move_to_end of a plain dict): AttributeError, as eagerly.
+        return t.raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(type)->tp_name +
+                                                    "' object has no attribute '" + n + "'");
       return Value::namedMethod(obj, name);  // dict.items, ...: called later
-    case Kind::List:
+    case Kind::List: {
+      const List& l = obj->as<List>();
+      PyTypeObject* type = reinterpret_cast<PyTypeObject*>(l.deque ? l.deque.get() : reinterpret_cast<PyObject*>(&PyList_Type));
+      if (!_PyType_Lookup(type, name))  // appendleft of a list, sort of a deque
+        return t.raiseNew(PyExc_AttributeError, std::string("'") + type->tp_name + "' object has no attribute '" + n + "'");
       return Value::namedMethod(obj, name);  // list.append, ...: called later
+    }
     case Kind::Function:
       return functionAttr(t, obj, name);
     case Kind::Context:

@@ -619,6 +619,22 @@ def reversed_set_raises_and_defaultdict_copy_keeps_its_factory(x):
     return x + 1, out, c, c.default_factory is int, d
 
 
+# A method a container's class lacks raises AttributeError as eagerly (the trace ran
+# OrderedDict.move_to_end on a plain dict, deque.appendleft's sibling on a list).
+@case(T4)
+def container_methods_of_another_class_raise(x):
+    out = []
+    for make in (lambda: {"a": x, "b": 1}.move_to_end("a"), lambda: [x].appendleft(1),
+                 lambda: deque([x]).sort(), lambda: collections.defaultdict(int).move_to_end("a")):
+        try:
+            out.append(make())
+        except AttributeError as e:
+            out.append(str(e))
+    od = OrderedDict(a=x, b=1)
+    od.move_to_end("a")
+    return x + 1, out, od
+
+
 # A deque made in the trace is a deque to type() and isinstance() (it was a list).
 @case(T4)
 def deque_type_and_isinstance(x):
