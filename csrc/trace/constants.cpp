@@ -2,6 +2,7 @@
 // back, calls of pure C functions on constants, and a value's type.
 #include <cstring>
 #include <string>
+#include <unordered_set>
 
 #include "support/lookup.h"
 #include "trace/ops.h"
@@ -28,6 +29,14 @@ Ref toPython(Tracer& t, const ValuePtr& v) {
     if (v->is(Kind::Constant) || v->is(Kind::Callable) || (v->is(Kind::Object) && v->reg < 0)) return Ref::borrow(r);
     return Ref();
   }
+  // A container that holds itself (`lst[1] = lst`, `d["me"] = d`) has no constant form;
+  // converting its items recursed without end (a crash: the C stack ran out).
+  static thread_local std::unordered_set<const Value*> converting;
+  if (!converting.insert(v.get()).second) return Ref();
+  struct Leave {
+    const Value* v;
+    ~Leave() { converting.erase(v); }
+  } leave{v.get()};
   if (const std::vector<ValuePtr>* items = v->elements()) {
     if (t.iterators().stale(v.get())) return Ref();  // its items are no longer known
     if (const Iterator* it = v->get<Iterator>(); it && it->lazy()) return Ref();  // not known ahead

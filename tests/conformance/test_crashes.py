@@ -194,6 +194,28 @@ def case_tuple_in_a_cycle_through_a_list():
     same_as_eager(_first_of_cyclic, lambda: (torch.ones(2), _cyclic_tuple()), captured=False)
 
 
+# A container made to hold itself inside the trace, then read by a builtin that asks for
+# its constant form (isinstance, len, ==, type): the conversion recursed without end and
+# the process died (found by a probe of cyclic values, 2026-12-06).
+def _self_holding_made_in_the_trace(x, which):
+    v = [3, 1, 2] if which == "list" else {"a": 1}
+    y = x + 1
+    if which == "list":
+        v[1] = v
+    else:
+        v["b"] = v
+    return y, isinstance(v, (list, dict)), len(v), v == v, type(v).__name__, bool(v), [v] == [v]
+
+
+def case_list_made_to_hold_itself_in_the_trace():
+    same_as_eager(_self_holding_made_in_the_trace, lambda: (torch.ones(2), "list"))
+
+
+def case_dict_made_to_hold_itself_in_the_trace():
+    # (The frame then runs natively: a dict holding itself is not modelled.)
+    same_as_eager(_self_holding_made_in_the_trace, lambda: (torch.ones(2), "dict"), captured=False)
+
+
 _GLOBAL_CYCLE = [5]
 _GLOBAL_CYCLE.append(_GLOBAL_CYCLE)
 
@@ -272,6 +294,15 @@ def case_jit_trace_of_a_compiled_function():
 
 
 # ---------------------------------------------------------------- the tests
+
+# Fixed (2026-12-06: toPython stops at a value it is already converting).
+def test_list_made_to_hold_itself_in_the_trace():
+    isolated(MODULE, "case_list_made_to_hold_itself_in_the_trace")
+
+
+def test_dict_made_to_hold_itself_in_the_trace():
+    isolated(MODULE, "case_dict_made_to_hold_itself_in_the_trace")
+
 
 def test_for_over_iterator_returning_self():
     isolated(MODULE, "case_for_over_iterator_returning_self")
