@@ -1135,6 +1135,8 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
   }
   if (Done d = t.effects().noteContainerMutation(obj); !d) return d;
   List* list = obj->get<List>();
+  if (list && list->deque && index->is(Kind::Slice))  // d[a:b] = ..., del d[a:b]: no slices for a deque
+    return t.raiseNew(PyExc_TypeError, "sequence index must be integer, not 'slice'");
   if (list && index->is(Kind::Slice)) {
     Result<Ref> slice = constantSlice(t, index->as<Slice>());
     if (!slice) return slice.stop();
@@ -1155,7 +1157,8 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     Py_ssize_t n = static_cast<Py_ssize_t>(list->items.size());
     Py_ssize_t k = PyLong_AsSsize_t(index->constant());
     if (k < 0) k += n;
-    if (k < 0 || k >= n) return t.fail("list assignment index out of range (IndexError)");
+    if (k < 0 || k >= n)
+      return t.raiseNew(PyExc_IndexError, list->deque ? "deque index out of range" : "list assignment index out of range");
     list->items[static_cast<size_t>(k)] = value;
     return {};
   }

@@ -842,7 +842,9 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
       if (k == -1 && PyErr_Occurred()) return t.failFromPython("index");
       if (k < 0) k += n;
       if (k < 0 || k >= n)
-        return t.raiseNew(PyExc_IndexError, obj->is(Kind::List) ? "list index out of range" : "tuple index out of range");
+        return t.raiseNew(PyExc_IndexError, !obj->is(Kind::List)          ? "tuple index out of range"
+                                            : obj->as<List>().deque ? "deque index out of range"
+                                                                    : "list index out of range");
       return items[static_cast<size_t>(k)];
     }
   }

@@ -635,6 +635,36 @@ def container_methods_of_another_class_raise(x):
     return x + 1, out, od
 
 
+# A deque refuses slice assignment and deletion, and says "deque index out of range" (the
+# trace assigned the slices as a list's and named a list in the message).
+@case(T4)
+def deque_slice_stores_and_index_errors(x):
+    d = deque([x, 1, 2])
+    out = []
+    try:
+        out.append(d[5])
+    except IndexError as e:
+        out.append(str(e))
+    try:
+        out.append(d[-4])
+    except IndexError as e:
+        out.append(str(e))
+    try:
+        d[1:2] = [7, 8]
+    except TypeError as e:
+        out.append(str(e))
+    try:
+        del d[1:]
+    except TypeError as e:
+        out.append(str(e))
+    lst = [x, 1]
+    try:
+        lst[5] = 0
+    except IndexError as e:
+        out.append(str(e))
+    return x + 1, out, list(d)
+
+
 # A deque made in the trace is a deque to type() and isinstance() (it was a list).
 @case(T4)
 def deque_type_and_isinstance(x):
