@@ -15,10 +15,12 @@ using guards::LoadKind;
 
 Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
-  if ((obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Dict) || obj->is(Kind::Set)) &&
+  if ((obj->is(Kind::Tuple) || obj->is(Kind::List) || obj->is(Kind::Dict) || obj->is(Kind::Set) ||
+       obj->is(Kind::DictView) || obj->is(Kind::Iterator)) &&
       strcmp(n, "__class__") == 0) {
-    // A container's class, as type(x) answers (a namedtuple's, a torch.Size's, a deque's):
-    // object's __class__ descriptor, not a method to call later.
+    // A container's class, as type(x) answers (a namedtuple's, a torch.Size's, a deque's, a
+    // dict view's, an iterator's): object's __class__ descriptor, not a method to call later
+    // (view.__class__.__name__ was the method's name, '__class__').
     PyObject* type = typeOf(t, obj);
     if (!type) return t.fail("the class of a container");
     return Value::callable(type);

@@ -590,7 +590,8 @@ def binary_operators_without_an_answer_raise_as_eagerly(x):
 def container_class_attribute(x):
     return (x + 1, [x].__class__ is list, Point(x, 1).__class__ is Point, deque([x]).__class__ is deque,
             {"a": x}.__class__ is dict, OrderedDict(a=x).__class__ is OrderedDict, frozenset([1]).__class__.__name__,
-            (x,).__class__ is tuple)
+            (x,).__class__ is tuple, {"a": x}.keys().__class__.__name__, {"a": x}.items().__class__.__name__,
+            enumerate("ab").__class__ is enumerate, iter([x]).__class__.__name__)
 
 
 # One iterator passed twice to zip takes its items in turn (the pairwise idiom); over a
