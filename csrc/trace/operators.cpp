@@ -85,23 +85,18 @@ ValuePtr newSize(Tracer& t, std::vector<ValuePtr> items) {
   return Value::of(Tuple{std::move(items), Ref::borrow(lookup(Obj::torch_Size))});
 }
 
-// The Python type name eager's TypeError shows for a sequence value (a deque is
-// "collections.deque", a namedtuple its class's name).
-std::string pythonTypeName(const ValuePtr& v) {
-  if (const List* l = v->get<List>()) return l->deque ? reinterpret_cast<PyTypeObject*>(l->deque.get())->tp_name : "list";
-  if (const Tuple* tp = v->get<Tuple>())
-    return tp->namedtuple ? reinterpret_cast<PyTypeObject*>(tp->namedtuple.get())->tp_name : "tuple";
-  if (PyObject* c = v->constant()) return Py_TYPE(c)->tp_name;
-  return "object";
+// A bounded deque keeps the last maxlen of `items` (nothing to do for a list or an
+// unbounded deque).
+void keepLastMaxlen(const List& l, std::vector<ValuePtr>* items) {
+  if (!l.deque || !l.maxlen) return;
+  const long maxlen = PyLong_AsLong(l.maxlen.get());
+  if (maxlen >= 0 && static_cast<long>(items->size()) > maxlen) items->erase(items->begin(), items->end() - maxlen);
 }
 
-// A new deque of `like`'s type and maxlen holding `items` (the last maxlen of them, as a
-// bounded deque keeps): what deque + deque and deque * n make.
+// A new deque of `like`'s type and maxlen holding `items` (the last maxlen of them): what
+// deque + deque and deque * n make.
 ValuePtr newDequeLike(const List& like, std::vector<ValuePtr> items) {
-  if (like.maxlen) {
-    const long maxlen = PyLong_AsLong(like.maxlen.get());
-    if (maxlen >= 0 && static_cast<long>(items.size()) > maxlen) items.erase(items.begin(), items.end() - maxlen);
-  }
+  keepLastMaxlen(like, &items);
   return Value::of(List{std::move(items), like.deque.copy(), like.maxlen.copy()});
 }
 
@@ -377,12 +372,7 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
       items.clear();
       for (Py_ssize_t i = 0; i < times; ++i) items.insert(items.end(), once.begin(), once.end());
     }
-    const List& l = a->as<List>();
-    if (l.deque && l.maxlen) {  // a bounded deque keeps the last maxlen items
-      const long maxlen = PyLong_AsLong(l.maxlen.get());
-      if (maxlen >= 0 && static_cast<long>(items.size()) > maxlen)
-        items.erase(items.begin(), items.end() - maxlen);
-    }
+    keepLastMaxlen(a->as<List>(), &items);
     return a;
   }
   // dict |= other is dict.update (any mapping or pairs), on the dict itself; d1 | d2 of
@@ -469,11 +459,15 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
       if (ValuePtr size = newSize(t, std::move(left))) return size;
       return t.fail("a torch.Size concatenated with a tuple of other than ints is not supported yet");
     }
+    // The name eager's TypeError shows (a deque "collections.deque", a namedtuple its class's).
+    PyObject* type_b = typeOf(t, b);
+    if ((ta == SequenceType::Size || ta != tb) && !type_b) return t.fail("the type of a sequence");
+    const std::string name_b = type_b ? reinterpret_cast<PyTypeObject*>(type_b)->tp_name : "";
     if (ta == SequenceType::Size)  // torch.Size's own message, for anything but a tuple
-      return t.raiseNew(PyExc_TypeError, "can only concatenate tuple (not " + pythonTypeName(b) + ") to torch.Size");
+      return t.raiseNew(PyExc_TypeError, "can only concatenate tuple (not " + name_b + ") to torch.Size");
     if (ta != tb)
       return t.raiseNew(PyExc_TypeError, std::string("can only concatenate ") + sequenceTypeName(ta) + " (not \"" +
-                                             pythonTypeName(b) + "\") to " + sequenceTypeName(ta));
+                                             name_b + "\") to " + sequenceTypeName(ta));
     left.insert(left.end(), right.begin(), right.end());
     if (ta == SequenceType::Deque) return newDequeLike(a->as<List>(), std::move(left));  // a copy of a, extended
     return Value::sequence(ta == SequenceType::List ? Kind::List : Kind::Tuple, std::move(left));
@@ -654,30 +648,24 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
   }
   // A list, a tuple and a deque are never equal to one another (each one's == answers
   // NotImplemented for the others, then identity): deque([x]) == [x] is False.
-  auto sequenceClass = [](const ValuePtr& v) {
-    if (const List* l = v->get<List>()) return l->deque ? 2 : 1;
+  // Whether a value's == is list's, deque's or tuple's (a namedtuple class with an __eq__ of
+  // its own is asked, not answered here).
+  auto plainEq = [](const ValuePtr& v) {
     const Tuple* tup = v->get<Tuple>();
-    if (!tup) return 0;
-    if (!tup->namedtuple) return 3;
-    // A namedtuple class with an __eq__ of its own is asked (not here).
+    if (!tup || !tup->namedtuple) return true;
     static PyObject* eq_name = PyUnicode_InternFromString("__eq__");
-    return _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), eq_name) ==
-                   _PyType_Lookup(&PyTuple_Type, eq_name)
-               ? 3
-               : 0;
+    return eq_name && _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), eq_name) ==
+                          _PyType_Lookup(&PyTuple_Type, eq_name);
+  };
+  auto sequenceClass = [&plainEq](const ValuePtr& v) {
+    if (const List* l = v->get<List>()) return l->deque ? 2 : 1;
+    return v->is(Kind::Tuple) && plainEq(v) ? 3 : 0;
   };
   if ((op == Py_EQ || op == Py_NE) && sequenceClass(a) && sequenceClass(b) && sequenceClass(a) != sequenceClass(b))
     return Value::constant(op == Py_NE ? Py_True : Py_False);
   // Tuples and lists compared item by item as Python does (identity first, then ==, up to
   // the first difference), when every comparison it needs is known.
   if ((op == Py_EQ || op == Py_NE) && a->kind() == b->kind() && (a->is(Kind::Tuple) || a->is(Kind::List))) {
-    auto plainEq = [](const ValuePtr& v) {
-      const Tuple* tup = v->get<Tuple>();
-      if (!tup || !tup->namedtuple) return true;
-      static PyObject* eq_name = PyUnicode_InternFromString("__eq__");
-      return eq_name && _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), eq_name) ==
-                            _PyType_Lookup(&PyTuple_Type, eq_name);
-    };
     const std::vector<ValuePtr>& x = *a->elements();
     const std::vector<ValuePtr>& y = *b->elements();
     // A list (and a deque) of another length differs at once; tuples compare their items up
