@@ -487,10 +487,13 @@ Result<ValuePtr> builtinReversed(Tracer& t, PyObject* f, const char* which, Args
   if (!(is("reversed") && args.size() == 1)) return notHandled();
   std::vector<ValuePtr> items;
   if (args[0]->is(Kind::Iterator)) return t.fail("reversed() of an iterator (TypeError)");
-  if (const Set* s = args[0]->get<Set>())  // no order to reverse (the trace walked it)
-    return t.raiseNew(PyExc_TypeError, std::string("'") + (s->frozen ? "frozenset" : "set") + "' object is not reversible");
-  if (PyObject* c = args[0]->constant(); c && PyAnySet_Check(c))  // a constant frozenset
-    return t.raiseNew(PyExc_TypeError, std::string("'") + Py_TYPE(c)->tp_name + "' object is not reversible");
+  if (args[0]->is(Kind::Set) || (args[0]->constant() && PyAnySet_Check(args[0]->constant()))) {
+    // A set or frozenset has no order to reverse (the trace walked it).
+    PyObject* type = typeOf(t, args[0]);
+    if (!type) return t.fail("the type of a set");
+    return t.raiseNew(PyExc_TypeError, std::string("'") + reinterpret_cast<PyTypeObject*>(type)->tp_name +
+                                           "' object is not reversible");
+  }
   if (Done d = iterate(t, args[0], &items); !d) return d.stop();
   std::vector<ValuePtr> backwards(items.rbegin(), items.rend());
   // A list is read backwards from its length now, item by item as it is then.

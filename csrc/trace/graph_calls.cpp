@@ -271,9 +271,7 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
         !isConstantObject(plain.get()) && args.size() == 1 && (args[0]->is(Kind::List) || args[0]->is(Kind::Tuple))) {
       // torch.Size([x.shape[0], 5]) of symbolic sizes: a Size value of those items (its fake
       // result holds the SymInts of the trace, which must never leave it).
-      bool all_ints = true;
-      for (const ValuePtr& item : *args[0]->elements()) all_ints = all_ints && isIntValue(t, item);
-      if (all_ints) return Value::of(Tuple{*args[0]->elements(), Ref::borrow(size_type)});
+      if (ValuePtr size = newSize(t, *args[0]->elements())) return size;
     }
     if (!isConstantObject(plain.get()))
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);

@@ -78,12 +78,6 @@ const char* sequenceTypeName(SequenceType type) {
   return type == SequenceType::List ? "list" : type == SequenceType::Deque ? "deque" : "tuple";
 }
 
-// A torch.Size value of `items` when all are ints (constant or symbolic), else null.
-ValuePtr newSize(Tracer& t, std::vector<ValuePtr> items) {
-  for (const ValuePtr& item : items)
-    if (!isIntValue(t, item)) return nullptr;
-  return Value::of(Tuple{std::move(items), Ref::borrow(lookup(Obj::torch_Size))});
-}
 
 // A bounded deque keeps the last maxlen of `items` (nothing to do for a list or an
 // unbounded deque).
@@ -135,6 +129,13 @@ bool madeMutable(const ValuePtr& v) {
 }
 
 }  // namespace
+
+// A torch.Size value of `items` when all are ints (constant or symbolic), else null.
+ValuePtr newSize(Tracer& t, std::vector<ValuePtr> items) {
+  for (const ValuePtr& item : items)
+    if (!isIntValue(t, item)) return nullptr;
+  return Value::of(Tuple{std::move(items), Ref::borrow(lookup(Obj::torch_Size))});
+}
 
 // A torch.Size value: a symbolic x.shape (a Tuple of that class) or a constant Size.
 bool isSizeValue(const ValuePtr& v) {

@@ -199,6 +199,8 @@ Ref toPython(Tracer& t, const ValuePtr& v);
 bool isIntValue(Tracer& t, const ValuePtr& v);
 // Whether a value is a torch.Size: a symbolic x.shape (a Tuple of that class) or a constant one.
 bool isSizeValue(const ValuePtr& v);
+// A torch.Size value of `items` when all are ints (isIntValue), else null.
+ValuePtr newSize(Tracer& t, std::vector<ValuePtr> items);
 // (a real iterator of Python type `type` (may be null) over `items` (a sequence), an
 // iterator whose length hint counts the items left as the first is used), or null (no
 // error set).
