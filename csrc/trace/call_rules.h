@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "support/pyref.h"
-#include "trace/result.h"
+#include "trace/engine/result.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

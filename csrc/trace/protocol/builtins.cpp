@@ -6,9 +6,9 @@
 #include <string>
 
 #include "support/lookup.h"
-#include "trace/callables.h"
+#include "trace/protocol/callables.h"
 #include "trace/ops.h"
-#include "trace/scalars.h"
+#include "trace/engine/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

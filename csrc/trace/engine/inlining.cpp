@@ -6,7 +6,7 @@
 
 #include "support/check.h"
 #include "support/lookup.h"
-#include "trace/handlers.h"
+#include "trace/opcodes/handlers.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
 

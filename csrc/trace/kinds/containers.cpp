@@ -10,9 +10,9 @@
 #include "support/check.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
-#include "trace/handlers.h"
+#include "trace/opcodes/handlers.h"
 #include "trace/ops.h"
-#include "trace/scalars.h"
+#include "trace/engine/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -1,5 +1,5 @@
 // Output planning (outputs.h): one plan per value kind.
-#include "trace/outputs.h"
+#include "trace/engine/outputs.h"
 
 #include <algorithm>
 #include <cstring>

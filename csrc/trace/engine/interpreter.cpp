@@ -5,7 +5,7 @@
 
 #include "support/check.h"
 #include "support/stats.h"
-#include "trace/handlers.h"
+#include "trace/opcodes/handlers.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

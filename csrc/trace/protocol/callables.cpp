@@ -1,6 +1,6 @@
 // The table of callables known by identity (callables.h), built once per process from the
 // rows of builtins.cpp and call_rules.cpp.
-#include "trace/callables.h"
+#include "trace/protocol/callables.h"
 
 #include <unordered_map>
 

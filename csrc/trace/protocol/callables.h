@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "support/lookup.h"
-#include "trace/result.h"
+#include "trace/engine/result.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

@@ -1,6 +1,6 @@
-#include "trace/side_effects.h"
+#include "trace/engine/side_effects.h"
 
-#include "trace/outputs.h"
+#include "trace/engine/outputs.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

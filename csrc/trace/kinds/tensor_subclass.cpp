@@ -17,7 +17,7 @@
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/ops.h"
-#include "trace/scalars.h"
+#include "trace/engine/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

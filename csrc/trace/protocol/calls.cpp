@@ -5,11 +5,11 @@
 
 #include "support/lookup.h"
 #include "trace/call_rules.h"
-#include "trace/callables.h"
+#include "trace/protocol/callables.h"
 #include "trace/disabled.h"
 #include "trace/ops.h"
-#include "trace/scalars.h"
-#include "trace/frame.h"
+#include "trace/engine/scalars.h"
+#include "trace/engine/frame.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -2,7 +2,7 @@
 #include <string>
 
 #include "support/lookup.h"
-#include "trace/handlers.h"
+#include "trace/opcodes/handlers.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
 

@@ -9,9 +9,9 @@
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/call_rules.h"
-#include "trace/callables.h"
+#include "trace/protocol/callables.h"
 #include "trace/ops.h"
-#include "trace/scalars.h"
+#include "trace/engine/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -1,7 +1,7 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "trace/tracer.h"
-#include "trace/frame.h"
+#include "trace/engine/frame.h"
 #include "trace/ops.h"
 
 #include <string>

@@ -2,7 +2,7 @@
 #include <cstring>
 #include <string>
 
-#include "trace/contexts.h"
+#include "trace/kinds/context.h"
 
 #include "support/lookup.h"
 #include "trace/tracer.h"

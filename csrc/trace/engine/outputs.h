@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "runtime/compiled_entry.h"
-#include "trace/result.h"
+#include "trace/engine/result.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

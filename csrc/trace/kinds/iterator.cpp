@@ -1,5 +1,5 @@
 // Iterator links and input iterators (iterators.h).
-#include "trace/iterators.h"
+#include "trace/kinds/iterator.h"
 
 #include <algorithm>
 #include <array>
@@ -8,7 +8,7 @@
 #include <unordered_set>
 
 #include "support/lookup.h"
-#include "trace/frame.h"
+#include "trace/engine/frame.h"
 #include "trace/ops.h"
 #include "trace/tracer.h"
 

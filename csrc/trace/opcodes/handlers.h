@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "bytecode/instructions.h"
-#include "trace/frame.h"
-#include "trace/result.h"
+#include "trace/engine/frame.h"
+#include "trace/engine/result.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

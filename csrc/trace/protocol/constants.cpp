@@ -6,7 +6,7 @@
 
 #include "support/lookup.h"
 #include "trace/ops.h"
-#include "trace/scalars.h"
+#include "trace/engine/scalars.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
