@@ -16,6 +16,7 @@
 #include "support/stats.h"
 #include "trace/call_rules.h"
 #include "trace/disabled.h"
+#include "trace/protocol/calls.h"
 
 using cdynamo::Ref;
 

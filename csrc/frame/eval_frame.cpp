@@ -5,7 +5,17 @@
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
+#include "bytecode/resume.h"
+#include "cache/code_cache.h"
 #include "frame/eval_frame.h"
+#include "graph/fake_autograd.h"
+#include "graph/torch_refs.h"
+#include "support/lookup.h"
+#include "support/pyref.h"
+#include "support/stats.h"
+#include "support/torch_types.h"
+#include "trace/protocol/calls.h"
+#include "trace/tracer.h"
 
 #include <chrono>
 #include <cstring>
@@ -17,15 +27,6 @@
 
 #include <pythread.h>
 
-#include "bytecode/resume.h"
-#include "cache/code_cache.h"
-#include "graph/fake_autograd.h"
-#include "graph/torch_refs.h"
-#include "support/lookup.h"
-#include "support/pyref.h"
-#include "support/stats.h"
-#include "support/torch_types.h"
-#include "trace/tracer.h"
 
 namespace cdynamo::frame {
 namespace {

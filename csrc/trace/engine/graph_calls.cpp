@@ -5,8 +5,10 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
-#include "trace/ops.h"
+#include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -7,7 +7,9 @@
 #include "support/check.h"
 #include "support/lookup.h"
 #include "trace/opcodes/handlers.h"
-#include "trace/ops.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -6,9 +6,13 @@
 
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
-#include "support/torch_types.h"
 #include "support/set_table.h"
-#include "trace/ops.h"
+#include "support/torch_types.h"
+#include "trace/kinds/containers.h"
+#include "trace/kinds/object.h"
+#include "trace/kinds/tensor_subclass.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -1,13 +1,15 @@
 // Output planning (outputs.h): one plan per value kind.
+#include "support/lookup.h"
+#include "support/set_table.h"
 #include "trace/engine/outputs.h"
+#include "trace/kinds/containers.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/operators.h"
+#include "trace/tracer.h"
 
 #include <algorithm>
 #include <cstring>
 
-#include "support/lookup.h"
-#include "support/set_table.h"
-#include "trace/ops.h"
-#include "trace/tracer.h"
 
 namespace cdynamo::trace {
 

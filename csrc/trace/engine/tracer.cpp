@@ -1,16 +1,17 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
-#include "trace/tracer.h"
+#include "graph/fake_autograd.h"
+#include "support/lookup.h"
+#include "support/stats.h"
+#include "support/torch_types.h"
 #include "trace/engine/frame.h"
-#include "trace/ops.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/tracer.h"
 
 #include <string>
 #include <unordered_set>
 
-#include "support/lookup.h"
-#include "support/stats.h"
-#include "support/torch_types.h"
-#include "graph/fake_autograd.h"
 
 namespace cdynamo::trace {
 

@@ -10,9 +10,15 @@
 #include "support/check.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
-#include "trace/opcodes/handlers.h"
-#include "trace/ops.h"
+#include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/containers.h"
+#include "trace/kinds/object.h"
+#include "trace/opcodes/handlers.h"
+#include "trace/protocol/attributes.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -5,7 +5,9 @@
 // for real, so the user sees exactly CPython's behaviour.
 #include <string>
 
-#include "trace/ops.h"
+#include "trace/kinds/exception.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -1,5 +1,13 @@
 // Iterator links and input iterators (iterators.h).
+#include "support/lookup.h"
+#include "trace/engine/frame.h"
+#include "trace/kinds/containers.h"
 #include "trace/kinds/iterator.h"
+#include "trace/kinds/object.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
+#include "trace/tracer.h"
 
 #include <algorithm>
 #include <array>
@@ -7,10 +15,6 @@
 #include <string>
 #include <unordered_set>
 
-#include "support/lookup.h"
-#include "trace/engine/frame.h"
-#include "trace/ops.h"
-#include "trace/tracer.h"
 
 namespace cdynamo::trace {
 

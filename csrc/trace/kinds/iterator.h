@@ -17,6 +17,7 @@
 
 #include "runtime/compiled_entry.h"
 #include "trace/engine/result.h"
+#include "trace/protocol/operators.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

@@ -6,7 +6,8 @@
 #include <string>
 
 #include "support/lookup.h"
-#include "trace/ops.h"
+#include "trace/kinds/containers.h"
+#include "trace/kinds/namespace.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -8,8 +8,11 @@
 #include <string>
 
 #include "support/lookup.h"
-#include "trace/ops.h"
+#include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/ndarray.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

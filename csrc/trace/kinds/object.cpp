@@ -8,7 +8,13 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
-#include "trace/ops.h"
+#include "trace/kinds/containers.h"
+#include "trace/kinds/namespace.h"
+#include "trace/kinds/object.h"
+#include "trace/protocol/attributes.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -16,8 +16,13 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
-#include "trace/ops.h"
+#include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/object.h"
+#include "trace/kinds/tensor_subclass.h"
+#include "trace/protocol/attributes.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

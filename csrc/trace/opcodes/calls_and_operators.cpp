@@ -2,8 +2,13 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "trace/engine/graph_calls.h"
+#include "trace/kinds/containers.h"
+#include "trace/kinds/object.h"
+#include "trace/kinds/tensor_subclass.h"
 #include "trace/opcodes/handlers.h"
-#include "trace/ops.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -3,8 +3,13 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "trace/kinds/exception.h"
+#include "trace/kinds/object.h"
 #include "trace/opcodes/handlers.h"
-#include "trace/ops.h"
+#include "trace/protocol/attributes.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -3,7 +3,7 @@
 
 #include "support/lookup.h"
 #include "trace/opcodes/handlers.h"
-#include "trace/ops.h"
+#include "trace/protocol/attributes.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -6,7 +6,8 @@
 
 #include "support/lookup.h"
 #include "trace/opcodes/handlers.h"
-#include "trace/ops.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

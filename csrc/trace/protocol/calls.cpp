@@ -5,11 +5,18 @@
 
 #include "support/lookup.h"
 #include "trace/call_rules.h"
-#include "trace/protocol/callables.h"
 #include "trace/disabled.h"
-#include "trace/ops.h"
-#include "trace/engine/scalars.h"
 #include "trace/engine/frame.h"
+#include "trace/engine/graph_calls.h"
+#include "trace/engine/scalars.h"
+#include "trace/kinds/containers.h"
+#include "trace/kinds/ndarray.h"
+#include "trace/kinds/object.h"
+#include "trace/kinds/tensor_subclass.h"
+#include "trace/protocol/callables.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -5,8 +5,11 @@
 #include <unordered_set>
 
 #include "support/lookup.h"
-#include "trace/ops.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/containers.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -1,0 +1,33 @@
+// Operations recorded in the graph: calls, their arguments, tensor identity (graph_calls.cpp).
+// Each operation reports through trace/engine/result.h: Unsupported (the trace stops, with
+// its reason), Raised (an exception of the traced program is in flight) and, where said,
+// NotHandled.
+#pragma once
+#include <Python.h>
+
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bytecode/opcodes.h"
+#include "graph/graph_builder.h"
+#include "trace/protocol/callables.h"
+#include "trace/engine/result.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+
+// Records a graph call; `target` is a callable, or a method name with op CallMethod.
+// Returns the result Value: a tensor node, a tuple of them, or a constant when the
+// operation only reads metadata (static shapes).
+Result<ValuePtr> recordCall(Tracer& t, graph::NodeOp op, PyObject* target, const Args& args, const Kwargs& kwargs);
+// Converts a value into a graph argument (Unsupported when it cannot be one).
+Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out);
+// Whether two tensor values are the same Python object. Graph inputs compare their objects
+// at trace time, guarded (aliasing can change).
+Result<bool> sameTensorObject(Tracer& t, const ValuePtr& a, const ValuePtr& b);
+
+}  // namespace cdynamo::trace
