@@ -31,12 +31,12 @@
 #include "runtime/compiled_entry.h"
 #include "support/check.h"
 #include "support/frame_view.h"
-#include "trace/kinds/context.h"
 #include "trace/engine/frame.h"
-#include "trace/kinds/iterator.h"
 #include "trace/engine/outputs.h"
 #include "trace/engine/result.h"
 #include "trace/engine/side_effects.h"
+#include "trace/kinds/context.h"
+#include "trace/kinds/iterator.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

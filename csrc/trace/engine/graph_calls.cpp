@@ -7,6 +7,7 @@
 #include "support/torch_types.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/sequence.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"

@@ -6,6 +6,7 @@
 
 #include "support/check.h"
 #include "support/lookup.h"
+#include "trace/kinds/iterator.h"
 #include "trace/opcodes/handlers.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"

@@ -8,7 +8,7 @@
 #include "support/lookup.h"
 #include "support/set_table.h"
 #include "support/torch_types.h"
-#include "trace/kinds/containers.h"
+#include "trace/kinds/dict.h"
 #include "trace/kinds/object.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/protocol/calls.h"

@@ -2,9 +2,9 @@
 #include <cstring>
 #include <string>
 
-#include "trace/kinds/context.h"
 
 #include "support/lookup.h"
+#include "trace/kinds/context.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -1,7 +1,7 @@
 // Iterator links and input iterators (iterators.h).
 #include "support/lookup.h"
 #include "trace/engine/frame.h"
-#include "trace/kinds/containers.h"
+#include "trace/kinds/dict.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/protocol/calls.h"

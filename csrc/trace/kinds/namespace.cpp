@@ -6,8 +6,8 @@
 #include <string>
 
 #include "support/lookup.h"
-#include "trace/kinds/containers.h"
 #include "trace/kinds/namespace.h"
+#include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

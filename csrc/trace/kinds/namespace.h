@@ -12,8 +12,8 @@
 
 #include "bytecode/opcodes.h"
 #include "graph/graph_builder.h"
-#include "trace/protocol/callables.h"
 #include "trace/engine/result.h"
+#include "trace/protocol/callables.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {

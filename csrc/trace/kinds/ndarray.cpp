@@ -11,6 +11,7 @@
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/ndarray.h"
+#include "trace/protocol/binary_rules.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"
@@ -213,6 +214,11 @@ Result<ValuePtr> ndarrayOperator(Tracer& t, const char* op, Args args) {
 Result<ValuePtr> ndarraySubscript(Tracer& t, const ValuePtr& a, const ValuePtr& index) {
   // Indices are constants, slices and tuples of them, or arrays (advanced indexing).
   return ndarrayOperator(t, "getitem", {a, index});
+}
+
+Result<ValuePtr> ndarrayBinaryOperator(Tracer& t, const BinaryOperands& o) {
+  if (!o.a->is(Kind::NdArray) && !o.b->is(Kind::NdArray)) return notHandled();
+  return ndarrayOperator(t, o.fn_name, {o.a, o.b});
 }
 
 }  // namespace cdynamo::trace

@@ -8,12 +8,15 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
-#include "trace/kinds/containers.h"
+#include "trace/kinds/iterator.h"
 #include "trace/kinds/namespace.h"
 #include "trace/kinds/object.h"
+#include "trace/kinds/set.h"
 #include "trace/protocol/attributes.h"
+#include "trace/protocol/binary_rules.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
+#include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
@@ -1396,6 +1399,47 @@ Result<ValuePtr> callModuleDunder(Tracer& t, const ValuePtr& module, PyObject* n
 
 void guardTypeAttribute(Tracer& t, PyObject* type, PyObject* name) {
   if (PyObject* descr = lookupInMro(type, name, nullptr)) guardClassAttr(t, type, name, nullptr, descr);
+}
+
+Result<ValuePtr> userObjectOperator(Tracer& t, const BinaryOperands& o) {
+  const ValuePtr& a = o.a;
+  const ValuePtr& b = o.b;
+  if (!isUserObject(a) && !isUserObject(b)) return notHandled();
+  // Python-level operators: a.__op__(b), then b.__rop__(a); in-place falls back to binary.
+  std::string name = o.fn_name;
+  if (name.back() == '_') name.pop_back();  // and_, or_
+  const bool inplace = o.inplace();
+  std::string base = inplace ? name.substr(1) : name;
+  // A method that returns NotImplemented passes the turn to the next candidate.
+  auto answered = [](const Result<ValuePtr>& r) {
+    if (r.notHandled()) return false;
+    return !r || (*r)->constant() != Py_NotImplemented;
+  };
+  auto tryDunder = [&](const ValuePtr& self, const std::string& dunder, const ValuePtr& other) -> Result<ValuePtr> {
+    Ref method = internedName(dunder);
+    if (!method) return t.failFromPython("a special method's name");
+    return callDunder(t, self, method.get(), {other});
+  };
+  if (inplace) {
+    Result<ValuePtr> r = tryDunder(a, "__" + name + "__", b);
+    if (answered(r)) return r;
+  }
+  Result<ValuePtr> r = tryDunder(a, "__" + base + "__", b);
+  if (answered(r)) return r;
+  r = tryDunder(b, "__r" + base + "__", a);
+  if (answered(r)) return r;
+  // Neither answered: + of a list or tuple (a subclass's base) raises its concatenation's
+  // error, anything else CPython's "unsupported operand" one, with the types' names.
+  PyTypeObject* ta = reinterpret_cast<PyTypeObject*>(typeOf(t, a));
+  PyTypeObject* tb = reinterpret_cast<PyTypeObject*>(typeOf(t, b));
+  if (!ta || !tb) return t.fail("unsupported operand type(s) for " + base);
+  if (base == "add" && (PyType_IsSubtype(ta, &PyList_Type) || PyType_IsSubtype(ta, &PyTuple_Type))) {
+    const char* seq = PyType_IsSubtype(ta, &PyList_Type) ? "list" : "tuple";
+    return t.raiseNew(PyExc_TypeError,
+                      std::string("can only concatenate ") + seq + " (not \"" + tb->tp_name + "\") to " + seq);
+  }
+  return t.raiseNew(PyExc_TypeError, std::string("unsupported operand type(s) for ") + bytecode::binaryOpSymbol(o.op) +
+                                         ": '" + ta->tp_name + "' and '" + tb->tp_name + "'");
 }
 
 }  // namespace cdynamo::trace

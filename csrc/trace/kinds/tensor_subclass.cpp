@@ -21,6 +21,7 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/protocol/attributes.h"
+#include "trace/protocol/binary_rules.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
@@ -590,6 +591,10 @@ Result<bool> subclassIdentical(Tracer& t, const ValuePtr& a, const ValuePtr& b) 
   }
   // One made in the trace is a new object (as_subclass); a subclass instance is no other kind of value.
   return false;
+}
+
+Result<ValuePtr> subclassBinaryOperator(Tracer& t, const BinaryOperands& o) {
+  return subclassOperator(t, o.fn_name, {o.a, o.b});
 }
 
 }  // namespace cdynamo::trace

@@ -3,8 +3,9 @@
 
 #include "support/lookup.h"
 #include "trace/engine/graph_calls.h"
-#include "trace/kinds/containers.h"
+#include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
+#include "trace/kinds/set.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/opcodes/handlers.h"
 #include "trace/protocol/calls.h"

@@ -4,6 +4,7 @@
 
 #include "support/lookup.h"
 #include "trace/kinds/exception.h"
+#include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/opcodes/handlers.h"
 #include "trace/protocol/attributes.h"

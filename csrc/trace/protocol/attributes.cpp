@@ -6,7 +6,6 @@
 #include "support/torch_types.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
-#include "trace/kinds/containers.h"
 #include "trace/kinds/namespace.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
@@ -14,6 +13,7 @@
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
+#include "trace/protocol/container_methods.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {

@@ -11,8 +11,8 @@
 #include "trace/call_rules.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
-#include "trace/kinds/containers.h"
 #include "trace/kinds/exception.h"
+#include "trace/kinds/iterator.h"
 #include "trace/kinds/namespace.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
@@ -21,6 +21,7 @@
 #include "trace/protocol/callables.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
+#include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
@@ -1024,6 +1025,10 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
   if (Result<ValuePtr> made = callContainerNew(t, f, args, kwargs); !made.notHandled()) return made;
   if (Result<ValuePtr> m = callTensorMethodDescriptor(t, f, args, kwargs); !m.notHandled()) return m;
+  // operator.add(a, b), operator.iadd(a, b), ...: the same operation as BINARY_OP (Note [The
+  // binary operator protocol]), whatever the operands' kinds.
+  if (bytecode::BinaryOp op; args.size() == 2 && kwargs.empty() && binaryOperatorOf(f, &op))
+    return binaryOp(t, op, args[0], args[1]);
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (Result<ValuePtr> m = callMathOnSymbolic(t, f, args, kwargs); !m.notHandled()) return m;

@@ -6,9 +6,10 @@
 
 #include "support/lookup.h"
 #include "trace/engine/scalars.h"
-#include "trace/kinds/containers.h"
+#include "trace/kinds/iterator.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
+#include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 

@@ -12,8 +12,8 @@
 
 #include "bytecode/opcodes.h"
 #include "graph/graph_builder.h"
-#include "trace/protocol/callables.h"
 #include "trace/engine/result.h"
+#include "trace/protocol/callables.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {
@@ -27,10 +27,6 @@ Result<ValuePtr> callBuiltin(Tracer& t, PyObject* fn, const CallableRow& row, Ar
 Ref toPython(Tracer& t, const ValuePtr& v);
 // Whether a value is an int: a constant int or a symbolic one (a SymInt of the graph).
 bool isIntValue(Tracer& t, const ValuePtr& v);
-// Whether a value is a torch.Size: a symbolic x.shape (a Tuple of that class) or a constant one.
-bool isSizeValue(const ValuePtr& v);
-// A torch.Size value of `items` when all are ints (isIntValue), else null.
-ValuePtr newSize(Tracer& t, std::vector<ValuePtr> items);
 // (a real iterator of Python type `type` (may be null) over `items` (a sequence), an
 // iterator whose length hint counts the items left as the first is used), or null (no
 // error set).

@@ -12,8 +12,9 @@
 
 #include "bytecode/opcodes.h"
 #include "graph/graph_builder.h"
-#include "trace/protocol/callables.h"
 #include "trace/engine/result.h"
+#include "trace/kinds/iterator.h"
+#include "trace/protocol/callables.h"
 #include "trace/values/value.h"
 
 namespace cdynamo::trace {
@@ -45,10 +46,39 @@ Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b);
 Done iterate(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
 // The items `v` would give, without consuming it when it is an Iterator.
 Done peekItems(Tracer& t, const ValuePtr& v, std::vector<ValuePtr>* out);
-// Sequential/ModuleList/ModuleDict: the children, read from _modules with its keys guarded.
-// An nn.Sequential, ModuleList or ModuleDict whose class keeps that container's own
-// special method `dunder` (decided by type: a subclass overriding it is not one).
-bool isModuleContainer(const ValuePtr& m, PyObject* dunder);
-Done moduleContainerItems(Tracer& t, const ValuePtr& m, std::vector<std::pair<Ref, ValuePtr>>* out);
+
+// Equality of two values as Python would decide it (identity first), when it can be known
+// at trace time: true with *eq set (0 or 1), false when it cannot be known.
+bool sameValue(const ValuePtr& a, const ValuePtr& b, int* eq);
+// Whether `v` may be compared (and, with `hashed`, hashed) as its real object without running
+// Python code or depending on an unguarded identity: a constant, a class or function, a
+// Python module, whose type's __eq__ (and __hash__) are not Python functions.
+bool realComparable(const ValuePtr& v, bool hashed = false);
+Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const ValuePtr& value);
+// del obj[index] of a list, deque (a slice of a list) or dict value, as DELETE_SUBSCR and
+// __delitem__ do it: an index out of range raises the IndexError of the item deletion
+// ("list assignment index out of range", "deque index out of range"), not pop's.
+Done deleteItem(Tracer& t, const ValuePtr& obj, const ValuePtr& index);
+// The real slice of a Slice of constants (Unsupported otherwise; null with an error set if
+// making it failed).
+Result<Ref> constantSlice(Tracer& t, const Slice& slice);
+
+// The operator module's function of each BINARY_OP operator, indexed by its number.
+inline const Obj kBinaryOpFns[] = {
+#define B(name, num, symbol, fn) Obj::operator_##fn,
+#include CDYNAMO_BINARY_OPS
+#undef B
+};
+// COMPARE_OP's operators in its argument order (Py_LT .. Py_GE): names and functions.
+inline const char* const kCompareOps[] = {"lt", "le", "eq", "ne", "gt", "ge"};
+inline const Obj kCompareOpFns[] = {Obj::operator_lt, Obj::operator_le, Obj::operator_eq,
+                                    Obj::operator_ne, Obj::operator_gt, Obj::operator_ge};
+// An interned str for a name made at run time (a special method's name); null with an
+// error set on failure.
+inline Ref internedName(const std::string& name) { return Ref::steal(PyUnicode_InternFromString(name.c_str())); }
+
+// Whether `fn` is the operator module's function of a binary operator (operator.add,
+// operator.iadd, ...), and which (never sets an error): a call of it is binaryOp.
+bool binaryOperatorOf(PyObject* fn, bytecode::BinaryOp* op);
 
 }  // namespace cdynamo::trace

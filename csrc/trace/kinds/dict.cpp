@@ -1,0 +1,267 @@
+// Dicts made or read in the trace: their methods, their keys (which objects can be one, by
+// identity or by value) and their binary operators.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <unordered_map>
+
+#include "support/check.h"
+#include "support/lookup.h"
+#include "support/torch_types.h"
+#include "trace/engine/scalars.h"
+#include "trace/kinds/dict.h"
+#include "trace/kinds/iterator.h"
+#include "trace/kinds/object.h"
+#include "trace/opcodes/handlers.h"
+#include "trace/protocol/attributes.h"
+#include "trace/protocol/binary_rules.h"
+#include "trace/protocol/calls.h"
+#include "trace/protocol/container_methods.h"
+#include "trace/protocol/operators.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using bytecode::BinaryOp;
+using bytecode::Op;
+
+Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  Dict& dict = self->as<Dict>();
+  std::vector<Ref>& keys = dict.keys;
+  std::vector<ValuePtr>& values = dict.values;
+  auto keyOf = [&](size_t i) -> PyObject* { return i < args.size() ? dictKeyOf(t, args[i]) : nullptr; };
+  if ((is("keys") || is("values") || is("items")) && args.empty() && kwargs.empty())
+    return Value::of(DictView{self, is("keys") ? DictView::Keys : is("values") ? DictView::Values : DictView::Items});
+  if (is("get") || is("__getitem__") || is("__contains__")) {
+    PyObject* key = keyOf(0);
+    if (!key) return t.fail("dict lookups need keys the trace can hash (constants, or objects hashed by identity)");
+    int k = dict.findKey(key);
+    if (k == -2) return t.failFromPython("dict key comparison");
+    if (is("__contains__")) return Value::constant(k >= 0 ? Py_True : Py_False);
+    if (k >= 0) return values[static_cast<size_t>(k)];
+    if (is("__getitem__") && dict.hasFactory()) {  // defaultdict: the factory makes the value
+      if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+      ValuePtr factory = dict.factory_value ? dict.factory_value : Value::callable(dict.default_factory.get());
+      Result<ValuePtr> v = call(t, factory, {}, {});
+      if (!v) return v;
+      keys.push_back(Ref::borrow(key));
+      values.push_back(*v);
+      return v;
+    }
+    if (is("__getitem__")) {
+      PyErr_SetObject(PyExc_KeyError, key);
+      return t.raisePython();
+    }
+    return args.size() > 1 ? args[1] : Value::constant(Py_None);
+  }
+  if (is("copy")) {
+    std::vector<Ref> kcopy;
+    for (const Ref& k : keys) kcopy.push_back(k.copy());
+    PyObject* copy_type = dict.type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type)
+                              ? reinterpret_cast<PyObject*>(&PyDict_Type)  // mappingproxy.copy(): a dict
+                              : dict.type.get();
+    ValuePtr copy = Value::dict(copy_type, std::move(kcopy), values);
+    copy->as<Dict>().default_factory = dict.default_factory.copy();  // a defaultdict's copy keeps its factory
+    copy->as<Dict>().factory_value = dict.factory_value;
+    return copy;
+  }
+  if (Done d = t.effects().noteContainerMutation(self); !d) return d.stop();
+  if (is("setdefault") || is("pop") || is("move_to_end")) {
+    if (is("move_to_end") && args.empty()) return notHandled();
+    PyObject* key = keyOf(0);
+    if (!key) return t.fail("dict keys must be constants or objects hashed by identity");
+    int k = dict.findKey(key);
+    if (k == -2) return t.failFromPython("dict key comparison");
+    if (is("setdefault")) {
+      if (k >= 0) return values[static_cast<size_t>(k)];
+      ValuePtr v = args.size() > 1 ? args[1] : Value::constant(Py_None);
+      keys.push_back(Ref::borrow(key));
+      values.push_back(v);
+      return v;
+    }
+    if (k < 0) {
+      if (is("pop") && args.size() > 1) return args[1];
+      PyErr_SetObject(PyExc_KeyError, key);
+      return t.raisePython();
+    }
+    ValuePtr v = values[static_cast<size_t>(k)];
+    Ref kk = std::move(keys[static_cast<size_t>(k)]);
+    keys.erase(keys.begin() + k);
+    values.erase(values.begin() + k);
+    if (is("pop")) return v;
+    bool last = true;
+    if (args.size() > 1) {  // move_to_end(key, last): any value, by its truth
+      Result<bool> truth = truthValue(t, args[1]);
+      if (!truth) return truth.stop();
+      last = *truth;
+    }
+    keys.insert(last ? keys.end() : keys.begin(), std::move(kk));
+    values.insert(last ? values.end() : values.begin(), v);
+    return Value::constant(Py_None);
+  }
+  if (is("popitem")) {
+    bool last = true;
+    if (!args.empty()) {  // OrderedDict.popitem(last): any value, by its truth
+      Result<bool> truth = truthValue(t, args[0]);
+      if (!truth) return truth.stop();
+      last = *truth;
+    }
+    if (keys.empty()) {
+      bool ordered = PyType_Check(dict.type.get()) &&
+                     PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(dict.type.get()), &PyODict_Type);
+      return t.raiseNew(PyExc_KeyError, ordered ? "dictionary is empty" : "popitem(): dictionary is empty");
+    }
+    size_t at = last ? keys.size() - 1 : 0;
+    Result<ValuePtr> kv = keyValueOf(t, keys[at].get());
+    if (!kv) return kv;
+    ValuePtr pair = Value::tuple({kv.take(), values[at]});
+    keys.erase(keys.begin() + static_cast<long>(at));
+    values.erase(values.begin() + static_cast<long>(at));
+    return pair;
+  }
+  if (is("clear")) {
+    keys.clear();
+    values.clear();
+    return Value::constant(Py_None);
+  }
+  if (is("update")) return dictUpdate(t, self, args, kwargs);
+  return notHandled();
+}
+
+Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePtr>& args,
+                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  if (args.size() > 1) {  // update(E=None, /, **F): no signature to read it from
+    PyTypeObject* type = containerCType(self);
+    return raiseArgumentError(t, type ? type : &PyDict_Type, interned(Str::update), args, kwargs);
+  }
+  for (const ValuePtr& other : args) {
+    if (const Dict* from = other->get<Dict>()) {
+      for (size_t i = 0; i < from->keys.size(); ++i) {
+        Result<ValuePtr> k = keyValueOf(t, from->keys[i].get());
+        if (!k) return k;
+        if (Done d = storeSubscript(t, self, *k, from->values[i]); !d) return d.stop();
+      }
+      continue;
+    }
+    if (isUserObject(other) && !basePart(other)) {
+      // A mapping object (dict(m), d.update(m), {**m}, f(**m)): Python reads it through its
+      // keys() and m[key] when it has a keys attribute, else as a sequence of pairs.
+      Result<ValuePtr> keys_fn = getAttr(t, other, interned(Str::keys));
+      if (keys_fn) {
+        Result<ValuePtr> keys = call(t, *keys_fn, {}, {});
+        if (!keys) return keys;
+        std::vector<ValuePtr> ks;
+        if (Done d = iterate(t, *keys, &ks); !d) return d.stop();
+        for (const ValuePtr& k : ks) {
+          Result<ValuePtr> v = subscript(t, other, k);
+          if (!v) return v;
+          if (Done d = storeSubscript(t, self, k, *v); !d) return d.stop();
+        }
+        continue;
+      }
+      if (!takeAttributeError(t, keys_fn)) return keys_fn;
+    }
+    std::vector<ValuePtr> pairs;
+    if (Done d = iterate(t, other, &pairs); !d) return d.stop();
+    for (const ValuePtr& p : pairs) {
+      std::vector<ValuePtr> kv;
+      if (!iterate(t, p, &kv) || kv.size() != 2) return t.fail("dict update sequence element is not a pair");
+      if (Done s = storeSubscript(t, self, kv[0], kv[1]); !s) return s.stop();
+    }
+  }
+  for (auto& [k, v] : kwargs)
+    if (Done d = storeSubscript(t, self, Value::constant(k.get()), v); !d) return d.stop();
+  return Value::constant(Py_None);
+}
+
+bool isIdentityKey(PyObject* o) {
+  if (isTensor(o)) return true;
+  PyTypeObject* ty = Py_TYPE(o);
+  return ty->tp_hash == PyBaseObject_Type.tp_hash &&
+         (ty->tp_richcompare == PyBaseObject_Type.tp_richcompare || ty->tp_richcompare == PyType_Type.tp_richcompare);
+}
+
+PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
+  if (PyObject* c = v->constant()) {
+    if (PyObject_Hash(c) == -1) return PyErr_Clear(), nullptr;
+    return c;
+  }
+  if (const Set* s = v->get<Set>(); s && s->frozen) {
+    // A frozenset made in the trace holding tensors (by identity) or constants: the key is
+    // a real frozenset of the members' key objects (each guarded as a key of its own), equal
+    // to, and hashed as, the one the program makes. Kept alive with the trace's key objects.
+    Ref fs = Ref::steal(PyFrozenSet_New(nullptr));
+    if (!fs) return PyErr_Clear(), nullptr;
+    for (const ValuePtr& item : s->items) {
+      PyObject* k = dictKeyOf(t, item);
+      if (!k || PySet_Add(fs.get(), k) < 0) return PyErr_Clear(), nullptr;
+    }
+    PyObject* key = fs.get();
+    t.keyObjects().emplace(key, std::make_pair(std::move(fs), v));
+    return key;
+  }
+  PyObject* obj = nullptr;
+  int reg = v->reg;
+  if (const Tensor* tensor = v->get<Tensor>()) {
+    obj = t.exampleOf(tensor->node);  // a graph input: the tensor the program passed
+    reg = t.inputRegOf(tensor->node);
+  } else if (const Object* o = v->get<Object>()) {
+    if (!o->owned) obj = o->obj.get();  // one the trace made exists only at trace time
+  } else if (v->is(Kind::Module) || v->is(Kind::Callable)) {
+    obj = v->real();
+  }
+  if (!obj || !isIdentityKey(obj)) return nullptr;
+  // The key is this very object: on later calls its source must give it again. A callable
+  // without a source (a class attribute, a builtin) is fixed by the guards that found it.
+  if (reg >= 0)
+    t.guards().checkIdentity(reg, obj);
+  else if (!v->is(Kind::Callable))
+    return nullptr;
+  t.keyObjects().emplace(obj, std::make_pair(Ref::borrow(obj), v));
+  return obj;
+}
+
+Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key) {
+  if (isConstantObject(key)) return Value::constant(key);
+  auto& known = t.keyObjects();
+  if (auto it = known.find(key); it != known.end()) return it->second.second;
+  // A key of a dict read from the program (its keys are guarded by identity there).
+  Ref r = Ref::steal(PyObject_Repr(key));
+  if (!r) PyErr_Clear();
+  int reg = t.load(guards::LoadKind::Constant, -1, 0, key, std::string("<dict key ") + (r ? PyUnicode_AsUTF8(r.get()) : "?") + ">");
+  Result<ValuePtr> v = t.wrap(key, reg);
+  if (!v) return v;
+  known.emplace(key, std::make_pair(Ref::borrow(key), *v));
+  return v;
+}
+
+Result<ValuePtr> dictOrOperator(Tracer& t, const BinaryOperands& o) {
+  // dict |= other is dict.update (any mapping or pairs), on the dict itself; d1 | d2 of
+  // two plain dicts is a new dict.
+  const ValuePtr& a = o.a;
+  const ValuePtr& b = o.b;
+  if (!a->is(Kind::Dict) || !(o.op == BinaryOp::InplaceOr || (o.op == BinaryOp::Or && b->is(Kind::Dict))))
+    return notHandled();
+  const Dict& da = a->as<Dict>();
+  ValuePtr target = a;
+  if (o.op == BinaryOp::Or) {
+    // A dict subclass on the right with its own __ror__ answers first (dict | OrderedDict
+    // is an OrderedDict).
+    if (da.type.get() != reinterpret_cast<PyObject*>(&PyDict_Type) ||
+        b->as<Dict>().type.get() != reinterpret_cast<PyObject*>(&PyDict_Type))
+      return t.fail("| of a dict subclass is not supported yet");
+    std::vector<Ref> keys;
+    for (const Ref& k : da.keys) keys.push_back(k.copy());
+    target = Value::dict(da.type.get(), std::move(keys), da.values);
+  }
+  Args args{b};
+  Kwargs kwargs;
+  Ref update = internedName("update");
+  if (!update) return t.failFromPython("dict.update");
+  if (Result<ValuePtr> r = callContainerMethod(t, target, update.get(), args, kwargs); !r) return r;
+  return target;
+}
+
+}  // namespace cdynamo::trace
