@@ -1,0 +1,58 @@
+// Attributes of functions: those a function from the program keeps in its __dict__
+// (guarded), and those of functions made in the trace.
+#include <cstring>
+#include <string>
+
+#include "support/lookup.h"
+#include "support/torch_types.h"
+#include "trace/kinds/iterator.h"
+#include "trace/kinds/object.h"
+#include "trace/protocol/attributes.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using guards::LoadKind;
+
+Result<ValuePtr> guardedFunctionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
+  if (!fn->is(Kind::Callable) || fn->reg < 0 || !PyFunction_Check(fn->real())) return notHandled();
+  if (_PyType_Lookup(&PyFunction_Type, name)) return notHandled();  // __name__, __code__, __dict__, ...
+  PyObject* dict = reinterpret_cast<PyFunctionObject*>(fn->real())->func_dict;
+  const char* n = PyUnicode_AsUTF8(name);
+  PyObject* v = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
+  if (v) return t.wrap(v, t.load(LoadKind::InstanceDict, fn->reg, 0, name, t.guards().sourceName(fn->reg) + "." + n));
+  if (PyErr_Occurred()) return t.failFromPython("a function attribute");
+  t.guards().checkNoInstanceAttr(fn->reg, name);
+  return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
+}
+
+Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
+  Function& p = fn->as<Function>();
+  if (!p.attrs) p.attrs = Value::emptyDict();
+  int k = p.attrs->as<Dict>().findKey(name);
+  if (k >= 0) return p.attrs->as<Dict>().values[static_cast<size_t>(k)];
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(p.code.get());
+  const char* n = PyUnicode_AsUTF8(name);
+  if (strcmp(n, "__name__") == 0) return Value::constant(co->co_name);
+  if (strcmp(n, "__qualname__") == 0) return Value::constant(p.qualname.get());
+  if (strcmp(n, "__module__") == 0) {
+    PyObject* m = PyDict_GetItemString(p.globals.get(), "__name__");
+    return Value::constant(m ? m : Py_None);
+  }
+  if (strcmp(n, "__doc__") == 0) {  // 3.11: a function's first constant is its docstring or None
+    PyObject* c0 = PyTuple_GET_SIZE(co->co_consts) ? PyTuple_GET_ITEM(co->co_consts, 0) : Py_None;
+    return Value::constant(PyUnicode_Check(c0) ? c0 : Py_None);
+  }
+  if (strcmp(n, "__dict__") == 0) return p.attrs;
+  if (strcmp(n, "__code__") == 0) return Value::constant(p.code.get());  // immutable; what it was made from
+  if (strcmp(n, "__defaults__") == 0) return p.defaults ? p.defaults : Value::constant(Py_None);
+  if (strcmp(n, "__kwdefaults__") == 0) return p.kwdefaults ? p.kwdefaults : Value::constant(Py_None);
+  if (strcmp(n, "__annotations__") == 0) return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  // Every function has what its type defines (__globals__, __closure__, __get__, ...): not
+  // modelled here, which is no AttributeError the program could catch.
+  if (_PyType_Lookup(&PyFunction_Type, name))
+    return t.fail(std::string("attribute '") + n + "' of a function made in the trace is not supported yet");
+  return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
+}
+
+}  // namespace cdynamo::trace
