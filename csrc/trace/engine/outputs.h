@@ -29,6 +29,11 @@ class OutputPlanner {
 
   // The graph nodes the plans read, in graph-output order.
   const std::vector<int>& graphOutputs() const { return graph_outputs_; }
+  // For the kinds' plans below: the trace, whether the plan is for a graph break's resume
+  // function, and the Unsupported stop for a value that cannot be rebuilt (yet).
+  Tracer& tracer() { return t_; }
+  bool forResume() const { return for_resume_; }
+  Stop unsupported(const ValuePtr& v);
   int memoSlots() const { return memo_slots_; }
   // While set, iterators are planned as tuple_iterators (the one iterator a resume function
   // reads back, builder.cpp) instead of iterators of their own type: for a graph break's
@@ -44,10 +49,6 @@ class OutputPlanner {
  private:
   Done planOne(const ValuePtr& v, runtime::OutputPlan* out);
   Done planFunction(const ValuePtr& fn, runtime::OutputPlan* out);
-  // An iterator over a list, dict or set (Iterator::Made::Sequence) rebuilt over the
-  // container itself in the state it reached (cdynamo._resume); false when it cannot be
-  // (a dict or set changed since, a set whose real walk may differ from the modelled one).
-  Result<bool> planOverContainer(const ValuePtr& v, runtime::OutputPlan* out);
 
   Tracer& t_;
   std::vector<int> graph_outputs_;
@@ -62,5 +63,43 @@ class OutputPlanner {
   std::unordered_set<const Value*> empty_cells_;
   bool for_resume_ = false;
 };
+
+
+// ---- the plan of each kind, defined in its kind family's file (planOne's cases) ------------
+// Each makes `out` rebuild `v` after the graph runs, planning its parts through p.plan().
+
+// A tuple or namedtuple made in the trace (a namedtuple with attributes made by tuple.__new__, then given its __dict__) (kinds/sequence.cpp).
+Done rebuildTuple(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A list or deque made in the trace (kinds/sequence.cpp).
+Done rebuildList(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A dict (OrderedDict, defaultdict) made in the trace, its items in order (kinds/dict.cpp).
+Done rebuildDict(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A set made in the trace: a copy of its shadow's table when it was changed, else built from its items (kinds/set.cpp).
+Done rebuildSet(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A module, callable, Python module or object: the object read from the program itself, or one made for real in the trace (kinds/object.cpp).
+Done rebuildProgramObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// An instance made in the trace: its class, its items (a container subclass) and its attributes (kinds/object.cpp).
+Done rebuildNewObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A types.SimpleNamespace made in the trace: its attributes (kinds/namespace.cpp).
+Done rebuildNamespace(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// An iterator: over its container in the state it reached, over its sources (map/zip/enumerate), or over the items it has left (kinds/iterator.cpp).
+Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// Types.MethodType(function, receiver) (kinds/function.cpp).
+Done rebuildBoundMethod(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// Getattr(receiver, name) (a context manager's __exit__ by its own plan) (kinds/function.cpp).
+Done rebuildNamedMethod(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A dict view: type(d).keys(d) of the very dict rebuilt (kinds/dict.cpp).
+Done rebuildDictView(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// The graph's tensor made an ndarray again (sharing its memory) (kinds/ndarray.cpp).
+Done rebuildNdArray(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// A tensor subclass instance: the object read from the program, or the graph tensor viewed as an instance of its class (kinds/tensor_subclass.cpp).
+Done rebuildSubclassTensor(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// Functools.partial(fn, *args, **keywords); not a decorated function (a context) (kinds/function.cpp).
+Done rebuildPartial(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
+// An iterator over a list, dict or set (Iterator::Made::Sequence) rebuilt over the
+// container itself in the state it reached (cdynamo._resume); false when it cannot be
+// (a dict or set changed since, a set whose real walk may differ from the modelled one)
+// (kinds/iterator.cpp).
+Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
 
 }  // namespace cdynamo::trace

@@ -8,6 +8,7 @@
 #include "support/check.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/engine/outputs.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/dict.h"
 #include "trace/kinds/iterator.h"
@@ -262,6 +263,41 @@ Result<ValuePtr> dictOrOperator(Tracer& t, const BinaryOperands& o) {
   if (!update) return t.failFromPython("dict.update");
   if (Result<ValuePtr> r = callContainerMethod(t, target, update.get(), args, kwargs); !r) return r;
   return target;
+}
+
+// The plan of a dict (OrderedDict, defaultdict) made in the trace, its items in order (OutputPlanner::plan).
+Done rebuildDict(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const Dict& d = v->as<Dict>();
+  const bool traced_factory = d.factory_value && !d.default_factory;
+  P::Dict dict{traced_factory ? Ref::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)) : d.type.copy(),
+               d.default_factory.copy(), {}, {}};
+  for (const Ref& k : d.keys) dict.keys.push_back(k.copy());
+  if (Done done = p.planAll(d.values, &dict.values); !done) return done;
+  if (!traced_factory) {
+    out->step = std::move(dict);
+    return {};
+  }
+  // A factory made in the trace is rebuilt like any value (a function): the defaultdict
+  // is then its type called with it and the items, in their order.
+  std::vector<runtime::OutputPlan> args(2);
+  if (Done done = p.plan(d.factory_value, &args[0]); !done) return done;
+  args[1].step = std::move(dict);
+  out->step = P::Call{d.type.copy(), std::move(args)};
+  return {};
+}
+
+// The plan of a dict view: type(d).keys(d) of the very dict rebuilt (OutputPlanner::plan).
+Done rebuildDictView(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const DictView& view = v->as<DictView>();
+  static const char* const kNames[] = {"keys", "values", "items"};
+  Ref method = Ref::steal(PyObject_GetAttrString(view.dict->as<Dict>().type.get(), kNames[view.which]));
+  if (!method) return p.tracer().failFromPython("a dict view's method");
+  std::vector<runtime::OutputPlan> args(1);
+  if (Done d = p.plan(view.dict, &args[0]); !d) return d;
+  out->step = P::Call{std::move(method), std::move(args)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

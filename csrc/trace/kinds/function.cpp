@@ -5,6 +5,7 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/engine/outputs.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/protocol/attributes.h"
@@ -53,6 +54,47 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
   if (_PyType_Lookup(&PyFunction_Type, name))
     return t.fail(std::string("attribute '") + n + "' of a function made in the trace is not supported yet");
   return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
+}
+
+// The plan of types.MethodType(function, receiver) (OutputPlanner::plan).
+Done rebuildBoundMethod(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const BoundMethod& m = v->as<BoundMethod>();
+  std::vector<runtime::OutputPlan> args(2);
+  args[0] = runtime::OutputPlan::constant(m.function.get());
+  if (Done d = p.plan(m.self, &args[1]); !d) return d;
+  out->step = P::Call{Ref::borrow(reinterpret_cast<PyObject*>(&PyMethod_Type)), std::move(args)};
+  return {};
+}
+
+// The plan of getattr(receiver, name) (a context manager's __exit__ by its own plan) (OutputPlanner::plan).
+Done rebuildNamedMethod(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const NamedMethod& m = v->as<NamedMethod>();
+  if (m.self->is(Kind::Context) && PyUnicode_CompareWithASCIIString(m.name.get(), "__exit__") == 0)
+    return p.tracer().contexts().planExit(m.self, out);
+  PyObject* getattr = lookup(Obj::builtins_getattr);
+  if (!getattr) return p.tracer().failFromPython("builtins.getattr");
+  std::vector<runtime::OutputPlan> args(2);
+  if (Done d = p.plan(m.self, &args[0]); !d) return d;
+  args[1] = runtime::OutputPlan::constant(m.name.get());
+  out->step = P::Call{Ref::borrow(getattr), std::move(args)};
+  return {};
+}
+
+// The plan of functools.partial(fn, *args, **keywords); not a decorated function (a context) (OutputPlanner::plan).
+Done rebuildPartial(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const Partial& part = v->as<Partial>();
+  if (part.context) return p.unsupported(v);
+  PyObject* rebuild = lookup(Obj::cdynamo_resume_rebuild_partial);
+  if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_partial");
+  std::vector<runtime::OutputPlan> args(3);
+  if (Done d = p.plan(part.fn, &args[0]); !d) return d;
+  if (Done d = p.plan(part.args, &args[1]); !d) return d;
+  if (Done d = p.plan(part.kwargs, &args[2]); !d) return d;
+  out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

@@ -1,9 +1,11 @@
 // Iterator links and input iterators (iterators.h).
 #include "support/lookup.h"
 #include "trace/engine/frame.h"
+#include "trace/engine/outputs.h"
 #include "trace/kinds/dict.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
+#include "trace/kinds/set.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
@@ -669,6 +671,174 @@ void Iterators::guardInputs(const runtime::CompiledEntry& entry) {
       t_.guards().checkLength(in.items_reg, static_cast<Py_ssize_t>(in.item_regs.size()));
     }
   }
+}
+
+Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const Iterator& it = v->as<Iterator>();
+  const ValuePtr& c = it.seq;
+  Obj helper = Obj::cdynamo_resume_container_iterator_at;
+  Py_ssize_t state = static_cast<Py_ssize_t>(it.pos);
+  int which = it.seq_which;
+  // A container from the program that the trace changed gets its new contents from the
+  // effects, which run after the result is built: an iterator made over it then would walk
+  // the old contents and see them replaced (a dict or set "changed size", a deque "mutated
+  // during iteration"; a list iterator's position is clamped to the old length when it is
+  // set). It is built after the effects instead (placeLatePlans says where it can be).
+  const bool after_effects = c->reg >= 0 && p.tracer().effects().replaces(c.get());
+  bool deque_changed = false;
+  if (const List* l = c->get<List>(); l && l->deque) {
+    // A deque's iterator over the deque rebuilt, as many items taken; one the deque changed
+    // under since iter() is made to raise as Python's (cdynamo._resume.deque_iterator_at).
+    // A deque of maxlen 0 cannot be changed and given back its contents: not rebuilt.
+    deque_changed = l->state != it.seq_state;
+    if (it.seq_reversed) {  // reversed(d): over the deque rebuilt while it is unchanged
+      if (deque_changed) return false;
+      which = 0;
+    } else {
+      if (deque_changed && l->maxlen && PyLong_Check(l->maxlen.get()) && PyLong_AsSsize_t(l->maxlen.get()) == 0)
+        return false;
+      helper = Obj::cdynamo_resume_deque_iterator_at;
+    }
+  } else if (l) {
+    if (it.seq_reversed) {  // the index of the next item, counted from the length it had at reversed()
+      helper = Obj::cdynamo_resume_list_reverse_iterator_at;
+      state = static_cast<Py_ssize_t>(it.seq_len) - 1 - static_cast<Py_ssize_t>(it.pos);
+      if (state < -1) state = -1;
+    } else {
+      helper = Obj::cdynamo_resume_list_iterator_at;
+    }
+  } else if (const Dict* d = c->get<Dict>()) {
+    // Taken that many items of the dict as it is: only while it has the keys it had at iter().
+    if (d->keys.size() != it.seq_len || it.seq_keys.size() != d->keys.size()) return false;
+    for (size_t k = 0; k < d->keys.size(); ++k)
+      if (d->keys[k].get() != it.seq_keys[k].get()) return false;
+  } else if (const Set* s = c->get<Set>()) {
+    if (s->items.size() != it.seq_len || s->items != it.seq_items) return false;
+    // The real set must be walked in the order the trace modelled: the set passed in, not
+    // changed (a changed one returned false above), a copy of a changed set's shadow table,
+    // or one rebuilt from constants whose new table walks them in that order.
+    if (c->reg < 0 && !shadowOfConstants(*s)) {
+      Ref fresh = Ref::steal(PySet_New(nullptr));
+      if (!fresh) return p.tracer().failFromPython("a set");
+      for (const ValuePtr& item : s->items)
+        if (!item->constant() || PySet_Add(fresh.get(), item->constant()) < 0) {
+          PyErr_Clear();
+          return false;
+        }
+      Ref walk = Ref::steal(PySequence_List(fresh.get()));
+      if (!walk) return p.tracer().failFromPython("a set");
+      std::vector<ValuePtr> order = setIterationOrder(*s);
+      if (static_cast<size_t>(PyList_GET_SIZE(walk.get())) != order.size()) return false;
+      for (size_t k = 0; k < order.size(); ++k)
+        if (order[k]->constant() != PyList_GET_ITEM(walk.get(), static_cast<Py_ssize_t>(k))) return false;
+    }
+    which = 0;
+  } else {
+    return false;
+  }
+  PyObject* fn = lookup(helper);
+  if (!fn) return p.tracer().failFromPython("cdynamo._resume's iterator rebuilders");
+  std::vector<runtime::OutputPlan> args(1);
+  if (Done d = p.plan(c, &args[0]); !d) return d.stop();
+  if (helper == Obj::cdynamo_resume_container_iterator_at) {
+    Ref w = Ref::steal(PyLong_FromLong(which));
+    if (!w) return p.tracer().failFromPython("an iterator's state");
+    args.push_back(runtime::OutputPlan::constant(w.get()));
+  }
+  Ref n = Ref::steal(PyLong_FromSsize_t(state));
+  if (!n) return p.tracer().failFromPython("an iterator's state");
+  args.push_back(runtime::OutputPlan::constant(n.get()));
+  if (helper == Obj::cdynamo_resume_container_iterator_at && it.seq_reversed)
+    args.push_back(runtime::OutputPlan::constant(Py_True));
+  if (helper == Obj::cdynamo_resume_deque_iterator_at)
+    args.push_back(runtime::OutputPlan::constant(deque_changed ? Py_True : Py_False));
+  out->step = P::Call{Ref::borrow(fn), std::move(args)};
+  out->after_effects = after_effects;
+  return true;
+}
+
+// The plan of an iterator: over its container in the state it reached, over its sources (map/zip/enumerate), or over the items it has left (OutputPlanner::plan).
+Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  // The same type of iterator over the items it has left (already computed):
+  // cdynamo._resume.rebuild_iterator(type, items), or iter(items) when its type is not known.
+  if (Done d = p.tracer().iterators().usable(v.get()); !d) return d;
+  const Iterator& it = v->as<Iterator>();
+  if (it.stepper) {
+    // A polyfill's iterator object (cdynamo._polyfills.count for itertools.count): a real
+    // iterator of the original type in the same state, made by the class's rebuild().
+    if (PyObject* rebuild = polyfillRebuild(it.type.get())) {
+      std::vector<runtime::OutputPlan> args(1);
+      if (Done d = p.plan(it.stepper, &args[0]); !d) return d;
+      out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+      return {};
+    }
+    if (PyErr_Occurred()) return p.tracer().failFromPython("a polyfill's rebuild");
+    return p.plan(it.stepper, out);  // the user's iterator object is the iterator
+  }
+  if (it.made == Iterator::Made::Generator) {
+    // A paused frame has no real counterpart to rebuild: the trace must not end with
+    // one alive (returned, stored, or across a graph break) before it finished.
+    if (!it.ended) return p.tracer().fail("a generator made in the trace is still running where the trace ends (returned, stored, or alive at a graph break): its paused frame cannot be rebuilt");
+    std::vector<runtime::OutputPlan> args;
+    if (!p.forResume()) args.push_back(runtime::OutputPlan::constant(it.type.get()));
+    args.emplace_back();
+    if (Done d = p.plan(Value::tuple({}), &args.back()); !d) return d;
+    PyObject* rebuild = !p.forResume() ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
+    if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_iterator");
+    out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+    return {};
+  }
+  if (it.made == Iterator::Made::Sequence && it.seq) {
+    // Rebuilt over its container itself, in the state it reached, so a change made to
+    // the container after the break (or by the caller) is seen as eagerly: a list
+    // iterator reads the item at its index then, a dict or set iterator raises once the
+    // size changed. A copy of the items left would see none of it.
+    Result<bool> over = planIteratorOverContainer(p, v, out);
+    if (!over) return over.stop();
+    if (*over) return {};
+  }
+  if (it.made == Iterator::Made::Sequence) {
+    // What it has left, read from its container now: it leaves as an iterator over those.
+    Done d = drainUserIterator(p.tracer(), v);
+    if (!d && d.outcome() == Outcome::Raised) {
+      (void)p.tracer().takePendingException();
+      return p.tracer().fail("an iterator over a dict or set that changed size leaves the trace");
+    }
+    if (!d) return d;
+  }
+  if (it.made != Iterator::Made::Ahead) {  // map/zip/enumerate: what is left of it, still lazy
+    // Rebuilt over its sources, it would take from them again once exhausted.
+    if (it.ended) return p.tracer().fail("an exhausted map/zip/enumerate object cannot be rebuilt yet");
+    std::vector<ValuePtr> parts;
+    if (it.made == Iterator::Made::Map || it.made == Iterator::Made::Filter) parts.push_back(it.map_fn);
+    parts.insert(parts.end(), it.map_sources.begin(), it.map_sources.end());
+    std::vector<runtime::OutputPlan> args;
+    if (Done d = p.planAll(parts, &args); !d) return d;
+    PyObject* type = it.made == Iterator::Made::Map      ? reinterpret_cast<PyObject*>(&PyMap_Type)
+                     : it.made == Iterator::Made::Filter ? reinterpret_cast<PyObject*>(&PyFilter_Type)
+                     : it.made == Iterator::Made::Zip ? reinterpret_cast<PyObject*>(&PyZip_Type)
+                                                      : reinterpret_cast<PyObject*>(&PyEnum_Type);
+    if (it.made == Iterator::Made::Enumerate) {
+      Ref start = Ref::steal(PyLong_FromLong(it.next_index));
+      if (!start) return p.tracer().failFromPython("enumerate's count");
+      args.push_back(runtime::OutputPlan::constant(start.get()));
+    }
+    out->step = P::Call{Ref::borrow(type), std::move(args)};
+    return {};
+  }
+  const bool typed = it.type && !p.forResume();
+  PyObject* rebuild = typed ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
+  if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_iterator");
+  std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
+                             it.items.end());
+  std::vector<runtime::OutputPlan> args;
+  if (typed) args.push_back(runtime::OutputPlan::constant(it.type.get()));
+  args.emplace_back();
+  if (Done d = p.plan(Value::tuple(std::move(rest)), &args.back()); !d) return d;
+  out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "trace/engine/outputs.h"
 #include "trace/kinds/namespace.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
@@ -50,6 +51,17 @@ Done namespaceSetAttr(Tracer& t, const ValuePtr& ns, PyObject* name, const Value
   if (PyUnicode_CompareWithASCIIString(name, "__dict__") == 0 || PyUnicode_CompareWithASCIIString(name, "__class__") == 0)
     return t.fail("replacing a namespace's __dict__ or __class__ is not supported yet");
   return storeSubscript(t, ns->as<Namespace>().attrs, Value::constant(name), value);
+}
+
+// The plan of a types.SimpleNamespace made in the trace: its attributes (OutputPlanner::plan).
+Done rebuildNamespace(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  PyObject* type = lookup(Obj::types_SimpleNamespace);
+  if (!type) return p.tracer().failFromPython("types.SimpleNamespace");
+  auto attrs = std::make_unique<runtime::OutputPlan>();
+  if (Done d = p.plan(v->as<Namespace>().attrs, attrs.get()); !d) return d;
+  out->step = P::NewObject{Ref::borrow(type), std::move(attrs)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

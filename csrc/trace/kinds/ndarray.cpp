@@ -8,6 +8,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "trace/engine/outputs.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/ndarray.h"
@@ -219,6 +220,17 @@ Result<ValuePtr> ndarraySubscript(Tracer& t, const ValuePtr& a, const ValuePtr& 
 Result<ValuePtr> ndarrayBinaryOperator(Tracer& t, const BinaryOperands& o) {
   if (!o.a->is(Kind::NdArray) && !o.b->is(Kind::NdArray)) return notHandled();
   return ndarrayOperator(t, o.fn_name, {o.a, o.b});
+}
+
+// The plan of the graph's tensor made an ndarray again (sharing its memory) (OutputPlanner::plan).
+Done rebuildNdArray(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  PyObject* to_ndarray = lookup(Obj::cdynamo_numpy_to_ndarray);
+  if (!to_ndarray) return p.tracer().failFromPython("cdynamo._numpy.to_ndarray");
+  std::vector<runtime::OutputPlan> args(1);
+  if (Done d = p.plan(Value::tensor(v->as<NdArray>().node), &args[0]); !d) return d;
+  out->step = P::Call{Ref::borrow(to_ndarray), std::move(args)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

@@ -8,6 +8,7 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/engine/outputs.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/kinds/object_internal.h"
@@ -655,6 +656,69 @@ ValuePtr aliasedInstanceDict(Tracer& t, const ValuePtr& obj) {
     if (dreg != d->reg) t.guards().checkAliasing(d->reg, dreg, true);
   }
   return d;
+}
+
+// The plan of a module, callable, Python module or object: the object read from the program itself, or one made for real in the trace (OutputPlanner::plan).
+Done rebuildProgramObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  if (v->reg >= 0) {
+    out->step = P::Register{v->reg};
+    return {};
+  }
+  if (v->is(Kind::Callable) || v->is(Kind::PyModule)) {  // e.g. type(x): a stable object
+    out->step = P::Constant{Ref::borrow(v->real())};
+    return {};
+  }
+  if (v->is(Kind::Object) && !v->as<Object>().owned &&
+      strcmp(Py_TYPE(v->real())->tp_name, "types.UnionType") == 0) {
+    // A union type made in the trace (int | None): made again from its members as eager
+    // makes it, a new object each call (or_(or_(a, b), c)); they are classes, aliases
+    // and type variables, which outlive the trace.
+    Ref members = Ref::steal(PyObject_GetAttrString(v->real(), "__args__"));
+    PyObject* or_ = lookup(Obj::operator_or_);
+    if (!members || !or_ || !PyTuple_Check(members.get()) || PyTuple_GET_SIZE(members.get()) < 2)
+      return p.tracer().failFromPython("the members of a union type");
+    runtime::OutputPlan acc = runtime::OutputPlan::constant(PyTuple_GET_ITEM(members.get(), 0));
+    for (Py_ssize_t i = 1; i < PyTuple_GET_SIZE(members.get()); ++i) {
+      std::vector<runtime::OutputPlan> args;
+      args.push_back(std::move(acc));
+      args.push_back(runtime::OutputPlan::constant(PyTuple_GET_ITEM(members.get(), i)));
+      acc = P::Call{Ref::borrow(or_), std::move(args)};
+    }
+    *out = std::move(acc);
+    return {};
+  }
+  return p.unsupported(v);
+}
+
+// The plan of an instance made in the trace: its class, its items (a container subclass) and its attributes (OutputPlanner::plan).
+Done rebuildNewObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  // Planned in the order the runtime builds them (items, then attributes): a value
+  // reachable from both (a ModelOutput's field is an item and an attribute) is built
+  // in full where it is reached first and read from the memo after.
+  const NewObject& o = v->as<NewObject>();
+  std::unique_ptr<runtime::OutputPlan> items;
+  Ref base_type;
+  if (o.base && o.base->is(Kind::Dict)) {  // a dict subclass instance: its items, rebuilt as a plain dict first
+    const Dict& part = o.base->as<Dict>();
+    P::Dict dict{Ref::borrow(reinterpret_cast<PyObject*>(&PyDict_Type)), Ref(), {}, {}};
+    for (const Ref& k : part.keys) dict.keys.push_back(k.copy());
+    if (Done d = p.planAll(part.values, &dict.values); !d) return d;
+    items = std::make_unique<runtime::OutputPlan>(std::move(dict));
+    base_type = part.type.copy();
+  } else if (o.base) {  // a tuple or list subclass instance: its items as a plain tuple or list
+    std::vector<runtime::OutputPlan> parts;
+    if (Done d = p.planAll(*o.base->elements(), &parts); !d) return d;
+    bool tuple = o.base->is(Kind::Tuple);
+    items = tuple ? std::make_unique<runtime::OutputPlan>(P::Tuple{std::move(parts)})
+                  : std::make_unique<runtime::OutputPlan>(P::List{std::move(parts)});
+    base_type = Ref::borrow(reinterpret_cast<PyObject*>(tuple ? &PyTuple_Type : &PyList_Type));
+  }
+  auto attrs = std::make_unique<runtime::OutputPlan>();
+  if (Done d = p.plan(o.attrs, attrs.get()); !d) return d;
+  out->step = P::NewObject{o.cls.copy(), std::move(attrs), std::move(base_type), std::move(items)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

@@ -9,6 +9,7 @@
 #include "support/check.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/engine/outputs.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
@@ -492,6 +493,38 @@ Result<ValuePtr> sequenceRepeatOperator(Tracer& t, const BinaryOperands& o) {
     return t.fail("a torch.Size of other than ints");
   }
   return Value::sequence(type == SequenceType::List ? Kind::List : Kind::Tuple, std::move(out));
+}
+
+// The plan of a tuple or namedtuple made in the trace (a namedtuple with attributes made by tuple.__new__, then given its __dict__) (OutputPlanner::plan).
+Done rebuildTuple(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const Tuple& t = v->as<Tuple>();
+  std::vector<runtime::OutputPlan> items;
+  if (Done d = p.planAll(t.items, &items); !d) return d;
+  if (t.namedtuple && t.attrs) {  // made by tuple.__new__ from its items, then given its __dict__
+    auto attrs = std::make_unique<runtime::OutputPlan>();
+    if (Done d = p.plan(t.attrs, attrs.get()); !d) return d;
+    out->step = P::NewObject{t.namedtuple.copy(), std::move(attrs),
+                             Ref::borrow(reinterpret_cast<PyObject*>(&PyTuple_Type)),
+                             std::make_unique<runtime::OutputPlan>(P::Tuple{std::move(items)})};
+  } else if (t.namedtuple)
+    out->step = P::NamedTuple{t.namedtuple.copy(), std::move(items)};
+  else
+    out->step = P::Tuple{std::move(items)};
+  return {};
+}
+
+// The plan of a list or deque made in the trace (OutputPlanner::plan).
+Done rebuildList(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  const List& l = v->as<List>();
+  std::vector<runtime::OutputPlan> items;
+  if (Done d = p.planAll(l.items, &items); !d) return d;
+  if (l.deque)
+    out->step = P::Deque{l.deque.copy(), l.maxlen.copy(), std::move(items)};
+  else
+    out->step = P::List{std::move(items)};
+  return {};
 }
 
 }  // namespace cdynamo::trace

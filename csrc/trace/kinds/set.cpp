@@ -5,9 +5,11 @@
 #include <string>
 #include <unordered_map>
 
+#include "support/set_table.h"
 #include "support/check.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/engine/outputs.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/iterator.h"
@@ -683,6 +685,43 @@ Result<ValuePtr> setMembersOperator(Tracer& t, const BinaryOperands& o) {
   // Sets holding values made in the trace (tensors): by their members.
   if (!o.a->is(Kind::Set) && !o.b->is(Kind::Set)) return notHandled();
   return setBinaryOp(t, o.op, o.a, o.b);
+}
+
+// The shadow of a set changed in the trace (Set::shadow) when it holds exactly the set's
+// items, all constants: a copy of its table is then the set as eager has it. Null otherwise
+// (never changed: a set built from the items in order is the same; no shadow: the order is
+// rebuilt from the items).
+PyObject* shadowOfConstants(const Set& s) {
+  if (s.frozen || s.shadow_lost || !s.shadow || !PySet_CheckExact(s.shadow.get())) return nullptr;
+  if (static_cast<size_t>(PySet_GET_SIZE(s.shadow.get())) != s.items.size()) return nullptr;
+  for (const ValuePtr& item : s.items) {
+    if (!item->is(Kind::Constant)) return nullptr;
+    int in = PySet_Contains(s.shadow.get(), item->constant());
+    if (in != 1) return in < 0 ? (PyErr_Clear(), nullptr) : nullptr;
+  }
+  return s.shadow.get();
+}
+
+
+// The plan of a set made in the trace: a copy of its shadow's table when it was changed, else built from its items (OutputPlanner::plan).
+Done rebuildSet(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  if (PyObject* shadow = shadowOfConstants(v->as<Set>())) {
+    // Changed in the trace: its shadow has eager's table (dummies, pop's finger), which
+    // a set built afresh from the items would not (support/set_table.h). Each run hands
+    // out its own copy of a private snapshot of it.
+    Ref snapshot = copySetTable(shadow);
+    PyObject* copier = snapshot ? setTableCopier() : nullptr;
+    if (!copier) return p.tracer().failFromPython("copying a set's table");
+    std::vector<runtime::OutputPlan> args;
+    args.push_back(runtime::OutputPlan::constant(snapshot.get()));
+    out->step = P::Call{Ref::borrow(copier), std::move(args)};
+    return {};
+  }
+  std::vector<runtime::OutputPlan> items;
+  if (Done d = p.planAll(v->as<Set>().items, &items); !d) return d;
+  out->step = P::Set{std::move(items), v->as<Set>().frozen};
+  return {};
 }
 
 }  // namespace cdynamo::trace

@@ -42,4 +42,9 @@ Result<ValuePtr> setCompare(Tracer& t, int op, const ValuePtr& a, const ValuePtr
 // The methods of a set or frozenset value by name; NotHandled when it has none here.
 Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, Args& args);
 
+// The shadow of a set changed in the trace (Set::shadow) when it holds exactly the set's
+// items, all constants: a copy of its table is then the set as eager has it (borrowed). Null
+// otherwise (never changed, no shadow, or other items).
+PyObject* shadowOfConstants(const Set& s);
+
 }  // namespace cdynamo::trace

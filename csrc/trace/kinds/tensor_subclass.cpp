@@ -16,6 +16,7 @@
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
+#include "trace/engine/outputs.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/object.h"
@@ -595,6 +596,28 @@ Result<bool> subclassIdentical(Tracer& t, const ValuePtr& a, const ValuePtr& b) 
 
 Result<ValuePtr> subclassBinaryOperator(Tracer& t, const BinaryOperands& o) {
   return subclassOperator(t, o.fn_name, {o.a, o.b});
+}
+
+// The plan of a tensor subclass instance: the object read from the program, or the graph tensor viewed as an instance of its class (OutputPlanner::plan).
+Done rebuildSubclassTensor(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  // The object read from the program is itself; one made in the trace is its graph
+  // tensor viewed as an instance of its class, as torch's default __torch_function__
+  // makes it (as_subclass).
+  const SubclassTensor& s = v->as<SubclassTensor>();
+  if (v->reg >= 0) {
+    out->step = P::Register{v->reg};
+    return {};
+  }
+  PyObject* as_subclass = lookup(Obj::cdynamo_subclass_as_subclass);
+  if (!as_subclass) return p.tracer().failFromPython("cdynamo._tensor_subclass.as_subclass");
+  std::vector<runtime::OutputPlan> args(2);
+  const int in = p.tracer().inputRegOf(s.node);
+  if (in >= 0) args[0].step = P::Register{in};
+  else if (Done d = p.plan(Value::tensor(s.node), &args[0]); !d) return d;
+  args[1] = runtime::OutputPlan::constant(s.cls.get());
+  out->step = P::Call{Ref::borrow(as_subclass), std::move(args)};
+  return {};
 }
 
 }  // namespace cdynamo::trace
