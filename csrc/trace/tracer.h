@@ -224,6 +224,10 @@ class Tracer {
                       std::vector<runtime::OutputPlan>* items, int* ncells);
   // builder.cpp
   Result<ValuePtr> wrapContainer(PyObject* obj, int reg);
+  // The parts of wrap() for a tensor, an instance of a user class and a dict view passed in.
+  Result<ValuePtr> wrapTensorInput(PyObject* obj, int reg);
+  Result<ValuePtr> wrapUserObject(PyObject* obj, int reg);
+  Result<ValuePtr> wrapDictView(PyObject* obj, int reg);
   Result<ValuePtr> wrapIntInput(PyObject* obj, int reg);
   // An instance of a torch.Tensor subclass (torch_function.cpp's SubclassTensor): a graph
   // input of its plain tensor, guarded by its exact class and its __torch_function__.

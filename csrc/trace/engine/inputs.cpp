@@ -208,42 +208,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   }
   ValuePtr v;
   if (isTensor(obj)) {
-    if (!isPlainTensorOrParameter(obj)) return wrapSubclassTensor(obj, reg);
-    if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
-    if (Done d = markStaticInput(obj, reg); !d) return d.stop();
-    // One tensor reached through two sources (f(x, x), a partial's keyword and an argument,
-    // tied weights) is one graph input, as in torch._dynamo; the guard checks that the two
-    // sources still are one object.
-    if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
-      guards().checkAliasing(same->second->reg, reg, true);
-      wrapped_[reg] = same->second;
-      return same->second;
-    }
-    if (markIs(staticMark(obj), "guarded")) {
-      // A static input whose identity is guarded (torch._dynamo.mark_static_address(t),
-      // a module's tensor under parameter freezing): the graph module holds it (get_attr),
-      // as torch._dynamo installs it, so the backend may treat it as a constant. A new
-      // object under the source recompiles; its metadata is checked too, since the graph
-      // reads the object live.
-      guards().checkIdentity(reg, obj);
-      guards().checkTensor(reg, obj);
-      int node = graph_.addAttribute(obj, placeholderName(guards().sourceName(reg)));
-      if (node < 0) return failFromPython("making a fake tensor for a graph attribute");
-      input_reg_of_node_[node] = reg;  // returned as is, compared by identity: the very object
-      example_of_node_[node] = Ref::borrow(obj);
-      v = Value::tensor(node, reg);
-      wrapped_[reg] = v;
-      wrapped_tensors_.emplace(obj, v);
-      return v;
-    }
-    int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)),
-                               guards().sourceName(reg));
-    if (node < 0) return failFromPython("making a fake tensor for an input");
-    guards().checkTensor(reg, obj, graph_.dynamicMask(node));  // symbolic dims: the shape guards say what holds
-    input_reg_of_node_[node] = reg;
-    example_of_node_[node] = Ref::borrow(obj);
-    v = Value::tensor(node, reg);
-    wrapped_tensors_.emplace(obj, v);
+    return wrapTensorInput(obj, reg);
   } else if (isConstantObject(obj)) {
     if (PyLong_CheckExact(obj) && reg >= 0) {
       Result<ValuePtr> sym = wrapIntInput(obj, reg);
@@ -267,52 +232,13 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     if (!f) return f;
     v = f.take();
   } else if (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE)) {
-    // An instance of a user class: its class is guarded; attributes are read (and
-    // guarded) when the trace reads them.
-    if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
-    v = Value::object(obj, reg);
-    PyTypeObject* base = reg >= 0 ? containerBase(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
-    if (base == &PyTuple_Type || base == &PyList_Type) {
-      // An instance of a tuple or list subclass: its items, read (and guarded) like a
-      // tuple's or list's through the C layout (the class's own __getitem__ or __iter__
-      // never runs for this); the class's methods see them through the base's C methods.
-      bool tuple = base == &PyTuple_Type;
-      Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
-      guards().checkLength(reg, n);
-      std::vector<ValuePtr> items;
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        int item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
-                            guards().sourceName(reg) + "[" + std::to_string(i) + "]");
-        Result<ValuePtr> item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
-        if (!item) return item;
-        items.push_back(item.take());
-      }
-      v->as<Object>().base = tuple ? Value::tuple(std::move(items), reg) : Value::list(std::move(items), reg);
-      base = nullptr;
-    }
-    PyObject *key, *value;
-    for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
-      if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
-    if (base) {
-      // An instance of a dict subclass (a registry): its items, read like a dict's.
-      Result<ValuePtr> items = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(base));
-      if (!items) return items;
-      v->as<Object>().base = items.take();
-    }
+    Result<ValuePtr> o = wrapUserObject(obj, reg);
+    if (!o) return o;
+    v = o.take();
   } else if (reg >= 0 && (PyDictKeys_Check(obj) || PyDictValues_Check(obj) || PyDictItems_Check(obj))) {
-    // A view of a dict passed in (d.keys()): the dict it reads, wrapped from the view (one
-    // value with the dict when the program also passes that), and a live view of it.
-    guards().checkType(reg, Py_TYPE(obj));
-    PyObject* d = reinterpret_cast<PyObject*>(reinterpret_cast<_PyDictViewObject*>(obj)->dv_dict);
-    if (!d) return fail("a dict view without its dict");
-    int dreg = load(LoadKind::ViewDict, reg, 0, nullptr, guards().sourceName(reg) + ".mapping");
-    Result<ValuePtr> dv = wrap(d, dreg);
-    if (!dv) return dv;
-    if (!(*dv)->is(Kind::Dict)) return fail("a view of a dict the trace cannot model as a dict");
-    v = Value::of(DictView{dv.take(), PyDictKeys_Check(obj)     ? DictView::Keys
-                                      : PyDictValues_Check(obj) ? DictView::Values
-                                                                : DictView::Items},
-                  reg);
+    Result<ValuePtr> view = wrapDictView(obj, reg);
+    if (!view) return view;
+    v = view.take();
   } else if (reg >= 0 && !PyCallable_Check(obj)) {
     // Any other object read from the program (a numpy scalar, a torch.Generator, a file,
     // an iterator the trace cannot read ahead, as a map object a resume function is given):
@@ -334,6 +260,105 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     wrapped_objects_.emplace(obj, v);
   }
   return v;
+}
+
+// A tensor read from the program: a graph input (or a graph attribute for a static input
+// whose identity is guarded), one per object however many sources reach it.
+Result<ValuePtr> Tracer::wrapTensorInput(PyObject* obj, int reg) {
+  ValuePtr v;
+  if (!isPlainTensorOrParameter(obj)) return wrapSubclassTensor(obj, reg);
+  if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
+  if (Done d = markStaticInput(obj, reg); !d) return d.stop();
+  // One tensor reached through two sources (f(x, x), a partial's keyword and an argument,
+  // tied weights) is one graph input, as in torch._dynamo; the guard checks that the two
+  // sources still are one object.
+  if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
+    guards().checkAliasing(same->second->reg, reg, true);
+    wrapped_[reg] = same->second;
+    return same->second;
+  }
+  if (markIs(staticMark(obj), "guarded")) {
+    // A static input whose identity is guarded (torch._dynamo.mark_static_address(t),
+    // a module's tensor under parameter freezing): the graph module holds it (get_attr),
+    // as torch._dynamo installs it, so the backend may treat it as a constant. A new
+    // object under the source recompiles; its metadata is checked too, since the graph
+    // reads the object live.
+    guards().checkIdentity(reg, obj);
+    guards().checkTensor(reg, obj);
+    int node = graph_.addAttribute(obj, placeholderName(guards().sourceName(reg)));
+    if (node < 0) return failFromPython("making a fake tensor for a graph attribute");
+    input_reg_of_node_[node] = reg;  // returned as is, compared by identity: the very object
+    example_of_node_[node] = Ref::borrow(obj);
+    v = Value::tensor(node, reg);
+    wrapped_[reg] = v;
+    wrapped_tensors_.emplace(obj, v);
+    return v;
+  }
+  int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)),
+                             guards().sourceName(reg));
+  if (node < 0) return failFromPython("making a fake tensor for an input");
+  guards().checkTensor(reg, obj, graph_.dynamicMask(node));  // symbolic dims: the shape guards say what holds
+  input_reg_of_node_[node] = reg;
+  example_of_node_[node] = Ref::borrow(obj);
+  v = Value::tensor(node, reg);
+  wrapped_tensors_.emplace(obj, v);
+  wrapped_[reg] = v;
+  return v;
+}
+
+// An instance of a class of the program: guarded by its class, its attributes read when
+// the trace reads them; a tuple, list or dict subclass instance with its items read too.
+Result<ValuePtr> Tracer::wrapUserObject(PyObject* obj, int reg) {
+  ValuePtr v;
+  // An instance of a user class: its class is guarded; attributes are read (and
+  // guarded) when the trace reads them.
+  if (reg >= 0) guards().checkType(reg, Py_TYPE(obj));
+  v = Value::object(obj, reg);
+  PyTypeObject* base = reg >= 0 ? containerBase(reinterpret_cast<PyObject*>(Py_TYPE(obj))) : nullptr;
+  if (base == &PyTuple_Type || base == &PyList_Type) {
+    // An instance of a tuple or list subclass: its items, read (and guarded) like a
+    // tuple's or list's through the C layout (the class's own __getitem__ or __iter__
+    // never runs for this); the class's methods see them through the base's C methods.
+    bool tuple = base == &PyTuple_Type;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(obj);
+    guards().checkLength(reg, n);
+    std::vector<ValuePtr> items;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      int item_reg = load(tuple ? LoadKind::TupleItem : LoadKind::ListItem, reg, static_cast<int>(i), nullptr,
+                          guards().sourceName(reg) + "[" + std::to_string(i) + "]");
+      Result<ValuePtr> item = wrap(PySequence_Fast_GET_ITEM(obj, i), item_reg);
+      if (!item) return item;
+      items.push_back(item.take());
+    }
+    v->as<Object>().base = tuple ? Value::tuple(std::move(items), reg) : Value::list(std::move(items), reg);
+    base = nullptr;
+  }
+  PyObject *key, *value;
+  for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
+    if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
+  if (base) {
+    // An instance of a dict subclass (a registry): its items, read like a dict's.
+    Result<ValuePtr> items = wrapDictItems(obj, reg, reinterpret_cast<PyObject*>(base));
+    if (!items) return items;
+    v->as<Object>().base = items.take();
+  }
+  return v;
+}
+
+Result<ValuePtr> Tracer::wrapDictView(PyObject* obj, int reg) {
+  // A view of a dict passed in (d.keys()): the dict it reads, wrapped from the view (one
+  // value with the dict when the program also passes that), and a live view of it.
+  guards().checkType(reg, Py_TYPE(obj));
+  PyObject* d = reinterpret_cast<PyObject*>(reinterpret_cast<_PyDictViewObject*>(obj)->dv_dict);
+  if (!d) return fail("a dict view without its dict");
+  int dreg = load(LoadKind::ViewDict, reg, 0, nullptr, guards().sourceName(reg) + ".mapping");
+  Result<ValuePtr> dv = wrap(d, dreg);
+  if (!dv) return dv;
+  if (!(*dv)->is(Kind::Dict)) return fail("a view of a dict the trace cannot model as a dict");
+  return Value::of(DictView{dv.take(), PyDictKeys_Check(obj)     ? DictView::Keys
+                                    : PyDictValues_Check(obj) ? DictView::Values
+                                                              : DictView::Items},
+                reg);
 }
 
 // Lists, tuples (named too), dicts, sets and tuple iterators read from the program;

@@ -300,4 +300,30 @@ Done rebuildDictView(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
   return {};
 }
 
+// An attribute of a dict value: a defaultdict's default_factory, its type's methods (called later), AttributeError for another type's.
+Result<ValuePtr> dictAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  if (obj->as<Dict>().type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type) &&
+      !PyObject_HasAttr(reinterpret_cast<PyObject*>(&PyDictProxy_Type), name))
+    return t.raiseNew(PyExc_AttributeError, std::string("'mappingproxy' object has no attribute '") + n + "'");
+  if (strcmp(n, "default_factory") == 0) {
+    // A defaultdict's factory (its data attribute, not a method): the value the trace
+    // holds, the real one (guarded when the dict was read), or None.
+    const Dict& d = obj->as<Dict>();
+    PyObject* dd_type = lookup(Obj::collections_defaultdict);
+    if (!dd_type) return t.failFromPython("collections.defaultdict");
+    if (d.type && PyType_Check(d.type.get()) &&
+        PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(d.type.get()), reinterpret_cast<PyTypeObject*>(dd_type))) {
+      if (d.factory_value) return d.factory_value;
+      return d.default_factory ? Value::callable(d.default_factory.get()) : Value::constant(Py_None);
+    }
+  }
+  if (PyObject* type = obj->as<Dict>().type.get(); type && PyType_Check(type) &&
+                                                   !_PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), name))
+    // Not its class's (move_to_end of a plain dict): AttributeError, as eagerly.
+    return t.raiseNew(PyExc_AttributeError, std::string("'") + reinterpret_cast<PyTypeObject*>(type)->tp_name +
+                                                "' object has no attribute '" + n + "'");
+  return Value::namedMethod(obj, name);  // dict.items, ...: called later
+}
+
 }  // namespace cdynamo::trace

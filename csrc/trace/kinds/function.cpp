@@ -9,6 +9,7 @@
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/protocol/attributes.h"
+#include "trace/protocol/container_methods.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -95,6 +96,39 @@ Done rebuildPartial(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* ou
   if (Done d = p.plan(part.kwargs, &args[2]); !d) return d;
   out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
   return {};
+}
+
+// An attribute of a container's or tensor's method: __self__, __name__, __qualname__ as its C method answers.
+Result<ValuePtr> namedMethodAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  // The method of a container or tensor value: what its C method answers
+  // (assertRaises(TypeError, s.add) reads its __name__).
+  const NamedMethod& m = obj->as<NamedMethod>();
+  if (strcmp(n, "__self__") == 0) return m.self;
+  if (strcmp(n, "__name__") == 0) return Value::constant(m.name.get());
+  if (strcmp(n, "__qualname__") == 0) {
+    PyTypeObject* owner = containerCType(m.self);
+    if (!owner && m.self->is(Kind::Tensor)) owner = reinterpret_cast<PyTypeObject*>(lookup(Obj::torch_Tensor));
+    if (!owner) return notHandled();
+    Ref q = Ref::steal(PyUnicode_FromFormat("%s.%U", _PyType_Name(owner), m.name.get()));
+    if (!q) return t.failFromPython("a method's __qualname__");
+    return Value::constant(q.get());
+  }
+  return notHandled();
+}
+
+// An attribute of a Python function bound to a value: the method object's own, the rest read from the function.
+Result<ValuePtr> boundMethodAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  // A Python function bound to a value: the method object's own attributes, the rest
+  // read from the function (as a method object forwards them).
+  const BoundMethod& m = obj->as<BoundMethod>();
+  if (strcmp(n, "__self__") == 0) return m.self;
+  if (strcmp(n, "__func__") == 0) return Value::callable(m.function.get());
+  if (strcmp(n, "__name__") == 0 || strcmp(n, "__qualname__") == 0 || strcmp(n, "__module__") == 0 ||
+      strcmp(n, "__doc__") == 0)
+    return getAttr(t, Value::callable(m.function.get()), name);
+  return notHandled();
 }
 
 }  // namespace cdynamo::trace

@@ -6,6 +6,7 @@
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/kinds/set.h"
+#include "trace/protocol/attributes.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
@@ -839,6 +840,18 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
   if (Done d = p.plan(Value::tuple(std::move(rest)), &args.back()); !d) return d;
   out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
   return {};
+}
+
+// An attribute of an iterator value: __iter__/__next__ (a generator's send/close/throw too), called later.
+Result<ValuePtr> iteratorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  // A generator's methods (calls.cpp generatorMethod), called later.
+  if (obj->as<Iterator>().made == Iterator::Made::Generator &&
+      (strcmp(n, "send") == 0 || strcmp(n, "close") == 0 || strcmp(n, "throw") == 0 || strcmp(n, "__next__") == 0))
+    return Value::namedMethod(obj, name);
+  if (strcmp(n, "__iter__") == 0 || strcmp(n, "__next__") == 0)
+    return Value::namedMethod(obj, name);  // it.__iter__() (itself), it.__next__(): called later
+  return notHandled();
 }
 
 }  // namespace cdynamo::trace

@@ -15,6 +15,7 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/sequence.h"
 #include "trace/opcodes/handlers.h"
+#include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
@@ -525,6 +526,56 @@ Done rebuildList(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) 
   else
     out->step = P::List{std::move(items)};
   return {};
+}
+
+// An attribute of a tuple value: a namedtuple's fields by position, its __dict__, its class's own methods and properties, else tuple's methods.
+Result<ValuePtr> tupleAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  const Tuple& tuple = obj->as<Tuple>();
+  if (tuple.namedtuple) {  // a namedtuple (or a structseq: its __match_args__): fields by position
+    Ref fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "_fields"));
+    if (!fields) {
+      PyErr_Clear();
+      fields = Ref::steal(PyObject_GetAttrString(tuple.namedtuple.get(), "__match_args__"));
+    }
+    // A C tuple type without fields (torch.Size): none; its methods are the class's, below.
+    if (!fields && !PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tuple.namedtuple.get()), Py_TPFLAGS_HEAPTYPE)) {
+      PyErr_Clear();
+      fields = Ref::steal(PyTuple_New(0));
+    }
+    if (!fields || !PyTuple_Check(fields.get())) return t.failFromPython("namedtuple fields");
+    if (PyUnicode_CompareWithASCIIString(name, "_fields") == 0) return Value::constant(fields.get());
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(fields.get()); ++i)
+      if (PyUnicode_Compare(PyTuple_GET_ITEM(fields.get(), i), name) == 0) return tuple.items[static_cast<size_t>(i)];
+    if (tuple.attrs) {  // its __dict__ (attributes set in the trace) before its class's
+      const Dict& attrs = tuple.attrs->as<Dict>();
+      int k = attrs.findKey(name);
+      if (k == -2) return t.failFromPython("attribute lookup");
+      if (k >= 0) return attrs.values[static_cast<size_t>(k)];
+    }
+    // The class's own methods, static/class methods and properties (namedtuple's
+    // _replace, _asdict, ... and tuple's methods stay the container's).
+    if (n[0] != '_' && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(tuple.namedtuple.get()), Py_TPFLAGS_HEAPTYPE))
+      if (Result<ValuePtr> r = namedTupleClassAttr(t, obj, tuple.namedtuple.get(), name); !r.notHandled()) return r;
+  }
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(tuple.namedtuple ? tuple.namedtuple.get() : reinterpret_cast<PyObject*>(&PyTuple_Type));
+  if (!_PyType_Lookup(type, name)) {  // not its class's: its __dict__'s, or absent
+    if (obj->reg >= 0 && type->tp_dictoffset != 0)
+      return t.fail(std::string("attribute '") + n + "' of the __dict__ of a " + type->tp_name +
+                    " from the program is not supported yet");
+    return t.raiseNew(PyExc_AttributeError, std::string("'") + type->tp_name + "' object has no attribute '" + n + "'");
+  }
+  return Value::namedMethod(obj, name);
+}
+
+// An attribute of a list or deque value: its type's methods (called later), AttributeError for another type's.
+Result<ValuePtr> listAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  const List& l = obj->as<List>();
+  PyTypeObject* type = reinterpret_cast<PyTypeObject*>(l.deque ? l.deque.get() : reinterpret_cast<PyObject*>(&PyList_Type));
+  if (!_PyType_Lookup(type, name))  // appendleft of a list, sort of a deque
+    return t.raiseNew(PyExc_AttributeError, std::string("'") + type->tp_name + "' object has no attribute '" + n + "'");
+  return Value::namedMethod(obj, name);  // list.append, ...: called later
 }
 
 }  // namespace cdynamo::trace

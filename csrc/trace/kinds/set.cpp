@@ -5,16 +5,17 @@
 #include <string>
 #include <unordered_map>
 
-#include "support/set_table.h"
 #include "support/check.h"
 #include "support/lookup.h"
+#include "support/set_table.h"
 #include "support/torch_types.h"
-#include "trace/engine/outputs.h"
 #include "trace/engine/graph_calls.h"
+#include "trace/engine/outputs.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/set.h"
 #include "trace/opcodes/handlers.h"
+#include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
@@ -311,7 +312,11 @@ ValuePtr setMethodOnShadow(Tracer& t, const ValuePtr& self, const char* n, const
 }
 
 }  // namespace
-Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+namespace {
+
+// The methods that read a set (membership, copies, union and the other combinations, the
+// predicates, the operators' special methods by name); NotHandled for the others.
+Result<ValuePtr> setReadingMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   Set& set = self->as<Set>();
   std::vector<ValuePtr>& items = set.items;
@@ -382,6 +387,15 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
       if (r.notHandled()) return Value::constant(Py_NotImplemented);
       return r;
     }
+  return notHandled();
+}
+
+// The methods that change a set (add, discard, remove, pop, clear, update and the other
+// in-place combinations, __init__), replayed on its shadow; NotHandled for the others.
+Result<ValuePtr> setChangingMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+  auto is = [n](const char* m) { return strcmp(n, m) == 0; };
+  Set& set = self->as<Set>();
+  std::vector<ValuePtr>& items = set.items;
   static const char* const kMutating[] = {"add", "discard", "remove", "pop", "clear", "update", "__init__",
                                           "intersection_update", "difference_update", "symmetric_difference_update"};
   bool mutating = false;
@@ -478,6 +492,13 @@ Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::
   items = std::move(result);
   replayOnShadow(t, set, n, args);
   return Value::constant(Py_None);
+}
+
+}  // namespace
+
+Result<ValuePtr> setMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
+  if (Result<ValuePtr> r = setReadingMethod(t, self, n, args); !r.notHandled()) return r;
+  return setChangingMethod(t, self, n, args);
 }
 
 // The value of a mutable set computed for real from operands that include a set made in the
@@ -722,6 +743,14 @@ Done rebuildSet(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
   if (Done d = p.planAll(v->as<Set>().items, &items); !d) return d;
   out->step = P::Set{std::move(items), v->as<Set>().frozen};
   return {};
+}
+
+// An attribute of a set value: its methods (called later), AttributeError for a frozenset's missing ones.
+Result<ValuePtr> setValueAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  if (obj->as<Set>().frozen && !PyObject_HasAttr(reinterpret_cast<PyObject*>(&PyFrozenSet_Type), name))
+    return t.raiseNew(PyExc_AttributeError, std::string("'frozenset' object has no attribute '") + n + "'");
+  return Value::namedMethod(obj, name);  // set.add, ...: called later
 }
 
 }  // namespace cdynamo::trace

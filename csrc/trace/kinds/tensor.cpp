@@ -1,0 +1,56 @@
+// The tensor kind (Kind::Tensor): what its attributes mean in the trace.
+#include <cstring>
+#include <string>
+
+#include "support/lookup.h"
+#include "trace/engine/graph_calls.h"
+#include "trace/protocol/attributes.h"
+#include "trace/protocol/constants.h"
+#include "trace/engine/scalars.h"
+#include "trace/tracer.h"
+
+namespace cdynamo::trace {
+
+using graph::NodeOp;
+
+// Attributes of a tensor: methods (called later as call_method), metadata as constants, tensor-valued attributes as getattr nodes.
+Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  const char* n = PyUnicode_AsUTF8(name);
+  if (isScalarValue(t, obj))  // a number read from a tensor: not a tensor's attributes
+    return t.fail(std::string("attribute '") + n + "' of a value read from a tensor (Tensor.item()) is not supported yet");
+  // The version counter counts in-place changes of the real tensor, before the call
+  // too: a fake's (0 for an input) is not it, and nothing guards it.
+  if (strcmp(n, "_version") == 0) return t.fail("Tensor._version (the real tensor's version counter) is not modeled");
+  if (strcmp(n, "__class__") == 0) {  // its type, as type(x) answers
+    PyObject* type = typeOf(t, obj);
+    if (!type) return t.fail("the class of a tensor");
+    return Value::callable(type);
+  }
+  PyObject* tt = lookup(Obj::torch_Tensor);
+  if (!tt) return t.failFromPython("torch.Tensor");
+  PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
+  if (!descr) return t.fail(std::string("Tensor has no attribute '") + n + "'");
+  if (Py_TYPE(descr)->tp_descr_set == nullptr || PyFunction_Check(descr))
+    return Value::namedMethod(obj, name);  // methods: called later as call_method
+  // The result of min()/max() over tensors stands for the item that won (markChoice):
+  // what the where() node it is computed as answers alike (metadata, values) is read
+  // from it; state of the object itself (.grad, ._base, ...) breaks the graph.
+  if (t.graph().choiceOf(obj->as<Tensor>().node)) {
+    static const char* const kValueAttrs[] = {"shape", "dtype", "device", "ndim", "requires_grad", "is_leaf",
+                                              "grad_fn", "layout", "T", "mT", "H", "mH", "real", "imag", "data",
+                                              "is_cuda", "is_cpu", "is_meta", "is_sparse", "is_quantized",
+                                              "itemsize", "nbytes", "is_nested"};
+    bool value_attr = false;
+    for (const char* a : kValueAttrs) value_attr = value_attr || strcmp(n, a) == 0;
+    if (!value_attr)
+      return t.fail(std::string("Tensor.") + n + " of the result of min()/max() over tensors (the state of the item "
+                    "that won, which the trace computes as a new tensor)");
+  }
+  // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
+  // ones (x.T, x.mT) become getattr nodes.
+  PyObject* getattr = lookup(Obj::builtins_getattr);
+  if (!getattr) return t.failFromPython("builtins.getattr");
+  return recordCall(t, NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
+}
+
+}  // namespace cdynamo::trace
