@@ -32,7 +32,7 @@ $(DEPS_STAMP): requirements-dev.txt
 
 venv: $(DEPS_STAMP)
 
-# Real models (issue 11): timm and transformers. timm goes in with --no-deps (its other
+# Real models: timm and transformers. timm goes in with --no-deps (its other
 # requirements are in requirements-models.txt): PyPI's torchvision is a CUDA build that
 # cannot import beside the CPU torch, so it is kept out and timm imports through
 # tools/models/tv_shim.py. The last two lines check that it worked.

@@ -20,7 +20,7 @@ import cdynamo
 # ----------------------------------------------------------------------------- backends
 
 def forward_backend(gm, example_inputs):
-    """The frontend-only backend of the issue: run the captured graph as it is."""
+    """The frontend-only backend: run the captured graph as it is (only the frontend is measured)."""
     return gm.forward
 
 

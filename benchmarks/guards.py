@@ -69,7 +69,7 @@ def run(quick):
     reference_label = cases[-1][0].replace(replaying, " (real graph, for reference)")
     cases.append((reference_label, stack, cases[-1][2], None))
     cases = [c + (False, False) for c in cases]
-    # dynamic=True (issue 13): one symbolic entry; its shape guards (duck sizing makes the
+    # dynamic=True (dynamic shapes): one symbolic entry; its shape guards (duck sizing makes the
     # 100 sizes one symbol: 99 equalities and a range) run in the guard program. With the
     # real graphs: a replaying backend would return the first size's result for every size.
     dyn_sets = [tuple(torch.randn(k) for _ in range(N_ARGS)) for k in (3, 5, 9)]

@@ -1,4 +1,4 @@
-"""Real models (timm, Hugging Face transformers) under cdynamo and torch._dynamo (issue 11).
+"""Real models (timm, Hugging Face transformers) under cdynamo and torch._dynamo.
 
     .venv/bin/python benchmarks/models.py [--train | --inductor] [--models a,b] [--size full|quick]
                                           [--write docs/models.md | --no-write] [--json DIR]
@@ -156,7 +156,7 @@ cdynamo and torch._dynamo on identical copies in that process. Models: timm
 (`create_model(name, pretrained=False)`, batch 1 at 224x224) and transformers built from
 config (2 layers, hidden 64, vocab 1000, 4 heads, FFN 128, dropout 0; batch 2, 16 tokens,
 the second sequence padded), random weights, nothing downloaded. The model definitions
-are tools/models/zoo.py. The goal (issue 11): graphs no more than torch._dynamo's, outputs
+are tools/models/zoo.py. The goal: graphs no more than torch._dynamo's, outputs
 and gradients equal, no native frame, no crash.
 """
 

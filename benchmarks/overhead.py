@@ -20,7 +20,7 @@ def run(quick):
         ("`nn.Linear(8, 8)` module, input [1, 8]", lin, [(torch.randn(1, 8),)], None),
     ]
     cases = [c + (False,) for c in cases]
-    # A dynamic entry (issue 13): one symbolic entry serves both lengths; the hit pays the
+    # A dynamic entry (dynamic shapes): one symbolic entry serves both lengths; the hit pays the
     # size-symbol reads and shape guards (x.size(0) >= 2) in the guard program.
     cases.append(("`x + 1`, dynamic=True, lengths 4 / 7 hit one symbolic entry", add_one,
                   [(torch.randn(4),), (torch.randn(7),)], None, True))

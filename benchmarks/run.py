@@ -1,4 +1,4 @@
-"""cdynamo vs torch._dynamo benchmarks (issue 5). `make bench` / `make bench-quick`.
+"""cdynamo vs torch._dynamo benchmarks. `make bench` / `make bench-quick`.
 
     .venv/bin/python benchmarks/run.py [--quick] [--only overhead,guards,tracing,memory] [--out PATH]
 

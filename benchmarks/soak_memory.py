@@ -1,4 +1,4 @@
-"""Memory soak (issue 14): RSS and tracemalloc over many cache hits and compile/reset cycles.
+"""Memory soak: RSS and tracemalloc over many cache hits and compile/reset cycles.
 
     .venv/bin/python benchmarks/soak_memory.py [--hits 1000000] [--cycles 10000] [--checkpoints 10] [--log FILE]
 

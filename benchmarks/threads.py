@@ -1,4 +1,4 @@
-"""Cache-hit throughput of 8 threads against 1 (issue 14), and 8 threads compiling different
+"""Cache-hit throughput of 8 threads against 1, and 8 threads compiling different
 functions at once against the same compiles done by one thread.
 
     .venv/bin/python benchmarks/threads.py [--calls N]

@@ -89,5 +89,5 @@ def tracing_workloads(quick):
 
 
 def dynamic_tracing_workloads(quick):
-    """The workloads of section 3 traced with dynamic=True (issue 13): symbolic sizes."""
+    """The workloads of section 3 traced with dynamic=True: symbolic sizes."""
     return [w for w in tracing_workloads(quick) if w[0].startswith("loop") or "TransformerEncoder" in w[0]]

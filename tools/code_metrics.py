@@ -1,4 +1,4 @@
-"""Size and convention counts of csrc/ (issue 10's before/after figures).
+"""Size and convention counts of csrc/ (figures to compare before and after a restructuring).
 
     .venv/bin/python tools/code_metrics.py [--top N]
 

@@ -287,7 +287,7 @@ STEP = 0
 
 
 def test_generator_with_side_effects_is_not_reordered():
-    # A generator's frame pauses at each yield (issue 14): the global it sets before each
+    # A generator's frame pauses at each yield: the global it sets before each
     # yield is what the consumer reads at that step, never the final state. One graph.
     def steps(n):
         global STEP

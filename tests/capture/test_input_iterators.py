@@ -127,7 +127,7 @@ def test_for_loop_cut_by_a_break_each_iteration_keeps_its_graphs():
 
 def test_zip_used_after_its_source_was_consumed_directly_matches_eager():
     # The zip takes from its source as its items are taken (an iterator over a list made in
-    # the trace is read item by item, issue 14): once the source moved on its own, the zip
+    # the trace is read item by item): once the source moved on its own, the zip
     # starts from the second item, as the real one does. Captured in one graph.
     def f(x):
         it = iter([x, x + 1, x + 2])

@@ -1,4 +1,4 @@
-"""Builtin objects and methods the trace models (issue 12): deque.insert/copy, set.__init__,
+"""Builtin objects and methods the trace models: deque.insert/copy, set.__init__,
 sys.getrecursionlimit (folded and guarded), dict views passed in (live views of the dict they
 read), functools.partial objects passed in (their parts read through them and guarded as
 what they are), torch.Tensor's methods called through the class, x.__class__ of a tensor,

@@ -1,4 +1,4 @@
-"""`cls.__dict__` in the trace (PyTorch's test_class_dict; issue 12, descriptors).
+"""`cls.__dict__` in the trace (PyTorch's test_class_dict; descriptors).
 
 type's own `__dict__` getset descriptor gives a mappingproxy of the class dict. The trace
 reads the class dict through the class-dict register (its keys guarded, each value read

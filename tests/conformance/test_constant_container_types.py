@@ -1,5 +1,5 @@
-"""Namedtuples and deques of constants keep their class when a builtin reads them (issue 12,
-PyTorch's test_misc test_namedtuple3).
+"""Namedtuples and deques of constants keep their class when a builtin reads them
+(PyTorch's test_misc test_namedtuple3).
 
 A builtin that is a pure function of its arguments (type, isinstance, repr, str, ...) runs
 for real on the arguments' Python objects when they are all constants. A namedtuple (a

@@ -1,4 +1,4 @@
-"""Container methods called with arguments they refuse raise Python's TypeError (issue 12, wrong results).
+"""Container methods called with arguments they refuse raise Python's TypeError (wrong results before).
 
 The trace's dict methods read the arguments they use and ignored the others: {}.update({}, {}),
 dict({}, {}), OrderedDict({}, {}), d.pop(k, default, extra), d.get(k, d, extra),

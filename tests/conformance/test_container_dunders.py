@@ -1,5 +1,5 @@
 """Containers' special methods and method objects, as unittest and PyTorch's test_dicts/test_sets/
-test_list/test_iterators use them (issue 12, breadth).
+test_list/test_iterators use them.
 
 - l.__getitem__(2), d.__iter__(), s.__sub__(q), p.__eq__(q) and the unbound forms
   (dict.values(d), set.__sub__(p, q), frozenset.__or__(frozenset(...), q), tuple.__add__)

@@ -1,4 +1,4 @@
-"""Subclasses of tuple and list, and namedtuples with methods of their own (issue 12).
+"""Subclasses of tuple and list, and namedtuples with methods of their own.
 
 An instance of a tuple or list subclass is a user object whose items are a tuple or list
 value (read through the C layout and guarded like a tuple's or list's, never through the

@@ -1,4 +1,4 @@
-"""Ops whose results are never used stay in the graph, as torch._dynamo keeps them (issue 12).
+"""Ops whose results are never used stay in the graph, as torch._dynamo keeps them.
 
 torch._dynamo records every call it traces and only drops, at the end, the unused nodes that
 merely read something out of another node (operator.getitem; size/stride/storage_offset/item

@@ -1,4 +1,4 @@
-"""Dicts keyed by objects that hash by identity (issue 12): tensors and parameters, nn.Modules,
+"""Dicts keyed by objects that hash by identity: tensors and parameters, nn.Modules,
 classes (pytree-style registries), functions and user objects whose class keeps object's
 __hash__/__eq__. The trace keys its dict model by the real object and guards that the key's
 source still gives that object; a dict read from the program has its keys guarded one by one,

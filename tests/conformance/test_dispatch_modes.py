@@ -1,4 +1,4 @@
-"""Compiled calls inside a TorchDispatchMode of the program (issue 12, PyTorch's test_misc).
+"""Compiled calls inside a TorchDispatchMode of the program (PyTorch's test_misc).
 
 cdynamo's own bookkeeping around a translation (saving and restoring torch's RNG state,
 cdynamo/_state.py) ran operators, which the program's mode saw: a logging mode logged an

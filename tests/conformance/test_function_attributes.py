@@ -1,4 +1,4 @@
-"""Attributes of a function made in the trace (issue 12, PyTorch's test_misc).
+"""Attributes of a function made in the trace (PyTorch's test_misc).
 
 The trace knew a few attributes of a function it made (__name__, __qualname__, __doc__,
 __dict__, what functools.wraps sets) and answered every other name with AttributeError,

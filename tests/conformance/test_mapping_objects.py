@@ -1,4 +1,4 @@
-"""User mapping objects read as mappings (issue 12: dict(m), d.update(m) and f(**m) of a
+"""User mapping objects read as mappings (before: dict(m), d.update(m) and f(**m) of a
 collections.abc.MutableMapping subclass stopped with "dict update sequence element is not a
 pair": the object was iterated as a sequence of pairs).
 

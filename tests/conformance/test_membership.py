@@ -1,4 +1,4 @@
-"""`in` over classes and functions (issue 12, PyTorch's test_misc: test_frozenset_torch_func_contains,
+"""`in` over classes and functions (PyTorch's test_misc: test_frozenset_torch_func_contains,
 test_class_duner_mro, test_user_function_variable_supports_type_abcmeta_argument).
 
 `func in frozenset([torch.add])`, `Bar in (Bar, Baz)` and `A in type(m).__mro__` stopped the

@@ -1,4 +1,4 @@
-"""min()/max() over tensors return one of their items itself (issue 12, wrong results).
+"""min()/max() over tensors return one of their items itself (wrong results before).
 
 Eager's ``max(a, b)`` is ``a`` or ``b``, the very object. cdynamo computes its value as
 torch.where() steps, and also which item won (an index the graph computes); the result is

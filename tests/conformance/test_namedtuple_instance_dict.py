@@ -1,4 +1,4 @@
-"""Attributes of namedtuple instances (issue 12: setting an attribute on an instance of a
+"""Attributes of namedtuple instances (before: setting an attribute on an instance of a
 NamedTuple subclass made in the trace stopped it, "a tuple that exists outside the trace").
 
 A subclass of a namedtuple without __slots__ gives its instances a __dict__: attributes set

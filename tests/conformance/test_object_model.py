@@ -1,4 +1,4 @@
-"""The Python object model as the trace reads it (issues 11 and 12): attribute lookup by the
+"""The Python object model as the trace reads it: attribute lookup by the
 descriptor protocol, for instances, nn.Modules and classes; a class's own __getattribute__
 and __getattr__; hasattr() by the same lookup; the guards on what each read assumed.
 

@@ -1,4 +1,4 @@
-"""An OrderedDict read from the program is walked in its linked order (issue 12, wrong results).
+"""An OrderedDict read from the program is walked in its linked order (wrong results before).
 
 OrderedDict keeps its order in a linked list beside the dict's storage: move_to_end changes
 the list, not the storage order PyDict_Next walks. The trace read an OrderedDict input's

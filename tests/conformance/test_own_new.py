@@ -1,4 +1,4 @@
-"""Instances of Python classes with a __new__ of their own (issue 12, PyTorch's test_misc
+"""Instances of Python classes with a __new__ of their own (PyTorch's test_misc
 test_dunder_new_function_inlining*, test_multiple_inheritance).
 
 A class whose instances object.__new__ makes (no builtin base) but which defines __new__

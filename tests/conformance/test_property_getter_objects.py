@@ -1,4 +1,4 @@
-"""Properties whose getter is a callable object (issue 12: ``property(Getter())`` with a class
+"""Properties whose getter is a callable object (before: ``property(Getter())`` with a class
 defining __call__ stopped the trace, "call of <Getter object> is not supported yet").
 
 The getter is called as Python calls it, getter(instance): its class's __call__ is traced,

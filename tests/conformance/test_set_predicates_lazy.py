@@ -1,4 +1,4 @@
-"""set.isdisjoint/issuperset take an iterable's items one at a time (issue 12, wrong results).
+"""set.isdisjoint/issuperset take an iterable's items one at a time (wrong results before).
 
 Over an iterable that is not a set, Python stops at the first item that decides
 (isdisjoint: the first member; issuperset: the first non-member), so a generator keeps the

@@ -1,4 +1,4 @@
-"""The order a set made in the trace is walked in after it changed (issue 12, wrong results).
+"""The order a set made in the trace is walked in after it changed (wrong results before).
 
 Python walks a set in its hash table's order, and the table remembers the set's history:
 remove()/discard() leave dummy entries that later insertions probe past, pop() takes the

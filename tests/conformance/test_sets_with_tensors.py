@@ -1,4 +1,4 @@
-"""Sets and frozensets holding tensors (issue 12: frozenset() of a set holding a tensor and a
+"""Sets and frozensets holding tensors (before: frozenset() of a set holding a tensor and a
 returned frozenset([1, x]) crashed in PySet_Add; `set in set` and set algebra over tensors
 stopped the trace).
 

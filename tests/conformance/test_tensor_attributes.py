@@ -1,4 +1,4 @@
-"""hasattr() on tensors answers what the real tensor has (issue 12, PyTorch's test_misc).
+"""hasattr() on tensors answers what the real tensor has (PyTorch's test_misc).
 
 A tensor's attributes are its class's plus those set on the object itself (x.tag = ...).
 The trace used to ask the fake tensor, whose class has attributes of its own (fake_mode,

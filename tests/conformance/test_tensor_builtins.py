@@ -1,4 +1,4 @@
-"""Builtins and tensor values the trace computes as torch._dynamo does (issue 12).
+"""Builtins and tensor values the trace computes as torch._dynamo does.
 
 - a legacy tensor type (torch.HalfTensor) passed to a graph op goes in as its name;
 - a one-element integer tensor made from constants (torch.as_tensor(2)) indexes a list or a

@@ -1,4 +1,4 @@
-"""Tensor subclasses with __torch_function__ (issue 12), traced as torch._dynamo does: the
+"""Tensor subclasses with __torch_function__, traced as torch._dynamo does: the
 subclass's __torch_function__ is inlined for every torch function, Tensor method, operator
 and property applied to an instance; torch.Tensor.__torch_function__ (super()'s) runs the
 function on the plain tensors in the graph and makes tensor results instances of the class

@@ -1,4 +1,4 @@
-"""__bool__ and __len__ results are checked as Python checks them (issue 12, PyTorch's
+"""__bool__ and __len__ results are checked as Python checks them (PyTorch's
 test_misc test_if_cond_user_defined_object2).
 
 The trace took whatever a class's __bool__ or __len__ returned and asked its truth: a

@@ -1,4 +1,4 @@
-"""Union types made in the frame (issue 12): ``int | None`` is computed at trace time (a
+"""Union types made in the frame: ``int | None`` is computed at trace time (a
 types.UnionType), and one that leaves the frame was not rebuilt ("returning a object is not
 supported yet": the frame ran natively). It is made again from its members after the graph,
 ``operator.or_(operator.or_(a, b), c)``, as eager makes it: an equal union, a new object each

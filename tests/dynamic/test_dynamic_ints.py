@@ -1,4 +1,4 @@
-"""Python int arguments under dynamic=True (issue 13): symbolic from the first compile, as
+"""Python int arguments under dynamic=True: symbolic from the first compile, as
 torch._dynamo 2.13 makes them (no 0/1 specialization for ints, no duck sizing with tensor
 sizes); specialized where the program needs the value (range(n)); bools stay constants.
 Every case runs torch._dynamo on the same calls: compile counts no more than Dynamo's, the

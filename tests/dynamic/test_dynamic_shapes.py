@@ -1,4 +1,4 @@
-"""Dynamic shapes (issue 13): automatic dynamic, dynamic=True, mark_dynamic, symbolic
+"""Dynamic shapes: automatic dynamic, dynamic=True, mark_dynamic, symbolic
 sizes in the trace, shape guards in the C++ guard program. Every case compares with eager
 on the first call and on cache hits, and its compile count with torch._dynamo's."""
 import pytest

@@ -1,5 +1,5 @@
 """Graph counts against torch._dynamo's on the same calls, for programs where cdynamo used to
-compile more (issue 13): a frame whose trace makes no op, max() of a size comparison,
+compile more under dynamic shapes: a frame whose trace makes no op, max() of a size comparison,
 len() of a tensor with a symbolic size, F.interpolate on a symbolic size, and values
 read from tensors whose use needs a runtime check (unbacked sizes, torch._check).
 Every case compares cdynamo's results with eager on the first call and on a cache hit,

@@ -1,4 +1,4 @@
-"""Guard provenance (issue 13): every recompile reason says where its guard came from, the
+"""Guard provenance: every recompile reason says where its guard came from, the
 file:line of the traced program's use that installed it with the inlined call chain; and
 explain() shows symbolic sizes and shape guards. The text is built on the miss, from what
 the trace recorded."""

@@ -1,5 +1,5 @@
 """Automatic dynamic for Python ints read through an argument's attributes, items and keys
-(issue 13's mechanism for int arguments, extended to every source under an argument):
+(the mechanism of automatic dynamic int arguments, extended to every source under an argument):
 after the first recompile caused by such an int changing, it is a SymInt graph input and
 later values hit one entry. Ints under an nn.Module stay constants unless
 config.allow_unspec_int_on_nn_module, as torch._dynamo's flag of that name. Each case runs

@@ -1,4 +1,4 @@
-"""range() and indexing on symbolic sizes (issue 13): range needs its values, so a symbolic
+"""range() and indexing on symbolic sizes: range needs its values, so a symbolic
 size (or int) passed to it is specialized with a shape guard, as torch._dynamo specializes
 it; a size held across a graph break reaches the resumed code. Each case is compared with
 eager on the first call and on hits, and with torch._dynamo's compile count."""

@@ -1,4 +1,4 @@
-"""x.shape and x.size() are a torch.Size under dynamic shapes too (issue 14, found while
+"""x.shape and x.size() are a torch.Size under dynamic shapes too (found while
 fuzzing sequence operators): a symbolic shape was held as a plain tuple, so type(),
 isinstance(), a slice or a + of it, and a shape returned or alive at a graph break, were
 tuples where eagerly they are Sizes; torch.Size([x.shape[0], 5]) returned the trace's

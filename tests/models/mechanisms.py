@@ -1,9 +1,9 @@
-"""Minimal repros of what keeps real models (issue 11) out of one graph, one per mechanism.
+"""Minimal repros of what keeps real models out of one graph, one per mechanism.
 
 Each case is a function of tensors (or a module) that uses one Python construct the way
 timm or transformers does, without importing either. `check(case)` runs it eagerly,
 under cdynamo (counting backend; first call and a cache hit) and under torch._dynamo in
-the same process, and asserts what issue 11 asks: outputs equal eager's, no more graphs
+the same process, and asserts what every real model must meet: outputs equal eager's, no more graphs
 than torch._dynamo, no graph break where torch._dynamo has none, no native frame.
 test_mechanisms.py runs every case (the crashing ones in a subprocess); the diagnosis of
 each, with the C++ location and torch._dynamo's rule, is in the case's `why` and in

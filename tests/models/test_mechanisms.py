@@ -1,4 +1,4 @@
-"""The mechanisms that keep real models out of one graph (issue 11), one minimal repro
+"""The mechanisms that keep real models out of one graph, one minimal repro
 each (tests/models/mechanisms.py: the cases, the harness and each diagnosis).
 
 Every case is a strict xfail while its mechanism is not fixed: the fix makes it pass,
@@ -18,7 +18,7 @@ import mechanisms  # noqa: E402
 # Mechanisms not fixed yet, by case name (all of them at the commit this file was written).
 # Fixed since: a raising __iter__/__contains__ is an exception of the traced program (the
 # tracer's failure protocol, trace/result.h), no longer a null value that was used.
-# Automatic dynamic shapes (issue 13): a frame called with every feature-map size compiles
+# Automatic dynamic shapes: a frame called with every feature-map size compiles
 # a static entry, then one symbolic entry for the dims that changed.
 FIXED = {"iter_dunder_raises", "contains_dunder_raises", "recompile_per_shape",
          # Attribute reads follow the descriptor protocol for instances, modules and classes

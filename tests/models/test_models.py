@@ -1,8 +1,8 @@
-"""Real models (issue 11), the quick subset: timm and transformers built from config,
+"""Real models, the quick subset: timm and transformers built from config,
 small inputs, each in its own process (tools/models/worker.py) so that a crash of the
 tracer fails one test instead of the run.
 
-Each test asserts what issue 11 asks of every model: the worker finished (no crash),
+Each test asserts what every model must meet: the worker finished (no crash),
 cdynamo's outputs equal eager's on the first call and on a cache hit, cdynamo made no
 more graphs than torch._dynamo in the same process, and no frame ran natively. The
 models that do not meet that yet are strict xfails naming the mechanism (see

@@ -1,6 +1,6 @@
 """Generators and iterators made in the trace where the lazy model stops: each case runs
 natively (or breaks the graph) with a reported reason and gives eager's answer, never the
-answer of a generator run ahead or an iterator snapshotted (issue 14). Compared on the
+answer of a generator run ahead or an iterator snapshotted. Compared on the
 first call and on the cache hit; graph counts from a counting backend, torch._dynamo's
 beside them where it captures."""
 import pytest

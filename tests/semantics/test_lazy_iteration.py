@@ -1,7 +1,7 @@
 """Generators and iterators made in the trace are lazy, as Python's are: a generator's frame
 runs to its next yield when an item is taken (what it does in between is seen in the
 program's order), and an iterator over a list, dict or set reads the container as it is
-when each item is taken (issue 14: these were run ahead / snapshotted, wrong results).
+when each item is taken (before, these were run ahead / snapshotted, wrong results).
 Full consumption (list(gen), sum(gen), for over a generator) stays in one graph."""
 import itertools
 

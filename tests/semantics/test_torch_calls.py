@@ -1,4 +1,4 @@
-"""Torch callables called without tensor arguments, decided by what they are (issue 11, M1):
+"""Torch callables called without tensor arguments, decided by what they are:
 Python helpers of torch are traced, the override-dispatch queries are answered from the
 values, readers of global state are folded and guarded, aten operators go to the graph,
 other bindings break at the call. Each case: eager vs cdynamo on the first call and on a

@@ -37,7 +37,8 @@ MORE2 = ["gpt_neox", "codegen", "mixtral", "mbart", "blenderbot", "m2m100", "xln
          "megatron_bert", "big_bird", "data2vec_text", "xmod"]
 KNOWN = ALL + EXTRA + MORE + MORE2
 
-# Shared by every transformers config: the issue's "2 layers, hidden 64, vocab 1000".
+# Shared by every transformers config: small enough to build from config in a test
+# (2 layers, hidden 64, vocab 1000), nothing downloaded.
 VOCAB, HIDDEN, LAYERS, HEADS, FFN, POSITIONS = 1000, 64, 2, 4, 128, 128
 
 
