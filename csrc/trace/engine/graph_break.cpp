@@ -17,6 +17,7 @@
 #include "bytecode/resume.h"
 #include "runtime/continuation.h"
 #include "support/lookup.h"
+#include "support/py_error.h"
 #include "support/stats.h"
 #include "trace/tracer.h"
 
@@ -218,18 +219,17 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     if (retry_ints && first.error) {
       // Only a cdynamo.Unsupported error is retried. The lookup may import: not with the
       // error pending (a backend's failure would become a SystemError).
-      PyObject *et = nullptr, *ev = nullptr, *etb = nullptr;
-      PyErr_Fetch(&et, &ev, &etb);
+      FetchedError pending = FetchedError::fetch();
       PyObject* unsupported_exc = lookup(Obj::cdynamo_exc_Unsupported);
       if (!unsupported_exc) PyErr_Clear();
-      PyErr_Restore(et, ev, etb);
+      pending.restore();
       retry_ints = unsupported_exc && PyErr_ExceptionMatches(unsupported_exc);
     }
     if (first.error && !retry_ints) return first;
     target = tracer.failedAt();
     if (retry_ints) {
-      PyObject *et = nullptr, *ev = nullptr, *etb = nullptr;
-      if (first.error) PyErr_Fetch(&et, &ev, &etb);  // the fullgraph error, raised again if no retry
+      FetchedError fullgraph_error;  // the fullgraph error, raised again if no retry
+      if (first.error) fullgraph_error = FetchedError::fetch();
       // The trace with int arguments symbolic did not complete (range(n), an index, a
       // constant the program needs): they are specialized from now on, and it runs again.
       static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
@@ -242,15 +242,10 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
       Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_ints", "OOs", shape_memory,
                                                                 list.get(), first.unsupported.reason.c_str()))
                              : Ref();
-      if (r) {
-        Py_XDECREF(et);
-        Py_XDECREF(ev);
-        Py_XDECREF(etb);
-        return translate(frame, config, shape_memory);
-      }
+      if (r) return translate(frame, config, shape_memory);  // the fullgraph error is dropped
       PyErr_Clear();
       if (first.error) {  // cannot specialize: the first failure stands
-        PyErr_Restore(et, ev, etb);
+        fullgraph_error.restore();
         return first;
       }
     }

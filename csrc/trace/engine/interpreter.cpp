@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/check.h"
+#include "support/py_error.h"
 #include "support/stats.h"
 #include "trace/opcodes/handlers.h"
 #include "trace/tracer.h"
@@ -203,12 +204,8 @@ Result<ValuePtr> Tracer::runInstructions(SymbolicFrame& f) {
         // error left set by the trace so far (an internal inconsistency) would surface in
         // the Python code that builds and compiles the graph: no break then.
         if (PyErr_Occurred()) {
-          PyObject *type, *value, *tb;
-          PyErr_Fetch(&type, &value, &tb);
-          std::string name = type ? reinterpret_cast<PyTypeObject*>(type)->tp_name : "?";
-          Py_XDECREF(type);
-          Py_XDECREF(value);
-          Py_XDECREF(tb);
+          FetchedError left = FetchedError::fetch();
+          std::string name = left ? reinterpret_cast<PyTypeObject*>(left.type())->tp_name : "?";
           return fail(std::string("internal: a Python error (") + name + ") was left set before the graph break");
         }
         stopped_at_break_ = true;

@@ -5,6 +5,7 @@
 // for real, so the user sees exactly CPython's behaviour.
 #include <string>
 
+#include "support/py_error.h"
 #include "trace/kinds/exception.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
@@ -44,8 +45,7 @@ bool Tracer::chainToHandled(PyObject* exc) {
   PyObject* o = handled;
   PyObject* slow = o;
   bool advance_slow = false;
-  while (PyObject* ctx = PyException_GetContext(o)) {
-    Py_DECREF(ctx);  // the chain keeps it alive
+  while (PyObject* ctx = exceptionContext(o)) {
     if (ctx == exc) {
       PyException_SetContext(o, nullptr);
       break;
@@ -53,9 +53,7 @@ bool Tracer::chainToHandled(PyObject* exc) {
     o = ctx;
     if (o == slow) break;
     if (advance_slow) {
-      PyObject* next = PyException_GetContext(slow);
-      Py_XDECREF(next);
-      slow = next;
+      slow = exceptionContext(slow);
     }
     advance_slow = !advance_slow;
   }
@@ -78,8 +76,7 @@ Stop Tracer::raisePython() {
   PyException_SetTraceback(exc.get(), Py_None);
   // Raised by C code run during the trace, where the thread's exc_info is not the traced
   // program's: chain it as CPython would have unless the code chained it already.
-  if (PyObject* ctx = PyException_GetContext(exc.get())) Py_DECREF(ctx);
-  else if (!chainToHandled(exc.get())) return failOuterHandled();
+  if (!exceptionContext(exc.get()) && !chainToHandled(exc.get())) return failOuterHandled();
   return raiseValue(Value::object(exc.get()));
 }
 
