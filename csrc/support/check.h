@@ -1,4 +1,4 @@
-// Broken invariants (STYLE.md habit 7, third channel): CHECK names file and line and
+// Broken invariants (the third error channel, docs/design.md): CHECK names file and line and
 // aborts. Never used for user errors (those are Python exceptions) nor for unsupported
 // code (those are graph-break statuses).
 #pragma once

@@ -1,4 +1,4 @@
-// Ownership of Python references, in the type (STYLE.md habit 6).
+// Ownership of Python references, in the type (docs/design.md, "Ownership in the type").
 //
 //  * Ref       owns one strong reference; move-only; built only by Ref::steal / Ref::borrow.
 //  * Borrowed  a borrowed reference kept beyond one call (a field, a table row): trivially

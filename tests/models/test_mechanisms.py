@@ -17,12 +17,12 @@ import mechanisms  # noqa: E402
 
 # Mechanisms not fixed yet, by case name (all of them at the commit this file was written).
 # Fixed since: a raising __iter__/__contains__ is an exception of the traced program (the
-# tracer's failure protocol, trace/result.h), no longer a null value that was used.
+# tracer's failure protocol, trace/engine/result.h), no longer a null value that was used.
 # Automatic dynamic shapes: a frame called with every feature-map size compiles
 # a static entry, then one symbolic entry for the dims that changed.
 FIXED = {"iter_dunder_raises", "contains_dunder_raises", "recompile_per_shape",
          # Attribute reads follow the descriptor protocol for instances, modules and classes
-         # (trace/objects.cpp), enum members are constants, a class's own __getattribute__ is
+         # (trace/kinds/object.cpp), enum members are constants, a class's own __getattribute__ is
          # inlined, and guard loads keyed by ints no longer leave a Python error set.
          "enum_member_class_attribute", "enum_membership_of_inputs", "module_dunder_class",
          "type_of_module_attribute", "module_staticmethod", "getattribute_override", "dict_item_int_keys",

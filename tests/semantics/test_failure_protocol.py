@@ -1,7 +1,7 @@
 """Special methods of user objects that raise, caught inside the traced frame; attributes
 of values that have none to model.
 
-Before the tracer's one failure protocol (trace/result.h), a traced special method that
+Before the tracer's one failure protocol (trace/engine/result.h), a traced special method that
 raised came back as a null value that some callers took for a result: `in` and `for` over
 such an object crashed the interpreter. Each case raises in the method and catches the
 exception in the compiled function; the frame is captured whole. Before typed values

@@ -1,4 +1,4 @@
-"""types.SimpleNamespace made in the trace (trace/namespaces.cpp, Kind::Namespace): made from
+"""types.SimpleNamespace made in the trace (trace/kinds/namespace.cpp, Kind::Namespace): made from
 keywords, read, written, probed with hasattr/getattr-with-default, seen through vars() and
 __dict__, escaping the frame (one object however often it is returned), and its errors."""
 import types

@@ -1,4 +1,4 @@
-// The tracer's one failure protocol (STYLE.md habit 7): every operation that can do
+// The tracer's one failure protocol (docs/design.md, "Three error channels"): every operation that can do
 // something other than produce its value says which of four outcomes happened.
 //
 //  * Ok           the value (a Result<ValuePtr> that is ok holds a non-null value).

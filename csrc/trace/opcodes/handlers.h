@@ -1,4 +1,4 @@
-// Opcode handlers (STYLE.md habit 3: handlers don't juggle the stack).
+// Opcode handlers: the dispatcher moves the stack, a handler only says what an instruction means.
 //
 // The dispatcher (interpreter.cpp) gives each handler the values its row of the opcode
 // table (bytecode/opcodes_311.def) says the instruction pops, bottom first, in `io`; the

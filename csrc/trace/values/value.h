@@ -1,4 +1,4 @@
-// The closed set of symbolic values the interpreter tracks (STYLE.md habit 5).
+// The closed set of symbolic values the interpreter tracks (docs/architecture.md, "What the interpreter models").
 //
 // A Value is what sits on the symbolic stack or in a symbolic local: a tensor (a graph
 // node), a Python constant, a container of values, or a Python object the tracer knows
