@@ -255,7 +255,7 @@ class GraphBuilder {
   std::vector<int> choice_results_;           // the choice nodes themselves
   std::unordered_set<int> bookkeeping_;       // see markBookkeeping
 
-  // Output-metadata memo (the fake-propagation shortcut of DESIGN.md): for a known-functional
+  // Output-metadata memo (a shortcut past fake propagation): for a known-functional
   // op whose tensor inputs carry the same metadata (dtype, device, sizes, strides,
   // requires_grad) and whose constants are equal, the result is made directly from the
   // remembered output metadata instead of dispatching through FakeTensorMode again.
