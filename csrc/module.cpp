@@ -1,5 +1,5 @@
-// The extension module cdynamo._C: bindings only (STYLE.md habit 13). Each function here
-// forwards to the stage that implements it.
+// The extension module cdynamo._C: bindings only, no logic of its own. Each function here
+// converts its arguments, forwards to the stage that implements it, and converts back.
 #include <Python.h>
 #include <structmember.h>
 
@@ -13,12 +13,14 @@
 #include "guards/tensor_check.h"
 #include "runtime/continuation.h"
 #include "support/pyref.h"
+#include "support/slots.h"
 #include "support/stats.h"
 #include "trace/call_rules.h"
 #include "trace/disabled.h"
 #include "trace/protocol/calls.h"
 
 using cdynamo::Ref;
+using cdynamo::clearSlot;
 
 namespace {
 
@@ -65,10 +67,10 @@ int compiledTraverse(PyObject* self, visitproc visit, void* arg) {
 
 int compiledClear(PyObject* self) {
   auto* cf = reinterpret_cast<CompiledFunction*>(self);
-  // why: tp_clear breaks cycles through the type's raw members.
-  Py_CLEAR(cf->fn);
-  Py_CLEAR(cf->config);
-  Py_CLEAR(cf->dict);
+  // tp_clear breaks cycles through the type's raw members.
+  clearSlot(cf->fn);
+  clearSlot(cf->config);
+  clearSlot(cf->dict);
   return 0;
 }
 

@@ -1,4 +1,5 @@
-// The symbolic bytecode assembler (STYLE.md habit 11) and its inverse.
+// The symbolic bytecode assembler (bytecode is generated as instructions and labels, never
+// as hand-computed offsets) and its inverse.
 //
 // Code is written as a list of instructions whose jumps name labels, not offsets, plus
 // exception-table ranges between labels. assemble() lays the code out: inline CACHE units,

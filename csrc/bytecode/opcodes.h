@@ -1,5 +1,5 @@
-// The one instruction table (STYLE.md habit 2): base opcodes of the running CPython
-// version, as an enum with names, inline-cache sizes, flags and stack effects. The rows
+// The one instruction table (nothing else lists opcodes): base opcodes of the running
+// CPython version, as an enum with names, inline-cache sizes, flags and stack effects. The rows
 // live in opcodes_3XX.def (one file per version; this header picks the running one);
 // everything else in cdynamo names opcodes through `Op::NAME` and asks the table, never a
 // list of its own.

@@ -442,6 +442,47 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
   return code;
 }
 
+namespace {
+
+// A load that pushes a NULL below its value (LOAD_METHOD, LOAD_GLOBAL with bit 0) runs as
+// the plain load followed by PUSH_NULL; SWAP 2: for the CALL after it, [NULL, attr] is
+// what LOAD_METHOD pushes for an attribute that is not a method, and a bound method
+// called that way behaves as [method, self]. The successor's layout has that NULL.
+// Rewrites `breaking` to the plain load; returns whether it pushed such a NULL.
+bool dropNullBelow(AsmInstr* breaking) {
+  if (breaking->op == Op::LOAD_METHOD) {
+    breaking->op = Op::LOAD_ATTR;
+    return true;
+  }
+  if (breaking->op == Op::LOAD_GLOBAL && (breaking->arg & 1)) {
+    breaking->arg &= ~1;
+    return true;
+  }
+  return false;
+}
+
+// The break code's epilogue for successor `k` (layout `s`): pops the stack into the
+// temporaries `temp`, then returns ___continuation(k, live locals..., stack...), the
+// call that resumes the frame in resume function k. Constants: noneConst is None,
+// noneConst + 1 + k is the int k.
+void emitBreakEpilogue(Assembly& out, const FrameLayout& s, size_t k, const std::vector<int>& temp,
+                       int continuationLocal, int noneConst, Position breakPos) {
+  for (size_t i = s.stack_null.size(); i > 0; --i) out.emit(Op::STORE_FAST, temp[i - 1], breakPos);
+  out.emit(Op::PUSH_NULL, 0, breakPos);
+  out.emit(Op::LOAD_FAST, continuationLocal, breakPos);
+  out.emit(Op::LOAD_CONST, noneConst + 1 + static_cast<int>(k), breakPos);
+  for (size_t i = 0; i < s.unbound.size(); ++i)
+    out.emit(s.unbound[i] ? Op::LOAD_CONST : Op::LOAD_FAST, s.unbound[i] ? noneConst : static_cast<int>(i), breakPos);
+  for (size_t i = 0; i < s.stack_null.size(); ++i)
+    if (!s.stack_null[i]) out.emit(Op::LOAD_FAST, temp[i], breakPos);
+  int argc = 1 + static_cast<int>(s.unbound.size()) + s.passedStack();
+  out.emit(Op::PRECALL, argc, breakPos);
+  out.emit(Op::CALL, argc, breakPos);
+  out.emit(Op::RETURN_VALUE, 0, breakPos);
+}
+
+}  // namespace
+
 Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::vector<FrameLayout>& successors,
               std::string* error) {
   Registry& r = registry();
@@ -495,34 +536,10 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   layout.extraConsts.push_back(Py_True);
   layout.extraConsts.push_back(Py_False);
 
-  // A load that pushes a NULL below its value (LOAD_METHOD, LOAD_GLOBAL with bit 0) runs as
-  // the plain load followed by PUSH_NULL; SWAP 2: for the CALL after it, [NULL, attr] is
-  // what LOAD_METHOD pushes for an attribute that is not a method, and a bound method
-  // called that way behaves as [method, self]. The successor's layout has that NULL.
-  AsmInstr& breaking = o.asm_.instrs[static_cast<size_t>(last)];
-  bool null_below = false;
-  if (breaking.op == Op::LOAD_METHOD) {
-    breaking.op = Op::LOAD_ATTR;
-    null_below = true;
-  } else if (breaking.op == Op::LOAD_GLOBAL && (breaking.arg & 1)) {
-    breaking.arg &= ~1;
-    null_below = true;
-  }
+  const bool null_below = dropNullBelow(&o.asm_.instrs[static_cast<size_t>(last)]);
   Position breakPos = o.asm_.instrs[static_cast<size_t>(last)].pos;
   auto epilogue = [&](Assembly& out, size_t k) {
-    const FrameLayout& s = successors[k];
-    for (size_t i = s.stack_null.size(); i > 0; --i) out.emit(Op::STORE_FAST, temp[i - 1], breakPos);
-    out.emit(Op::PUSH_NULL, 0, breakPos);
-    out.emit(Op::LOAD_FAST, continuationLocal, breakPos);
-    out.emit(Op::LOAD_CONST, noneConst + 1 + static_cast<int>(k), breakPos);
-    for (size_t i = 0; i < s.unbound.size(); ++i)
-      out.emit(s.unbound[i] ? Op::LOAD_CONST : Op::LOAD_FAST, s.unbound[i] ? noneConst : static_cast<int>(i), breakPos);
-    for (size_t i = 0; i < s.stack_null.size(); ++i)
-      if (!s.stack_null[i]) out.emit(Op::LOAD_FAST, temp[i], breakPos);
-    int argc = 1 + static_cast<int>(s.unbound.size()) + s.passedStack();
-    out.emit(Op::PRECALL, argc, breakPos);
-    out.emit(Op::CALL, argc, breakPos);
-    out.emit(Op::RETURN_VALUE, 0, breakPos);
+    emitBreakEpilogue(out, successors[k], k, temp, continuationLocal, noneConst, breakPos);
   };
 
   Position pos = o.asm_.instrs[static_cast<size_t>(at.index)].pos;

@@ -1,6 +1,7 @@
-// Code generated at a graph break (DESIGN.md "unsupported -> graph break"): the code that
-// runs the breaking instruction natively, and the resume functions that continue the
-// frame after it and are themselves captured when CPython calls them.
+// Code generated at a graph break (an instruction the tracer does not support ends the
+// graph there instead of the whole frame running natively): the code that runs the
+// breaking instruction natively, and the resume functions that continue the frame after
+// it and are themselves captured when CPython calls them.
 //
 // Both are copies of the original code object with a short prologue after RESUME that
 // rebuilds the value stack from arguments and jumps to the instruction where execution

@@ -31,7 +31,7 @@ void setFileRules(std::vector<std::pair<std::string, bool>> rules);
 
 // Drops every cache entry and every per-code decision. Waits for a compile in flight on
 // another thread; called while this thread compiles (from a backend), it is done when that
-// compile ends (Note [The compile lock] in eval_frame.cpp).
+// compile ends (Note [The compile lock] in compile_lock.h).
 void reset();
 
 // Makes the child of os.fork() drop the compile lock and call counts of the threads that

@@ -45,8 +45,7 @@ bool rememberSizes(PyObject* memory, PyObject* real, const std::string& source) 
       int same = p == Py_None ? 0 : PyObject_RichCompareBool(p, PyList_GET_ITEM(now.get(), i), Py_EQ);
       if (same < 0) return false;
       if (!same) {
-        Py_INCREF(Py_None);
-        if (PyList_SetItem(now.get(), i, Py_None) < 0) return false;
+        if (PyList_SetItem(now.get(), i, Ref::borrow(Py_None).release()) < 0) return false;
       }
     }
   }

@@ -136,6 +136,159 @@ int GraphBuilder::runtimeAssertsNeeded() {
   return n > 0 ? 1 : 0;
 }
 
+int GraphBuilder::rejectChoiceMutation(NodeOp op, PyObject* target, const Node& n) {
+  // The tensor an in-place op changes is its first argument (the receiver of x.add_(),
+  // operator.iadd's left side, setitem's target); by storage, views included.
+  if (choices_.empty() || n.args.empty() || !isMutating(op, target)) return 0;
+  std::vector<int> changed;
+  argNodes(n.args[0], &changed);
+  for (int id : changed) {
+    const void* storage = isTensor(nodes_[id].fake.get()) ? torchimpl::storageId(nodes_[id].fake.get()) : nullptr;
+    if (storage && std::find(choice_storages_.begin(), choice_storages_.end(), storage) != choice_storages_.end()) {
+      PyErr_SetString(PyExc_NotImplementedError,
+                      "an in-place change of the result of min()/max() over tensors, of one of its items or of a "
+                      "view of them (eager changes the item that won itself)");
+      return -1;
+    }
+  }
+  return 0;
+}
+
+int GraphBuilder::fromMemo(PyObject* key, const std::vector<bool>& in_rg, Node* n, Ref* memo_result) {
+  const MemoEntry* entry = memoFind(key, in_rg);
+  if (!entry) return 0;
+  n->fake = memoMake(*entry, *n);
+  if (!n->fake) {
+    PyErr_Clear();  // fall back to running it
+  } else if (entry->alias_arg >= 0) {
+    n->sig = nodes_[n->args[entry->alias_arg].node].sig.copy();  // the argument's, if known
+    n->sig_rg = nodes_[n->args[entry->alias_arg].node].sig_rg;
+  } else if (!entry->view_of_receiver && !entry->tuple && !entry->outputs[0].view) {
+    // The new node's own signature is known (see nodeSig). Not for a view result: the
+    // spec's shape and strides are its base's (nodeSig reads the view's own later).
+    const FakeSpec& spec = entry->outputs[0];
+    n->sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get());
+    n->sig_rg = spec.requires_grad;
+  }
+  if (n->fake) ++stats().memo_hits;
+  int check = n->fake ? memoCheck() : 0;
+  if (check < 0) return -1;
+  if (check) *memo_result = std::move(n->fake);
+  return 0;
+}
+
+Ref GraphBuilder::runOnFakes(NodeOp op, PyObject* target, const Node& n, bool python_dispatch) {
+  Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
+  if (!fargs) return Ref();
+  for (size_t i = 0; i < n.args.size(); ++i) {
+    Ref v = materialize(n.args[i], false, nullptr);
+    if (!v) return Ref();
+    PyTuple_SET_ITEM(fargs.get(), i, v.release());
+  }
+  Ref fkwargs;
+  if (!n.kwargs.empty()) {
+    fkwargs = Ref::steal(PyDict_New());
+    if (!fkwargs) return Ref();
+    for (auto& [k, v] : n.kwargs) {
+      Ref val = materialize(v, false, nullptr);
+      if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
+    }
+  }
+  // Under a ShapeEnv, with torch's Python dispatcher on, as torch._dynamo runs every fake
+  // op (get_fake_value): the Python decompositions of composite ops (upsample's, used by
+  // F.interpolate) apply, which keep sizes symbolic where the C++ composite reads
+  // sizes() and specializes them. On for this call only (the object's end restores).
+  // Not for the output-metadata memo's ops (`key` set: pointwise ops, views, softmax,
+  // norms, linear, matmul, dropout, attention), whose C++ composites work on symbolic
+  // sizes: on for them it cost a dynamic TransformerEncoder trace ~5% (callgrind), and
+  // it changes only matmul's folding guard and dropout's decomposition among them.
+  Ref python_dispatcher;
+  if (python_dispatch) {
+    PyObject* enable = lookup(Obj::torch_C_EnablePythonDispatcher);
+    python_dispatcher = enable ? Ref::steal(PyObject_CallNoArgs(enable)) : Ref();
+    if (!python_dispatcher) return Ref();
+  }
+  Ref result;
+  if (op == NodeOp::CallMethod) {
+    // target is the method name; args[0] is the receiver.
+    CDYNAMO_CHECK(PyTuple_GET_SIZE(fargs.get()) >= 1, "method call without receiver");
+    Ref method = Ref::steal(PyObject_GetAttr(PyTuple_GET_ITEM(fargs.get(), 0), target));
+    if (!method) return Ref();
+    Ref rest = Ref::steal(PyTuple_GetSlice(fargs.get(), 1, PyTuple_GET_SIZE(fargs.get())));
+    if (!rest) return Ref();
+    result = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
+  } else {
+    result = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
+  }
+  if (python_dispatcher) {
+    PyObject *type, *value, *tb;  // a pending error survives the object's end
+    PyErr_Fetch(&type, &value, &tb);
+    python_dispatcher = Ref();
+    PyErr_Restore(type, value, tb);
+  }
+  return result;
+}
+
+int GraphBuilder::rejectChoiceView(const Node& n) {
+  // A view of the result of min()/max() over tensors (m[()], m.detach(), m.data) is a
+  // view of the where() node, where eager's is a view of the item that won: it would
+  // leave the frame, or be changed in place, as a view of the wrong tensor. (The result
+  // itself, m.float() of a float m, is m: choiceOf.)
+  if (choice_results_.empty() || !isTensor(n.fake.get())) return 0;
+  const void* storage = torchimpl::storageId(n.fake.get());
+  for (int c : choice_results_)
+    if (storage && storage == torchimpl::storageId(nodes_[c].fake.get()) && n.fake.get() != nodes_[c].fake.get()) {
+      PyErr_SetString(PyExc_NotImplementedError,
+                      "a view of the result of min()/max() over tensors (eager's is a view of the item that won)");
+      return -1;
+    }
+  return 0;
+}
+
+int GraphBuilder::bindUnbacked(Node* n) {
+  // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
+  // records them for each node: a backend that re-traces the graph (AOT autograd) needs
+  // them, and it consumes the ShapeEnv's pending symbols.
+  if (!shape_env_) return 0;
+  Ref pending = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "pending_fresh_unbacked_symbols"));
+  if (!pending) return -1;
+  int any = PyObject_IsTrue(pending.get());
+  if (any < 0) return -1;
+  if (any) {
+    const TorchRefs* t = torchRefs();
+    if (!t) return -1;
+    n->unbacked_bindings = Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_compute_unbacked_bindings),
+                                                                   shape_env_.get(), n->fake.get(), nullptr));
+    if (!n->unbacked_bindings) return -1;
+    if (n->unbacked_bindings.get() == Py_None) n->unbacked_bindings = Ref();
+    else has_unbacked_ = true;
+  }
+  return 0;
+}
+
+void GraphBuilder::rememberResult(NodeOp op, PyObject* target, PyObject* key, const Node& n,
+                                  const std::vector<long long>& versions_before, std::vector<bool> in_rg) {
+  Ref key_after;
+  std::vector<bool> rg_after;
+  if (shape_env_) {
+    // The op may have taught the ShapeEnv replacements (a size specialized by a shape
+    // check): the arguments' signatures read again, and the entry stored under that key
+    // too, the one tensors made from now on are keyed as.
+    std::vector<int> arg_nodes;
+    for (const Arg& a : n.args) argNodes(a, &arg_nodes);
+    for (const auto& kv : n.kwargs) argNodes(kv.second, &arg_nodes);
+    for (int id : arg_nodes) nodes_[id].sig = Ref();
+    key_after = memoKey(op, target, n.args, n.kwargs, &rg_after);
+    if (key_after) {
+      int same = PyObject_RichCompareBool(key_after.get(), key, Py_EQ);
+      if (same != 0) key_after = Ref();
+      if (same < 0) PyErr_Clear();
+    }
+  }
+  memoStore(key, n.fake.get(), n, versions_before, std::move(in_rg));
+  if (key_after) memoStore(key_after.get(), n.fake.get(), n, versions_before, std::move(rg_after));
+}
+
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                           std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result) {
   Node n{op};
@@ -143,49 +296,13 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
-  // An in-place change of what a min()/max() over tensors may have returned (markChoice):
-  // the tensor an in-place op changes is its first argument (the receiver of x.add_(),
-  // operator.iadd's left side, setitem's target); by storage, views included.
-  if (!choices_.empty() && !n.args.empty() && isMutating(op, target)) {
-    std::vector<int> changed;
-    argNodes(n.args[0], &changed);
-    for (int id : changed) {
-      const void* storage = isTensor(nodes_[id].fake.get()) ? torchimpl::storageId(nodes_[id].fake.get()) : nullptr;
-      if (storage && std::find(choice_storages_.begin(), choice_storages_.end(), storage) != choice_storages_.end()) {
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "an in-place change of the result of min()/max() over tensors, of one of its items or of a "
-                        "view of them (eager changes the item that won itself)");
-        return -1;
-      }
-    }
-  }
+  if (rejectChoiceMutation(op, target, n) < 0) return -1;
 
   // The memo first: an identical op on identically shaped inputs makes its result directly.
   std::vector<bool> in_rg;
   Ref key = memoKey(op, target, n.args, n.kwargs, &in_rg);
   Ref memo_result;  // with config.memo_check: the memo's result, checked against the op's own
-  if (key) {
-    const MemoEntry* entry = memoFind(key.get(), in_rg);
-    if (entry) {
-      n.fake = memoMake(*entry, n);
-      if (!n.fake) {
-        PyErr_Clear();  // fall back to running it
-      } else if (entry->alias_arg >= 0) {
-        n.sig = nodes_[n.args[entry->alias_arg].node].sig.copy();  // the argument's, if known
-        n.sig_rg = nodes_[n.args[entry->alias_arg].node].sig_rg;
-      } else if (!entry->view_of_receiver && !entry->tuple && !entry->outputs[0].view) {
-        // The new node's own signature is known (see nodeSig). Not for a view result: the
-        // spec's shape and strides are its base's (nodeSig reads the view's own later).
-        const FakeSpec& spec = entry->outputs[0];
-        n.sig = makeSig(spec.dtype.get(), spec.device.get(), spec.shape.get(), spec.stride.get());
-        n.sig_rg = spec.requires_grad;
-      }
-      if (n.fake) ++stats().memo_hits;
-      int check = n.fake ? memoCheck() : 0;
-      if (check < 0) return -1;
-      if (check) memo_result = std::move(n.fake);
-    }
-  }
+  if (key && fromMemo(key.get(), in_rg, &n, &memo_result) < 0) return -1;
 
   if (key && !n.fake && !memo_result) ++stats().memo_misses;
   std::vector<long long> versions_before;
@@ -195,54 +312,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     if (key && ran)
       for (const Arg& a : n.args)
         versions_before.push_back(a.kind == Arg::Kind::Node ? tensorVersion(nodes_[a.node].fake.get()) : -1);
-    // Run the call on fake values.
-    Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
-    if (!fargs) return -1;
-    for (size_t i = 0; i < n.args.size(); ++i) {
-      Ref v = materialize(n.args[i], false, nullptr);
-      if (!v) return -1;
-      PyTuple_SET_ITEM(fargs.get(), i, v.release());
-    }
-    Ref fkwargs;
-    if (!n.kwargs.empty()) {
-      fkwargs = Ref::steal(PyDict_New());
-      if (!fkwargs) return -1;
-      for (auto& [k, v] : n.kwargs) {
-        Ref val = materialize(v, false, nullptr);
-        if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return -1;
-      }
-    }
-    // Under a ShapeEnv, with torch's Python dispatcher on, as torch._dynamo runs every fake
-    // op (get_fake_value): the Python decompositions of composite ops (upsample's, used by
-    // F.interpolate) apply, which keep sizes symbolic where the C++ composite reads
-    // sizes() and specializes them. On for this call only (the object's end restores).
-    // Not for the output-metadata memo's ops (`key` set: pointwise ops, views, softmax,
-    // norms, linear, matmul, dropout, attention), whose C++ composites work on symbolic
-    // sizes: on for them it cost a dynamic TransformerEncoder trace ~5% (callgrind), and
-    // it changes only matmul's folding guard and dropout's decomposition among them.
-    Ref python_dispatcher;
-    if (shape_env_ && !key) {
-      PyObject* enable = lookup(Obj::torch_C_EnablePythonDispatcher);
-      python_dispatcher = enable ? Ref::steal(PyObject_CallNoArgs(enable)) : Ref();
-      if (!python_dispatcher) return -1;
-    }
-    if (op == NodeOp::CallMethod) {
-      // target is the method name; args[0] is the receiver.
-      CDYNAMO_CHECK(PyTuple_GET_SIZE(fargs.get()) >= 1, "method call without receiver");
-      Ref method = Ref::steal(PyObject_GetAttr(PyTuple_GET_ITEM(fargs.get(), 0), target));
-      if (!method) return -1;
-      Ref rest = Ref::steal(PyTuple_GetSlice(fargs.get(), 1, PyTuple_GET_SIZE(fargs.get())));
-      if (!rest) return -1;
-      n.fake = Ref::steal(PyObject_Call(method.get(), rest.get(), fkwargs.get()));
-    } else {
-      n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
-    }
-    if (python_dispatcher) {
-      PyObject *type, *value, *tb;  // a pending error survives the object's end
-      PyErr_Fetch(&type, &value, &tb);
-      python_dispatcher = Ref();
-      PyErr_Restore(type, value, tb);
-    }
+    n.fake = runOnFakes(op, target, n, shape_env_ && !key);
     if (memo_result) {
       // The check mode (tests): what the memo made must be what running the op made.
       if (!n.fake || !checkMemoResult(memo_result.get(), n.fake.get(), target)) return -1;
@@ -250,60 +320,10 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
     }
   }
   if (!n.fake) return -1;
-  if (!choice_results_.empty() && isTensor(n.fake.get())) {
-    // A view of the result of min()/max() over tensors (m[()], m.detach(), m.data) is a
-    // view of the where() node, where eager's is a view of the item that won: it would
-    // leave the frame, or be changed in place, as a view of the wrong tensor. (The result
-    // itself, m.float() of a float m, is m: choiceOf.)
-    const void* storage = torchimpl::storageId(n.fake.get());
-    for (int c : choice_results_)
-      if (storage && storage == torchimpl::storageId(nodes_[c].fake.get()) && n.fake.get() != nodes_[c].fake.get()) {
-        PyErr_SetString(PyExc_NotImplementedError,
-                        "a view of the result of min()/max() over tensors (eager's is a view of the item that won)");
-        return -1;
-      }
-  }
-  if (shape_env_) {
-    // Which new unbacked symbols (Tensor.item()'s) this result binds, as torch._dynamo
-    // records them for each node: a backend that re-traces the graph (AOT autograd) needs
-    // them, and it consumes the ShapeEnv's pending symbols.
-    Ref pending = Ref::steal(PyObject_GetAttrString(shape_env_.get(), "pending_fresh_unbacked_symbols"));
-    if (!pending) return -1;
-    int any = PyObject_IsTrue(pending.get());
-    if (any < 0) return -1;
-    if (any) {
-      const TorchRefs* t = torchRefs();
-      if (!t) return -1;
-      n.unbacked_bindings = Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_compute_unbacked_bindings),
-                                                                    shape_env_.get(), n.fake.get(), nullptr));
-      if (!n.unbacked_bindings) return -1;
-      if (n.unbacked_bindings.get() == Py_None) n.unbacked_bindings = Ref();
-      else has_unbacked_ = true;
-    }
-  }
+  if (rejectChoiceView(n) < 0 || bindUnbacked(&n) < 0) return -1;
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
   // made by running the op every time (each run binds symbols of its own).
-  if (ran && key && !n.unbacked_bindings) {
-    Ref key_after;
-    std::vector<bool> rg_after;
-    if (shape_env_) {
-      // The op may have taught the ShapeEnv replacements (a size specialized by a shape
-      // check): the arguments' signatures read again, and the entry stored under that key
-      // too, the one tensors made from now on are keyed as.
-      std::vector<int> arg_nodes;
-      for (const Arg& a : n.args) argNodes(a, &arg_nodes);
-      for (const auto& kv : n.kwargs) argNodes(kv.second, &arg_nodes);
-      for (int id : arg_nodes) nodes_[id].sig = Ref();
-      key_after = memoKey(op, target, n.args, n.kwargs, &rg_after);
-      if (key_after) {
-        int same = PyObject_RichCompareBool(key_after.get(), key.get(), Py_EQ);
-        if (same != 0) key_after = Ref();
-        if (same < 0) PyErr_Clear();
-      }
-    }
-    memoStore(key.get(), n.fake.get(), n, versions_before, std::move(in_rg));
-    if (key_after) memoStore(key_after.get(), n.fake.get(), n, versions_before, std::move(rg_after));
-  }
+  if (ran && key && !n.unbacked_bindings) rememberResult(op, target, key.get(), n, versions_before, std::move(in_rg));
   n.impure = isMutating(op, target);
   if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with

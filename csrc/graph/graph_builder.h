@@ -28,6 +28,8 @@
 
 namespace cdynamo::graph {
 
+struct TorchRefs;  // torch_refs.h
+
 // An argument of a node: a tree of Python constants and references to earlier nodes.
 struct Arg {
   enum class Kind : uint8_t { Node, Const, Tuple, List, Slice };
@@ -220,12 +222,40 @@ class GraphBuilder {
 
  private:
   Ref materialize(const Arg& a, bool fx, const std::vector<Ref>* fx_nodes);
+
+  // addCall's steps (graph_builder.cpp); an int result is 0, or -1 with an error set.
+  // Fails (NotImplementedError) on an in-place op changing what a min()/max() over
+  // tensors may have returned (markChoice): a choice, one of its candidates or a view.
+  int rejectChoiceMutation(NodeOp op, PyObject* target, const Node& n);
+  // The memo's entry for `key`, if one fits: its result made in n->fake (with the node's
+  // signature where known), or under config.memo_check moved to *memo_result, to be
+  // checked against running the op. A result the memo fails to make leaves n->fake null.
+  int fromMemo(PyObject* key, const std::vector<bool>& in_rg, Node* n, Ref* memo_result);
+  // The call run on fake values (torch's Python dispatcher on with `python_dispatch`): its
+  // result, or null with an error set.
+  Ref runOnFakes(NodeOp op, PyObject* target, const Node& n, bool python_dispatch);
+  // Fails (NotImplementedError) on a result that is a view of a min()/max() choice.
+  int rejectChoiceView(const Node& n);
+  // Under a ShapeEnv: the new unbacked symbols n's result binds, in n->unbacked_bindings.
+  int bindUnbacked(Node* n);
+  // Stores the result of running the op in the memo under `key`, and under the key its
+  // arguments have after the op taught the ShapeEnv replacements, if that one differs.
+  void rememberResult(NodeOp op, PyObject* target, PyObject* key, const Node& n,
+                      const std::vector<long long>& versions_before, std::vector<bool> in_rg);
+
+  // buildGraphModule's steps (graph_module.cpp); false with an error set on failure.
+  // Which nodes the graph keeps (*live, one flag per node), by torch._dynamo's liveness.
+  bool liveNodes(const std::vector<int>& outputs, const TorchRefs* t, std::vector<char>* live);
+  // Counts a use of every node binding a symbol a deferred runtime assert is about.
+  bool keepAssertedReads(std::vector<int>* uses);
+  // The FX node's meta: example_value, unbacked_bindings, tensor_dict, stack_trace.
+  bool setNodeMeta(PyObject* fxn, const Node& n);
   std::unordered_map<int, Choice> choices_;  // see markChoice
   std::vector<const void*> choice_storages_;  // the storages of choices and their candidates
   std::vector<int> choice_results_;           // the choice nodes themselves
   std::unordered_set<int> bookkeeping_;       // see markBookkeeping
 
-  // Output-metadata memo (the fake-propagation shortcut of DESIGN.md): for a known-functional
+  // Output-metadata memo (a shortcut past fake propagation): for a known-functional
   // op whose tensor inputs carry the same metadata (dtype, device, sizes, strides,
   // requires_grad) and whose constants are equal, the result is made directly from the
   // remembered output metadata instead of dispatching through FakeTensorMode again.

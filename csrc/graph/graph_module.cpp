@@ -227,11 +227,32 @@ bool plainArg(const Arg& a, const TorchRefs* t) {
 
 }  // namespace
 
-Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<int>* inputs_used,
-                                   int* op_count) {
-  const TorchRefs* t = torchRefs();
-  if (!t) return Ref();
+bool GraphBuilder::keepAssertedReads(std::vector<int>* uses) {
+  // A value read from a tensor that a deferred runtime assert is about (torch._check(
+  // t.item() > 0), read by nothing else) stays: the assert placed after it needs its symbol.
+  static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
+  if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  Ref syms = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "runtime_assert_symbols", "O", shape_env_.get()))
+                    : Ref();
+  if (!syms) return false;
+  for (int i = 0; i < numNodes(); ++i) {
+    PyObject* bindings = nodes_[i].unbacked_bindings.get();
+    if (!bindings || !PyDict_Check(bindings)) continue;
+    PyObject *sym, *path;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(bindings, &pos, &sym, &path)) {
+      int in = PySequence_Contains(syms.get(), sym);
+      if (in < 0) return false;
+      if (in) {
+        ++(*uses)[i];
+        break;
+      }
+    }
+  }
+  return true;
+}
 
+bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t, std::vector<char>* out) {
   // Liveness, by torch._dynamo's rule: every recorded call stays in the graph, used or not
   // (a dead `x + 1` is compiled and counted), except the calls that only read something
   // out of another node: an unused operator.getitem, an unused size/stride/storage_offset/
@@ -250,31 +271,9 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   };
   for (const Node& n : nodes_) countNode(n, 1);
   for (int o : outputs) ++uses[o];
-  if (has_unbacked_) {
-    // A value read from a tensor that a deferred runtime assert is about (torch._check(
-    // t.item() > 0), read by nothing else) stays: the assert placed after it needs its symbol.
-    static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-    Ref syms = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "runtime_assert_symbols", "O", shape_env_.get()))
-                      : Ref();
-    if (!syms) return Ref();
-    for (int i = 0; i < numNodes(); ++i) {
-      PyObject* bindings = nodes_[i].unbacked_bindings.get();
-      if (!bindings || !PyDict_Check(bindings)) continue;
-      PyObject *sym, *path;
-      Py_ssize_t pos = 0;
-      while (PyDict_Next(bindings, &pos, &sym, &path)) {
-        int in = PySequence_Contains(syms.get(), sym);
-        if (in < 0) return Ref();
-        if (in) {
-          ++uses[i];
-          break;
-        }
-      }
-    }
-  }
+  if (has_unbacked_ && !keepAssertedReads(&uses)) return false;
   PyObject* getitem = lookup(Obj::operator_getitem);
-  if (!getitem) return Ref();
+  if (!getitem) return false;
   auto symArg = [&](const Arg& a) {
     if (a.kind == Arg::Kind::Node) return isScalar(a.node);
     if (a.kind != Arg::Kind::Const || !a.constant) return false;
@@ -296,7 +295,8 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       if (!symArg(kv.second)) return false;
     return true;
   };
-  std::vector<char> live(nodes_.size(), 0);
+  std::vector<char>& live = *out;
+  live.assign(nodes_.size(), 0);
   for (int i = numNodes() - 1; i >= 0; --i) {
     const Node& n = nodes_[i];
     if (n.op == NodeOp::Placeholder) {
@@ -312,6 +312,33 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   for (int i = 0; i < numNodes(); ++i)
     if (live[i])
       for (int s : nodes_[i].uses_syms) live[s] = 1;
+  return true;
+}
+
+bool GraphBuilder::setNodeMeta(PyObject* fxn, const Node& n) {
+  Ref meta = Ref::steal(PyObject_GetAttr(fxn, interned(Str::meta)));
+  if (!meta || PyDict_SetItem(meta.get(), interned(Str::example_value), n.fake.get()) < 0) return false;
+  if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
+    return false;
+  if (n.real) {
+    // meta["tensor_dict"]: the tensor's marks as torch._dynamo copies them (a static input's
+    // _dynamo_static_input_type, a tag), read now so marks made in the trace are in.
+    Ref tensor_dict = tensorDict(n.real.get());
+    if (!tensor_dict || PyDict_SetItemString(meta.get(), "tensor_dict", tensor_dict.get()) < 0) return false;
+  }
+  if (n.loc >= 0) {
+    PyObject* trace = stackTrace(n.loc);
+    if (!trace || (trace != Py_None && PyDict_SetItemString(meta.get(), "stack_trace", trace) < 0)) return false;
+  }
+  return true;
+}
+
+Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<int>* inputs_used,
+                                   int* op_count) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  std::vector<char> live;
+  if (!liveNodes(outputs, t, &live)) return Ref();
 
   Ref graph = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_fx_Graph)));
   if (!graph) return Ref();
@@ -323,8 +350,6 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   if (!root) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
   std::vector<PyObject*> order;  // the FX nodes in graph order (kept alive by fx_nodes / out)
-  PyObject* meta_key = interned(Str::meta);
-  PyObject* example_key = interned(Str::example_value);
   *op_count = 0;
   inputs_used->clear();
   // Two passes: placeholders first (backends expect graph inputs before any call, and a
@@ -371,20 +396,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       ++*op_count;
     }
     if (!fxn) return Ref();
-    Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), meta_key));
-    if (!meta || PyDict_SetItem(meta.get(), example_key, n.fake.get()) < 0) return Ref();
-    if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
-      return Ref();
-    if (n.real) {
-      // meta["tensor_dict"]: the tensor's marks as torch._dynamo copies them (a static input's
-      // _dynamo_static_input_type, a tag), read now so marks made in the trace are in.
-      Ref tensor_dict = tensorDict(n.real.get());
-      if (!tensor_dict || PyDict_SetItemString(meta.get(), "tensor_dict", tensor_dict.get()) < 0) return Ref();
-    }
-    if (n.loc >= 0) {
-      PyObject* trace = stackTrace(n.loc);
-      if (!trace || (trace != Py_None && PyDict_SetItemString(meta.get(), "stack_trace", trace) < 0)) return Ref();
-    }
+    if (!setNodeMeta(fxn.get(), n)) return Ref();
     order.push_back(fxn.get());
     fx_nodes[i] = std::move(fxn);
   }

@@ -1,5 +1,5 @@
-// The output-metadata memo (graph_builder.h: the fake-propagation shortcut of DESIGN.md):
-// keys, what is remembered of a result, and results made again from it.
+// The output-metadata memo (graph_builder.h: a shortcut past running each op on fake
+// tensors): keys, what is remembered of a result, and results made again from it.
 #include "graph/graph_builder.h"
 
 #include "graph/fake_autograd.h"

@@ -53,11 +53,11 @@ struct Builder {
     if (remembered) remember(*remembered, Ref::borrow(seq.get()));
     for (Py_ssize_t i = 0; i < n; ++i) {
       if (may_defer && late && items[static_cast<size_t>(i)].after_effects) {
-        Py_INCREF(Py_None);  // why: the slot's own reference, replaced in fillLate
+        PyObject* none = Ref::borrow(Py_None).release();  // the slot's own reference, replaced in fillLate
         if (tuple)
-          PyTuple_SET_ITEM(seq.get(), i, Py_None);
+          PyTuple_SET_ITEM(seq.get(), i, none);
         else
-          PyList_SET_ITEM(seq.get(), i, Py_None);
+          PyList_SET_ITEM(seq.get(), i, none);
         late->push_back(Late{seq.get(), i, tuple, &items[static_cast<size_t>(i)]});
         continue;
       }
@@ -193,9 +193,8 @@ struct Builder {
         break;
       }
       if (l.tuple) {
-        PyObject* old = PyTuple_GET_ITEM(l.seq, l.index);
+        Ref old = Ref::steal(PyTuple_GET_ITEM(l.seq, l.index));  // the placeholder's, taken in sequence()
         PyTuple_SET_ITEM(l.seq, l.index, item.release());
-        Py_DECREF(old);  // why: the placeholder's reference, taken in sequence()
       } else if (PyList_SetItem(l.seq, l.index, item.release()) < 0) {
         ok = false;
         break;

@@ -1,5 +1,7 @@
 #include "runtime/continuation.h"
 
+#include "support/slots.h"
+
 #include <structmember.h>
 
 namespace cdynamo::runtime {
@@ -13,9 +15,9 @@ struct ContinuationObject {
 
 void continuationDealloc(PyObject* self) {
   auto* c = reinterpret_cast<ContinuationObject*>(self);
-  // why: a type's slots own its raw members; dealloc gives them back.
-  Py_XDECREF(c->code);
-  Py_XDECREF(c->args);
+  // A type's raw members own their references; dealloc gives them back.
+  clearSlot(c->code);
+  clearSlot(c->args);
   Py_TYPE(self)->tp_free(self);
 }
 
@@ -36,8 +38,8 @@ struct ResumeTableObject {
 };
 
 void tableDealloc(PyObject* self) {
-  // why: a type's slots own its raw members; dealloc gives them back.
-  Py_XDECREF(reinterpret_cast<ResumeTableObject*>(self)->codes);
+  // A type's raw members own their references; dealloc gives them back.
+  clearSlot(reinterpret_cast<ResumeTableObject*>(self)->codes);
   Py_TYPE(self)->tp_free(self);
 }
 
