@@ -41,7 +41,7 @@ struct CodeExtra {
   // code has hit and warned about: one warning each.
   std::vector<PyObject*> limit_warned;
   // The last reason a call ran natively this once because of torch's mode stacks
-  // (eval_frame.cpp modeRefusal): recorded once per reason, not on every such call.
+  // (frame/compile_miss.cpp modeRefusal): recorded once per reason, not on every such call.
   std::string mode_reported;
   // Automatic dynamic shapes: the sizes each input source had in this code's compiles
   // (a dict, cdynamo/_shapes.py input_fake), made on the first compile.

@@ -1,4 +1,4 @@
-"""The compile lock (Note [The compile lock] in csrc/frame/eval_frame.cpp): re-entrant on the
+"""The compile lock (Note [The compile lock] in csrc/frame/compile_lock.h): re-entrant on the
 thread that compiles, reset() deferred while a compile is in flight on the same thread, and
 never held while user code runs. Each case runs in a subprocess with a timeout: the failure
 mode is a deadlock."""

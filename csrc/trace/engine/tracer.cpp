@@ -286,7 +286,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   // being on: a call under a mode entered since, or with dispatch disabled, is not this
   // entry's (its graph would skip the mode's __torch_function__, or call a subclass's that
   // eagerly does not run). The hook compiles nothing under a mode the trace does not model
-  // (eval_frame.cpp modeRefusal); torch.device contexts are compiled, their devices guarded.
+  // (frame/compile_miss.cpp modeRefusal); torch.device contexts are compiled, their devices guarded.
   {
     PyObject* len_fn = lookup(Obj::torch_C_len_torch_function_stack);
     PyObject* enabled_fn = lookup(Obj::torch_C_is_torch_function_enabled);
