@@ -339,7 +339,7 @@ PyObject* runEntry(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExt
 // graph, which sets grad mode and autocast as the program did. Cold path.
 PyObject* stateFn(const char* name) {
   static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._state"));
+  if (!mod) mod = Ref::borrow(lookup(Obj::cdynamo_state));
   return mod ? PyObject_GetAttrString(mod.get(), name) : nullptr;
 }
 
@@ -444,7 +444,7 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
       emitEvent("recompile_limit", code, nullptr, nullptr, why, 0, extra->entries.size());
       if (fail_on_recompile_limit_hit) {
         ContextOff off;
-        Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
+        Ref excmod = Ref::borrow(lookup(Obj::cdynamo_exc));
         Ref cls = excmod ? Ref::steal(PyObject_GetAttrString(excmod.get(), "FailOnRecompileLimitHit")) : Ref();
         if (cls) PyErr_SetString(cls.get(), (msg + " (config.fail_on_recompile_limit_hit)").c_str());
         *error = true;
@@ -595,7 +595,7 @@ PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::Co
   Ref exc = Ref::steal(value), type_ref = Ref::steal(type), tb_ref = Ref::steal(tb);
   if (!exc) return nullptr;
   ContextOff off;
-  Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
+  Ref excmod = Ref::borrow(lookup(Obj::cdynamo_exc));
   Ref bcf = excmod ? Ref::steal(PyObject_GetAttrString(excmod.get(), "BackendCompilerFailed")) : Ref();
   if (!bcf) return nullptr;
   if (!PyObject_IsInstance(exc.get(), bcf.get())) {

@@ -12,7 +12,7 @@ namespace {
 
 PyObject* shapesModule() {
   static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  if (!mod) mod = Ref::borrow(lookup(Obj::cdynamo_shapes));
   return mod.get();
 }
 
@@ -25,7 +25,7 @@ Ref exprOf(PyObject* symint) {
 // Whether CDYNAMO_LOGS has the "dynamic" channel (cdynamo._logging); -1 with an error.
 int dynamicLogEnabled() {
   static Ref& logging = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!logging) logging = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
+  if (!logging) logging = Ref::borrow(lookup(Obj::cdynamo_logging));
   if (!logging) return -1;
   Ref on = Ref::steal(PyObject_CallMethod(logging.get(), "enabled", "s", "dynamic"));
   return on ? PyObject_IsTrue(on.get()) : -1;

@@ -254,7 +254,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     // A value read from a tensor that a deferred runtime assert is about (torch._check(
     // t.item() > 0), read by nothing else) stays: the assert placed after it needs its symbol.
     static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+    if (!shapes) shapes = Ref::borrow(lookup(Obj::cdynamo_shapes));
     Ref syms = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "runtime_assert_symbols", "O", shape_env_.get()))
                       : Ref();
     if (!syms) return Ref();
