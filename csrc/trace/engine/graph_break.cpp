@@ -233,7 +233,7 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
       // The trace with int arguments symbolic did not complete (range(n), an index, a
       // constant the program needs): they are specialized from now on, and it runs again.
       static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._internal.symbolic_shapes"));
       Ref list = Ref::steal(PyList_New(0));
       for (const std::string& s : ints) {
         Ref str = Ref::steal(PyUnicode_FromString(s.c_str()));

@@ -111,7 +111,7 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         // a new plain tensor object of its data.
         PyObject* as_subclass = lookup(Obj::cdynamo_subclass_as_subclass);
         PyObject* tensor_type = lookup(Obj::torch_Tensor);
-        if (!as_subclass || !tensor_type) return t_.failFromPython("cdynamo._tensor_subclass.as_subclass");
+        if (!as_subclass || !tensor_type) return t_.failFromPython("cdynamo._internal.tensor_subclass.as_subclass");
         std::vector<runtime::OutputPlan> args(2);
         args[0].step = P::Register{in};
         args[1] = runtime::OutputPlan::constant(tensor_type);
@@ -265,7 +265,7 @@ Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {
   // the memo. A cell not built yet that holds the function itself (`def g(): return g`)
   // is made empty and filled by make_function once the function exists (self_cells).
   PyObject* helper = lookup(Obj::cdynamo_resume_make_function);
-  if (!helper) return t_.failFromPython("cdynamo._resume.make_function");
+  if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.make_function");
   Ref self_cells = Ref::steal(PyList_New(0));
   if (!self_cells) return t_.failFromPython("a function's closure");
   for (size_t i = 0; i < fp.closure.size(); ++i) {

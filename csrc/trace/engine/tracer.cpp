@@ -139,7 +139,7 @@ Done Tracer::compileGraph(bool compile_empty) {
   if (asserts < 0) return failFromPython("the graph's runtime asserts");
   if (asserts) {
     static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._internal.symbolic_shapes"));
     Ref ops = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "insert_runtime_asserts", "OOs", gm.get(),
                                                       graph_.shapeEnv(), entry_->name.c_str()))
                      : Ref();
@@ -205,7 +205,7 @@ Done Tracer::compileGraph(bool compile_empty) {
     // applied already: the graph runs with subclass dispatch off.
     PyObject* plain_call = lookup(Obj::cdynamo_subclass_plain_call);
     compiled = plain_call ? Ref::steal(PyObject_CallOneArg(plain_call, compiled.get())) : Ref();
-    if (!compiled) return failFromPython("cdynamo._tensor_subclass.plain_call");
+    if (!compiled) return failFromPython("cdynamo._internal.tensor_subclass.plain_call");
   }
   entry_->compiled = std::move(compiled);
   entry_->graph_module = std::move(gm);
@@ -303,7 +303,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     if (n != 0) {
       PyObject* key_fn = lookup(Obj::cdynamo_state_function_mode_key);
       Ref key = key_fn ? Ref::steal(PyObject_Call(key_fn, no_args.get(), nullptr)) : Ref();
-      if (!key) return failFromPython("cdynamo._state.function_mode_key()");
+      if (!key) return failFromPython("cdynamo._internal.torch_state.function_mode_key()");
       if (key.get() == Py_None) return fail("a TorchFunctionMode other than torch.device is active (not modelled)");
       guards().checkStateQuery(key_fn, no_args.get(), nullptr, key.get());
     }
@@ -457,8 +457,8 @@ Done Tracer::addShapeGuards() {
     }
   }
   static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-  if (!shapes) return failFromPython("cdynamo._shapes");
+  if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._internal.symbolic_shapes"));
+  if (!shapes) return failFromPython("cdynamo._internal.symbolic_shapes");
   Ref compiled = Ref::steal(PyObject_CallMethod(shapes.get(), "compile_guards", "OO", graph_.shapeEnv(), bindings.get()));
   if (!compiled) return failFromPython("compiling the shape guards");
   Ref seq = Ref::steal(PySequence_Fast(compiled.get(), "shape guards"));

@@ -105,7 +105,7 @@ Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
     return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
   PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
-  if (!helper) return t_.failFromPython("cdynamo._resume.grad_mode_exit");
+  if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.grad_mode_exit");
   std::vector<runtime::OutputPlan> args(2);
   args[0] = runtime::OutputPlan::constant(ctx.cls.get());
   args[1] = runtime::OutputPlan::constant(ctx.saved_grad_mode ? Py_True : Py_False);

@@ -738,7 +738,7 @@ Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runt
     return false;
   }
   PyObject* fn = lookup(helper);
-  if (!fn) return p.tracer().failFromPython("cdynamo._resume's iterator rebuilders");
+  if (!fn) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild's iterator rebuilders");
   std::vector<runtime::OutputPlan> args(1);
   if (Done d = p.plan(c, &args[0]); !d) return d.stop();
   if (helper == Obj::cdynamo_resume_container_iterator_at) {
@@ -786,7 +786,7 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
     args.emplace_back();
     if (Done d = p.plan(Value::tuple({}), &args.back()); !d) return d;
     PyObject* rebuild = !p.forResume() ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
-    if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_iterator");
+    if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_iterator");
     out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
     return {};
   }
@@ -830,7 +830,7 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
   }
   const bool typed = it.type && !p.forResume();
   PyObject* rebuild = typed ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
-  if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_iterator");
+  if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_iterator");
   std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
                              it.items.end());
   std::vector<runtime::OutputPlan> args;

@@ -27,7 +27,7 @@ namespace {
 // counterpart; no error) — an error from Python stops the trace.
 Result<Ref> numpyTarget(Tracer& t, Obj helper, PyObject* arg) {
   PyObject* fn = lookup(helper);
-  if (!fn) return t.failFromPython("cdynamo._numpy");
+  if (!fn) return t.failFromPython("cdynamo._internal.numpy_targets");
   Ref r = Ref::steal(PyObject_CallOneArg(fn, arg));
   if (!r) return t.failFromPython("finding torch._numpy's counterpart");
   if (r.get() == Py_None) return Ref();
@@ -116,7 +116,7 @@ Result<ValuePtr> foldNumpy(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
     if (PyDict_SetItem(pkwargs.get(), k.get(), p.get()) < 0) return t.failFromPython("a NumPy call's keyword arguments");
   }
   PyObject* fold = lookup(Obj::cdynamo_numpy_fold);
-  if (!fold) return t.failFromPython("cdynamo._numpy.fold");
+  if (!fold) return t.failFromPython("cdynamo._internal.numpy_targets.fold");
   Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fold, f, pargs.get(), pkwargs.get(), nullptr));
   if (!r) return t.raisePython();  // what NumPy (torch._numpy) raises for these arguments
   if (r.get() == Py_None) return notHandled();
@@ -226,7 +226,7 @@ Result<ValuePtr> ndarrayBinaryOperator(Tracer& t, const BinaryOperands& o) {
 Done rebuildNdArray(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
   PyObject* to_ndarray = lookup(Obj::cdynamo_numpy_to_ndarray);
-  if (!to_ndarray) return p.tracer().failFromPython("cdynamo._numpy.to_ndarray");
+  if (!to_ndarray) return p.tracer().failFromPython("cdynamo._internal.numpy_targets.to_ndarray");
   std::vector<runtime::OutputPlan> args(1);
   if (Done d = p.plan(Value::tensor(v->as<NdArray>().node), &args[0]); !d) return d;
   out->step = P::Call{Ref::borrow(to_ndarray), std::move(args)};

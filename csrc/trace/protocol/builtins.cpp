@@ -117,7 +117,7 @@ Result<ValuePtr> builtinRange(Tracer& t, PyObject* f, const char* which, Args& a
       continue;
     }
     static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._internal.symbolic_shapes"));
     Ref v = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_int", "O",
                                                     t.graph().fake(a->as<Tensor>().node)))
                    : Ref();

@@ -158,7 +158,7 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
       // for a native torch._check to raise on. True or unbacked: recorded as before (the
       // ShapeEnv keeps it as a guard or a runtime assertion).
       static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._internal.symbolic_shapes"));
       Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
                                                           t.graph().fake(args[0]->as<Tensor>().node)))
                          : Ref();

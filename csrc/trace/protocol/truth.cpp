@@ -117,7 +117,7 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         // and the ShapeEnv records the guard that keeps it so (compiled into the entry's
         // shape guards). An unbacked value read from a tensor has none.
         static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-        if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+        if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._internal.symbolic_shapes"));
         Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
                                                             t.graph().fake(v->as<Tensor>().node)))
                            : Ref();
