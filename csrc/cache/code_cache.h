@@ -44,7 +44,7 @@ struct CodeExtra {
   // (frame/compile_miss.cpp modeRefusal): recorded once per reason, not on every such call.
   std::string mode_reported;
   // Automatic dynamic shapes: the sizes each input source had in this code's compiles
-  // (a dict, cdynamo/_shapes.py input_fake), made on the first compile.
+  // (a dict, cdynamo/_internal/symbolic_shapes.py input_fake), made on the first compile.
   Ref shape_memory;
 };
 

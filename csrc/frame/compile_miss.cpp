@@ -123,12 +123,11 @@ bool hasTensorInFrame(const FrameView& view) {
   return false;
 }
 
-// torch's global state around a translation (cdynamo/_state.py): the backend may run the
+// torch's global state around a translation (cdynamo/_internal/torch_state.py): the backend may run the
 // graph, which sets grad mode and autocast as the program did. Cold path.
 PyObject* stateFn(const char* name) {
-  static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._state"));
-  return mod ? PyObject_GetAttrString(mod.get(), name) : nullptr;
+  PyObject* mod = lookup(Obj::cdynamo_state);
+  return mod ? PyObject_GetAttrString(mod, name) : nullptr;
 }
 
 Ref saveTorchState() {
@@ -262,8 +261,8 @@ MissStep refuseOverLimit(cache::CodeExtra* extra, PyObject* config, PyCodeObject
   emitEvent("recompile_limit", code, nullptr, nullptr, why, 0, extra->entries.size());
   if (fail_on_recompile_limit_hit) {
     ContextOff off;
-    Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
-    Ref cls = excmod ? Ref::steal(PyObject_GetAttrString(excmod.get(), "FailOnRecompileLimitHit")) : Ref();
+    PyObject* excmod = lookup(Obj::cdynamo_exc);
+    Ref cls = excmod ? Ref::steal(PyObject_GetAttrString(excmod, "FailOnRecompileLimitHit")) : Ref();
     if (cls) PyErr_SetString(cls.get(), (msg + " (config.fail_on_recompile_limit_hit)").c_str());
     return MissStep::Error;
   }
@@ -425,7 +424,7 @@ cache::EntryPtr compileMiss(cache::CodeExtra* extra, PyObject* config, const Fra
 }
 
 // Cold (a cache miss): whether torch's mode stacks forbid compiling this call
-// (cdynamo/_state.py mode_refusal): a TorchFunctionMode other than a torch.device context,
+// (cdynamo/_internal/torch_state.py mode_refusal): a TorchFunctionMode other than a torch.device context,
 // torch function dispatch disabled, or a TorchDispatchMode. The frame then runs natively
 // this once and nothing is marked: the modes are the caller's state, not the code's (the
 // entries' guards already reject calls under other mode stacks: tracer.cpp). The reason is
@@ -440,7 +439,7 @@ int modeRefusal(cache::CodeExtra* extra, PyCodeObject* code, PyObject* config) {
   if (!r) return -1;
   if (r.get() == Py_None) return 0;
   if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2 || !PyUnicode_Check(PyTuple_GET_ITEM(r.get(), 0))) {
-    PyErr_SetString(PyExc_SystemError, "cdynamo._state.mode_refusal gave neither None nor (reason, strict)");
+    PyErr_SetString(PyExc_SystemError, "cdynamo._internal.torch_state.mode_refusal gave neither None nor (reason, strict)");
     return -1;
   }
   const char* reason = PyUnicode_AsUTF8(PyTuple_GET_ITEM(r.get(), 0));

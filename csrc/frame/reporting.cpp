@@ -121,8 +121,8 @@ PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::Co
   Ref exc = Ref::steal(value), type_ref = Ref::steal(type), tb_ref = Ref::steal(tb);
   if (!exc) return nullptr;
   ContextOff off;
-  Ref excmod = Ref::steal(PyImport_ImportModule("cdynamo.exc"));
-  Ref bcf = excmod ? Ref::steal(PyObject_GetAttrString(excmod.get(), "BackendCompilerFailed")) : Ref();
+  PyObject* excmod = lookup(Obj::cdynamo_exc);
+  Ref bcf = excmod ? Ref::steal(PyObject_GetAttrString(excmod, "BackendCompilerFailed")) : Ref();
   if (!bcf) return nullptr;
   if (!PyObject_IsInstance(exc.get(), bcf.get())) {
     PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.get())), exc.get());

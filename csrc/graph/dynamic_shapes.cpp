@@ -1,5 +1,5 @@
 // Symbolic input sizes (GraphBuilder::setDynamic): the input fakes made with symbolic
-// contexts by cdynamo/_shapes.py (torch's ShapeEnv and FakeTensorMode.from_tensor), and the
+// contexts by cdynamo/_internal/symbolic_shapes.py (torch's ShapeEnv and FakeTensorMode.from_tensor), and the
 // placeholders of their symbols, as torch._dynamo's graphs carry them.
 #include "graph/graph_builder.h"
 
@@ -12,7 +12,7 @@ namespace {
 
 PyObject* shapesModule() {
   static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  if (!mod) mod = Ref::borrow(lookup(Obj::cdynamo_shapes));
   return mod.get();
 }
 
@@ -25,13 +25,13 @@ Ref exprOf(PyObject* symint) {
 // Whether CDYNAMO_LOGS has the "dynamic" channel (cdynamo._logging); -1 with an error.
 int dynamicLogEnabled() {
   static Ref& logging = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!logging) logging = Ref::steal(PyImport_ImportModule("cdynamo._logging"));
+  if (!logging) logging = Ref::borrow(lookup(Obj::cdynamo_logging));
   if (!logging) return -1;
   Ref on = Ref::steal(PyObject_CallMethod(logging.get(), "enabled", "s", "dynamic"));
   return on ? PyObject_IsTrue(on.get()) : -1;
 }
 
-// What cdynamo._shapes.input_fake records of a tensor input in the code object's size memory
+// What cdynamo._internal.symbolic_shapes.input_fake records of a tensor input in the code object's size memory
 // (automatic dynamic, dynamic=None): its sizes, None for a dim that differed from the sizes
 // remembered with the same rank.
 bool rememberSizes(PyObject* memory, PyObject* real, const std::string& source) {
@@ -87,7 +87,7 @@ int GraphBuilder::addSymbolicInput(PyObject* real, const std::string& name, cons
                                          dyn_.memory ? dyn_.memory : Py_None, automatic ? Py_True : Py_False));
   if (!r) return -1;
   if (!PyTuple_Check(r.get()) || PyTuple_GET_SIZE(r.get()) != 2 || !PyList_Check(PyTuple_GET_ITEM(r.get(), 1))) {
-    PyErr_SetString(PyExc_TypeError, "cdynamo._shapes.input_fake: unexpected result");
+    PyErr_SetString(PyExc_TypeError, "cdynamo._internal.symbolic_shapes.input_fake: unexpected result");
     return -1;
   }
   PyObject* syms = PyTuple_GET_ITEM(r.get(), 1);
@@ -158,7 +158,7 @@ int GraphBuilder::addIntInput(PyObject* value, const std::string& name, const st
   if (!sym) return -1;
   if (sym.get() == Py_None) return kNoTensorResult;
   if (reinterpret_cast<PyObject*>(Py_TYPE(sym.get())) != lookup(Obj::torch_SymInt)) {
-    PyErr_SetString(PyExc_TypeError, "cdynamo._shapes.int_input: not a SymInt");
+    PyErr_SetString(PyExc_TypeError, "cdynamo._internal.symbolic_shapes.int_input: not a SymInt");
     return -1;
   }
   Ref e = exprOf(sym.get());

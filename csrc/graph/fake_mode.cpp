@@ -23,8 +23,8 @@ FakePropagationPaused::~FakePropagationPaused() { tls_fake_propagation = saved_;
 namespace {
 // torch._C._autograd._saved_tensors_hooks_set_tracing (new reference), or null with an error.
 Ref savedTensorsHooksSetTracing() {
-  Ref autograd = Ref::steal(PyImport_ImportModule("torch._C._autograd"));
-  return autograd ? Ref::steal(PyObject_GetAttrString(autograd.get(), "_saved_tensors_hooks_set_tracing")) : Ref();
+  PyObject* autograd = lookup(Obj::torch_C_autograd);
+  return autograd ? Ref::steal(PyObject_GetAttrString(autograd, "_saved_tensors_hooks_set_tracing")) : Ref();
 }
 }  // namespace
 

@@ -35,7 +35,7 @@ int GraphBuilder::addInput(PyObject* real, const std::string& name, const std::s
   if (symbolic_) return addSymbolicInput(real, name, source);
   if (dyn_.mode == -1 && dyn_.memory && PyDict_Check(dyn_.memory) && !source.empty()) {
     // Automatic dynamic: the sizes this source had, for the next compile of this code to
-    // compare with (cdynamo/_shapes.py input_fake reads and updates them from then on).
+    // compare with (cdynamo/_internal/symbolic_shapes.py input_fake reads and updates them from then on).
     Ref shape = Ref::steal(PyObject_GetAttrString(real, "shape"));
     Ref sizes = shape ? Ref::steal(PySequence_List(shape.get())) : Ref();
     if (!sizes || PyDict_SetItemString(dyn_.memory, source.c_str(), sizes.get()) < 0) return -1;

@@ -89,7 +89,7 @@ struct Node {
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
 struct DynamicConfig {
   int mode = -1;             // compile(dynamic=): 1 True, 0 False, -1 None (automatic)
-  PyObject* memory = nullptr;  // the code object's size memory (a dict, see cdynamo/_shapes.py), or null
+  PyObject* memory = nullptr;  // the code object's size memory (a dict, see cdynamo/_internal/symbolic_shapes.py), or null
   bool marked_inputs = false;  // a frame input carries torch._dynamo.mark_dynamic marks
 };
 
@@ -112,12 +112,12 @@ class GraphBuilder {
   // Dynamic shapes: which sizes of the inputs become symbols of a ShapeEnv (set before
   // begin()). The trace has a ShapeEnv when some may: dynamic=True, a recompile under
   // automatic dynamic, or marked inputs; then every input fake is made by
-  // cdynamo/_shapes.py input_fake and a new symbol gets a placeholder of its own, before the
+  // cdynamo/_internal/symbolic_shapes.py input_fake and a new symbol gets a placeholder of its own, before the
   // tensor's, as in torch._dynamo's graphs.
   void setDynamic(const DynamicConfig& c) { dyn_ = c; }
   bool symbolic() const { return symbolic_; }
   PyObject* shapeEnv() const { return shape_env_.get(); }
-  // Whether the graph needs torch's runtime asserts pass (cdynamo._shapes.insert_runtime_asserts):
+  // Whether the graph needs torch's runtime asserts pass (cdynamo._internal.symbolic_shapes.insert_runtime_asserts):
   // a node binds unbacked symbols (Tensor.item(), nonzero()) or the ShapeEnv deferred an
   // assert (torch._check of a value read from a tensor, an op assuming a relation between
   // unbacked sizes). 1 yes, 0 no, -1 with an error set.
@@ -139,7 +139,7 @@ class GraphBuilder {
     *dim = nodes_[id].sym_dim;
     return true;
   }
-  // Automatic dynamic for an int argument `value` read from `source` (cdynamo/_shapes.py
+  // Automatic dynamic for an int argument `value` read from `source` (cdynamo/_internal/symbolic_shapes.py
   // int_input): its placeholder node, whose fake is a SymInt, when it becomes symbolic;
   // kNoTensorResult when it stays a constant (its value is recorded for the next compile
   // to compare); -1 with an error set.

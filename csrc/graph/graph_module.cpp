@@ -230,9 +230,8 @@ bool plainArg(const Arg& a, const TorchRefs* t) {
 bool GraphBuilder::keepAssertedReads(std::vector<int>* uses) {
   // A value read from a tensor that a deferred runtime assert is about (torch._check(
   // t.item() > 0), read by nothing else) stays: the assert placed after it needs its symbol.
-  static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-  Ref syms = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "runtime_assert_symbols", "O", shape_env_.get()))
+  PyObject* shapes = lookup(Obj::cdynamo_shapes);
+  Ref syms = shapes ? Ref::steal(PyObject_CallMethod(shapes, "runtime_assert_symbols", "O", shape_env_.get()))
                     : Ref();
   if (!syms) return false;
   for (int i = 0; i < numNodes(); ++i) {

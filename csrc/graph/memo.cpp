@@ -397,7 +397,7 @@ int GraphBuilder::memoCheck() {
 
 bool GraphBuilder::checkMemoResult(PyObject* memo_result, PyObject* real_result, PyObject* target) {
   static Ref& mod = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!mod) mod = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+  if (!mod) mod = Ref::borrow(lookup(Obj::cdynamo_shapes));
   if (!mod) return false;
   Ref r = Ref::steal(PyObject_CallMethod(mod.get(), "check_memo_result", "OOO", memo_result, real_result, target));
   return static_cast<bool>(r);

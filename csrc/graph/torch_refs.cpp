@@ -166,8 +166,8 @@ int configFlag(const char* name) {
   if (v && v.get() == Py_None) {
     // None: as torch._dynamo.config's option of the same name (see config.py), so code
     // written for torch.compile that sets or patches torch's option gets that behaviour.
-    Ref torch_config = Ref::steal(PyImport_ImportModule("torch._dynamo.config"));
-    v = torch_config ? Ref::steal(PyObject_GetAttrString(torch_config.get(), name)) : Ref();
+    PyObject* torch_config = lookup(Obj::torch_dynamo_config);
+    v = torch_config ? Ref::steal(PyObject_GetAttrString(torch_config, name)) : Ref();
   }
   return v ? PyObject_IsTrue(v.get()) : -1;
 }

@@ -1,4 +1,4 @@
-// Guards as one flat program per cache entry (STYLE.md habit 10).
+// Guards as one flat program per cache entry: steps in an array, not a tree of guard objects.
 //
 // A program is a list of steps run in order against a FrameView. A *load* step puts an
 // object into a register (read from the frame's fast locals by index, from globals, from
@@ -65,7 +65,7 @@ enum class CheckKind : uint8_t {
               // for every pair with a tensor the graph mutates (see checkStorages); reg unused
 };
 
-// One step of a shape guard's program (cdynamo/_shapes.py, same opcodes): a stack machine
+// One step of a shape guard's program (cdynamo/_internal/symbolic_shapes.py, same opcodes): a stack machine
 // over int64. Const pushes `arg`; Size pushes size `arg` of the tensor in register `reg`
 // (its tensor check ran before, so the register holds a tensor of that rank); the others
 // pop their operands and push the result, booleans as 0/1.

@@ -20,6 +20,7 @@
 #include <string>
 
 #include "guards/tensor_check.h"
+#include "support/lookup.h"
 
 namespace cdynamo::guards {
 namespace {
@@ -28,7 +29,7 @@ namespace {
 // of libtorch_python). Borrowed for the life of the process: torch._C is never unloaded.
 PyObject* tensorBaseType() {
   static PyObject* type = [] () -> PyObject* {
-    Ref mod = Ref::steal(PyImport_ImportModule("torch._C"));
+    Ref mod = Ref::borrow(lookup(Obj::torch_C));
     if (!mod) return nullptr;
     return PyObject_GetAttrString(mod.get(), "TensorBase");  // kept for the process
   }();
@@ -60,12 +61,12 @@ bool captureTensorSpec(PyObject* t, TensorSpec* out) {
   // Python objects kept for descriptions only (cold). Read with subclass dispatch off: a
   // tensor subclass's __torch_function__ would run for each (user code, at guard-making time).
   static PyObject* const plain_types[2] = {[] () -> PyObject* {
-    Ref mod = Ref::steal(PyImport_ImportModule("torch"));
+    Ref mod = Ref::borrow(lookup(Obj::torch_module));
     PyObject* r = mod ? PyObject_GetAttrString(mod.get(), "Tensor") : nullptr;  // kept for the process
     if (!r) PyErr_Clear();
     return r;
   }(), [] () -> PyObject* {
-    Ref mod = Ref::steal(PyImport_ImportModule("torch.nn"));
+    Ref mod = Ref::borrow(lookup(Obj::torch_nn));
     PyObject* r = mod ? PyObject_GetAttrString(mod.get(), "Parameter") : nullptr;
     if (!r) PyErr_Clear();
     return r;
@@ -73,7 +74,7 @@ bool captureTensorSpec(PyObject* t, TensorSpec* out) {
   Ref disabled;
   PyObject* exact = reinterpret_cast<PyObject*>(Py_TYPE(t));
   if (exact != plain_types[0] && exact != plain_types[1]) {
-    Ref mod = Ref::steal(PyImport_ImportModule("torch._C"));
+    Ref mod = Ref::borrow(lookup(Obj::torch_C));
     Ref cls = mod ? Ref::steal(PyObject_GetAttrString(mod.get(), "DisableTorchFunctionSubclass")) : Ref();
     disabled = cls ? Ref::steal(PyObject_CallNoArgs(cls.get())) : Ref();
     Ref entered = disabled ? Ref::steal(PyObject_CallMethod(disabled.get(), "__enter__", nullptr)) : Ref();
@@ -191,7 +192,7 @@ const void* tensorStorage(PyObject* t) {
 }
 
 bool checkTorchVersion() {
-  Ref torch = Ref::steal(PyImport_ImportModule("torch"));
+  Ref torch = Ref::borrow(lookup(Obj::torch_module));
   if (!torch) return false;
   Ref version = Ref::steal(PyObject_GetAttrString(torch.get(), "__version__"));
   if (!version) return false;

@@ -64,7 +64,7 @@ struct TranslateResult {
 // becomes the break: the graph so far, then the instruction run natively, then a resume
 // function for the rest.
 // `shape_memory`: the code object's size memory for automatic dynamic shapes (a dict kept
-// by the code cache; see cdynamo/_shapes.py), or null.
+// by the code cache; see cdynamo/_internal/symbolic_shapes.py), or null.
 TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory = nullptr);
 
 // Where a re-trace stops for a graph break: the `visit`-th time the root frame reaches

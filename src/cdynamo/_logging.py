@@ -9,7 +9,7 @@ import os
 
 from . import _C
 
-# "dynamic" is emitted from Python (cdynamo/_shapes.py: each symbol made, each size kept
+# "dynamic" is emitted from Python (cdynamo/_internal/symbolic_shapes.py: each symbol made, each size kept
 # static or specialized and why, each shape guard); its bit is unused by the core.
 CHANNELS = {"recompiles": 1, "graph_breaks": 2, "guards": 4, "graph_code": 8, "bytecode": 16, "dynamic": 32}
 

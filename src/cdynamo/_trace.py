@@ -9,7 +9,6 @@ that led to the frame), ``dynamo_output_graph`` (the FX graph), ``dynamo_cpp_gua
 translated, torch's CompileContext carries its compile id, so the backends' own records
 (AOT autograd, inductor) are filed under the same ``[frame_id/compile_id]``.
 """
-import itertools
 import logging
 import os
 import sys
@@ -72,26 +71,6 @@ def _user_stack(code):
               if not f.filename.startswith(_here)]
     frames.append(traceback.FrameSummary(code.co_filename, code.co_firstlineno, code.co_name, line=""))
     return frames
-
-
-def format_stack(frames):
-    """A graph node's meta["stack_trace"] as torch._dynamo records it: the user's frames
-    that made the call, ``((code, byte offset), ...)`` outermost first, formatted by
-    traceback (innermost last). Frames of torch.nn's modules and of cdynamo itself (its
-    polyfills) are left out, as torch._dynamo leaves out nn.Module internals and its own."""
-    summaries = []
-    for code, addr in frames:
-        filename = code.co_filename
-        if "torch/nn/modules" in filename.replace(os.sep, "/") or filename.startswith(_here):
-            continue
-        pos = next(itertools.islice(code.co_positions(), addr // 2, None), None)
-        line, _, col, end_col = pos if pos is not None else (None, None, None, None)
-        summaries.append(
-            traceback.FrameSummary(
-                filename, line or code.co_firstlineno, code.co_name, lookup_line=False, colno=col, end_colno=end_col
-            )
-        )
-    return "".join(traceback.StackSummary.from_list(summaries).format())
 
 
 def _log(name, metadata=None, payload=None, compile_id=None):

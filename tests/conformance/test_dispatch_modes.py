@@ -1,7 +1,7 @@
 """Compiled calls inside a TorchDispatchMode of the program (PyTorch's test_misc).
 
 cdynamo's own bookkeeping around a translation (saving and restoring torch's RNG state,
-cdynamo/_state.py) ran operators, which the program's mode saw: a logging mode logged an
+cdynamo/_internal/torch_state.py) ran operators, which the program's mode saw: a logging mode logged an
 aten.equal that eager execution never makes, and a mode that answers every operator with
 something else broke the restore (RuntimeError, IndexError from inside cdynamo). That
 bookkeeping now runs with the modes set aside. And, as torch._dynamo does, a miss while

@@ -1,6 +1,6 @@
 """itertools iterators over other iterators take each item from their source only when the
 program takes it (docs/conformance.md: itertools). Their Python versions in
-cdynamo._polyfills are iterator classes stepped item by item, so a source the program also
+cdynamo._internal.polyfills are iterator classes stepped item by item, so a source the program also
 uses directly sees the program's order of takes, an endless source works under islice, and
 one that outlives the trace is the real C iterator in the same state. Each case is compared
 with eager on a first call and a cache hit, with torch._dynamo's graph count.

@@ -1,7 +1,7 @@
 """A 0-d tensor passed where an operator's schema takes a Python number (docs/conformance.md:
 data-dependent): the C binding would read it with .item(), which no graph can hold. The
 operators with another overload or a composition that takes the tensor itself
-(cdynamo._polyfills: _foreach_lerp_, _foreach_pow, addcmul/addcmul_) are traced through it,
+(cdynamo._internal.polyfills: _foreach_lerp_, _foreach_pow, addcmul/addcmul_) are traced through it,
 as torch._dynamo does; every other call of them is recorded as before. Each case: eager vs
 cdynamo on a first call and a cache hit, one graph, no break.
 """

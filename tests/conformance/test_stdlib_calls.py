@@ -1,6 +1,6 @@
 """C functions of the standard library called in a trace (docs/conformance.md: itertools,
 reduce, lru-cache, dict-fromkeys): traced through their Python versions
-(cdynamo._polyfills), the function an lru_cache wraps, or a dict made in the trace; each
+(cdynamo._internal.polyfills), the function an lru_cache wraps, or a dict made in the trace; each
 compared with eager on a first call and a cache hit, with torch._dynamo's graph count.
 """
 import collections

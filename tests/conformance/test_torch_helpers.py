@@ -1,7 +1,7 @@
 """torch's Python helpers that take or build structures (docs/conformance.md:
 torch-python-helpers): torch.utils._pytree and torch.fx.node's map_aggregate/map_arg are
 traced like user code (their functions inlined, their classes such as TreeSpec made in the
-trace, torch._C's C versions through cdynamo._polyfills), never recorded as one graph op;
+trace, torch._C's C versions through cdynamo._internal.polyfills), never recorded as one graph op;
 type expressions evaluated at run time (annotations of a function made in the trace,
 `Callable[[T], Any] | None`) are computed for real.
 

@@ -171,13 +171,13 @@ def test_memo_entries_keep_requires_grad_where_autograd_does(dynamic):
 
 
 def test_memo_check_reports_a_difference():
-    from cdynamo import _shapes
+    from cdynamo._internal import symbolic_shapes
     a, b = torch.empty(2, 3), torch.empty(3, 2)
     with pytest.raises(RuntimeError, match="memo check"):
-        _shapes.check_memo_result(a, b, torch.relu)
-    assert _shapes.memo_check_failures and "relu" in _shapes.memo_check_failures[0]
-    _shapes.memo_check_failures.clear()
-    assert _shapes.check_memo_result((a, None), (torch.empty(2, 3), None), torch.relu)
+        symbolic_shapes.check_memo_result(a, b, torch.relu)
+    assert symbolic_shapes.memo_check_failures and "relu" in symbolic_shapes.memo_check_failures[0]
+    symbolic_shapes.memo_check_failures.clear()
+    assert symbolic_shapes.check_memo_result((a, None), (torch.empty(2, 3), None), torch.relu)
 
 
 def views_of_inputs(x):

@@ -3,7 +3,7 @@
 A list_iterator reads its list by index as it goes, so the items it gives after the break
 are the list's as they are then; a dict or set iterator raises RuntimeError once its
 container changed size. At a break the output plan rebuilds a list iterator made in the
-trace over the very list the resume function gets (cdynamo._resume.list_iterator_at), and
+trace over the very list the resume function gets (cdynamo._internal.frame_rebuild.list_iterator_at), and
 the resume function's trace reads an iterator passed in over the items it had left only as
 long as it does not change the container: changing it pins the iterator to the container's
 value (Iterators::pin), guarded to be the container the iterator reads (and its index).

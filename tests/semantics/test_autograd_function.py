@@ -3,7 +3,7 @@
 With no gradient to record (grad mode off, or no tensor argument requires grad) apply is
 forward run under no_grad on a ctx, its outputs wrapped as apply wraps them (an input
 returned comes back as a new view of it; a dirty input as itself); cdynamo inlines that
-(cdynamo._polyfills.autograd_function_apply) into the frame's graph, as torch._dynamo does.
+(cdynamo._internal.autograd_function.autograd_function_apply) into the frame's graph, as torch._dynamo does.
 When apply would record a backward, the call is a graph break with its reason.
 """
 import pytest

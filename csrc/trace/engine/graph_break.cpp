@@ -232,14 +232,13 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
       if (first.error) fullgraph_error = FetchedError::fetch();
       // The trace with int arguments symbolic did not complete (range(n), an index, a
       // constant the program needs): they are specialized from now on, and it runs again.
-      static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
+      PyObject* shapes = lookup(Obj::cdynamo_shapes);
       Ref list = Ref::steal(PyList_New(0));
       for (const std::string& s : ints) {
         Ref str = Ref::steal(PyUnicode_FromString(s.c_str()));
         if (!list || !str || PyList_Append(list.get(), str.get()) < 0) break;
       }
-      Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_ints", "OOs", shape_memory,
+      Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes, "specialize_ints", "OOs", shape_memory,
                                                                 list.get(), first.unsupported.reason.c_str()))
                              : Ref();
       if (r) return translate(frame, config, shape_memory);  // the fullgraph error is dropped

@@ -111,7 +111,7 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
         // a new plain tensor object of its data.
         PyObject* as_subclass = lookup(Obj::cdynamo_subclass_as_subclass);
         PyObject* tensor_type = lookup(Obj::torch_Tensor);
-        if (!as_subclass || !tensor_type) return t_.failFromPython("cdynamo._tensor_subclass.as_subclass");
+        if (!as_subclass || !tensor_type) return t_.failFromPython("cdynamo._internal.tensor_subclass.as_subclass");
         std::vector<runtime::OutputPlan> args(2);
         args[0].step = P::Register{in};
         args[1] = runtime::OutputPlan::constant(tensor_type);
@@ -260,12 +260,12 @@ Done OutputPlanner::placeLatePlans(runtime::OutputPlan* output, std::vector<runt
 Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
   const Function& fp = fv->as<Function>();
-  // A function made in the trace: cdynamo._resume.make_function(code, globals,
+  // A function made in the trace: cdynamo._internal.frame_rebuild.make_function(code, globals,
   // qualname, defaults, kwdefaults, closure, attrs, self_cells), its cells shared through
   // the memo. A cell not built yet that holds the function itself (`def g(): return g`)
   // is made empty and filled by make_function once the function exists (self_cells).
   PyObject* helper = lookup(Obj::cdynamo_resume_make_function);
-  if (!helper) return t_.failFromPython("cdynamo._resume.make_function");
+  if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.make_function");
   Ref self_cells = Ref::steal(PyList_New(0));
   if (!self_cells) return t_.failFromPython("a function's closure");
   for (size_t i = 0; i < fp.closure.size(); ++i) {

@@ -97,7 +97,7 @@ Done rebuildSubclassTensor(OutputPlanner& p, const ValuePtr& v, runtime::OutputP
 // Functools.partial(fn, *args, **keywords); not a decorated function (a context) (kinds/function.cpp).
 Done rebuildPartial(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);
 // An iterator over a list, dict or set (Iterator::Made::Sequence) rebuilt over the
-// container itself in the state it reached (cdynamo._resume); false when it cannot be
+// container itself in the state it reached (cdynamo._internal.frame_rebuild); false when it cannot be
 // (a dict or set changed since, a set whose real walk may differ from the modelled one)
 // (kinds/iterator.cpp).
 Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out);

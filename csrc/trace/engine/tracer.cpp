@@ -123,10 +123,9 @@ int Tracer::locationId(SymbolicFrame* f) {
 // graphs no backend sees (no ops, a failed compile) are covered: a few per generated program
 // in a fuzzer run, tens of MB over 100,000 programs.
 static bool forgetSourceOnDeath(PyObject* gm) {
-  static Ref& eval_frame = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!eval_frame) eval_frame = Ref::steal(PyImport_ImportModule("cdynamo.eval_frame"));
+  PyObject* eval_frame = lookup(Obj::cdynamo_eval_frame);
   if (!eval_frame) return false;
-  return Ref::steal(PyObject_CallMethod(eval_frame.get(), "forget_source_on_death", "O", gm)).get() != nullptr;
+  return Ref::steal(PyObject_CallMethod(eval_frame, "forget_source_on_death", "O", gm)).get() != nullptr;
 }
 
 Done Tracer::compileGraph(bool compile_empty) {
@@ -138,9 +137,8 @@ Done Tracer::compileGraph(bool compile_empty) {
   int asserts = graph_.runtimeAssertsNeeded();
   if (asserts < 0) return failFromPython("the graph's runtime asserts");
   if (asserts) {
-    static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-    Ref ops = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "insert_runtime_asserts", "OOs", gm.get(),
+    PyObject* shapes = lookup(Obj::cdynamo_shapes);
+    Ref ops = shapes ? Ref::steal(PyObject_CallMethod(shapes, "insert_runtime_asserts", "OOs", gm.get(),
                                                       graph_.shapeEnv(), entry_->name.c_str()))
                      : Ref();
     if (!ops) return failFromPython("inserting the graph's runtime asserts");
@@ -205,7 +203,7 @@ Done Tracer::compileGraph(bool compile_empty) {
     // applied already: the graph runs with subclass dispatch off.
     PyObject* plain_call = lookup(Obj::cdynamo_subclass_plain_call);
     compiled = plain_call ? Ref::steal(PyObject_CallOneArg(plain_call, compiled.get())) : Ref();
-    if (!compiled) return failFromPython("cdynamo._tensor_subclass.plain_call");
+    if (!compiled) return failFromPython("cdynamo._internal.tensor_subclass.plain_call");
   }
   entry_->compiled = std::move(compiled);
   entry_->graph_module = std::move(gm);
@@ -303,7 +301,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     if (n != 0) {
       PyObject* key_fn = lookup(Obj::cdynamo_state_function_mode_key);
       Ref key = key_fn ? Ref::steal(PyObject_Call(key_fn, no_args.get(), nullptr)) : Ref();
-      if (!key) return failFromPython("cdynamo._state.function_mode_key()");
+      if (!key) return failFromPython("cdynamo._internal.torch_state.function_mode_key()");
       if (key.get() == Py_None) return fail("a TorchFunctionMode other than torch.device is active (not modelled)");
       guards().checkStateQuery(key_fn, no_args.get(), nullptr, key.get());
     }
@@ -456,10 +454,9 @@ Done Tracer::addShapeGuards() {
       if (!b || PyList_Append(bindings.get(), b.get()) < 0) return failFromPython("shape guards");
     }
   }
-  static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-  if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-  if (!shapes) return failFromPython("cdynamo._shapes");
-  Ref compiled = Ref::steal(PyObject_CallMethod(shapes.get(), "compile_guards", "OO", graph_.shapeEnv(), bindings.get()));
+  PyObject* shapes = lookup(Obj::cdynamo_shapes);
+  if (!shapes) return failFromPython("cdynamo._internal.symbolic_shapes");
+  Ref compiled = Ref::steal(PyObject_CallMethod(shapes, "compile_guards", "OO", graph_.shapeEnv(), bindings.get()));
   if (!compiled) return failFromPython("compiling the shape guards");
   Ref seq = Ref::steal(PySequence_Fast(compiled.get(), "shape guards"));
   if (!seq) return failFromPython("shape guards");
@@ -503,8 +500,8 @@ namespace {
 // "    obj = BadClass()\n": the source text of a line (linecache, stripped), as Python's
 // tracebacks show it under the location; empty when it cannot be read.
 std::string sourceLine(const std::string& filename, int line) {
-  Ref linecache = Ref::steal(PyImport_ImportModule("linecache"));
-  Ref text = linecache ? Ref::steal(PyObject_CallMethod(linecache.get(), "getline", "si", filename.c_str(), line)) : Ref();
+  PyObject* linecache = lookup(Obj::linecache_module);
+  Ref text = linecache ? Ref::steal(PyObject_CallMethod(linecache, "getline", "si", filename.c_str(), line)) : Ref();
   Ref stripped = text ? Ref::steal(PyObject_CallMethod(text.get(), "strip", nullptr)) : Ref();
   const char* s = stripped && PyUnicode_Check(stripped.get()) ? PyUnicode_AsUTF8(stripped.get()) : nullptr;
   if (!s) {

@@ -207,8 +207,8 @@ Result<ValuePtr> objectReduceEx(Tracer& t, Args& args, Kwargs& kwargs) {
   Result<ValuePtr> state = genericGetAttr(t, self, interned(Str::dunder_dict), nullptr, false);
   if (!state) return state;
   if (!(*state)->is(Kind::Dict)) return t.fail("object.__reduce_ex__(): an instance __dict__ that is not modelled");
-  Ref copyreg = Ref::steal(PyImport_ImportModule("copyreg"));
-  Ref newobj = Ref::steal(copyreg ? PyObject_GetAttrString(copyreg.get(), "__newobj__") : nullptr);
+  PyObject* copyreg = lookup(Obj::copyreg_module);
+  Ref newobj = Ref::steal(copyreg ? PyObject_GetAttrString(copyreg, "__newobj__") : nullptr);
   if (!newobj) return t.failFromPython("copyreg.__newobj__");
   ValuePtr none = Value::constant(Py_None);
   return Value::tuple({Value::callable(newobj.get()), Value::tuple({Value::callable(cls)}),

@@ -99,13 +99,13 @@ Result<ValuePtr> Contexts::wrapExit(PyObject* self, PyObject* func, int self_reg
 
 Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   // The bound __exit__ of a real context object that restores the mode saved on entry:
-  // cdynamo._resume.grad_mode_exit(cls, prev).
+  // cdynamo._internal.frame_rebuild.grad_mode_exit(cls, prev).
   const Context& ctx = value->as<Context>();
   Ctx k = kindOf(ctx.cls.get());
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
     return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
   PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
-  if (!helper) return t_.failFromPython("cdynamo._resume.grad_mode_exit");
+  if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.grad_mode_exit");
   std::vector<runtime::OutputPlan> args(2);
   args[0] = runtime::OutputPlan::constant(ctx.cls.get());
   args[1] = runtime::OutputPlan::constant(ctx.saved_grad_mode ? Py_True : Py_False);

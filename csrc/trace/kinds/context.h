@@ -33,7 +33,7 @@ class Contexts {
   // resume function): the same value BEFORE_WITH pushes. NotHandled for any other method.
   Result<ValuePtr> wrapExit(PyObject* self, PyObject* func, int self_reg);
   // The plan rebuilding a grad-mode context's __exit__ at a graph break:
-  // cdynamo._resume.grad_mode_exit(cls, prev). Unsupported for other contexts.
+  // cdynamo._internal.frame_rebuild.grad_mode_exit(cls, prev). Unsupported for other contexts.
   Done planExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
 
   // torch._C._set_grad_enabled(mode) called by the program (a user context manager's

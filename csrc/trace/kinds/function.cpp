@@ -89,7 +89,7 @@ Done rebuildPartial(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* ou
   const Partial& part = v->as<Partial>();
   if (part.context) return p.unsupported(v);
   PyObject* rebuild = lookup(Obj::cdynamo_resume_rebuild_partial);
-  if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_partial");
+  if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_partial");
   std::vector<runtime::OutputPlan> args(3);
   if (Done d = p.plan(part.fn, &args[0]); !d) return d;
   if (Done d = p.plan(part.args, &args[1]); !d) return d;

@@ -387,7 +387,7 @@ Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runt
   bool deque_changed = false;
   if (const List* l = c->get<List>(); l && l->deque) {
     // A deque's iterator over the deque rebuilt, as many items taken; one the deque changed
-    // under since iter() is made to raise as Python's (cdynamo._resume.deque_iterator_at).
+    // under since iter() is made to raise as Python's (cdynamo._internal.frame_rebuild.deque_iterator_at).
     // A deque of maxlen 0 cannot be changed and given back its contents: not rebuilt.
     deque_changed = l->state != it.seq_state;
     if (it.seq_reversed) {  // reversed(d): over the deque rebuilt while it is unchanged
@@ -436,7 +436,7 @@ Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runt
     return false;
   }
   PyObject* fn = lookup(helper);
-  if (!fn) return p.tracer().failFromPython("cdynamo._resume's iterator rebuilders");
+  if (!fn) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild's iterator rebuilders");
   std::vector<runtime::OutputPlan> args(1);
   if (Done d = p.plan(c, &args[0]); !d) return d.stop();
   if (helper == Obj::cdynamo_resume_container_iterator_at) {
@@ -460,11 +460,11 @@ Result<bool> planIteratorOverContainer(OutputPlanner& p, const ValuePtr& v, runt
 Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
   // The same type of iterator over the items it has left (already computed):
-  // cdynamo._resume.rebuild_iterator(type, items), or iter(items) when its type is not known.
+  // cdynamo._internal.frame_rebuild.rebuild_iterator(type, items), or iter(items) when its type is not known.
   if (Done d = p.tracer().iterators().usable(v.get()); !d) return d;
   const Iterator& it = v->as<Iterator>();
   if (it.stepper) {
-    // A polyfill's iterator object (cdynamo._polyfills.count for itertools.count): a real
+    // A polyfill's iterator object (cdynamo._internal.polyfills.itertools.count for itertools.count): a real
     // iterator of the original type in the same state, made by the class's rebuild().
     if (PyObject* rebuild = polyfillRebuild(it.type.get())) {
       std::vector<runtime::OutputPlan> args(1);
@@ -484,7 +484,7 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
     args.emplace_back();
     if (Done d = p.plan(Value::tuple({}), &args.back()); !d) return d;
     PyObject* rebuild = !p.forResume() ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
-    if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_iterator");
+    if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_iterator");
     out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
     return {};
   }
@@ -528,7 +528,7 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
   }
   const bool typed = it.type && !p.forResume();
   PyObject* rebuild = typed ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
-  if (!rebuild) return p.tracer().failFromPython("cdynamo._resume.rebuild_iterator");
+  if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_iterator");
   std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
                              it.items.end());
   std::vector<runtime::OutputPlan> args;

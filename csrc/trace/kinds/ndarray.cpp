@@ -1,7 +1,7 @@
 // NumPy in the trace, as torch._dynamo traces it: an ndarray of the program is a tensor in
 // the graph (Kind::NdArray, its node), and what the program does to it (a NumPy function,
 // an ndarray method, attribute or operator) is recorded as one graph call of a target of
-// cdynamo._numpy, which runs torch._numpy's counterpart of it on the tensors viewed as
+// cdynamo._internal.numpy_targets, which runs torch._numpy's counterpart of it on the tensors viewed as
 // arrays. What a NumPy callable stands for is decided by what it is (its module is numpy
 // or a submodule, its name is torch._numpy's), not by a list.
 #include <cstring>
@@ -23,11 +23,11 @@ using graph::NodeOp;
 
 namespace {
 
-// Calls cdynamo._numpy.<helper>(arg): the graph target, or null (None: it has no
+// Calls cdynamo._internal.numpy_targets.<helper>(arg): the graph target, or null (None: it has no
 // counterpart; no error) — an error from Python stops the trace.
 Result<Ref> numpyTarget(Tracer& t, Obj helper, PyObject* arg) {
   PyObject* fn = lookup(helper);
-  if (!fn) return t.failFromPython("cdynamo._numpy");
+  if (!fn) return t.failFromPython("cdynamo._internal.numpy_targets");
   Ref r = Ref::steal(PyObject_CallOneArg(fn, arg));
   if (!r) return t.failFromPython("finding torch._numpy's counterpart");
   if (r.get() == Py_None) return Ref();
@@ -103,7 +103,7 @@ Result<ValuePtr> recordNumpy(Tracer& t, PyObject* target, const Args& args, cons
 
 
 // A NumPy call on constants (np.iinfo(np.int16), np.dtype("float")): computed now by
-// torch._numpy when that gives a constant (cdynamo._numpy.fold); NotHandled when an
+// torch._numpy when that gives a constant (cdynamo._internal.numpy_targets.fold); NotHandled when an
 // argument is not a constant or the call must be recorded (it makes an array, or is random).
 Result<ValuePtr> foldNumpy(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   Ref pargs = toPython(t, Value::tuple(args));
@@ -116,7 +116,7 @@ Result<ValuePtr> foldNumpy(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
     if (PyDict_SetItem(pkwargs.get(), k.get(), p.get()) < 0) return t.failFromPython("a NumPy call's keyword arguments");
   }
   PyObject* fold = lookup(Obj::cdynamo_numpy_fold);
-  if (!fold) return t.failFromPython("cdynamo._numpy.fold");
+  if (!fold) return t.failFromPython("cdynamo._internal.numpy_targets.fold");
   Ref r = Ref::steal(PyObject_CallFunctionObjArgs(fold, f, pargs.get(), pkwargs.get(), nullptr));
   if (!r) return t.raisePython();  // what NumPy (torch._numpy) raises for these arguments
   if (r.get() == Py_None) return notHandled();
@@ -226,7 +226,7 @@ Result<ValuePtr> ndarrayBinaryOperator(Tracer& t, const BinaryOperands& o) {
 Done rebuildNdArray(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
   PyObject* to_ndarray = lookup(Obj::cdynamo_numpy_to_ndarray);
-  if (!to_ndarray) return p.tracer().failFromPython("cdynamo._numpy.to_ndarray");
+  if (!to_ndarray) return p.tracer().failFromPython("cdynamo._internal.numpy_targets.to_ndarray");
   std::vector<runtime::OutputPlan> args(1);
   if (Done d = p.plan(Value::tensor(v->as<NdArray>().node), &args[0]); !d) return d;
   out->step = P::Call{Ref::borrow(to_ndarray), std::move(args)};

@@ -610,7 +610,7 @@ Done rebuildSubclassTensor(OutputPlanner& p, const ValuePtr& v, runtime::OutputP
     return {};
   }
   PyObject* as_subclass = lookup(Obj::cdynamo_subclass_as_subclass);
-  if (!as_subclass) return p.tracer().failFromPython("cdynamo._tensor_subclass.as_subclass");
+  if (!as_subclass) return p.tracer().failFromPython("cdynamo._internal.tensor_subclass.as_subclass");
   std::vector<runtime::OutputPlan> args(2);
   const int in = p.tracer().inputRegOf(s.node);
   if (in >= 0) args[0].step = P::Register{in};

@@ -29,7 +29,7 @@ bool isAutogradFunctionApply(PyObject* function) {
 namespace {
 
 // Why apply's forward and backward cannot be one node of the graph (empty: they can); see
-// cdynamo._polyfills.autograd_function_refusal. The arguments it checks are the fake
+// cdynamo._internal.polyfills.autograd_function_refusal. The arguments it checks are the fake
 // tensors and the constants; any other argument is a refusal here.
 std::string opaqueApplyRefusal(Tracer& t, PyObject* cls, const Args& args, const Kwargs& kwargs) {
   auto python = [&](const ValuePtr& v) -> Ref {
@@ -93,7 +93,7 @@ Result<ValuePtr> callAutogradFunctionApply(Tracer& t, PyObject* cls, PyObject* t
           return t.fail(what + " recording a backward, not put into the graph: " + refusal);
         PyObject* wrap = lookup(Obj::cdynamo_autograd_function_in_graph);
         Ref node_target = wrap ? Ref::steal(PyObject_CallFunctionObjArgs(wrap, cls, target, nullptr)) : Ref();
-        if (!node_target) return t.failFromPython("cdynamo._polyfills.autograd_function_in_graph");
+        if (!node_target) return t.failFromPython("cdynamo._internal.autograd_function.autograd_function_in_graph");
         return recordCall(t, NodeOp::CallFunction, node_target.get(), args, kwargs);
       }
     }
@@ -115,7 +115,7 @@ Result<ValuePtr> callAutogradFunctionApply(Tracer& t, PyObject* cls, PyObject* t
     }
   }
   PyObject* poly = lookup(Obj::cdynamo_autograd_function_apply);
-  if (!poly) return t.failFromPython("cdynamo._polyfills.autograd_function_apply");
+  if (!poly) return t.failFromPython("cdynamo._internal.autograd_function.autograd_function_apply");
   args.insert(args.begin(), Value::constant(separate_setup ? Py_True : Py_False));
   args.insert(args.begin(), Value::constant(cls));
   return t.inlineFunction(poly, -1, std::move(args), std::move(kwargs));

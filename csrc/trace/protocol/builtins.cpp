@@ -116,9 +116,8 @@ Result<ValuePtr> builtinRange(Tracer& t, PyObject* f, const char* which, Args& a
       values.push_back(a);
       continue;
     }
-    static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-    if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-    Ref v = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "specialize_int", "O",
+    PyObject* shapes = lookup(Obj::cdynamo_shapes);
+    Ref v = shapes ? Ref::steal(PyObject_CallMethod(shapes, "specialize_int", "O",
                                                     t.graph().fake(a->as<Tensor>().node)))
                    : Ref();
     if (!v) return t.failFromPython("specializing a symbolic int for range()");

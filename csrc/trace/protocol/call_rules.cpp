@@ -189,7 +189,7 @@ Result<ValuePtr> callDictFromkeys(Tracer& t, PyObject* f, Args& args, Kwargs& kw
   return d;
 }
 
-// A C function of the standard library with a Python version in cdynamo._polyfills
+// A C function of the standard library with a Python version in cdynamo._internal.polyfills
 // (itertools.chain, functools.reduce, ...): that version inlined in its place. A generator's
 // result is given the type of the original's iterator (the class, or the class a
 // classmethod like chain.from_iterable belongs to).

@@ -414,7 +414,7 @@ Done initializeLazyModule(Tracer& t, const ValuePtr& module, const Args& args, c
     if (PyDict_SetItem(real_kwargs.get(), k.get(), item->get()) < 0) return t.failFromPython("a dict");
   }
   PyObject* init = lookup(Obj::cdynamo_lazy_initialize);
-  if (!init) return t.failFromPython("cdynamo._lazy.initialize");
+  if (!init) return t.failFromPython("cdynamo._internal.lazy_modules.initialize");
   Ref r = Ref::steal(PyObject_CallFunctionObjArgs(init, m, real_args->get(), real_kwargs.get(), nullptr));
   if (!r) return t.failFromPython("initialising a lazy module");
   if (instanceDictItem(m, "_initialize_hook")) return t.fail("a lazy module still uninitialised after its initialisation");

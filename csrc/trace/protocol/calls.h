@@ -30,19 +30,19 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
 // A functools.lru_cache / functools.cache wrapper (call_rules.cpp); never sets an error.
 bool isCacheWrapper(PyObject* f);
 // The rebuild function (borrowed) of the polyfill class that stands for iterator type `type`
-// (cdynamo._polyfills.count for itertools.count): it makes a real iterator of that type from
+// (cdynamo._internal.polyfills.itertools.count for itertools.count): it makes a real iterator of that type from
 // an instance. Null when `type` has none (a Python error set only when looking it up failed).
 PyObject* polyfillRebuild(PyObject* type);
-// A callable with a Python version in cdynamo._polyfills (itertools.chain, functools.reduce,
+// A callable with a Python version in cdynamo._internal.polyfills (itertools.chain, functools.reduce,
 // torch._foreach_pow, the method descriptor torch.Tensor.addcmul_): that version inlined in
 // its place; notHandled when it has none, or when the call comes from its own polyfill.
 Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs);
 // `cls.apply(*args, **kwargs)` of a torch.autograd.Function subclass (args without cls);
 // `target` is the apply being called (Function.apply bound to cls, or the C
 // _FunctionBase.apply an override reaches through super()). With no gradient to record it
-// is cdynamo._polyfills.autograd_function_apply inlined (forward run under no_grad on a
+// is cdynamo._internal.polyfills.autograd_function_apply inlined (forward run under no_grad on a
 // stand-in ctx, outputs wrapped as apply wraps them). A call that records a backward is one
-// call_function node of `target` when cdynamo._polyfills.autograd_function_refusal finds
+// call_function node of `target` when cdynamo._internal.polyfills.autograd_function_refusal finds
 // nothing in forward/backward that reaches outside the call; else Unsupported with its reason.
 Result<ValuePtr> callAutogradFunctionApply(Tracer& t, PyObject* cls, PyObject* target, Args args, Kwargs kwargs);
 // Whether `function` is torch.autograd.Function.apply's function (never sets an error).

@@ -32,7 +32,7 @@ Result<ValuePtr> cachedResult(Tracer& t, PyObject* f, PyObject* wrapped, Args& a
   if (co->co_argcount != 0 || co->co_kwonlyargcount != 0 || (co->co_flags & (CO_VARARGS | CO_VARKEYWORDS)))
     return notHandled();
   PyObject* holds = lookup(Obj::cdynamo_lru_cache_holds);
-  if (!holds) return t.failFromPython("cdynamo._polyfills.lru_cache_holds");
+  if (!holds) return t.failFromPython("cdynamo._internal.polyfills.functools.lru_cache_holds");
   Ref probe_args = Ref::steal(PyTuple_Pack(1, f));
   Ref held = probe_args ? Ref::steal(PyObject_Call(holds, probe_args.get(), nullptr)) : Ref();
   if (!held) return t.failFromPython("an lru_cache's cache_info()");
@@ -48,7 +48,7 @@ Result<ValuePtr> cachedResult(Tracer& t, PyObject* f, PyObject* wrapped, Args& a
 }  // namespace
 Result<ValuePtr> callPolyfill(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
   PyObject* table = lookup(Obj::cdynamo_polyfills);
-  if (!table || !PyDict_Check(table)) return t.failFromPython("cdynamo._polyfills");
+  if (!table || !PyDict_Check(table)) return t.failFromPython("cdynamo._internal.polyfills");
   // C callables only: hashed by identity.
   if (!PyCFunction_Check(f) && !PyType_Check(f) && !PyObject_TypeCheck(f, &PyMethodDescr_Type)) return notHandled();
   PyObject* poly = PyDict_GetItemWithError(table, f);

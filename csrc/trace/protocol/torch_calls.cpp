@@ -157,9 +157,8 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
       // torch's own error in the traced program: no graph is left computing only `cond`
       // for a native torch._check to raise on. True or unbacked: recorded as before (the
       // ShapeEnv keeps it as a guard or a runtime assertion).
-      static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-      if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-      Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
+      PyObject* shapes = lookup(Obj::cdynamo_shapes);
+      Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes, "truth", "O",
                                                           t.graph().fake(args[0]->as<Tensor>().node)))
                          : Ref();
       if (!truth) return t.failFromPython("the truth of a torch._check condition");

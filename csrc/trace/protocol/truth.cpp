@@ -116,9 +116,8 @@ Result<bool> truthValue(Tracer& t, const ValuePtr& v) {
         // A symbolic size (or an expression of sizes) has a hint: the branch follows it,
         // and the ShapeEnv records the guard that keeps it so (compiled into the entry's
         // shape guards). An unbacked value read from a tensor has none.
-        static Ref& shapes = *new Ref();  // Note [Python references in statics] (support/pyref.h)
-        if (!shapes) shapes = Ref::steal(PyImport_ImportModule("cdynamo._shapes"));
-        Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes.get(), "truth", "O",
+        PyObject* shapes = lookup(Obj::cdynamo_shapes);
+        Ref truth = shapes ? Ref::steal(PyObject_CallMethod(shapes, "truth", "O",
                                                             t.graph().fake(v->as<Tensor>().node)))
                            : Ref();
         if (!truth) return t.failFromPython("the truth of a symbolic size");

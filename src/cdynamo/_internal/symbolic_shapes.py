@@ -14,7 +14,7 @@ from torch._dynamo.source import ConstantSource
 from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 from torch.utils._sympy import functions as _fn
 
-from . import _logging, config
+from .. import _logging, config
 
 # Opcodes of a shape program (csrc/guards/guard_program.h ShapeOp); each op is
 # (opcode, reg, arg). CONST pushes arg; SIZE pushes size `arg` of the tensor in register reg;

@@ -2,7 +2,7 @@
 
 In a trace an instance of a torch.Tensor subclass is its plain tensor (a graph node); what
 torch functions do to it goes through its class's __torch_function__, traced
-(csrc/trace/torch_function.cpp). The graph itself works on plain tensors: it runs with
+(csrc/trace/kinds/tensor_subclass.cpp). The graph itself works on plain tensors: it runs with
 subclass dispatch off (as the default __torch_function__ runs the function it is given),
 and the frame's subclass results are made instances of their class again after it
 (`as_subclass`), as torch's default __torch_function__ converts them.

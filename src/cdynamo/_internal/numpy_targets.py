@@ -1,7 +1,7 @@
 """NumPy traced as torch operations: the graph targets cdynamo records for NumPy calls.
 
 In a trace a NumPy array is a tensor (a graph node) that the program sees as an ndarray
-(csrc/trace/numpy.cpp). A NumPy function, an ndarray method, attribute or operator applied
+(csrc/trace/kinds/ndarray.cpp). A NumPy function, an ndarray method, attribute or operator applied
 to such arrays is recorded as one graph call of a target made here: it views its tensor
 arguments as torch._numpy arrays, calls torch._numpy's counterpart of what the program
 called (NumPy semantics, written in torch ops), and hands tensors back. The graph so holds
@@ -57,7 +57,7 @@ class _Target:
         return _as_tensors(self._run(*_as_arrays(args), **_as_arrays(kwargs)))
 
     def __repr__(self):
-        return f"cdynamo._numpy.{self.__name__}"
+        return f"{__name__}.{self.__name__}"
 
 
 class _Function(_Target):

@@ -1,0 +1,74 @@
+"""torch operators whose C binding reads a tensor argument as a Python number.
+
+A 0-d tensor passed where the operator's schema takes a Scalar is read with .item() by the
+binding (a data-dependent read: no graph can hold it). Where another overload or a
+composition of operators takes the tensor itself and computes the same, these call it;
+every other call goes to the original (a call of the original from its own polyfill is the
+C function itself). As torch._dynamo does for the same operators.
+"""
+import torch
+
+from .registry import polyfill
+
+
+def _same_dtype(scalar, tensors):
+    return all(isinstance(t, torch.Tensor) and t.dtype == scalar.dtype and t.device == scalar.device
+               for t in tensors)
+
+
+@polyfill(torch._foreach_lerp_)
+def _foreach_lerp_(*args, **kwargs):
+    if len(args) == 3 and not kwargs and isinstance(args[2], torch.Tensor) and args[2].dim() == 0 \
+            and _same_dtype(args[2], args[0]):
+        self, end, weight = args
+        return torch._foreach_lerp_(self, end, [weight] * len(self))  # the List overload
+    return torch._foreach_lerp_(*args, **kwargs)
+
+
+@polyfill(torch._foreach_lerp)
+def _foreach_lerp(*args, **kwargs):
+    if len(args) == 3 and not kwargs and isinstance(args[2], torch.Tensor) and args[2].dim() == 0 \
+            and _same_dtype(args[2], args[0]):
+        self, end, weight = args
+        return torch._foreach_lerp(self, end, [weight] * len(self))
+    return torch._foreach_lerp(*args, **kwargs)
+
+
+@polyfill(torch._foreach_pow)
+def _foreach_pow(*args, **kwargs):
+    if len(args) == 2 and not kwargs and isinstance(args[0], torch.Tensor) and args[0].dim() == 0 \
+            and isinstance(args[1], (list, tuple)) and _same_dtype(args[0], args[1]):
+        base, exponents = args
+        return torch._foreach_pow([base] * len(exponents), exponents)  # the List overload
+    return torch._foreach_pow(*args, **kwargs)
+
+
+def _tensor_value(kwargs):
+    value = kwargs.get("value")
+    # a 0-d tensor only: the binding refuses others (TypeError), and so does the original here
+    return value if len(kwargs) == 1 and isinstance(value, torch.Tensor) and value.dim() == 0 else None
+
+
+@polyfill(torch.Tensor.addcmul_)
+def _addcmul_(self, *args, **kwargs):
+    # self + value * tensor1 * tensor2, in that order
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self.add_(value * args[0] * args[1])
+    return self.addcmul_(*args, **kwargs)
+
+
+@polyfill(torch.Tensor.addcmul)
+def _addcmul(self, *args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self + value * args[0] * args[1]
+    return self.addcmul(*args, **kwargs)
+
+
+@polyfill(torch.addcmul)
+def _torch_addcmul(*args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 3 and value is not None:
+        return args[0] + value * args[1] * args[2]
+    return torch.addcmul(*args, **kwargs)
