@@ -39,7 +39,7 @@ LIST = os.path.join(ROOT, "docs", "conformance_failing.tsv")
 FILES = {"functions": "test_functions.py", "modules": "test_modules.py"}
 HEADER = ("# Tests of PyTorch's test/dynamo files that pass under torch._dynamo and still fail under\n"
           "# cdynamo (see docs/conformance.md). Checked by `make conformance`; the list may only shrink.\n"
-          "# columns: test<TAB>outcome (FAILED|CRASH|TIMEOUT)<TAB>mechanism<TAB>issue<TAB>reason\n")
+          "# columns: test<TAB>outcome (FAILED|CRASH|TIMEOUT)<TAB>mechanism<TAB>fix in (cdynamo|shim)<TAB>reason\n")
 
 
 def find_peer(arg):
@@ -105,7 +105,7 @@ def read_list():
         cols = line.rstrip("\n").split("\t")
         while len(cols) < 5:
             cols.append("")
-        entries[cols[0]] = {"outcome": cols[1], "mechanism": cols[2], "issue": cols[3], "reason": cols[4]}
+        entries[cols[0]] = {"outcome": cols[1], "mechanism": cols[2], "fix_in": cols[3], "reason": cols[4]}
     return entries
 
 
@@ -114,7 +114,7 @@ def write_list(entries):
         f.write(HEADER)
         for t in sorted(entries):
             e = entries[t]
-            f.write("\t".join([t, e["outcome"], e["mechanism"], e["issue"], e["reason"]]) + "\n")
+            f.write("\t".join([t, e["outcome"], e["mechanism"], e["fix_in"], e["reason"]]) + "\n")
 
 
 def main():
@@ -213,7 +213,7 @@ def main():
             if old is not None:
                 new[t] = dict(old, outcome=kind)
             else:
-                new[t] = {"outcome": kind, "mechanism": "NEW", "issue": "", "reason": msg}
+                new[t] = {"outcome": kind, "mechanism": "NEW", "fix_in": "cdynamo", "reason": msg}
         write_list(new)
         print(f"conformance: wrote {os.path.relpath(LIST, ROOT)} ({len(new)} tests)")
         problems = []

@@ -1,6 +1,6 @@
-// The tensor guard's hot half, reading at::TensorImpl directly (DESIGN.md: "the part of
-// the guard evaluator that reads tensor metadata may compile against the C++ headers that
-// ship inside the torch wheel, in one isolated translation unit"). This is that unit; it is
+// The tensor guard's hot half, reading at::TensorImpl directly: one of the two files that see
+// torch's C++ headers (with graph/fake_autograd_torch.cpp; docs/design.md), so that a tensor check costs tens of
+// nanoseconds instead of the hundreds the Python API's .shape/.stride() calls cost. It is
 // compiled with torch's include paths and ABI flags (CMakeLists.txt) and links libc10 only.
 //
 // A tensor check is then: exact Python type, one pointer load to the TensorImpl, a compare
