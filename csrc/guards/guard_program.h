@@ -22,48 +22,37 @@
 
 namespace cdynamo::guards {
 
+// The kinds of steps, one row each in guards/guard_kinds.def (what each one reads and
+// tests is said there).
 enum class LoadKind : uint8_t {
-  Local,         // fast[index]
-  Global,        // globals[name], then builtins[name]
-  ClosureCell,   // contents of closure[index] (free variable at frame entry)
-  ClosureCellObject,  // closure[index] itself (the cell a nonlocal store writes to)
-  InstanceDict,  // reg[base].__dict__[name] (borrowed; no Python code runs)
-  DictItem,      // reg[base][name] where reg[base] is a dict and name a str key
-  TupleItem,     // reg[base][index] where reg[base] is a tuple (exact or subclass)
-  ListItem,      // reg[base][index] where reg[base] is a list
-  Attr,          // getattr(reg[base], name): owned, may run Python code (cold cases only)
-  IterRemaining, // a tuple of the items the tuple_iterator reg[base] has left, read
-                 // without consuming them (iterRemaining): owned
-  Constant,      // the object `name` itself, held by the program (a module's globals dict)
-  ViewDict,      // the dict that reg[base] (a dict_keys/dict_values/dict_items view) reads (borrowed)
-  ClassDict,     // the __dict__ (tp_dict) of the class `name` holds: a weak reference for a
-                 // heap type (fails once the class is gone), the type itself otherwise
-  SetTable,      // the table of the set reg[base], as a tuple (support/set_table.h setTableLayout): owned
-  IterContainer, // the list, dict or set that the list/dict/set iterator reg[base] reads
-                 // (iterContainer; fails once it is exhausted): borrowed
-  IterIndex,     // the index of the list_iterator reg[base] (its __reduce__): owned
+#define LOAD(name, owned) name,
+#include "guards/guard_kinds.def"
 };
-
 enum class CheckKind : uint8_t {
-  Tensor,     // exact tensor type, dtype, device, sizes, strides, requires_grad
-  Type,       // type(reg) is obj (a heap type held weakly: a dead class fails the check)
-  Identity,   // reg is obj (obj held weakly when it supports weak references)
-  Equals,     // type(reg) is type(obj) and reg == obj (Python constants)
-  Length,     // len(reg) == index (tuple/list/dict)
-  LengthAtLeast,  // len(reg) >= index (the items an iterator has left, when the trace took
-                  // `index` of them and did not see its end)
-  DictEmpty,  // reg is a dict with no items (module hook dicts)
-  DictKeys,   // reg is a dict whose keys are obj's, in the same order
-  NoHooks,    // reg (an nn.Module) has no forward/backward (pre-)hooks in its __dict__
-  Aliasing,   // (reg is regs[index]) == (obj is True): two inputs are / are not one object
-  GradMode,   // torch.is_grad_enabled() == (index != 0); reg unused
-  Shape,      // a relation between input sizes holds (shape_ops, evaluated on int64); reg unused
-  NoInstanceAttr,  // reg (a dict, or an object's instance __dict__ if any) has no key obj (a str)
-  StateQuery, // obj = (fn, args, kwargs, expected): fn(*args, **kwargs) == expected, same type
-              // (a reader of global state the trace folded); reg unused
-  Storages,   // the tensors in StorageGuard `index` share storages as they did at trace time,
-              // for every pair with a tensor the graph mutates (see checkStorages); reg unused
+#define CHECK(name, last) name,
+#include "guards/guard_kinds.def"
 };
+constexpr int kNumLoadKinds = 0
+#define LOAD(name, owned) +1
+#include "guards/guard_kinds.def"
+    ;
+constexpr int kNumCheckKinds = 0
+#define CHECK(name, last) +1
+#include "guards/guard_kinds.def"
+    ;
+// Whether a load's register holds a new reference (the table's `owned`).
+constexpr bool kLoadOwned[] = {
+#define LOAD(name, owned) owned,
+#include "guards/guard_kinds.def"
+};
+static_assert(sizeof(kLoadOwned) / sizeof(kLoadOwned[0]) == kNumLoadKinds, "one row per load kind");
+// Whether a check reads torch's global state only and runs after every other step (the
+// table's `last`).
+constexpr bool kCheckRunsLast[] = {
+#define CHECK(name, last) last,
+#include "guards/guard_kinds.def"
+};
+static_assert(sizeof(kCheckRunsLast) / sizeof(kCheckRunsLast[0]) == kNumCheckKinds, "one row per check kind");
 
 // One step of a shape guard's program (cdynamo/_internal/symbolic_shapes.py, same opcodes): a stack machine
 // over int64. Const pushes `arg`; Size pushes size `arg` of the tensor in register `reg`
@@ -97,10 +86,7 @@ struct Load {
   Ref name;
   mutable DictMemo memo;  // InstanceDict, DictItem (str keys): the last lookup
   bool dropped = false;   // removed by dropRegisters: never run, never shared again
-  bool owned() const {
-    return kind == LoadKind::Attr || kind == LoadKind::IterRemaining || kind == LoadKind::SetTable ||
-           kind == LoadKind::IterIndex;
-  }
+  bool owned() const { return kLoadOwned[static_cast<int>(kind)]; }
 };
 
 // Where a check came from (cold, for recompile reasons): the traced program's instruction
@@ -203,6 +189,8 @@ class GuardProgram {
   // alive (the class's methods' code objects own the entry: a cycle gc cannot see).
   int loadClassDict(PyTypeObject* type, std::string what);
   const std::string& sourceName(int reg) const { return names_[reg]; }
+  // The side record of a Storages check (its Check::index).
+  const StorageGuard& storageGuard(int index) const { return storage_guards_[static_cast<size_t>(index)]; }
 
   // Adds a check of register `reg` against `value` observed at trace time.
   // Returns false with a Python error set only on allocation failures.
@@ -291,6 +279,8 @@ class GuardProgram {
   bool runLoad(const Load& ld, const FrameView& f, PyObject** regs) const;
   bool runCheck(const Check& c, PyObject** regs) const;
   std::string describeCheck(const Check& c) const;
+  // Why check `c` failed on the registers `regs` (it did).
+  std::string explainCheck(const Check& c, PyObject** regs) const;
 
   std::vector<Load> loads_;
   // The loads by (kind, base, index) hash, so that load() finds an equal load without a walk

@@ -21,6 +21,7 @@
 
 #include "guards/tensor_check.h"
 #include "support/lookup.h"
+#include "support/py_error.h"
 
 namespace cdynamo::guards {
 namespace {
@@ -83,14 +84,12 @@ bool captureTensorSpec(PyObject* t, TensorSpec* out) {
   out->dtype = Ref::steal(PyObject_GetAttrString(t, "dtype"));
   out->device = out->dtype ? Ref::steal(PyObject_GetAttrString(t, "device")) : Ref();
   if (disabled) {
-    PyObject *type, *value, *tb;
-    PyErr_Fetch(&type, &value, &tb);
+    // The error of a failed read (if any) waits while __exit__ runs; an error of __exit__
+    // replaces it.
+    FetchedError pending = FetchedError::fetch();
     Ref exited = Ref::steal(PyObject_CallMethod(disabled.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
-    if (!exited) {
-      Py_XDECREF(type), Py_XDECREF(value), Py_XDECREF(tb);
-      return false;
-    }
-    PyErr_Restore(type, value, tb);
+    if (!exited) return false;
+    pending.restore();
   }
   if (!out->dtype || !out->device) return false;
   try {
