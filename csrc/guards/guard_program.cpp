@@ -323,6 +323,7 @@ void GuardProgram::checkStorages(std::vector<int> regs, std::vector<int> groups,
   storage_guards_.emplace_back(std::move(regs), std::move(groups), std::move(mutated));
   addCheck(std::move(c));
 }
+
 void GuardProgram::checkNoModuleHooks(int reg) {
   Check c{CheckKind::NoHooks, reg};
   c.what = names_[reg];
@@ -359,6 +360,7 @@ void GuardProgram::checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwarg
   }
   addCheck(std::move(c));
 }
+
 bool GuardProgram::runLoad(const Load& ld, const FrameView& f, PyObject** regs) const {
   PyObject* out = nullptr;
   switch (ld.kind) {  // one case per LOAD row; a row without its loads:: struct does not compile
