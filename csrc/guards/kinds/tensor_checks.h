@@ -98,6 +98,13 @@ inline bool evalShape(const std::vector<ShapeOp>& ops, PyObject** regs, int64_t*
   return true;
 }
 
+// Whether a shape program evaluates to non-zero. Kept out of line: the hit path's loop
+// (GuardProgram::run) then needs no stack slot for the result.
+[[gnu::noinline]] inline bool shapeHolds(const std::vector<ShapeOp>& ops, PyObject** regs) {
+  int64_t result = 0;
+  return evalShape(ops, regs, &result) && result != 0;
+}
+
 }  // namespace kinds
 
 namespace checks {
@@ -123,8 +130,7 @@ struct Shape {
         ops[2].op == ShapeOpKind::Eq)
       return tensorSizesEqual(regs[ops[0].reg], static_cast<int>(ops[0].arg), regs[ops[1].reg],
                               static_cast<int>(ops[1].arg));
-    int64_t result = 0;
-    return kinds::evalShape(ops, regs, &result) && result != 0;
+    return kinds::shapeHolds(ops, regs);
   }
   static std::string describe(const Check& c, const GuardProgram& p) { return "shape guard: " + c.what; }
   // "shape guard <relation> failed (<each size or int it reads> = <its value now>, ...)".
