@@ -13,7 +13,6 @@
 #include "trace/kinds/dict.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
-#include "trace/opcodes/handlers.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/calls.h"

@@ -14,7 +14,6 @@
 #include "trace/engine/scalars.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/set.h"
-#include "trace/opcodes/handlers.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/constants.h"

@@ -11,7 +11,6 @@
 #include "trace/kinds/sequence.h"
 #include "trace/kinds/set.h"
 #include "trace/kinds/tensor_subclass.h"
-#include "trace/opcodes/handlers.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"

@@ -14,7 +14,6 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/sequence.h"
 #include "trace/kinds/set.h"
-#include "trace/opcodes/handlers.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"

@@ -1,7 +1,7 @@
-// Operations on symbolic values: Python operators, subscripts, iteration, identity,
-// membership and truth. Each is one decision over value kinds: tensors go to the graph,
-// constants are computed with the real Python operation (exact semantics), containers are
-// rebuilt, user objects call their special methods.
+// Operators: the binary operator protocol (binaryOp over the rows of kBinaryRules, Note [The
+// binary operator protocol] in binary_rules.h) with its two rows that belong to no kind family
+// (tensors go to the graph, constants are computed with the real operator), the operator a
+// graph records for an in-place form, and the unary operators.
 #include <cstring>
 #include <string>
 

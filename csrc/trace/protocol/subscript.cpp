@@ -12,7 +12,6 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/sequence.h"
 #include "trace/kinds/tensor_subclass.h"
-#include "trace/opcodes/handlers.h"
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "trace/protocol/type_expressions.h"
