@@ -1,5 +1,5 @@
-"""A call of the operator module's binary functions (operator.add, operator.iadd, operator.or_,
-...) is the same operation as the operator itself: every kind of operand that `a + b` handles,
+"""A call of the operator module's operator functions (operator.add, operator.iadd, operator.or_,
+operator.lt, operator.eq, operator.neg, ...) is the same operation as the operator itself: every kind of operand that `a + b` handles,
 operator.add(a, b) handles the same way (a list extended in place by operator.iadd, a user
 class's __add__ / __radd__, dict | dict, set ^ set, torch.Size + tuple), on the first call and
 on the cache hit, in one graph."""
@@ -81,6 +81,47 @@ def tensors_and_numbers(x):
 def mixed_types_raise_as_eagerly(x):
     try:
         operator.add([1], (2,))
+    except TypeError as e:
+        return x + 1, str(e)
+    return x
+
+
+class Version:
+    def __init__(self, n):
+        self.n = n
+
+    def __lt__(self, other):
+        return self.n < other.n
+
+    def __eq__(self, other):
+        return isinstance(other, Version) and self.n == other.n
+
+    def __neg__(self):
+        return Version(-self.n)
+
+    __hash__ = None
+
+
+@case(T4)
+def comparisons_of_containers_and_user_objects(x):
+    return (x + 1, operator.lt([1, 2], [1, 3]), operator.ge((2,), (1, 9)), operator.eq({1, 2}, {2, 1}),
+            operator.lt(Version(1), Version(2)), operator.eq(Version(3), Version(3)), operator.ne(Version(3), 4))
+
+
+@case(T4)
+def comparisons_of_tensors(x):
+    return operator.gt(x, 0), operator.eq(x, x), operator.le(x.sum(), 1.0)
+
+
+@case(T4)
+def unary_operators(x):
+    return operator.neg(x), operator.invert(5), operator.pos(-2), operator.neg(Version(4)).n
+
+
+@case(T4)
+def comparison_that_python_refuses(x):
+    try:
+        operator.lt([1], (2,))
     except TypeError as e:
         return x + 1, str(e)
     return x

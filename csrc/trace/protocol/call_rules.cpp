@@ -206,10 +206,13 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (Result<ValuePtr> made = callDictFromkeys(t, f, args, kwargs); !made.notHandled()) return made;
   if (Result<ValuePtr> made = callContainerNew(t, f, args, kwargs); !made.notHandled()) return made;
   if (Result<ValuePtr> m = callTensorMethodDescriptor(t, f, args, kwargs); !m.notHandled()) return m;
-  // operator.add(a, b), operator.iadd(a, b), ...: the same operation as BINARY_OP (Note [The
-  // binary operator protocol]), whatever the operands' kinds.
+  // operator.add(a, b), operator.iadd(a, b), operator.lt(a, b), operator.neg(a), ...: the same
+  // operation as BINARY_OP, COMPARE_OP and UNARY_* (Note [The binary operator protocol]),
+  // whatever the operands' kinds.
   if (bytecode::BinaryOp op; args.size() == 2 && kwargs.empty() && binaryOperatorOf(f, &op))
     return binaryOp(t, op, args[0], args[1]);
+  if (int op; args.size() == 2 && kwargs.empty() && compareOperatorOf(f, &op)) return compareOp(t, op, args[0], args[1]);
+  if (bytecode::Op op; args.size() == 1 && kwargs.empty() && unaryOperatorOf(f, &op)) return unaryOp(t, op, args[0]);
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (Result<ValuePtr> m = callMathOnSymbolic(t, f, args, kwargs); !m.notHandled()) return m;

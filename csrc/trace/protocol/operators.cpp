@@ -118,4 +118,37 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
   return t.fail(std::string("unary operator on ") + describe(a) + " is not supported yet");
 }
 
+bool compareOperatorOf(PyObject* fn, int* op) {
+  for (int i = 0; i < static_cast<int>(sizeof(kCompareOpFns) / sizeof(kCompareOpFns[0])); ++i) {
+    PyObject* candidate = lookup(kCompareOpFns[i]);
+    if (!candidate) {
+      PyErr_Clear();
+      continue;
+    }
+    if (candidate == fn) {
+      *op = i;  // Py_LT .. Py_GE, COMPARE_OP's order
+      return true;
+    }
+  }
+  return false;
+}
+
+bool unaryOperatorOf(PyObject* fn, bytecode::Op* op) {
+  static const std::pair<Obj, bytecode::Op> kUnary[] = {{Obj::operator_neg, bytecode::Op::UNARY_NEGATIVE},
+                                                        {Obj::operator_pos, bytecode::Op::UNARY_POSITIVE},
+                                                        {Obj::operator_invert, bytecode::Op::UNARY_INVERT}};
+  for (const auto& [obj, unary] : kUnary) {
+    PyObject* candidate = lookup(obj);
+    if (!candidate) {
+      PyErr_Clear();
+      continue;
+    }
+    if (candidate == fn) {
+      *op = unary;
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace cdynamo::trace

@@ -81,4 +81,10 @@ inline Ref internedName(const std::string& name) { return Ref::steal(PyUnicode_I
 // operator.iadd, ...), and which (never sets an error): a call of it is binaryOp.
 bool binaryOperatorOf(PyObject* fn, bytecode::BinaryOp* op);
 
+// Whether `fn` is the operator module's function of a comparison (operator.lt .. operator.ge;
+// *op in COMPARE_OP's order) or of a unary operator (operator.neg, pos, invert), never setting
+// an error: a call of it is compareOp / unaryOp, as the opcode is.
+bool compareOperatorOf(PyObject* fn, int* op);
+bool unaryOperatorOf(PyObject* fn, bytecode::Op* op);
+
 }  // namespace cdynamo::trace
