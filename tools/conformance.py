@@ -1,7 +1,8 @@
 """Conformance with PyTorch's own TorchDynamo tests (`make conformance`).
 
-Runs PyTorch's test/dynamo files that the shared peer folder holds (test_functions.py and
-test_modules.py) twice: under torch._dynamo itself (the *baseline*, cached per test file,
+Runs PyTorch's test/dynamo files that the shared peer folder holds (test_functions.py,
+test_modules.py, test_ctx_manager.py, test_exceptions.py, test_generator.py, test_list.py
+and test_sets.py) twice: under torch._dynamo itself (the *baseline*, cached per test file,
 torch and Python version) and under cdynamo through the peer shim. What counts is the
 tests that pass under torch._dynamo; of those it prints how many pass under cdynamo, and
 which crash (the process died) or hang (past the timeout).
@@ -36,7 +37,9 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LIST = os.path.join(ROOT, "docs", "conformance_failing.tsv")
-FILES = {"functions": "test_functions.py", "modules": "test_modules.py"}
+FILES = {"functions": "test_functions.py", "modules": "test_modules.py",
+         "ctx_manager": "test_ctx_manager.py", "exceptions": "test_exceptions.py",
+         "generator": "test_generator.py", "list": "test_list.py", "sets": "test_sets.py"}
 HEADER = ("# Tests of PyTorch's test/dynamo files that pass under torch._dynamo and still fail under\n"
           "# cdynamo (see docs/conformance.md). Checked by `make conformance`; the list may only shrink.\n"
           "# columns: test<TAB>outcome (FAILED|CRASH|TIMEOUT)<TAB>mechanism<TAB>fix in (cdynamo|shim)<TAB>reason\n")
