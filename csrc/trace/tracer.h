@@ -181,6 +181,14 @@ class Tracer {
   // None) the value of the yield it is paused at: *item is the value yielded, or null once
   // it returned (its return value kept in its GeneratorState) or when it had ended.
   Done resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr* item);
+  // generator.throw(exc): raises `exc` (an exception instance) at the yield generator `it`
+  // is paused at (into its subiterator first, under `yield from`; GeneratorExit closes
+  // that one): *item is what it yields next, or null once it returned; an exception it
+  // lets out is raised here. One not started or ended raises `exc` as it is.
+  Done throwGenerator(const ValuePtr& it, ValuePtr exc, ValuePtr* item);
+  // generator.close(): GeneratorExit at its yield; None when it lets that through or
+  // returns, RuntimeError when it yields again, and what it raises otherwise.
+  Result<ValuePtr> closeGenerator(const ValuePtr& it);
   // A generator's frame is running (resumed by the item being taken).
   bool inGenerator() const { return generator_depth_ > 0; }
   // The callables whose polyfill is being inlined (innermost last): a call of one of them
@@ -202,12 +210,19 @@ class Tracer {
   Result<ValuePtr> runInstructions(SymbolicFrame& f);
   // Delivers the exception in flight at f.pc to f's handler; NotHandled when f has none.
   Done deliverException(SymbolicFrame& f);
+  // inlining.cpp: runs generator `it`'s frame from where it stands (resumed or at a
+  // handler) to its next yield, return or raise, under the frame that asked.
+  Done runGenerator(const ValuePtr& it, ValuePtr* item);
   // tracer.cpp
   Result<ValuePtr> traceRoot(SymbolicFrame& root);
   void finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret);
   // Closes paused generator `g` as dropping it does (GeneratorExit at its yield): whether
   // that lets the exception through (or returns) and changes nothing the trace records.
-  bool closesQuietly(GeneratorState& g);
+  bool closesQuietly(const std::shared_ptr<GeneratorState>& g);
+  // Where the root frame returns `ret`: closes the generators only its locals held (as
+  // Python drops them), and runs those the program keeps to their end (rebuilt as the
+  // items they yield), or fails where that would not be the program's result.
+  Done settleGenerators(SymbolicFrame& root, const ValuePtr& ret);
   bool fullgraph();  // the compile asked for fullgraph=True
   Done compileGraph(bool compile_empty);
   // The guard on how the graph's tensor inputs share storages, when it mutates one of them

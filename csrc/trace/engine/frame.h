@@ -47,6 +47,7 @@ struct GeneratorState {
   bool running = false;   // being resumed (a generator that takes from itself: ValueError)
   bool finished = false;  // returned, raised or closed
   ValuePtr returned;      // its return value once finished (the value of `yield from` it)
+  ValuePtr handled_exc;   // the exception it was handling where it paused (its own exc_info), or null
 };
 
 // Whether generator frame `f`, paused at f.pc, is inside a try/with block (an entry of its

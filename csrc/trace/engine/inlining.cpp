@@ -316,10 +316,28 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
   return it;
 }
 
+namespace {
+
+// A generator that ended (returned, raised or closed) keeps nothing of its frame.
+void finishGenerator(Iterator& iter) {
+  iter.ended = true;
+  if (!iter.gen) return;
+  iter.gen->finished = true;
+  iter.gen->frame.locals.clear();
+  iter.gen->frame.stack.clear();
+}
+
+bool isSubclassOf(PyObject* type, PyObject* base) {
+  return type && PyType_Check(type) &&
+         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), reinterpret_cast<PyTypeObject*>(base));
+}
+
+}  // namespace
+
 Done Tracer::resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr* item) {
   item->reset();
   Iterator& iter = it->as<Iterator>();
-  if (iter.ended || !iter.gen) return {};
+  if (iter.ended || !iter.gen || iter.gen->finished) return {};
   std::shared_ptr<GeneratorState> gen = iter.gen;  // kept while it runs
   if (gen->running) return raiseNew(PyExc_ValueError, "generator already executing");
   SymbolicFrame& f = gen->frame;
@@ -331,33 +349,42 @@ Done Tracer::resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr*
     f.stack.push_back(sent ? sent : Value::constant(Py_None));
     f.pc += 1;
   }
+  return runGenerator(it, item);
+}
+
+Done Tracer::runGenerator(const ValuePtr& it, ValuePtr* item) {
+  std::shared_ptr<GeneratorState> gen = it->as<Iterator>().gen;  // kept while it runs
+  SymbolicFrame& f = gen->frame;
   const int depth = current_ ? current_->depth + 1 : 1;
   if (depth > kMaxInlineDepth) return fail("inlining is too deep (recursion limit)");
   f.parent = current_;
   f.depth = depth;
   f.suspended = false;
   gen->running = true;
+  // The exception a generator handles is its own (CPython swaps the generator's exc_info
+  // in while it runs): one it was handling when it paused comes back with it, and the
+  // caller's comes back when it pauses or ends.
+  ValuePtr caller_exc = current_exc_;
+  if (gen->handled_exc) current_exc_ = gen->handled_exc;
   ++generator_depth_;
   Result<ValuePtr> r = runFrame(f);
   --generator_depth_;
+  gen->handled_exc = f.suspended && current_exc_ != caller_exc ? current_exc_ : nullptr;
+  current_exc_ = std::move(caller_exc);
   gen->running = false;
   f.parent = nullptr;
   if (!r) {
-    Iterator& now = it->as<Iterator>();
-    now.ended = true;
-    gen->finished = true;
-    f.locals.clear();
-    f.stack.clear();
-    if (r.outcome() == Outcome::Raised) {
+    finishGenerator(it->as<Iterator>());
+    if (r.outcome() == Outcome::Raised && isSubclassOf(typeOf(*this, pending_exc_), PyExc_StopIteration)) {
       // PEP 479: a StopIteration raised inside a generator leaves it as a RuntimeError.
-      PyObject* type = typeOf(*this, pending_exc_);
-      if (type && PyType_Check(type) &&
-          PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), reinterpret_cast<PyTypeObject*>(PyExc_StopIteration))) {
-        ValuePtr cause = takePendingException();
-        Stop s = raiseNew(PyExc_RuntimeError, "generator raised StopIteration");
-        (void)cause;
-        return s;
+      ValuePtr cause = takePendingException();
+      Ref exc = Ref::steal(PyObject_CallFunction(PyExc_RuntimeError, "s", "generator raised StopIteration"));
+      if (!exc) return failFromPython("making an exception");
+      if (PyObject* c = cause ? cause->real() : nullptr) {
+        PyException_SetCause(exc.get(), Ref::borrow(c).release());
+        PyException_SetContext(exc.get(), Ref::borrow(c).release());
       }
+      return raiseValue(Value::object(exc.get()));
     }
     return r.stop();
   }
@@ -366,13 +393,135 @@ Done Tracer::resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr*
     *item = r.take();
     return {};
   }
-  Iterator& now = it->as<Iterator>();
-  now.ended = true;  // returned: its StopIteration
-  gen->returned = r.take();
-  gen->finished = true;
-  f.locals.clear();
-  f.stack.clear();
+  gen->returned = r.take();  // returned: its StopIteration carries this
+  finishGenerator(it->as<Iterator>());
   return {};
+}
+
+namespace {
+
+// Whether generator frame `f`, paused at a YIELD_VALUE, is delegating to a subiterator
+// (`yield from`): CPython's test, the RESUME after the yield has an argument of 2 or more.
+// The subiterator is then on top of the frame's stack.
+bool pausedInYieldFrom(const SymbolicFrame& f) {
+  if (f.pc + 1 >= f.instrs.size() || f.stack.empty()) return false;
+  const bytecode::Instruction& next = f.instrs[f.pc + 1];
+  return next.op == bytecode::Op::RESUME && next.arg >= 2;
+}
+
+}  // namespace
+
+Done Tracer::throwGenerator(const ValuePtr& it, ValuePtr exc, ValuePtr* item) {
+  item->reset();
+  Iterator& iter = it->as<Iterator>();
+  std::shared_ptr<GeneratorState> gen = iter.gen;  // kept while it runs
+  // One that ended (or whose items were all taken at once: its frame ran to its end)
+  // raises it where throw() is called.
+  if (!gen || iter.ended || gen->finished) return raiseValue(std::move(exc));
+  if (gen->running) return raiseNew(PyExc_ValueError, "generator already executing");
+  SymbolicFrame& f = gen->frame;
+  const bool generator_exit = isSubclassOf(typeOf(*this, exc), PyExc_GeneratorExit);
+  if (gen->started && pausedInYieldFrom(f)) {
+    // `yield from`: the subiterator gets it first (GeneratorExit closes it). What the
+    // subiterator yields, this one yields; its return value is the `yield from`'s value;
+    // what it raises is raised here at the yield.
+    const ValuePtr sub = f.stack.back();
+    const Iterator* sub_iter = sub->get<Iterator>();
+    if (!sub_iter) return fail("throw()/close() through `yield from` a value that is not an iterator");
+    if (sub_iter->made == Iterator::Made::Generator) {
+      gen->running = true;
+      ValuePtr sub_item;
+      Done d;
+      if (generator_exit) {
+        Result<ValuePtr> closed = closeGenerator(sub);
+        if (!closed) d = closed.stop();
+      } else {
+        d = throwGenerator(sub, exc, &sub_item);
+      }
+      gen->running = false;
+      if (!d) {
+        if (d.outcome() != Outcome::Raised) return d;
+        exc = takePendingException();  // raised at this one's yield instead
+      } else if (!generator_exit) {
+        if (sub_item) {
+          *item = std::move(sub_item);  // still paused at the same yield
+          return {};
+        }
+        // The subgenerator returned: past the `yield from` loop, with its value.
+        const Iterator& done = sub->as<Iterator>();
+        ValuePtr value = done.gen && done.gen->returned ? done.gen->returned : Value::constant(Py_None);
+        if (f.pc == 0 || f.instrs[f.pc - 1].op != bytecode::Op::SEND) return fail("internal: `yield from` without its SEND");
+        int target = bytecode::indexAtOffset(f.instrs, f.instrs[f.pc - 1].jumpTarget());
+        if (target < 0) return fail("internal: SEND's target is not an instruction start");
+        f.stack.back() = std::move(value);
+        f.pc = static_cast<size_t>(target);
+        return runGenerator(it, item);
+      }
+    } else if (sub_iter->stepper) {
+      return fail("throw()/close() through `yield from` a user iterator (its throw/close methods are not modeled)");
+    }
+    // The iterators made in the trace other than generators have no throw() or close():
+    // the exception is raised at the yield itself.
+  }
+  if (!gen->started) {
+    // Raised before its first instruction, where no handler covers it.
+    gen->started = true;
+    f.pc = 0;
+    pending_exc_ = std::move(exc);
+  } else {
+    pending_exc_ = std::move(exc);
+  }
+  ValuePtr caller_exc = current_exc_;
+  if (gen->handled_exc) current_exc_ = gen->handled_exc;
+  const bool chained = chainToHandled(pending_exc_->real());
+  Done delivered = chained ? deliverException(f) : Done(notHandled());
+  current_exc_ = std::move(caller_exc);
+  if (!chained) return failOuterHandled();
+  if (delivered.notHandled()) {
+    // Not caught: it ends the generator and leaves throw() (a StopIteration as a
+    // RuntimeError, PEP 479).
+    ValuePtr raised = takePendingException();
+    finishGenerator(iter);
+    if (isSubclassOf(typeOf(*this, raised), PyExc_StopIteration)) {
+      Ref e = Ref::steal(PyObject_CallFunction(PyExc_RuntimeError, "s", "generator raised StopIteration"));
+      if (!e) return failFromPython("making an exception");
+      if (PyObject* c = raised->real()) {
+        PyException_SetCause(e.get(), Ref::borrow(c).release());
+        PyException_SetContext(e.get(), Ref::borrow(c).release());
+      }
+      return raiseValue(Value::object(e.get()));
+    }
+    return raiseValue(std::move(raised));
+  }
+  if (!delivered) return delivered;
+  return runGenerator(it, item);
+}
+
+Result<ValuePtr> Tracer::closeGenerator(const ValuePtr& it) {
+  Iterator& iter = it->as<Iterator>();
+  std::shared_ptr<GeneratorState> gen = iter.gen;
+  if (gen && gen->running) return raiseNew(PyExc_ValueError, "generator already executing");
+  if (!gen || !gen->started || gen->finished || iter.ended) {
+    finishGenerator(iter);  // not started or ended: nothing runs
+    return Value::constant(Py_None);
+  }
+  Ref exit = Ref::steal(PyObject_CallNoArgs(PyExc_GeneratorExit));
+  if (!exit) return failFromPython("making an exception");
+  ValuePtr item;
+  Done d = throwGenerator(it, Value::object(exit.get()), &item);
+  if (!d) {
+    // It let GeneratorExit through (or ended with a StopIteration): closed.
+    if (d.outcome() == Outcome::Raised) {
+      PyObject* type = typeOf(*this, pending_exc_);
+      if (isSubclassOf(type, PyExc_GeneratorExit) || isSubclassOf(type, PyExc_StopIteration)) {
+        (void)takePendingException();
+        return Value::constant(Py_None);
+      }
+    }
+    return d.stop();
+  }
+  if (item) return raiseNew(PyExc_RuntimeError, "generator ignored GeneratorExit");
+  return Value::constant(Py_None);  // returned (3.11's close() drops the value)
 }
 
 bool pausedInHandler(const SymbolicFrame& f) {

@@ -54,6 +54,17 @@ Done SideEffects::noteContainerMutation(const ValuePtr& c) {
   return record({c->reg, Effect::Replace{c}});
 }
 
+std::vector<ValuePtr> SideEffects::storedValues() const {
+  std::vector<ValuePtr> out;
+  for (const Effect& e : effects_) {
+    if (const auto* a = std::get_if<Effect::SetAttr>(&e.what)) out.push_back(a->value);
+    if (const auto* i = std::get_if<Effect::SetItem>(&e.what)) out.push_back(i->value);
+    if (const auto* c = std::get_if<Effect::SetCell>(&e.what)) out.push_back(c->value);
+    if (const auto* r = std::get_if<Effect::Replace>(&e.what)) out.push_back(r->container);
+  }
+  return out;
+}
+
 std::vector<ValuePtr> SideEffects::replacedContainers() const {
   std::vector<ValuePtr> out;
   for (const Effect& e : effects_)

@@ -88,6 +88,16 @@ class SideEffects {
   // calls: those are run early, which is right only if they change nothing.
   void noteMutation() { ++mutations_; }
   uint64_t mutations() const { return mutations_; }
+  // An iterator over a container moved (a mutation too): counted apart, so that a step
+  // that only iterates can be told from one that changes what others see.
+  void noteIteratorMove() {
+    ++mutations_;
+    ++moves_;
+  }
+  uint64_t changesBesideMoves() const { return mutations_ - moves_; }
+  // The values the recorded effects store (attribute, global and cell stores, the
+  // containers from the program that are replaced): what the program keeps after the frame.
+  std::vector<ValuePtr> storedValues() const;
 
   // The replay plan of the recorded effects, in program order, their values planned by
   // `outputs` (appended to `out`).
@@ -101,6 +111,7 @@ class SideEffects {
   std::vector<std::pair<std::pair<int, std::string>, ValuePtr>> attr_overlay_;  // (reg, name) -> value
   std::unordered_map<PyObject*, ValuePtr> cell_overlay_;  // real cell -> value stored in the trace
   uint64_t mutations_ = 0;
+  uint64_t moves_ = 0;
 };
 
 }  // namespace cdynamo::trace

@@ -9,6 +9,7 @@
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
+#include <algorithm>
 #include <string>
 #include <unordered_set>
 
@@ -337,35 +338,131 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   return ret;
 }
 
-bool Tracer::closesQuietly(GeneratorState& g) {
-  SymbolicFrame& f = g.frame;
+bool Tracer::closesQuietly(const std::shared_ptr<GeneratorState>& g) {
   const uint64_t mutations = effects_.mutations();
   const int nodes = graph_.numNodes();
   ValuePtr saved_exc = std::move(pending_exc_);
   pending_exc_.reset();
-  (void)raiseNew(PyExc_GeneratorExit, "");
-  g.running = true;
-  ++generator_depth_;
-  bool quiet = false;
-  Done delivered = deliverException(f);
-  if (delivered.notHandled()) {
-    quiet = true;  // no handler at all
-  } else if (delivered) {
-    f.parent = nullptr;
-    f.depth = 1;
-    f.suspended = false;
-    Result<ValuePtr> r = runFrame(f);
-    quiet = !failed_ && !f.suspended && (r.ok() || r.outcome() == Outcome::Raised);
-    if (quiet && r.outcome() == Outcome::Raised) {
-      PyObject* type = typeOf(*this, pending_exc_);
-      quiet = type == PyExc_GeneratorExit;
-    }
-  }
-  --generator_depth_;
-  g.running = false;
-  g.finished = true;
+  ValuePtr it = Value::iterator({}, reinterpret_cast<PyObject*>(&PyGen_Type));
+  it->as<Iterator>().made = Iterator::Made::Generator;
+  it->as<Iterator>().gen = g;
+  Result<ValuePtr> r = closeGenerator(it);
   pending_exc_ = std::move(saved_exc);
-  return quiet && !failed_ && effects_.mutations() == mutations && graph_.numNodes() == nodes;
+  return r.ok() && !failed_ && effects_.mutations() == mutations && graph_.numNodes() == nodes;
+}
+
+namespace {
+
+// The values the program can still reach from `roots` once the frame has returned: their
+// items, attributes, closures and, for a paused generator, its frame's locals and stack.
+std::unordered_set<const Value*> reachableFrom(const std::vector<ValuePtr>& roots, std::vector<ValuePtr>* generators) {
+  std::unordered_set<const Value*> seen;
+  std::vector<ValuePtr> todo(roots.rbegin(), roots.rend());
+  while (!todo.empty()) {
+    ValuePtr v = std::move(todo.back());
+    todo.pop_back();
+    if (!v || !seen.insert(v.get()).second) continue;
+    if (const Iterator* it = v->get<Iterator>(); it && it->made == Iterator::Made::Generator && it->gen)
+      generators->push_back(v);
+    std::vector<ValuePtr> children;
+    forEachChild(*v, [&](const ValuePtr& c) { children.push_back(c); });
+    if (const Function* fn = v->get<Function>()) {
+      children.insert(children.end(), fn->closure.begin(), fn->closure.end());
+      children.push_back(fn->defaults);
+      children.push_back(fn->kwdefaults);
+      children.push_back(fn->attrs);
+    }
+    for (auto c = children.rbegin(); c != children.rend(); ++c) todo.push_back(*c);
+  }
+  return seen;
+}
+
+}  // namespace
+
+Done Tracer::settleGenerators(SymbolicFrame& root, const ValuePtr& ret) {
+  if (generators_.empty()) return {};
+  std::vector<ValuePtr> roots = effects_.storedValues();
+  roots.insert(roots.begin(), ret);
+  std::vector<ValuePtr> kept_generators;
+  std::unordered_set<const Value*> kept = reachableFrom(roots, &kept_generators);
+
+  // 1. The frame's locals go when it returns (in slot order): a generator only they hold,
+  // paused inside try/with, is closed then, its handlers and finally blocks run after all
+  // the frame did. One held elsewhere as well is left to the check in finishEntry.
+  std::vector<std::pair<size_t, ValuePtr>> dropped;  // (the last slot holding it, the generator)
+  for (size_t i = 0; i < root.locals.size(); ++i) {
+    const ValuePtr& v = root.locals[i];
+    const Iterator* it = v ? v->get<Iterator>() : nullptr;
+    if (!it || it->made != Iterator::Made::Generator || !it->gen || kept.count(v.get())) continue;
+    if (!it->gen->started || it->gen->finished || !pausedInHandler(it->gen->frame)) continue;
+    bool again = false;
+    for (auto& d : dropped)
+      if (d.second == v) {
+        d.first = i;
+        again = true;
+      }
+    if (!again) dropped.emplace_back(i, v);
+  }
+  std::stable_sort(dropped.begin(), dropped.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (auto& [slot, gen] : dropped) {
+    (void)slot;
+    // Held by some other value of the frame that also goes (a list of generators): the
+    // order of those closes is not modeled, left to finishEntry's check.
+    bool elsewhere = false;
+    for (const ValuePtr& v : root.locals)
+      if (v && v != gen && !v->is(Kind::Iterator)) {
+        std::vector<ValuePtr> inner;
+        if (reachableFrom({v}, &inner).count(gen.get())) elsewhere = true;
+      }
+    if (elsewhere) continue;
+    Result<ValuePtr> closed = closeGenerator(gen);
+    if (closed) continue;
+    if (closed.outcome() == Outcome::Raised) {
+      (void)takePendingException();
+      return fail(std::string("a generator (") + PyUnicode_AsUTF8(gen->as<Iterator>().gen->frame.code->co_qualname) +
+                  ") dropped where the frame returns raises from its close (Python reports that as unraisable; not "
+                  "modeled)");
+    }
+    return closed.stop();
+  }
+
+  // 2. A generator the program keeps (returned, or stored where it outlives the frame)
+  // has no real paused frame to rebuild: as torch._dynamo does, it is run to its end now
+  // and leaves as a generator over the items it yields. That is the program's result only
+  // if running it changes nothing another part of the program sees (its own iteration of
+  // containers aside) and it returns no value (a StopIteration value would be lost).
+  for (const ValuePtr& v : kept_generators) {
+    Iterator& iter = v->as<Iterator>();
+    if (iter.ended || !iter.gen || iter.gen->finished) continue;
+    const std::string name = PyUnicode_AsUTF8(iter.gen->frame.code->co_qualname);
+    const uint64_t changes = effects_.changesBesideMoves();
+    const int nodes = graph_.numNodes();
+    std::vector<ValuePtr> items;
+    for (;;) {
+      ValuePtr item;
+      if (Done d = resumeGenerator(v, nullptr, &item); !d) {
+        if (d.outcome() != Outcome::Raised) return d;
+        (void)takePendingException();
+        return fail("a generator (" + name + ") that leaves the frame unfinished raises when run to its end "
+                    "(it would raise where the caller takes that item; not modeled)");
+      }
+      if (!item) break;
+      items.push_back(std::move(item));
+    }
+    if (effects_.changesBesideMoves() != changes || graph_.anyImpureFrom(nodes))
+      return fail("a generator (" + name + ") that leaves the frame unfinished changes state as it runs: it cannot "
+                  "be rebuilt as the items it yields (Cannot reconstruct a generator with variable mutations)");
+    Iterator& now = v->as<Iterator>();
+    if (now.gen && now.gen->returned && !now.gen->returned->isNone())
+      return fail("a generator (" + name + ") that leaves the frame unfinished returns a value (its StopIteration "
+                  "value would be lost when rebuilt as the items it yields)");
+    now.made = Iterator::Made::Ahead;
+    now.gen = nullptr;
+    now.items = std::move(items);
+    now.pos = 0;
+    now.ended = false;
+  }
+  return {};
 }
 
 void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
@@ -383,11 +480,18 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   } else if (stopped_at_break_) {
     if (buildBreak(root, &plan)) (void)effects();
   } else if (ret.outcome() == Outcome::Raised) {
+    // The message names the exception as torch._dynamo's does ("Observed exception"), with
+    // its text, so that a fullgraph=True caller sees what was raised.
     PyObject* e = pending_exc_->real();
-    (void)fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
-               ") escapes the traced frame; it runs natively to raise it");
+    std::string what = e ? Py_TYPE(e)->tp_name : "?";
+    if (e && !(Py_TYPE(e)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {  // a builtin's str() runs no user code
+      Ref text = Ref::steal(PyObject_Str(e));
+      if (text && PyUnicode_GetLength(text.get()) > 0) what += std::string(": ") + PyUnicode_AsUTF8(text.get());
+      PyErr_Clear();
+    }
+    (void)fail("an exception (Observed exception " + what + ") escapes the traced frame; it runs natively to raise it");
   } else if (ret.ok()) {
-    if (outputs_.plan(*ret, &plan)) (void)effects();
+    if (settleGenerators(root, *ret) && outputs_.plan(*ret, &plan)) (void)effects();
   } else {
     (void)fail("internal: the trace ended without a result");
   }
@@ -397,7 +501,7 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   // it through and changes nothing (collections.abc.Sequence.__iter__'s `except IndexError`)
   // is what dropping it does. One that does anything else is not modeled.
   for (const std::shared_ptr<GeneratorState>& g : generators_)
-    if (g->started && !g->finished && pausedInHandler(g->frame) && !closesQuietly(*g)) {
+    if (g->started && !g->finished && pausedInHandler(g->frame) && !closesQuietly(g)) {
       if (failed_) return;
       (void)fail(std::string("a generator (") + PyUnicode_AsUTF8(g->frame.code->co_qualname) +
                  ") paused inside try/with is left unfinished where the trace ends: its finally/__exit__ would run "

@@ -131,7 +131,7 @@ Done stepSequence(Tracer& t, const ValuePtr& it, ValuePtr* item) {
     return {};
   };
   if (!seq) return end();
-  t.effects().noteMutation();  // the iterator moves
+  t.effects().noteIteratorMove();
   if (const List* l = seq->get<List>()) {
     const size_t n = l->items.size();
     if (l->deque && l->state != iter.seq_state) {  // any change CPython's deque counts, even of the same size
@@ -479,11 +479,13 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
     // A paused frame has no real counterpart to rebuild: the trace must not end with
     // one alive (returned, stored, or across a graph break) before it finished.
     if (!it.ended) return p.tracer().fail("a generator made in the trace is still running where the trace ends (returned, stored, or alive at a graph break): its paused frame cannot be rebuilt");
+    // An ended generator is rebuilt as one (also for a resume function: its
+    // throw/close/send stay there).
     std::vector<runtime::OutputPlan> args;
-    if (!p.forResume()) args.push_back(runtime::OutputPlan::constant(it.type.get()));
+    args.push_back(runtime::OutputPlan::constant(it.type.get()));
     args.emplace_back();
     if (Done d = p.plan(Value::tuple({}), &args.back()); !d) return d;
-    PyObject* rebuild = !p.forResume() ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
+    PyObject* rebuild = lookup(Obj::cdynamo_resume_rebuild_iterator);
     if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_iterator");
     out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
     return {};
@@ -526,7 +528,8 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
     out->step = P::Call{Ref::borrow(type), std::move(args)};
     return {};
   }
-  const bool typed = it.type && !p.forResume();
+  // A generator stays one (its throw/close/send are there), also for a resume function.
+  const bool typed = it.type && (!p.forResume() || it.type.get() == reinterpret_cast<PyObject*>(&PyGen_Type));
   PyObject* rebuild = typed ? lookup(Obj::cdynamo_resume_rebuild_iterator) : lookup(Obj::builtins_iter);
   if (!rebuild) return p.tracer().failFromPython("cdynamo._internal.frame_rebuild.rebuild_iterator");
   std::vector<ValuePtr> rest(it.items.begin() + static_cast<std::ptrdiff_t>(std::min(it.pos, it.items.size())),
@@ -539,11 +542,16 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
   return {};
 }
 
+bool isGeneratorValue(const ValuePtr& v) {
+  const Iterator* it = v->get<Iterator>();
+  return it && (it->made == Iterator::Made::Generator || it->type.get() == reinterpret_cast<PyObject*>(&PyGen_Type));
+}
+
 // An attribute of an iterator value: __iter__/__next__ (a generator's send/close/throw too), called later.
 Result<ValuePtr> iteratorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   const char* n = PyUnicode_AsUTF8(name);
   // A generator's methods (calls.cpp generatorMethod), called later.
-  if (obj->as<Iterator>().made == Iterator::Made::Generator &&
+  if (isGeneratorValue(obj) &&
       (strcmp(n, "send") == 0 || strcmp(n, "close") == 0 || strcmp(n, "throw") == 0 || strcmp(n, "__next__") == 0))
     return Value::namedMethod(obj, name);
   if (strcmp(n, "__iter__") == 0 || strcmp(n, "__next__") == 0)

@@ -49,6 +49,9 @@ Done dequeUnchanged(Tracer& t, const ValuePtr& it);
 Stop raiseStopIteration(Tracer& t, const ValuePtr& it);
 // The next item of any Iterator value (taken: it advances), or null at its end.
 Done nextItem(Tracer& t, const ValuePtr& it, ValuePtr* item);
+// A generator made in the trace: one still lazy, or one whose items were all taken at
+// once (list(gen): then known ahead, its frame finished).
+bool isGeneratorValue(const ValuePtr& v);
 // Calls `each` on every item `iterable` gives, in order, taking each only after the
 // previous one was handled (list.extend(map(f, ...)) where f reads the list): iterators
 // made lazily are stepped, others iterated.

@@ -9,6 +9,7 @@
 #include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/exception.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
@@ -31,34 +32,41 @@ DisabledCodeQuery disabled_query = nullptr;
 
 Result<ValuePtr> callModule(Tracer& t, const ValuePtr& module, Args args, Kwargs kwargs);
 
-// send(), close(), __next__() of a generator made in the trace (throw() is not modeled).
+// send(), throw(), close(), __next__() of a generator made in the trace.
 Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name, Args& args, Kwargs& kwargs) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
-  Iterator& it = self->as<Iterator>();
   if (!kwargs.empty()) return t.fail(std::string("keyword arguments to generator.") + n + "()");
+  if (const Iterator& it = self->as<Iterator>(); it.made != Iterator::Made::Generator && it.pos < it.items.size())
+    return t.fail(std::string("generator.") + n + "() of a generator whose items were computed ahead (its frame already ran to its end)");
   if ((is("send") && args.size() == 1) || (is("__next__") && args.empty())) {
     ValuePtr item;
     if (Done d = t.resumeGenerator(self, args.empty() ? nullptr : args[0], &item); !d) return d.stop();
     if (item) return item;
     return raiseStopIteration(t, self);
   }
+  if (is("throw") && args.size() == 1) {
+    // throw(type) makes the exception as `raise type` does; throw(instance) raises it.
+    ValuePtr exc = args[0];
+    if (exc->is(Kind::Callable) && exc->real() && PyExceptionClass_Check(exc->real())) {
+      Args none;
+      Result<ValuePtr> made = makeException(t, exc->real(), none);
+      if (!made) return made;
+      exc = made.take();
+    }
+    if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
+      return t.raiseNew(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException, not " +
+                                             std::string(Py_TYPE(exc->real() ? exc->real() : Py_None)->tp_name));
+    ValuePtr item;
+    if (Done d = t.throwGenerator(self, std::move(exc), &item); !d) return d.stop();
+    if (item) return item;
+    return raiseStopIteration(t, self);
+  }
+  if (is("throw")) return t.fail("generator.throw() with a value or traceback (the deprecated signature)");
   if (is("close") && args.empty()) {
-    // A generator not started, or finished, closes as nothing; a paused one outside any
-    // try/with ends at once (its GeneratorExit reaches no handler).
-    if (it.gen && it.gen->started && !it.ended) {
-      if (it.gen->running) return t.raiseNew(PyExc_ValueError, "generator already executing");
-      if (pausedInHandler(it.gen->frame))
-        return t.fail("close() of a generator paused inside try/with (its handler would run; not modeled)");
-    }
-    it.ended = true;
-    if (it.gen) {
-      it.gen->finished = true;
-      it.gen->frame.locals.clear();
-      it.gen->frame.stack.clear();
-    }
-    t.effects().noteMutation();
-    return Value::constant(Py_None);
+    Result<ValuePtr> r = t.closeGenerator(self);
+    if (r) t.effects().noteMutation();
+    return r;
   }
   return t.fail(std::string("generator.") + n + "() is not supported yet");
 }
@@ -66,8 +74,7 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
 // A named method of a container, tensor or context value.
 Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kwargs& kwargs) {
   const ValuePtr& self = m.self;
-  if (const Iterator* it = self->get<Iterator>(); it && it->made == Iterator::Made::Generator)
-    return generatorMethod(t, self, m.name.get(), args, kwargs);
+  if (isGeneratorValue(self)) return generatorMethod(t, self, m.name.get(), args, kwargs);
   if (self->is(Kind::Context)) {
     const char* mname = PyUnicode_AsUTF8(m.name.get());
     if (strcmp(mname, "__exit__") == 0) return t.contexts().exit(self);

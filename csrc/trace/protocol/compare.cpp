@@ -5,6 +5,7 @@
 #include "support/torch_types.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/iterator.h"
 #include "trace/kinds/module.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
@@ -334,6 +335,21 @@ Result<bool> contains(Tracer& t, const ValuePtr& container, const ValuePtr& item
     std::vector<ValuePtr> items;  // values and items: Python compares them in order
     if (Done d = peekItems(t, container, &items); !d) return d.stop();
     return contains(t, Value::list(std::move(items)), item);
+  }
+  if (container->is(Kind::Iterator)) {
+    // An iterator has no __contains__: Python takes its items up to the first that is the
+    // item or equals it (identity first, then ==), leaving the rest untaken.
+    for (;;) {
+      ValuePtr x;
+      if (Done d = nextItem(t, container, &x); !d) return d.stop();
+      if (!x) return false;
+      if (x == item || (x->real() && x->real() == item->real())) return true;
+      Result<ValuePtr> eq = compareOp(t, Py_EQ, x, item);
+      if (!eq) return eq.stop();
+      Result<bool> truth = truthValue(t, *eq);
+      if (!truth) return truth.stop();
+      if (*truth) return true;
+    }
   }
   Args a{item};
   Kwargs kw;
