@@ -2,10 +2,13 @@
 (the exception is raised at the yield, its handlers and finally blocks run there, in the
 program's order), `yield from` hands send/throw/close to the subgenerator, and a generator
 closed by the trace's end runs its finally blocks as dropping it would."""
+import contextlib
+import types
+
 import pytest
 import torch
 
-from .harness import Cases, check, tensors
+from .harness import Cases, assert_same, check, tensors
 
 case = Cases()
 T4 = tensors((4,))
@@ -193,6 +196,51 @@ def throw_handler_sees_its_exception_and_caller_keeps_its_own(x):
     except ValueError as e:
         v = next(gen)
         return x + v, str(e)
+
+
+@case(T4)
+def throw_with_type_value_traceback(x):
+    def g():
+        try:
+            yield 1
+        except ValueError as e:
+            yield len(str(e))
+
+    gen = g()
+    next(gen)
+    err = ValueError("four")
+    return x + gen.throw(ValueError, err, None)
+
+
+@contextlib.contextmanager
+def _guarded(log):
+    log.append("enter")
+    try:
+        yield 5
+    except ValueError as e:
+        log.append("caught " + str(e))
+    finally:
+        log.append("finally")
+
+
+@case(T4)
+def contextmanager_exception_through_with_block_is_thrown_in(x):
+    log = []
+    with _guarded(log) as v:
+        y = x + v
+        raise ValueError("boom")
+    return y, log
+
+
+@case(T4)
+def contextmanager_exception_it_does_not_catch(x):
+    log = []
+    try:
+        with _guarded(log):
+            raise KeyError("k")
+    except KeyError:
+        log.append("outer")
+    return x + 1, log
 
 
 # ---- close() ----
@@ -417,6 +465,172 @@ def paused_generator_finally_runs_at_frame_end(x):
     return a, log
 
 
+# ---- a generator the program keeps leaves the frame as a generator of its items ----
+# (compared by what they yield: test_kept_generators)
+
+KEPT = []
+
+
+def kept(fn):
+    KEPT.append(pytest.param(fn, id=fn.__name__))
+    return fn
+
+
+@kept
+def returned_generator_partly_taken(x):
+    def g(t):
+        yield t + 1
+        yield t + 2
+        yield t * 3
+
+    gen = g(x)
+    first = next(gen)
+    return first, gen
+
+
+@kept
+def returned_zip_over_generator(x):
+    def g(t):
+        yield t.sin()
+        yield t.cos()
+
+    return zip(range(3), g(x)), x + 1
+
+
+@kept
+def returned_generator_delegating(x):
+    def sub(t):
+        yield t + 1
+        yield t + 2
+
+    def outer(t):
+        yield from sub(t)
+        yield t + 3
+
+    gen = outer(x)
+    next(gen)
+    return gen
+
+
+@case(T4)
+def generator_expression_consumed_by_builtins(x):
+    vals = [1.0, 2.0, 3.0]
+    total = sum(v * 2 for v in vals)
+    biggest = max(x[i] for i in range(3))
+    flags = any(v > 2.5 for v in vals), all(v > 0 for v in vals)
+    return x * total + biggest, flags, tuple(v + 1 for v in vals)
+
+
+@case(T4)
+def generator_return_value_through_stop_iteration(x):
+    def g():
+        yield 1
+        return 5
+
+    gen = g()
+    next(gen)
+    try:
+        next(gen)
+    except StopIteration as e:
+        return x + e.value
+    return x
+
+
+@case(T4)
+def in_on_generator_takes_up_to_the_item(x):
+    log = []
+
+    def g():
+        for i in range(4):
+            log.append(i)
+            yield i
+
+    gen = g()
+    found = 2 in gen
+    rest = list(gen)
+    return x + 1, found, rest, log, 9 in g()
+
+
+@case(T4)
+def generator_consumed_then_closed_and_thrown(x):
+    def g():
+        yield 1
+        yield 2
+
+    gen = g()
+    total = sum(gen)
+    gen.close()
+    try:
+        gen.throw(KeyError)
+    except KeyError:
+        total += 10
+    return x + total
+
+
+def _kept_generator_that_changes_state(x, log):
+    def g(t):
+        log.append(1)
+        yield t + 1
+        log.append(2)
+        yield t + 2
+
+    return g(x)
+
+
+def kept_generator_with_side_effects_runs_natively(x):
+    log = []
+    gen = _kept_generator_that_changes_state(x, log)
+    return gen, log
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_generators(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
+
+
+def test_kept_generator_with_side_effects_is_not_rebuilt():
+    # Running it ahead would move its appends before the caller sees the list: the frame
+    # runs natively instead (a reason recorded), and the caller sees eager's behaviour.
+    import cdynamo
+
+    cdynamo.reset()
+    compiled = cdynamo.compile(kept_generator_with_side_effects_runs_natively, backend="eager")
+    x = torch.randn(4)
+    gen, log = compiled(x)
+    assert log == []
+    assert type(gen).__name__ == "generator"
+    items = list(gen)
+    assert log == [1, 2]
+    assert torch.equal(items[0], x + 1) and torch.equal(items[1], x + 2)
+    natives = cdynamo.stats()["native_frames"]
+    assert any("changes state as it runs" in str(n) for n in natives), natives
+
+
+def _materialize(v):
+    if isinstance(v, tuple):
+        return tuple(_materialize(x) for x in v)
+    if isinstance(v, types.GeneratorType):
+        return ("generator", [_materialize(x) for x in v])
+    if isinstance(v, zip):
+        return ("zip", [_materialize(x) for x in v])
+    return v
+
+
+@pytest.mark.parametrize("fn", KEPT)
+def test_kept_generators(fn):
+    # A generator returned unfinished is a generator (of the same items) on the first call
+    # and on the cache hit, in one graph.
+    import cdynamo
+    import cdynamo.testing
+
+    cdynamo.reset()
+    torch.manual_seed(0)
+    x = torch.randn(4)
+    expected = _materialize(fn(x.clone()))
+    cnt = cdynamo.testing.CompileCounter()
+    compiled = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        assert_same(expected, _materialize(compiled(x.clone())))
+    assert cnt.frame_count == 1
+    st = cdynamo.stats()
+    assert st["cache_hits"] == 1 and st["frames_native"] == 0, st

@@ -45,14 +45,32 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
     if (item) return item;
     return raiseStopIteration(t, self);
   }
-  if (is("throw") && args.size() == 1) {
-    // throw(type) makes the exception as `raise type` does; throw(instance) raises it.
+  if (is("throw") && !args.empty() && args.size() <= 3) {
+    // throw(type), throw(instance), or the older throw(type, value, traceback) that
+    // contextlib's __exit__ uses: the exception made as CPython normalizes it.
     ValuePtr exc = args[0];
+    const ValuePtr value = args.size() > 1 ? args[1] : nullptr;
+    if (args.size() > 2 && !args[2]->isNone()) {
+      // A traceback is kept only when it is already the exception's own.
+      PyObject* v = value ? value->real() : nullptr;
+      Ref own = v && PyExceptionInstance_Check(v) ? Ref::steal(PyException_GetTraceback(v)) : Ref();
+      if (!own || own.get() != args[2]->real()) return t.fail("generator.throw() with another exception's traceback");
+    }
     if (exc->is(Kind::Callable) && exc->real() && PyExceptionClass_Check(exc->real())) {
-      Args none;
-      Result<ValuePtr> made = makeException(t, exc->real(), none);
-      if (!made) return made;
-      exc = made.take();
+      PyObject* v = value ? value->real() : nullptr;
+      if (v && PyObject_IsInstance(v, exc->real()) == 1) {
+        exc = value;
+      } else if (value && !value->isNone()) {
+        PyErr_Clear();
+        return t.fail("generator.throw(type, value) with a value that is not an instance of the type");
+      } else {
+        Args none;
+        Result<ValuePtr> made = makeException(t, exc->real(), none);
+        if (!made) return made;
+        exc = made.take();
+      }
+    } else if (value && !value->isNone()) {
+      return t.raiseNew(PyExc_TypeError, "instance exception may not have a separate value");
     }
     if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
       return t.raiseNew(PyExc_TypeError, "exceptions must be classes or instances deriving from BaseException, not " +
@@ -62,7 +80,6 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
     if (item) return item;
     return raiseStopIteration(t, self);
   }
-  if (is("throw")) return t.fail("generator.throw() with a value or traceback (the deprecated signature)");
   if (is("close") && args.empty()) {
     Result<ValuePtr> r = t.closeGenerator(self);
     if (r) t.effects().noteMutation();
