@@ -3,6 +3,7 @@
 program's order), `yield from` hands send/throw/close to the subgenerator, and a generator
 closed by the trace's end runs its finally blocks as dropping it would."""
 import contextlib
+import itertools
 import types
 
 import pytest
@@ -512,6 +513,15 @@ def returned_generator_delegating(x):
     return gen
 
 
+@kept
+def returned_tee_copies_at_their_positions(x):
+    a, b = itertools.tee(x * i for i in range(4))
+    next(a)
+    next(a)
+    next(b)
+    return a, b
+
+
 @case(T4)
 def generator_expression_consumed_by_builtins(x):
     vals = [1.0, 2.0, 3.0]
@@ -611,7 +621,7 @@ def _materialize(v):
         return tuple(_materialize(x) for x in v)
     if isinstance(v, types.GeneratorType):
         return ("generator", [_materialize(x) for x in v])
-    if isinstance(v, zip):
+    if isinstance(v, (zip, type(itertools.tee(())[0]))):
         return ("zip", [_materialize(x) for x in v])
     return v
 
@@ -634,3 +644,23 @@ def test_kept_generators(fn):
     assert cnt.frame_count == 1
     st = cdynamo.stats()
     assert st["cache_hits"] == 1 and st["frames_native"] == 0, st
+
+
+def kept_generator_sharing_an_iterator(x):
+    source = iter([x, x + 1, x + 2])
+    gen = (v * 2 for v in source)
+    return gen, source
+
+
+def test_kept_generator_sharing_an_iterator_is_not_run_ahead():
+    # The caller may take from `source` before it runs `gen`: running gen ahead would have
+    # emptied it. The frame runs natively; the caller sees eager's behaviour.
+    import cdynamo
+
+    cdynamo.reset()
+    x = torch.randn(4)
+    gen, source = cdynamo.compile(kept_generator_sharing_an_iterator, backend="eager")(x)
+    assert torch.equal(next(source), x)
+    assert [v.tolist() for v in gen] == [((x + 1) * 2).tolist(), ((x + 2) * 2).tolist()]
+    natives = cdynamo.stats()["native_frames"]
+    assert any("takes from an iterator the program also holds" in str(n) for n in natives), natives

@@ -463,6 +463,25 @@ def argument_list_iterated_and_appended(x, out):
     return acc
 
 
+# itertools.tee: copies share one source, each item taken from it once, when the first
+# copy needs it; copies that leave the frame are real tees at their positions.
+@case(T4)
+def itertools_tee_copies_share_their_source(x):
+    src = iter([x, x * 2, x * 3])
+    a, b = itertools.tee(src)
+    kind = type(a).__name__
+    first = next(a)
+    second = next(a)
+    return first + second + next(b), list(src), list(a), list(b), kind
+
+
+@case(T4)
+def itertools_tee_long_buffer(x):
+    a, b, c = itertools.tee(iter(range(500)), 3)
+    total = sum(a)
+    return x + total + next(b) + len(list(c))
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_lazy_iteration(fn, make_args, expect_graphs):
     if fn.__code__.co_argcount == 2:

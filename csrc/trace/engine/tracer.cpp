@@ -355,7 +355,8 @@ namespace {
 
 // The values the program can still reach from `roots` once the frame has returned: their
 // items, attributes, closures and, for a paused generator, its frame's locals and stack.
-std::unordered_set<const Value*> reachableFrom(const std::vector<ValuePtr>& roots, std::vector<ValuePtr>* generators) {
+std::unordered_set<const Value*> reachableFrom(const std::vector<ValuePtr>& roots, std::vector<ValuePtr>* generators,
+                                               const Value* opaque = nullptr) {
   std::unordered_set<const Value*> seen;
   std::vector<ValuePtr> todo(roots.rbegin(), roots.rend());
   while (!todo.empty()) {
@@ -364,6 +365,7 @@ std::unordered_set<const Value*> reachableFrom(const std::vector<ValuePtr>& root
     if (!v || !seen.insert(v.get()).second) continue;
     if (const Iterator* it = v->get<Iterator>(); it && it->made == Iterator::Made::Generator && it->gen)
       generators->push_back(v);
+    if (v.get() == opaque) continue;  // its contents not walked
     std::vector<ValuePtr> children;
     forEachChild(*v, [&](const ValuePtr& c) { children.push_back(c); });
     if (const Function* fn = v->get<Function>()) {
@@ -434,7 +436,19 @@ Done Tracer::settleGenerators(SymbolicFrame& root, const ValuePtr& ret) {
   for (const ValuePtr& v : kept_generators) {
     Iterator& iter = v->as<Iterator>();
     if (iter.ended || !iter.gen || iter.gen->finished) continue;
+    // A polyfill's generator stands for another iterator type: left to the planner.
+    if (iter.type.get() != reinterpret_cast<PyObject*>(&PyGen_Type)) continue;
     const std::string name = PyUnicode_AsUTF8(iter.gen->frame.code->co_qualname);
+    // Running it now moves the iterators it takes from: right only if nothing else holds
+    // them (the rest of the program would see them moved before it took from them).
+    std::vector<ValuePtr> unused;
+    std::unordered_set<const Value*> outside = reachableFrom(roots, &unused, v.get());
+    std::vector<ValuePtr> inner;
+    for (const ValuePtr& c : generatorValues(*iter.gen))
+      for (const Value* r : reachableFrom({c}, &inner))
+        if (r != v.get() && r->kind() == Kind::Iterator && (outside.count(r) || r->reg >= 0))
+          return fail("a generator (" + name + ") that leaves the frame unfinished takes from an iterator the "
+                      "program also holds: it cannot be run ahead and rebuilt as the items it yields");
     const uint64_t changes = effects_.changesBesideMoves();
     const int nodes = graph_.numNodes();
     std::vector<ValuePtr> items;

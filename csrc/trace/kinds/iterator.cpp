@@ -544,7 +544,9 @@ Done rebuildIterator(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* o
 
 bool isGeneratorValue(const ValuePtr& v) {
   const Iterator* it = v->get<Iterator>();
-  return it && (it->made == Iterator::Made::Generator || it->type.get() == reinterpret_cast<PyObject*>(&PyGen_Type));
+  // Of the generator type itself: a polyfill's generator stands for another type (itertools.product), without these methods.
+  return it && it->type.get() == reinterpret_cast<PyObject*>(&PyGen_Type) &&
+         (it->made == Iterator::Made::Generator || it->made == Iterator::Made::Ahead);
 }
 
 // An attribute of an iterator value: __iter__/__next__ (a generator's send/close/throw too), called later.

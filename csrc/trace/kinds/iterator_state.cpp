@@ -29,7 +29,10 @@ Done Iterators::usable(const Value* it) {
 
 Done Iterators::advance(const ValuePtr& it, size_t pos, bool ended) {
   if (Done d = usable(it.get()); !d) return d;
-  t_.effects().noteMutation();
+  // One passed in moves the program's own iterator (replayed); one made in the trace moves
+  // only what its holders see.
+  if (it->reg >= 0) t_.effects().noteMutation();
+  else t_.effects().noteIteratorMove();
   for (auto& [derived, link] : links_) {
     if (link.derived->as<Iterator>().ended || link.derived == it) continue;
     for (const ValuePtr& s : link.sources)

@@ -39,6 +39,8 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
   if (!kwargs.empty()) return t.fail(std::string("keyword arguments to generator.") + n + "()");
   if (const Iterator& it = self->as<Iterator>(); it.made != Iterator::Made::Generator && it.pos < it.items.size())
     return t.fail(std::string("generator.") + n + "() of a generator whose items were computed ahead (its frame already ran to its end)");
+  if (!isGeneratorValue(self) && !is("__next__"))  // a polyfill's generator, standing for another type
+    return t.fail(std::string("attribute '") + n + "' of " + describe(self) + " is not supported yet");
   if ((is("send") && args.size() == 1) || (is("__next__") && args.empty())) {
     ValuePtr item;
     if (Done d = t.resumeGenerator(self, args.empty() ? nullptr : args[0], &item); !d) return d.stop();
@@ -91,7 +93,8 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
 // A named method of a container, tensor or context value.
 Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kwargs& kwargs) {
   const ValuePtr& self = m.self;
-  if (isGeneratorValue(self)) return generatorMethod(t, self, m.name.get(), args, kwargs);
+  if (const Iterator* it = self->get<Iterator>(); it && (it->made == Iterator::Made::Generator || isGeneratorValue(self)))
+    return generatorMethod(t, self, m.name.get(), args, kwargs);
   if (self->is(Kind::Context)) {
     const char* mname = PyUnicode_AsUTF8(m.name.get());
     if (strcmp(mname, "__exit__") == 0) return t.contexts().exit(self);

@@ -465,3 +465,54 @@ class cycle:
         # What the source has left, then what was taken of it: a real cycle saves both in
         # that order, which is the order this one repeats them in.
         return itertools.cycle(itertools.chain(self.source, self.saved))
+
+
+class _TeeBuffer:
+    """What the copies of one tee() share: their source and every item taken from it."""
+
+    def __init__(self, iterable):
+        self.source = iter(iterable)
+        self.items = []
+        self.real = None  # the real tee the copies are rebuilt from, once one is
+
+
+@polyfill(itertools._tee)
+class tee_iterator:
+    def __init__(self, iterable):
+        self.buffer = iterable if isinstance(iterable, _TeeBuffer) else _TeeBuffer(iterable)
+        self.index = 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        buffer = self.buffer
+        if self.index < len(buffer.items):
+            item = buffer.items[self.index]
+        else:
+            item = next(buffer.source)  # StopIteration: the end
+            buffer.items.append(item)
+        self.index += 1
+        return item
+
+    @staticmethod
+    def rebuild(self):
+        # One real tee over the buffered items and the rest of the source, made once for all
+        # the copies (they share the source as the originals do); each copy is a copy of it
+        # moved to its own position (those items are buffered, the source is not touched).
+        buffer = self.buffer
+        if buffer.real is None:
+            buffer.real = itertools.tee(itertools.chain(tuple(buffer.items), buffer.source), 1)[0]
+        real = buffer.real.__copy__()
+        for _ in range(self.index):
+            next(real)
+        return real
+
+
+@polyfill(itertools.tee)
+def tee(iterable, n=2):
+    if n < 0:
+        raise ValueError("n must be >= 0")
+    # Through itertools._tee (this module's tee_iterator, traced): the program sees that type.
+    buffer = _TeeBuffer(iterable)
+    return tuple(itertools._tee(buffer) for _ in range(n))
