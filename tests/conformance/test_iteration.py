@@ -108,8 +108,8 @@ def test_returned_iterator_keeps_its_type_and_items(kind):
 def test_returned_generator_runs_natively_with_its_reason():
     # A generator is lazy: its caller may change what it reads between items, so a
     # generator made in the trace that leaves the frame unfinished is not run ahead and
-    # rebuilt as its items (what cdynamo did before generators were paused at each yield);
-    # its frame runs natively, reported (torch._dynamo does not trace it either).
+    # rebuilt as its items when it reads state the caller can change (here a dict through a
+    # cell); its frame runs natively, reported.
     state = {"k": 2}
 
     def fn(x):
@@ -127,7 +127,7 @@ def test_returned_generator_runs_natively_with_its_reason():
         assert torch.equal(next(g), next(g_eager))
         state["k"] = 2
     reasons = [n.get("reason", "") for n in cdynamo.stats()["native_frames"]]
-    assert any("generator made in the trace is still running" in r for r in reasons), reasons
+    assert any("leaves the frame unfinished reads" in r for r in reasons), reasons
 
 
 def test_unpacking_a_partly_consumed_iterator_gives_what_is_left():

@@ -443,12 +443,38 @@ Done Tracer::settleGenerators(SymbolicFrame& root, const ValuePtr& ret) {
     // them (the rest of the program would see them moved before it took from them).
     std::vector<ValuePtr> unused;
     std::unordered_set<const Value*> outside = reachableFrom(roots, &unused, v.get());
+    // And it reads state the caller can change before it takes each item (a list or dict
+    // from the program, a cell, an object, one the caller also holds): then its items,
+    // computed now, would not be the ones the caller gets. Tensors are read as they are
+    // now, as torch._dynamo does (an in-place change by the caller is not seen).
+    auto mutable_kind = [](const Value* r) {
+      switch (r->kind()) {
+        case Kind::List:
+        case Kind::Dict:
+        case Kind::Set:
+        case Kind::Cell:
+        case Kind::NewObject:
+        case Kind::Object:
+        case Kind::Namespace:
+        case Kind::DictView:
+          return true;
+        default:
+          return false;
+      }
+    };
     std::vector<ValuePtr> inner;
     for (const ValuePtr& c : generatorValues(*iter.gen))
-      for (const Value* r : reachableFrom({c}, &inner))
-        if (r != v.get() && r->kind() == Kind::Iterator && (outside.count(r) || r->reg >= 0))
+      for (const Value* r : reachableFrom({c}, &inner)) {
+        if (r == v.get()) continue;
+        if (r->kind() == Kind::Iterator && (outside.count(r) || r->reg >= 0))
           return fail("a generator (" + name + ") that leaves the frame unfinished takes from an iterator the "
                       "program also holds: it cannot be run ahead and rebuilt as the items it yields");
+        if (mutable_kind(r) && !r->constant() && (outside.count(r) || r->reg >= 0 || (r->is(Kind::Cell) && r->as<Cell>().outer)))
+          return fail("a generator (" + name + ") that leaves the frame unfinished reads " + kindName(r->kind()) +
+                      " the program can change before it takes the items: it cannot be run ahead and rebuilt as "
+                      "the items it yields");
+      }
+    const int loads = guards().numRegisters();
     const uint64_t changes = effects_.changesBesideMoves();
     const int nodes = graph_.numNodes();
     std::vector<ValuePtr> items;
@@ -463,6 +489,9 @@ Done Tracer::settleGenerators(SymbolicFrame& root, const ValuePtr& ret) {
       if (!item) break;
       items.push_back(std::move(item));
     }
+    if (guards().numRegisters() != loads)
+      return fail("a generator (" + name + ") that leaves the frame unfinished reads the program's state (a global, "
+                  "an attribute) as it runs: it cannot be run ahead and rebuilt as the items it yields");
     if (effects_.changesBesideMoves() != changes || graph_.anyImpureFrom(nodes))
       return fail("a generator (" + name + ") that leaves the frame unfinished changes state as it runs: it cannot "
                   "be rebuilt as the items it yields (Cannot reconstruct a generator with variable mutations)");
