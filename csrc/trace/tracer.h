@@ -294,6 +294,10 @@ class Tracer {
   SymbolicFrame* current_ = nullptr;
   int instructions_run_ = 0;
   int generator_depth_ = 0;
+  // settleGenerators: a kept generator is being run to its end; whether it read the
+  // program's state live meanwhile (wrap).
+  bool running_ahead_ = false;
+  bool read_live_ahead_ = false;
   // Every generator made in the trace: one paused inside try/with where the trace ends is
   // closed then in Python (its handler runs), which the trace does not model (finishEntry).
   std::vector<std::shared_ptr<GeneratorState>> generators_;

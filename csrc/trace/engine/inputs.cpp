@@ -159,6 +159,12 @@ int Tracer::load(LoadKind kind, int base, int index, PyObject* name, std::string
 }
 
 Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
+  // A generator run ahead (settleGenerators) that reads the program's state live: what it
+  // reads may change before the caller takes its items. Functions, classes and modules
+  // (its code) aside.
+  if (running_ahead_ && reg >= 0 && !PyFunction_Check(obj) && !PyType_Check(obj) && !PyModule_Check(obj) &&
+      !PyCFunction_Check(obj))
+    read_live_ahead_ = true;
   if (reg >= 0) {
     auto it = wrapped_.find(reg);
     if (it != wrapped_.end()) return it->second;

@@ -474,13 +474,16 @@ Done Tracer::settleGenerators(SymbolicFrame& root, const ValuePtr& ret) {
                       " the program can change before it takes the items: it cannot be run ahead and rebuilt as "
                       "the items it yields");
       }
-    const int loads = guards().numRegisters();
+    running_ahead_ = true;
+    read_live_ahead_ = false;
     const uint64_t changes = effects_.changesBesideMoves();
     const int nodes = graph_.numNodes();
     std::vector<ValuePtr> items;
     for (;;) {
       ValuePtr item;
-      if (Done d = resumeGenerator(v, nullptr, &item); !d) {
+      Done d = resumeGenerator(v, nullptr, &item);
+      running_ahead_ = false;
+      if (!d) {
         if (d.outcome() != Outcome::Raised) return d;
         (void)takePendingException();
         return fail("a generator (" + name + ") that leaves the frame unfinished raises when run to its end "
@@ -488,8 +491,10 @@ Done Tracer::settleGenerators(SymbolicFrame& root, const ValuePtr& ret) {
       }
       if (!item) break;
       items.push_back(std::move(item));
+      running_ahead_ = true;
     }
-    if (guards().numRegisters() != loads)
+    running_ahead_ = false;
+    if (read_live_ahead_)
       return fail("a generator (" + name + ") that leaves the frame unfinished reads the program's state (a global, "
                   "an attribute) as it runs: it cannot be run ahead and rebuilt as the items it yields");
     if (effects_.changesBesideMoves() != changes || graph_.anyImpureFrom(nodes))
