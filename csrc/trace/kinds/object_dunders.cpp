@@ -24,8 +24,7 @@ Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std:
   args.insert(args.begin(), obj);
   if (!PyFunction_Check(fn)) {  // a C slot of a dict base: on the object's items
     if (!basePart(obj)) return notHandled();
-    Kwargs none;
-    return callBaseMethod(t, fn, args, none);
+    return callBaseMethodAsOperator(t, fn, args);
   }
   return t.inlineFunction(fn, -1, std::move(args), {});
 }

@@ -64,6 +64,20 @@ bool readsItemsOf(const ValuePtr& v, const ValuePtr& self) {
   return false;
 }
 
+// item == v as a list's or tuple's methods compare them (PyObject_RichCompareBool:
+// identity, then item.__eq__(v) and the reflected one): known at trace time, or, when either
+// is an instance of a class of the program, by its class's own __eq__ (inlined) and the
+// truth of what it returns. Fails with `what` when neither can decide.
+Result<bool> itemEquals(Tracer& t, const ValuePtr& item, const ValuePtr& v, const char* what) {
+  int eq;
+  if (sameValue(item, v, &eq)) return eq != 0;
+  if (!isUserObject(item) && !isUserObject(v)) return t.fail(what);
+  if (item == v || (item->real() && item->real() == v->real())) return true;
+  Result<ValuePtr> r = compareOp(t, Py_EQ, item, v);
+  if (!r) return r.stop();
+  return truthValue(t, *r);
+}
+
 }  // namespace
 Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, std::vector<ValuePtr>& args) {
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
@@ -137,10 +151,10 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
   std::vector<ValuePtr>& items = *self->elements();
   if (is("__contains__") && args.size() == 1) {
     // Python's order: identity, then ==, item by item, up to the first match.
-    for (const ValuePtr& item : items) {
-      int eq;
-      if (!sameValue(item, args[0], &eq)) return t.fail("`in` needs comparisons known at trace time");
-      if (eq) return Value::constant(Py_True);
+    for (size_t i = 0; i < items.size(); ++i) {
+      Result<bool> eq = itemEquals(t, items[i], args[0], "`in` needs comparisons known at trace time");
+      if (!eq) return eq.stop();
+      if (*eq) return Value::constant(Py_True);
     }
     return Value::constant(Py_False);
   }
@@ -159,8 +173,10 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
       v = std::min(v, sz);
     }
     for (size_t i = static_cast<size_t>(bounds[0]); i < items.size() && static_cast<Py_ssize_t>(i) < bounds[1]; ++i) {
-      int eq;
-      if (!sameValue(items[i], args[0], &eq)) return t.fail(std::string(".") + n + "() needs comparisons known at trace time");
+      const std::string what = std::string(".") + n + "() needs comparisons known at trace time";
+      Result<bool> equal = itemEquals(t, items[i], args[0], what.c_str());
+      if (!equal) return equal.stop();
+      const int eq = *equal ? 1 : 0;
       if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
       count += eq;
     }
@@ -231,9 +247,9 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
   }
   if (is("remove") && args.size() == 1) {
     for (size_t i = 0; i < items.size(); ++i) {
-      int eq;
-      if (!sameValue(items[i], args[0], &eq)) return t.fail("list.remove needs comparisons known at trace time");
-      if (eq) {
+      Result<bool> eq = itemEquals(t, items[i], args[0], "list.remove needs comparisons known at trace time");
+      if (!eq) return eq.stop();
+      if (*eq) {
         dequeChanged(self->as<List>());
         items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
         return Value::constant(Py_None);

@@ -34,6 +34,10 @@ namespace {
 // The items of a set-like value (a Set, or a constant set/frozenset as constants); false
 // when `v` is not one.
 bool setLikeItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (const ValuePtr* part = setPartOf(v)) {
+    *out = (*part)->as<Set>().items;
+    return true;
+  }
   if (const Set* s = v->get<Set>()) {
     *out = s->items;
     return true;
@@ -49,7 +53,7 @@ bool setLikeItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
 }
 
 bool isFrozenSetLike(const ValuePtr& v) {
-  if (const Set* s = v->get<Set>()) return s->frozen;
+  if (const ValuePtr* part = setPartOf(v)) return (*part)->as<Set>().frozen;
   return v->constant() && PyFrozenSet_Check(v->constant());
 }
 
@@ -85,7 +89,7 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   if (isScalarValue(t, v))
     return t.fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
   std::vector<ValuePtr> members;
-  if (v->is(Kind::Set) || (v->constant() && PyAnySet_Check(v->constant()))) {
+  if (setPartOf(v) || (v->constant() && PyAnySet_Check(v->constant()))) {
     setLikeItems(v, &members);
     for (size_t i = 0; i < items.size(); ++i) {
       std::vector<ValuePtr> other;
@@ -107,7 +111,8 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   }
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
-  PyObject* o = v->is(Kind::Module) ? v->real() : v->constant();
+  // A class or function compares and hashes in C (realComparable): as its real object.
+  PyObject* o = v->is(Kind::Module) || (v->is(Kind::Callable) && realComparable(v, true)) ? v->real() : v->constant();
   if (!o) return t.fail(describe(v) + " as a set item is not supported yet");
   if (!v->is(Kind::Module) && PyObject_Hash(o) == -1) return t.raisePython();  // unhashable: TypeError
   for (size_t i = 0; i < items.size(); ++i) {
@@ -139,6 +144,14 @@ Done setToggle(Tracer& t, const std::vector<ValuePtr>& items, std::vector<ValueP
 // Whether `v` may be added to a set: hashable (a mutable set is not: TypeError).
 Done checkHashable(Tracer& t, const ValuePtr& v) {
   if (const Set* s = v->get<Set>(); s && !s->frozen) return t.raiseNew(PyExc_TypeError, "unhashable type: 'set'");
+  if (const ValuePtr* part = setPartOf(v); part && !(*part)->as<Set>().frozen) {
+    // An instance of a set subclass: unhashable unless its class defines __hash__ (not modelled).
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(v->as<NewObject>().cls.get());
+    PyObject* hash = _PyType_Lookup(cls, interned(Str::dunder_hash));
+    if (hash && hash != Py_None) return t.fail("an instance of a set subclass with its own __hash__ as a set item");
+    return t.raiseNew(PyExc_TypeError,
+                      std::string("unhashable type: '") + cls->tp_name + "'");
+  }
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
   return {};
@@ -582,6 +595,19 @@ std::vector<ValuePtr> setIterationOrder(const Set& s) {
   return out;
 }
 
+const ValuePtr* setPartOf(const ValuePtr& v) {
+  if (v->is(Kind::Set)) return &v;
+  const NewObject* o = v->get<NewObject>();
+  return o && o->base && o->base->is(Kind::Set) ? &o->base : nullptr;
+}
+
+Result<ValuePtr> makeSetPart(Tracer& t, const ValuePtr& iterable, bool frozen) {
+  std::vector<ValuePtr> items;
+  if (iterable)
+    if (Done d = setItemsOf(t, iterable, &items); !d) return d.stop();
+  return frozen ? Value::frozenSet(std::move(items)) : Value::set(std::move(items));
+}
+
 Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable) {
   if (const Set* s = iterable->get<Set>(); s && s->frozen) return iterable;  // frozenset(fs) is fs
   if (iterable->constant() && PyFrozenSet_CheckExact(iterable->constant())) return iterable;
@@ -691,6 +717,8 @@ Result<ValuePtr> realSetOrConstantOperator(Tracer& t, const BinaryOperands& o) {
   Ref pa = operand(a), pb = pa ? operand(b) : Ref();
   if (!pa || !pb) return notHandled();
   Ref r = Ref::steal(PyObject_CallFunctionObjArgs(o.fn, pa.get(), pb.get(), nullptr));
+  // Real sets and constants, which run no Python code: a TypeError (set - 1) is eager's own.
+  if (!r && PyErr_ExceptionMatches(PyExc_TypeError)) return t.raisePython();
   if (!r) return t.failFromPython(std::string("operator.") + o.fn_name);
   // The new set's own table is its history from here on (a later walk or pop() reads it);
   // its items are the operands' values where it holds their objects.
