@@ -241,11 +241,12 @@ def list_slices_made_for_real_and_extended(x):
     q[::3] = ["a", "b", "c"]
     del q[slice(None, None, -3)]
     out = []
-    for f in (lambda: q.__delitem__(slice(1, 1, 0)), lambda: q.__setitem__(slice(None, None, 2), [1])):
+    for f in (lambda: q.__delitem__(slice(1, 1, 0)), lambda: q.__setitem__(slice(None, None, 2), [1]),
+              lambda: q.__delitem__(1.5), lambda: q.__delitem__(), lambda: q.__setitem__(1)):
         try:
             f()
-        except ValueError as e:
-            out.append(str(e))
+        except (ValueError, TypeError) as e:
+            out.append(type(e).__name__ + ": " + str(e))
     return x + 1, p, q, out
 
 

@@ -351,6 +351,11 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& self, const Value
     return self;
   }
   if (kind == Kind::List) {
+    // The item slots' wrappers check their argument counts.
+    if (is("__delitem__") && rest.size() != 1)
+      return t.raiseNew(PyExc_TypeError, "expected 1 argument, got " + std::to_string(rest.size()));
+    if (is("__setitem__") && rest.size() != 2)
+      return t.raiseNew(PyExc_TypeError, "expected 2 arguments, got " + std::to_string(rest.size()));
     if (is("__setitem__") && rest.size() == 2) {
       if (Done d = storeSubscript(t, part, rest[0], rest[1]); !d) return d.stop();
       return Value::constant(Py_None);

@@ -113,6 +113,10 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
 Done deleteItem(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
   if (obj->is(Kind::List) && (index->is(Kind::Slice) || (index->constant() && PySlice_Check(index->constant()))))
     return storeSubscript(t, obj, index, nullptr);  // del xs[a:b], del xs[slice(1, 3)]
+  if (obj->is(Kind::List) && index->is(Kind::Constant) && !PyIndex_Check(index->constant()))
+    return t.raiseNew(PyExc_TypeError, std::string(obj->as<List>().deque ? "sequence index must be integer, not '"
+                                                                          : "list indices must be integers or slices, not ") +
+                                           Py_TYPE(index->constant())->tp_name + (obj->as<List>().deque ? "'" : ""));
   if (obj->is(Kind::List) && index->is(Kind::Constant)) {
     // The index is checked here: pop(k), which carries the deletion out, says "pop index out
     // of range" (deque.pop takes no index at all).
