@@ -296,3 +296,22 @@ def test_set_list_mechanisms_fullgraph(fn, make_args, expect_graphs):
         torch.manual_seed(0)
         assert_same(expected, cf(*make_args()))
     assert cnt.frame_count == 1
+
+
+# An instance of a set subclass read from the program: its items are not read, so set's C
+# operators on it stop the trace (a graph break) instead of being taken as missing; taken as
+# missing, `s | {2}` raised "unsupported operand" in the trace and the except branch ran.
+def test_set_subclass_read_from_the_program_is_not_taken_as_lacking_operators():
+    def fn(x, s):
+        x = x + 1
+        try:
+            r = s | {2}
+        except TypeError:
+            r = "raised"
+        return x * 2, r
+
+    cf = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    for _ in range(2):
+        from .harness import assert_same
+
+        assert_same(fn(torch.ones(2), Bag({1})), cf(torch.ones(2), Bag({1})))
