@@ -315,3 +315,26 @@ def test_set_subclass_read_from_the_program_is_not_taken_as_lacking_operators():
         from .harness import assert_same
 
         assert_same(fn(torch.ones(2), Bag({1})), cf(torch.ones(2), Bag({1})))
+
+
+class Keyed(frozenset):
+    """A frozenset subclass hashed and compared by a key of its own."""
+
+    def __hash__(self):
+        return 0
+
+    def __eq__(self, other):
+        return True
+
+
+# Looking such an instance up in a set by its members would skip its own __eq__/__hash__: the
+# trace stops with the reason instead (and the frame gives eager's answer).
+def test_set_subclass_with_its_own_equality_is_not_looked_up_by_members():
+    def fn(x):
+        x = x + 1
+        return x, Keyed("a") in {Keyed("b")}
+
+    with pytest.raises(cdynamo.Unsupported, match="own __eq__ or __hash__"):
+        cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter(), fullgraph=True)(torch.ones(1))
+    cf = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    assert cf(torch.ones(1))[1] is True

@@ -89,10 +89,23 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   if (isScalarValue(t, v))
     return t.fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
   std::vector<ValuePtr> members;
+  // A set subclass with its own __eq__ or __hash__ is hashed and compared by them, which the
+  // lookup by members does not run.
+  auto ownEquality = [](const ValuePtr& x) {
+    const NewObject* o = x->get<NewObject>();
+    if (!o || !o->base || !o->base->is(Kind::Set)) return false;
+    PyTypeObject* base = o->base->as<Set>().frozen ? &PyFrozenSet_Type : &PySet_Type;
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(o->cls.get());
+    for (Str name : {Str::dunder_eq, Str::dunder_hash})
+      if (_PyType_Lookup(cls, interned(name)) != _PyType_Lookup(base, interned(name))) return true;
+    return false;
+  };
+  if (ownEquality(v)) return t.fail("an instance of a set subclass with its own __eq__ or __hash__ as a set item");
   if (setPartOf(v) || (v->constant() && PyAnySet_Check(v->constant()))) {
     setLikeItems(v, &members);
     for (size_t i = 0; i < items.size(); ++i) {
       std::vector<ValuePtr> other;
+      if (ownEquality(items[i])) return t.fail("a set holding an instance of a set subclass with its own __eq__ or __hash__");
       if (!setLikeItems(items[i], &other)) continue;  // a set equals only a set
       Result<bool> same = sameMembers(t, members, other);
       if (!same) return same.stop();
