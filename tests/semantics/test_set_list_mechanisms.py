@@ -127,6 +127,21 @@ def set_subclass_errors(x):
     return x + 1, out
 
 
+class Token:
+    def __init__(self, w):
+        self.w = w
+
+
+@case(T4)
+def set_of_objects_made_in_the_trace(x):
+    a, b = Token(2), Token(3)
+    s = {a, b, a}
+    s.add(Token(4))
+    rest = s - {a}
+    total = sum(t.w for t in rest)
+    return x * total, len(s), a in s, Token(2) in s, b in rest, a in rest
+
+
 @case(T4)
 def plain_set_operator_type_errors(x):
     x = x + 1  # an op first: a graph break in what follows would show as a second graph

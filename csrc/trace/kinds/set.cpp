@@ -122,6 +122,18 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
     }
     return -1;
   }
+  if (const NewObject* no = v->get<NewObject>(); no && !no->base) {
+    // An instance made in the trace of a class keeping object's __eq__ and __hash__: hashed
+    // by identity, equal only to itself (walked in the order it was added, as a tensor is:
+    // its hash is its address).
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(no->cls.get());
+    for (Str name : {Str::dunder_eq, Str::dunder_hash})
+      if (_PyType_Lookup(cls, interned(name)) != _PyType_Lookup(&PyBaseObject_Type, interned(name)))
+        return t.fail(describe(v) + " (a class with its own __eq__ or __hash__) as a set item is not supported yet");
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i] == v) return static_cast<long>(i);
+    return -1;
+  }
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
   // A class or function compares and hashes in C (realComparable): as its real object.
