@@ -155,6 +155,14 @@ def plain_set_operator_type_errors(x):
     return x + 1, out
 
 
+@case(T4)
+def dict_keys_views_as_sets(x):
+    d = {"a": 1, "b": 2}
+    k = d.keys()
+    return x + 1, [sorted(k & {"a", "z"}), sorted(k | {"z"}), sorted(k - {"a"}), sorted({"b", "c"} - k),
+                   k.isdisjoint({"q"}), k.isdisjoint(["b"]), k == {"a", "b"}, {"a"} < k, sorted(d.items() & {("a", 1)})]
+
+
 # ---- collections.abc generics and OrderedSet
 
 T = TypeVar("T")
