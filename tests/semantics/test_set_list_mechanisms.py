@@ -5,7 +5,7 @@ by a TypeVar, list special methods called by name, slices made for real and exte
 and list methods comparing items by a class's own __eq__."""
 import pytest
 import torch
-from typing import TypeVar, cast
+from typing import Generic, List, TypeVar, cast
 
 import cdynamo
 import cdynamo.testing
@@ -184,6 +184,21 @@ def abc_generic_subscript_by_typevar(x):
     return y[0] + 1, type(alias).__name__
 
 
+class Box(Generic[T]):
+    def __init__(self, v):
+        self.v = v
+
+    def again(self):
+        return Box[T](self.v * 2)
+
+
+@case(T4)
+def typing_alias_of_a_generic_class_called(x):
+    b = Box[int](x)
+    c = b.again()
+    return c.v + 1, b.__orig_class__ is not None, type(c).__name__, List[T] is not None
+
+
 # ---- sets read from the program holding functions
 
 def test_set_of_functions_read_from_the_program_is_guarded_by_its_table():
@@ -252,6 +267,18 @@ def list_subclass_inplace_keeps_the_instance(x):
     p *= 2
     r = p.__iadd__(["z"])
     return x + 1, p is alias, r is p, type(p).__name__, list(p)
+
+
+@case(T4)
+def sequence_indices_of_another_type_raise(x):
+    p, q = [1, 2], (1, 2)
+    out = []
+    for f in (lambda: p["a"], lambda: q[1.5], lambda: p.__setitem__(1.0, 3), lambda: p[5]):
+        try:
+            f()
+        except (TypeError, IndexError) as e:
+            out.append(type(e).__name__ + ": " + str(e))
+    return x + 1, out
 
 
 @case(T4)

@@ -251,6 +251,34 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     return callTorchFunction(t, fn, args, kwargs);
   }
   if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+  if (PyType_HasFeature(Py_TYPE(f), Py_TPFLAGS_HEAPTYPE)) {
+    // A typing alias of a generic class called (Box[int](x)), as typing's __call__ does it:
+    // the class called, then the instance's __orig_class__ set to the alias where the
+    // instance takes attributes. The alias's own fields are in its __dict__ (no Python runs).
+    PyObject* module = PyDict_GetItemString(Py_TYPE(f)->tp_dict, "__module__");
+    PyObject** dictptr = _PyObject_GetDictPtr(f);
+    PyObject* fields = dictptr ? *dictptr : nullptr;
+    PyObject* origin = fields && PyDict_Check(fields) ? PyDict_GetItemString(fields, "__origin__") : nullptr;
+    PyObject* inst = fields && PyDict_Check(fields) ? PyDict_GetItemString(fields, "_inst") : nullptr;
+    if (module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "typing") == 0 && origin &&
+        PyType_Check(origin) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(origin), Py_TPFLAGS_HEAPTYPE)) {
+      if (inst != Py_True) return t.fail("call of a typing alias that cannot be instantiated (TypeError)");
+      Ref hold = Ref::borrow(origin);
+      Result<ValuePtr> made = call(t, Value::callable(origin), std::move(args), std::move(kwargs));
+      if (!made) return made;
+      const NewObject* o = (*made)->get<NewObject>();
+      if (o && PyType_Check(o->cls.get()) && reinterpret_cast<PyTypeObject*>(o->cls.get())->tp_dictoffset != 0) {
+        static PyObject* orig_class = PyUnicode_InternFromString("__orig_class__");
+        PyObject* setattr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o->cls.get()), interned(Str::dunder_setattr));
+        if (setattr != _PyType_Lookup(&PyBaseObject_Type, interned(Str::dunder_setattr)))
+          return t.fail("a typing alias's __orig_class__ set through a class's own __setattr__");
+        if (Done d = storeAttr(t, *made, orig_class, fn); !d) return d.stop();
+      } else if (!(*made)->is(Kind::NewObject)) {
+        return t.fail("a typing alias called for an instance the trace does not make as an object");
+      }
+      return made;
+    }
+  }
   Ref repr = Ref::steal(PyObject_Repr(f));
   std::string what = repr ? PyUnicode_AsUTF8(repr.get()) : "a callable";
   PyErr_Clear();

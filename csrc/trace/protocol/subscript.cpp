@@ -106,6 +106,11 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     }
     return {};
   }
+  if (list && index->constant() && !PyIndex_Check(index->constant()))
+    return t.raiseNew(PyExc_TypeError, list->deque ? std::string("sequence index must be integer, not '") +
+                                                         Py_TYPE(index->constant())->tp_name + "'"
+                                                   : std::string("list indices must be integers or slices, not ") +
+                                                         Py_TYPE(index->constant())->tp_name);
   return t.fail(std::string("item assignment on ") + describe(obj) + " is not supported yet");
 }
 
@@ -274,6 +279,15 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     if (!r) return t.raisePython();
     if (!isConstantObject(r.get())) return t.fail("subscript of a constant returned a non-constant");
     return Value::constant(r.get());
+  }
+  if ((obj->is(Kind::List) || obj->is(Kind::Tuple)) && index->constant() && !PyIndex_Check(index->constant()) &&
+      !PySlice_Check(index->constant())) {
+    // A list or tuple by a constant that is neither an int nor a slice (xs["a"], xs[1.0]).
+    const List* l = obj->get<List>();
+    const std::string tn = Py_TYPE(index->constant())->tp_name;
+    if (l && l->deque) return t.raiseNew(PyExc_TypeError, "sequence index must be integer, not '" + tn + "'");
+    if (isSizeValue(obj)) return t.fail("torch.Size subscripted by a " + tn);
+    return t.raiseNew(PyExc_TypeError, std::string(l ? "list" : "tuple") + " indices must be integers or slices, not " + tn);
   }
   return t.fail(std::string("subscript of ") + describe(obj) + " by " + describe(index) +
               " is not supported yet");
