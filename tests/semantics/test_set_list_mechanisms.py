@@ -327,6 +327,33 @@ def list_methods_compare_with_the_items_own_eq(x):
     return x + 1, out
 
 
+class ByMod3:
+    def __init__(self, v):
+        self.v = v
+
+    def __lt__(self, other):
+        return self.v % 3 < other.v % 3
+
+
+@case(T4)
+def list_sort_by_key_functions_and_own_lt(x):
+    p = [ByMod3(v) for v in (5, 3, 4, 6, 2)]
+    p.sort()
+    q = sorted(p, reverse=True)
+    sizes = []
+    r = [3, 1, 2]
+
+    def key(v):
+        sizes.append(len(r))  # the list is empty while its keys are computed
+        return -v
+
+    r.sort(key=key)
+    s = ["bb", "a", "ccc", "dd"]
+    s.sort(key=len, reverse=True)
+    t = sorted([ByMod3(1), ByMod3(4), ByMod3(0)], key=lambda b: b)
+    return x + 1, [b.v for b in p], [b.v for b in q], r, sizes, s, [b.v for b in t]
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_set_list_mechanisms(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -14,6 +14,8 @@
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
+#include "trace/kinds/sequence.h"
+#include "trace/kinds/object.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -42,6 +44,8 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
   if (Done d = iterate(t, args[0], &items); !d) return d.stop();
   Ref keys = Ref::steal(PyList_New(0));
   if (!keys) return t.failFromPython("sorted()");
+  std::vector<ValuePtr> key_values;
+  bool real_keys = true;
   for (const ValuePtr& item : items) {
     ValuePtr k = item;
     if (key) {
@@ -49,9 +53,24 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
       if (!r) return r;
       k = r.take();
     }
-    Ref real = toPython(t, k);
-    if (!real) return t.fail("sorted() by keys that are not constants depends on their values");
+    key_values.push_back(k);
+    if (!real_keys) continue;
+    Ref real = isUserObject(k) ? Ref() : toPython(t, k);
+    if (!real) {
+      PyErr_Clear();
+      real_keys = false;  // instances of the program's classes: compared by their own __lt__
+      continue;
+    }
     if (PyList_Append(keys.get(), real.get()) < 0) return t.failFromPython("sorted()");
+  }
+  if (!real_keys) {
+    Result<bool> rev = truthValue(t, reverse);
+    if (!rev) return rev.stop();
+    std::vector<size_t> order;
+    if (Done d = stableSortOrder(t, key_values, *rev, &order); !d) return d.stop();
+    std::vector<ValuePtr> out;
+    for (size_t i : order) out.push_back(items[i]);
+    return Value::list(std::move(out));
   }
   // The order: sorted(range(n), key=keys.__getitem__, reverse=reverse), run for real.
   Ref indices = Ref::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "n",
