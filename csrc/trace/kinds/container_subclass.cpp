@@ -77,13 +77,23 @@ Result<ValuePtr> newThroughOwnNew(Tracer& t, PyObject* cls, PyObject* own_new, A
   if (!made) return made;
   PyObject* made_cls = typeOf(t, *made);
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
-  if (made_cls && PyType_Check(made_cls) &&
-      PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(made_cls), reinterpret_cast<PyTypeObject*>(cls)) && init &&
-      PyFunction_Check(init)) {
+  const bool instance = made_cls && PyType_Check(made_cls) &&
+                        PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(made_cls), reinterpret_cast<PyTypeObject*>(cls));
+  if (instance && init && PyFunction_Check(init)) {
     args.insert(args.begin(), *made);
     Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
     if (!r) return r;
     if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+  } else if (instance && init && init != objectSlot("__init__")) {
+    // The C __init__ of a list, dict or set base fills what the class's __new__ made
+    // (list.__init__(iterable), dict.__init__(mapping, **kw), set.__init__(iterable)).
+    if (!basePart(*made)) return t.fail(std::string("creating an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                                        ": a C __init__ of an object whose items the trace does not hold");
+    args.insert(args.begin(), *made);
+    Result<ValuePtr> r = callBaseMethod(t, init, args, kwargs);
+    if (r.notHandled()) return t.fail(std::string("creating an instance of ") +
+                                      reinterpret_cast<PyTypeObject*>(cls)->tp_name + ": its base's C __init__");
+    if (!r) return r;
   }
   return made;
 }

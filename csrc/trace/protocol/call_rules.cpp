@@ -15,6 +15,7 @@
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
+#include "trace/kinds/set.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/call_rules_internal.h"
@@ -113,13 +114,27 @@ Result<ValuePtr> callContainerNew(Tracer& t, PyObject* f, Args& args, Kwargs& kw
     return notHandled();
   PyObject* owner = PyCFunction_GET_SELF(f);
   PyTypeObject* base = owner && PyType_Check(owner) ? reinterpret_cast<PyTypeObject*>(owner) : nullptr;
-  if (base != &PyTuple_Type && base != &PyList_Type && base != &PyDict_Type) return notHandled();
+  if (base != &PyTuple_Type && base != &PyList_Type && base != &PyDict_Type && base != &PySet_Type &&
+      base != &PyFrozenSet_Type)
+    return notHandled();
   PyObject* cls = args.empty() ? nullptr : args[0]->real();
   if (!cls || !PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), base))
     return t.fail(std::string(base->tp_name) + ".__new__(X): X is not a subtype of " + base->tp_name + " (TypeError)");
   if (!kwargs.empty()) return t.fail(std::string(base->tp_name) + ".__new__() with keyword arguments");
   ValuePtr part;
-  if (base == &PyTuple_Type) {
+  if (base == &PySet_Type || base == &PyFrozenSet_Type) {
+    // set.__new__ makes an empty set whatever it is given (set.__init__ fills it);
+    // frozenset.__new__ takes the items (at most one iterable).
+    const bool frozen = base == &PyFrozenSet_Type;
+    if (frozen && args.size() > 2)
+      return t.raiseNew(PyExc_TypeError, std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) +
+                                             " expected at most 1 argument, got " + std::to_string(args.size() - 1));
+    if (frozen && cls == owner) return args.size() == 2 ? makeFrozenSet(t, args[1]) : makeFrozenSet(t, Value::tuple({}));
+    Result<ValuePtr> made = makeSetPart(t, frozen && args.size() == 2 ? args[1] : nullptr, frozen);
+    if (!made) return made;
+    part = made.take();
+    if (cls == owner) return part;
+  } else if (base == &PyTuple_Type) {
     if (args.size() > 2) return t.fail("tuple expected at most 1 argument (TypeError)");
     std::vector<ValuePtr> items;
     if (args.size() == 2)
