@@ -180,6 +180,20 @@ def set_of_objects_made_in_the_trace(x):
 
 
 @case(T4)
+def set_of_tuples_made_in_the_trace(x):
+    y = x + 1
+    a, b = 1, "k"
+    s = {(y, 1), (y, 1), (a, b)}  # (a, b) is built in the trace from constants
+    s.add((1, "k"))
+    out = [len(s), (y, 1) in s, (1, "k") in s, (a, b) in s, (x, 1) in s, ((y, 1), 2) in {((y, 1), 2)}]
+    try:
+        {(1, [2])}
+    except TypeError as e:
+        out.append(str(e))
+    return y * len(s), out
+
+
+@case(T4)
 def plain_set_operator_type_errors(x):
     x = x + 1  # an op first: a graph break in what follows would show as a second graph
     out = []

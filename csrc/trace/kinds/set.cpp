@@ -122,6 +122,49 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
     }
     return -1;
   }
+  // Tuples made in the trace (holding tensors, objects, or constants not folded into one
+  // constant tuple) and constant tuples: hashed and compared by their items, each as a set
+  // item is (a tensor by identity).
+  auto tupleItems = [](const ValuePtr& x, std::vector<ValuePtr>* out) {
+    if (const Tuple* tup = x->get<Tuple>()) {
+      *out = tup->items;
+      return true;
+    }
+    PyObject* c = x->constant();
+    if (!c || !PyTuple_CheckExact(c)) return false;
+    out->clear();
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c); ++k) out->push_back(Value::constant(PyTuple_GET_ITEM(c, k)));
+    return true;
+  };
+  bool tuple_items = false;
+  for (const ValuePtr& item : items) tuple_items = tuple_items || item->is(Kind::Tuple);
+  std::vector<ValuePtr> mine;
+  if ((v->is(Kind::Tuple) || tuple_items) && tupleItems(v, &mine)) {
+    for (const ValuePtr& x : {v})
+      if (const Tuple* tup = x->get<Tuple>(); tup && tup->namedtuple)
+        for (Str name : {Str::dunder_eq, Str::dunder_hash})
+          if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), interned(name)) !=
+              _PyType_Lookup(&PyTuple_Type, interned(name)))
+            return t.fail("a namedtuple with its own __eq__ or __hash__ as a set item is not supported yet");
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i] == v) return static_cast<long>(i);
+      std::vector<ValuePtr> other;
+      if (!tupleItems(items[i], &other) || other.size() != mine.size()) continue;
+      if (const Tuple* tup = items[i]->get<Tuple>(); tup && tup->namedtuple)
+        for (Str name : {Str::dunder_eq, Str::dunder_hash})
+          if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), interned(name)) !=
+              _PyType_Lookup(&PyTuple_Type, interned(name)))
+            return t.fail("a set holding a namedtuple with its own __eq__ or __hash__");
+      bool same = true;
+      for (size_t k = 0; same && k < other.size(); ++k) {
+        Result<long> at = setIndex(t, {other[k]}, mine[k]);
+        if (!at) return at.stop();
+        same = *at == 0;
+      }
+      if (same) return static_cast<long>(i);
+    }
+    return -1;
+  }
   if (const NewObject* no = v->get<NewObject>(); no && !no->base) {
     // An instance made in the trace of a class keeping object's __eq__ and __hash__: hashed
     // by identity, equal only to itself (walked in the order it was added, as a tensor is:
@@ -179,6 +222,9 @@ Done checkHashable(Tracer& t, const ValuePtr& v) {
   }
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
+  if (const Tuple* tup = v->get<Tuple>())  // a tuple hashes its items
+    for (const ValuePtr& item : tup->items)
+      if (Done d = checkHashable(t, item); !d) return d;
   return {};
 }
 
