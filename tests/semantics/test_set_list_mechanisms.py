@@ -405,6 +405,25 @@ def list_sort_by_key_functions_and_own_lt(x):
     return x + 1, [b.v for b in p], [b.v for b in q], r, sizes, s, [b.v for b in t]
 
 
+class Ranked:
+    def __init__(self, v):
+        self.v = v
+
+    def __eq__(self, other):
+        return isinstance(other, Ranked) and self.v == other.v
+
+    def __lt__(self, other):
+        return "less" if self.v < other.v else ""
+
+
+@case(T4)
+def sequence_comparisons_with_items_own_eq_and_lt(x):
+    y = x + 1
+    return y, [[AlwaysEqual()] == [1], [1] == [AlwaysEqual()], [Ranked(1), Ranked(2)] < [Ranked(1), Ranked(3)],
+               (Ranked(1),) == (Ranked(1),), [Ranked(1)] != [Ranked(1), 2], (Ranked(1), 2) <= (Ranked(1),),
+               [y, 1] < [y, 2], [Ranked(2)] > [Ranked(1)], [NeverEqual()] == [NeverEqual()]]
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_set_list_mechanisms(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

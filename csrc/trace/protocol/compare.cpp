@@ -273,6 +273,51 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     equal = equal && x.size() == y.size();
     if (known) return Value::constant((equal == (op == Py_EQ)) ? Py_True : Py_False);
   }
+  if (sequenceClass(a) && sequenceClass(a) == sequenceClass(b) && plainEq(a) && plainEq(b)) {
+    // Item by item as list's and tuple's rich comparison go, with items whose == is a class's
+    // own (inlined): the first index where the items differ (identity, then ==) decides; ==
+    // and != answer from it, the orderings return that pair's own comparison; with none,
+    // the lengths compare. Lists of another length are unequal at once.
+    const std::vector<ValuePtr> x = *a->elements();
+    const std::vector<ValuePtr> y = *b->elements();
+    if (a->is(Kind::List) && x.size() != y.size() && (op == Py_EQ || op == Py_NE))
+      return Value::constant(op == Py_NE ? Py_True : Py_False);
+    size_t i = 0;
+    for (; i < x.size() && i < y.size(); ++i) {
+      int eq;
+      if (sameValue(x[i], y[i], &eq)) {
+        if (!eq) break;
+        continue;
+      }
+      if (!isUserObject(x[i]) && !isUserObject(y[i])) break;  // not known: refused below
+      if (x[i]->real() && x[i]->real() == y[i]->real()) continue;
+      Result<ValuePtr> r = compareOp(t, Py_EQ, x[i], y[i]);
+      if (!r) return r;
+      Result<bool> truth = truthValue(t, *r);
+      if (!truth) return truth.stop();
+      if (!*truth) break;
+    }
+    const bool decided = i < x.size() && i < y.size();
+    if (decided) {
+      int eq;
+      const bool user = isUserObject(x[i]) || isUserObject(y[i]);
+      if (!user && !(sameValue(x[i], y[i], &eq) && !eq))
+        return t.fail(std::string("comparison of ") + describe(a) + " and " + describe(b) + " is not supported yet");
+      if (op == Py_EQ || op == Py_NE) return Value::constant(op == Py_NE ? Py_True : Py_False);
+      return compareOp(t, op, x[i], y[i]);
+    }
+    const size_t n = x.size(), m = y.size();
+    bool r = false;
+    switch (op) {
+      case Py_LT: r = n < m; break;
+      case Py_LE: r = n <= m; break;
+      case Py_EQ: r = n == m; break;
+      case Py_NE: r = n != m; break;
+      case Py_GT: r = n > m; break;
+      case Py_GE: r = n >= m; break;
+    }
+    return Value::constant(r ? Py_True : Py_False);
+  }
   return t.fail(std::string("comparison of ") + describe(a) + " and " + describe(b) +
               " is not supported yet");
 }
