@@ -424,6 +424,13 @@ def sequence_comparisons_with_items_own_eq_and_lt(x):
                [y, 1] < [y, 2], [Ranked(2)] > [Ranked(1)], [NeverEqual()] == [NeverEqual()]]
 
 
+@case(T4)
+def min_max_of_objects_by_their_own_comparisons(x):
+    items = [ByMod3(4), ByMod3(2), ByMod3(5), ByMod3(3)]
+    # ties keep the first item, as Python's fold does
+    return x + 1, max(items).v, min(items).v, max(ByMod3(1), ByMod3(4)).v, min(ByMod3(7), ByMod3(1)).v
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_set_list_mechanisms(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -292,6 +292,22 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
     if (!r.notHandled()) return r;
     Result<ValuePtr> n = minMaxOfNumbers(t, is("max"), items);
     if (!n.notHandled()) return n;
+    bool objects = false;
+    for (const ValuePtr& v : items) objects = objects || isUserObject(v);
+    if (objects) {
+      // Instances of the program's classes: Python's fold, the first item kept and each
+      // later one taken when it compares greater (min: less) by the class's own methods.
+      if (items.empty()) return t.raiseNew(PyExc_ValueError, std::string(which) + "() arg is an empty sequence");
+      ValuePtr best = items[0];
+      for (size_t i = 1; i < items.size(); ++i) {
+        Result<ValuePtr> c = compareOp(t, is("max") ? Py_GT : Py_LT, items[i], best);
+        if (!c) return c;
+        Result<bool> truth = truthValue(t, *c);
+        if (!truth) return truth.stop();
+        if (*truth) best = items[i];
+      }
+      return best;
+    }
   }
   return t.fail(std::string(which) + "() over tensors depends on their values");
 }
