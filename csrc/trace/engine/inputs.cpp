@@ -186,7 +186,7 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
                               guards::isReadableIterator(obj) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
-                               !isTensor(obj) && !isModule(obj));
+                               !isTensor(obj) && !isModule(obj) && !isOperatorObject(obj));
   if (mutable_object && reg >= 0) {
     auto same = wrapped_objects_.find(obj);
     if (same != wrapped_objects_.end() && same->second->reg >= 0) {
@@ -615,7 +615,11 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
     if (!(*args)->is(Kind::Tuple) || !(*kwargs)->is(Kind::Dict)) return fail("a functools.partial with odd parts");
     v = Value::of(Partial{fn.take(), args.take(), kwargs.take(), nullptr}, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
-                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj))) {
+                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj) ||
+                                       isOperatorObject(obj))) {
+    // An operator of torch.ops is a callable like torch.sin, not an object whose Python
+    // __call__ is traced: that __call__ only hands the arguments to the dispatcher's C
+    // binding, which is no graph op. Guarded by identity, as TorchDynamo's ID_MATCH.
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::callable(obj, reg);
   } else {
