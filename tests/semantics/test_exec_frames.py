@@ -171,3 +171,47 @@ def test_no_source_is_read_for_string_code():
         torch.testing.assert_close(cf(x), x * 2 + 1)
     st = cdynamo.stats()
     assert cnt.frame_count == 1 and not st["native_frames"] and not st["graph_break_reasons"]
+
+
+class _Slots:
+    __slots__ = ("a", "b")
+
+    def __init__(self, a):
+        self.a = a
+        self.b = 2
+
+
+class _SlotsAndDict(_Slots):
+    pass
+
+
+@pytest.mark.parametrize("make", ["slotted_dataclass", "slots_class", "slots_and_dict_subclass"])
+@pytest.mark.parametrize("brk", [False, True], ids=["one_graph", "with_break"])
+def test_object_with_slots_made_in_the_trace_is_returned_whole(make, brk):
+    # The compiled code rebuilds an object the trace made: attributes the class keeps in
+    # slots go to the slots (the instance may have no __dict__, and a __dict__ entry
+    # would be hidden by the slot's descriptor), the others to its __dict__.
+    def f(x):
+        if make == "slotted_dataclass":
+            o = Slotted(t=x + 1, k=3)
+        elif make == "slots_class":
+            o = _Slots(x + 1)
+        else:
+            o = _SlotsAndDict(x + 1)
+            o.extra = 5
+        if brk:
+            torch._dynamo.graph_break()
+        return o
+
+    def attrs(o):
+        names = [n for n in ("t", "k", "a", "b", "extra") if hasattr(o, n)]
+        return type(o), names, [getattr(o, n) for n in names], getattr(o, "__dict__", None)
+
+    x = torch.randn(4)
+    want = attrs(f(x))
+    cf = cdynamo.compile(f, backend=cdynamo.testing.CompileCounter())
+    for _ in range(2):  # the first call and a cache hit
+        got = attrs(cf(x))
+        assert got[0] is want[0] and got[1] == want[1] and got[3] == want[3], (got, want)
+        for g, w in zip(got[2], want[2]):
+            torch.testing.assert_close(g, w)
