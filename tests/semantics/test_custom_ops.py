@@ -263,3 +263,15 @@ def test_op_without_a_fake_kernel_is_a_reported_break():
         torch.testing.assert_close(cf(x), (x + 1) / 2 - 1)
     st = cdynamo.stats()
     assert st["graph_break_reasons"] or st["native_frames"]
+
+
+def operator_methods_and_attributes(x):
+    # An operator's own methods and attributes read as an object's (name(), overloads(),
+    # overloadpacket), while calling it stays one node.
+    op = torch.ops.aten.sin.default
+    n = len(op.name()) + len(torch.ops.cdynamo_test.scaled_sin.overloads())
+    return op(x) + n + (op.overloadpacket is torch.ops.aten.sin)
+
+
+def test_operator_methods_and_attributes():
+    check(operator_methods_and_attributes, T4)
