@@ -275,3 +275,24 @@ def operator_methods_and_attributes(x):
 
 def test_operator_methods_and_attributes():
     check(operator_methods_and_attributes, T4)
+
+
+def test_mutating_custom_op_under_aot_eager():
+    # AOTAutograd functionalizes the declared mutation and writes the argument back.
+    def f(x, acc):
+        torch.ops.cdynamo_test.accumulate(x.cos(), acc)
+        fresh = torch.zeros_like(x)
+        accumulate(x, fresh)
+        return acc * 2 + fresh
+
+    x = torch.randn(4)
+    want_acc = torch.ones(4)
+    want = f(x, want_acc)
+    be = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    cf = cdynamo.compile(f, backend=be)
+    for _ in range(2):  # the first call and a cache hit
+        acc = torch.ones(4)
+        torch.testing.assert_close(cf(x, acc), want)
+        torch.testing.assert_close(acc, want_acc)
+    assert be.frame_count == 1
+    assert cdynamo.stats()["graph_break_reasons"] == []
