@@ -143,13 +143,14 @@ struct Builder {
   Ref make(const OutputPlan& p, const plan::NewObject& n) {
     PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(n.cls.get());
     PyTypeObject* base = reinterpret_cast<PyTypeObject*>(n.base.get());
-    // A tuple subclass instance is made from its items (built first); the others are made
-    // empty by their base's tp_new and filled after.
-    Ref tuple_items = base == &PyTuple_Type ? build(*n.items) : Ref();
-    if (base == &PyTuple_Type && !tuple_items) return Ref();
-    Ref new_args = !base                   ? Ref()
-                   : base == &PyTuple_Type ? Ref::steal(PyTuple_Pack(1, tuple_items.get()))
-                                           : Ref::steal(PyTuple_New(0));
+    // A tuple or frozenset subclass instance is made from its items (built first); the
+    // others are made empty by their base's tp_new and filled after.
+    const bool from_items = base == &PyTuple_Type || base == &PyFrozenSet_Type;
+    Ref tuple_items = from_items ? build(*n.items) : Ref();
+    if (from_items && !tuple_items) return Ref();
+    Ref new_args = !base       ? Ref()
+                   : from_items ? Ref::steal(PyTuple_Pack(1, tuple_items.get()))
+                                : Ref::steal(PyTuple_New(0));
     if (base && !new_args) return Ref();
     Ref obj = Ref::steal(base ? base->tp_new(cls, new_args.get(), nullptr) : cls->tp_alloc(cls, 0));
     if (!obj) return Ref();
@@ -157,7 +158,10 @@ struct Builder {
     if (base == &PyList_Type) {
       Ref items = build(*n.items);
       if (!items || PyList_SetSlice(obj.get(), 0, 0, items.get()) < 0) return Ref();
-    } else if (base && base != &PyTuple_Type) {
+    } else if (base == &PySet_Type) {
+      Ref items = build(*n.items);
+      if (!items || _PySet_Update(obj.get(), items.get()) < 0) return Ref();
+    } else if (base && !from_items) {
       Ref items = build(*n.items);
       if (!items) return Ref();
       PyObject *k, *v;
@@ -166,9 +170,26 @@ struct Builder {
         if (base->tp_as_mapping->mp_ass_subscript(obj.get(), k, v) < 0) return Ref();
     }
     Ref attrs = build(*n.attrs);
-    PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj.get()) : nullptr;
-    if (!attrs || !dictptr) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
+    if (!attrs) return Ref();
+    // An attribute the class keeps in a slot (__slots__, a dataclass with slots=True) is
+    // stored through its member descriptor: it is not the instance __dict__'s, which
+    // would not be read back (the class's descriptor comes first) or may not exist.
+    if (PyDict_GET_SIZE(attrs.get()) > 0) {
+      Ref keys = Ref::steal(PyDict_Keys(attrs.get()));
+      if (!keys) return Ref();
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+        PyObject* k = PyList_GET_ITEM(keys.get(), i);
+        PyObject* descr = PyUnicode_Check(k) ? _PyType_Lookup(cls, k) : nullptr;
+        if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) continue;
+        if (Py_TYPE(descr)->tp_descr_set(descr, obj.get(), PyDict_GetItem(attrs.get(), k)) < 0 ||
+            PyDict_DelItem(attrs.get(), k) < 0)
+          return Ref();
+      }
+    }
+    if (PyDict_GET_SIZE(attrs.get()) == 0) return obj;
+    PyObject** dictptr = _PyObject_GetDictPtr(obj.get());
+    if (!dictptr) {
+      PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
       return Ref();
     }
     Ref old = Ref::steal(*dictptr);
@@ -258,8 +279,9 @@ struct MemoOrder {
     all(s.items);
   }
   void walk(const OutputPlan& p, const plan::NewObject& n) {
-    bool tuple = n.base.get() == reinterpret_cast<PyObject*>(&PyTuple_Type);
-    if (tuple && n.items) visit(*n.items);  // a tuple subclass instance is made from its items
+    bool tuple = n.base.get() == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+                 n.base.get() == reinterpret_cast<PyObject*>(&PyFrozenSet_Type);
+    if (tuple && n.items) visit(*n.items);  // a tuple (frozenset) subclass instance is made from its items
     fill(p);
     if (!tuple && n.items) visit(*n.items);
     if (n.attrs) visit(*n.attrs);

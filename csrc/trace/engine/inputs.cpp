@@ -12,6 +12,7 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
@@ -192,7 +193,8 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
                               guards::isReadableIterator(obj) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
-                               !isTensor(obj) && !isModule(obj));
+                               !isTensor(obj) && !isModule(obj) && !isOperatorObject(obj) &&
+                               !isImmutableCObject(obj));
   if (mutable_object && reg >= 0) {
     auto same = wrapped_objects_.find(obj);
     if (same != wrapped_objects_.end() && same->second->reg >= 0) {
@@ -231,6 +233,11 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     return wrapDictItems(copy.get(), -1, reinterpret_cast<PyObject*>(Py_TYPE(copy.get())));
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
     v = Value::object(obj, reg);  // an exception object reached from one made in the trace
+  } else if (isImmutableCObject(obj)) {
+    // A compiled pattern or a match: its methods are folded on constants, so another
+    // object at the same place is another entry.
+    if (reg >= 0) guards().checkIdentity(reg, obj);
+    v = Value::object(obj, reg);
   } else if (Result<ValuePtr> c = wrapContainer(obj, reg); !c.notHandled()) {
     if (!c) return c;
     v = c.take();
@@ -339,6 +346,9 @@ Result<ValuePtr> Tracer::wrapUserObject(PyObject* obj, int reg) {
     v->as<Object>().base = tuple ? Value::tuple(std::move(items), reg) : Value::list(std::move(items), reg);
     base = nullptr;
   }
+  // An instance of a set or frozenset subclass: its attributes only (its items are not
+  // read; what needs them stops the trace with the reason).
+  if (base == &PySet_Type || base == &PyFrozenSet_Type) base = nullptr;
   PyObject *key, *value;
   for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
     if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
@@ -366,6 +376,18 @@ Result<ValuePtr> Tracer::wrapDictView(PyObject* obj, int reg) {
                                                               : DictView::Items},
                 reg);
 }
+
+namespace {
+// Whether `o` is a function, builtin or class whose hash and == are C code by identity (a
+// metaclass or a function type with its own __eq__/__hash__ in Python is not).
+bool identityHashed(PyObject* o) {
+  if (!(PyFunction_Check(o) || PyCFunction_Check(o) || PyType_Check(o))) return false;
+  PyTypeObject* type = Py_TYPE(o);
+  PyObject* eq = _PyType_Lookup(type, interned(Str::dunder_eq));
+  PyObject* hash = _PyType_Lookup(type, interned(Str::dunder_hash));
+  return eq && hash && !PyFunction_Check(eq) && !PyFunction_Check(hash);
+}
+}  // namespace
 
 // Lists, tuples (named too), dicts, sets and tuple iterators read from the program;
 // NotHandled for other objects.
@@ -435,15 +457,27 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       }
     }
   } else if (PySet_CheckExact(obj)) {
-    // A set read from the program: only sets of constants, guarded equal as a whole
-    // (their order of iteration is then the same too).
+    // A set read from the program: sets of constants and of objects that hash and compare
+    // by identity in C (functions, builtins, classes), guarded equal as a whole: its table,
+    // keys compared with ==, which for those objects is identity (their order of iteration
+    // is then the same too). A tensor's hash is its address and an object's own __eq__ is
+    // Python code: those sets are not read.
     Ref items = Ref::steal(PySequence_List(obj));
     if (!items) return failFromPython("reading a set");
     std::vector<ValuePtr> values;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
       PyObject* item = PyList_GET_ITEM(items.get(), i);
-      if (!isConstantObject(item)) return fail("a set read from the program must hold constants only");
-      values.push_back(Value::constant(item));
+      if (isConstantObject(item)) {
+        values.push_back(Value::constant(item));
+        continue;
+      }
+      if (isTensor(item))
+        return fail("a set read from the program holding tensors (their hash is their address: its order is not "
+                    "stable; a dict keyed by the tensors is)");
+      if (!identityHashed(item))
+        return fail(std::string("a set read from the program holding a ") + Py_TYPE(item)->tp_name +
+                    " object (only constants, functions and classes, compared by identity, are read)");
+      values.push_back(Value::callable(item));
     }
     if (reg >= 0) {
       // Its table (equal sets of other histories walk and pop in other orders: the trace
@@ -621,7 +655,11 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
     if (!(*args)->is(Kind::Tuple) || !(*kwargs)->is(Kind::Dict)) return fail("a functools.partial with odd parts");
     v = Value::of(Partial{fn.take(), args.take(), kwargs.take(), nullptr}, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
-                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj))) {
+                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj) ||
+                                       isOperatorObject(obj))) {
+    // An operator of torch.ops is a callable like torch.sin, not an object whose Python
+    // __call__ is traced: that __call__ only hands the arguments to the dispatcher's C
+    // binding, which is no graph op. Guarded by identity, as TorchDynamo's ID_MATCH.
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::callable(obj, reg);
   } else {
