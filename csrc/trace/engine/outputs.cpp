@@ -192,8 +192,9 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::NdArray: return rebuildNdArray(*this, v, out);
     case Kind::SubclassTensor: return rebuildSubclassTensor(*this, v, out);
     case Kind::Partial: return rebuildPartial(*this, v, out);
-    case Kind::Null:
     case Kind::Context:
+      return tracer().contexts().planObject(v, out);
+    case Kind::Null:
     case Kind::Super:
       break;
   }
