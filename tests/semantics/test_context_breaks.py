@@ -307,3 +307,26 @@ def test_hooks_message_read_guards_the_state_it_was_called_with():
     finally:
         torch._C._autograd._saved_tensors_hooks_enable()
     assert cf(torch.ones(1))[1] is None
+
+
+def test_context_object_reachable_twice_is_one_object_after_a_break():
+    def fn(x):
+        a = torch.set_grad_enabled(False)
+        b = a
+        torch._dynamo.graph_break()
+        with a:
+            y = x * 2
+        return y, a is b, torch.is_grad_enabled()
+
+    x = torch.ones(2, requires_grad=True)
+    expected = fn(x)
+    torch.set_grad_enabled(True)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        got = cf(x)
+        torch.set_grad_enabled(True)
+        assert got[1:] == expected[1:] and torch.equal(got[0], expected[0])
+        assert got[0].requires_grad == expected[0].requires_grad
+    assert cnt.frame_count >= 1
