@@ -186,6 +186,17 @@ class GraphBuilder {
   // Node `id` is the trace's own bookkeeping (a choice's index), not the program's: unlike
   // the program's calls it is dropped from the graph when nothing uses it.
   void markBookkeeping(int id) { bookkeeping_.insert(id); }
+  // Drops the nodes of `ids` that end the graph (nothing but inputs after them): at a graph
+  // break the entry sets the state they set itself, so they change nothing there.
+  void dropTrailing(const std::unordered_set<int>& ids) {
+    for (int i = numNodes() - 1; i >= 0; --i) {
+      Node& n = nodes_[static_cast<size_t>(i)];
+      if (n.op == NodeOp::Placeholder || n.op == NodeOp::GetAttr) continue;
+      if (!ids.count(i)) return;
+      n.impure = false;
+      bookkeeping_.insert(i);
+    }
+  }
   // The choice node `id` stands for: by node, or by fake (an op that returned its receiver,
   // m.float() of a float m, is the same object); null when none.
   const Choice* choiceOf(int id) const;

@@ -78,5 +78,11 @@ def test_breaking_instruction_reached_again_after_a_handler(fn, fill):
         x = torch.full((2,), fill)
         got, want = cf(x), fn(x)
         assert torch.equal(got[0], want[0]) and got[1] == want[1], (got, want)
+    if fn is item_in_a_context_manager_that_swallows:
+        # A break inside the block of a context manager the program defines runs the frame
+        # natively, as torch._dynamo does: only the outcome is compared.
+        reasons = [nf.get("reason", "") for nf in cdynamo.stats()["native_frames"]]
+        assert any("context manager the program defines" in r for r in reasons), reasons
+        return
     assert cnt.frame_count >= 1  # the graph before the break (and a resume function's)
     assert cdynamo.stats()["cache_hits"] >= 1

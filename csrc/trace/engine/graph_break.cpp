@@ -158,6 +158,10 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
     orig = origin->original;
     shift = origin->shift;
   }
+  for (const ValuePtr& v : f.stack)
+    if (contexts_.isProgramWithExit(v))
+      return fail("graph break inside the `with` block of a context manager the program defines (torch._dynamo "
+                  "runs such a frame natively too)");
   std::string why;
   if (!bytecode::canResume(orig, &why)) return fail(why);
   BreakShape shape;

@@ -42,6 +42,7 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::NdArray:
     case Kind::SubclassTensor:
     case Kind::Partial:
+    case Kind::Context:  // a context object reachable twice is one object
       made_once = true;
       break;
     case Kind::Null:
@@ -55,7 +56,6 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::PyModule:
     case Kind::Object:
     case Kind::Super:
-    case Kind::Context:
     case Kind::DictView:
       break;
   }
@@ -192,8 +192,9 @@ Done OutputPlanner::planOne(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::NdArray: return rebuildNdArray(*this, v, out);
     case Kind::SubclassTensor: return rebuildSubclassTensor(*this, v, out);
     case Kind::Partial: return rebuildPartial(*this, v, out);
-    case Kind::Null:
     case Kind::Context:
+      return tracer().contexts().planObject(v, out);
+    case Kind::Null:
     case Kind::Super:
       break;
   }

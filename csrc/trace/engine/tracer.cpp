@@ -526,6 +526,10 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   if (failed_) {
     return;
   } else if (stopped_at_break_) {
+    // The grad-mode changes of `with` blocks that end the graph: the entry sets the mode of
+    // the break itself (torch._dynamo exits the blocks in the graph and drops such
+    // set/reset pairs, so a graph that only entered a block before breaking is not compiled).
+    graph_.dropTrailing(contexts_.gradModeNodes());
     if (buildBreak(root, &plan)) (void)effects();
   } else if (ret.outcome() == Outcome::Raised) {
     // The message names the exception as torch._dynamo's does ("Observed exception"), with

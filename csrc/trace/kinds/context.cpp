@@ -11,7 +11,10 @@ namespace cdynamo::trace {
 
 namespace {
 
-enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast };
+// Null: the profiler's contexts (torch.profiler.profile/record_function and their
+// torch.autograd.profiler twins), which torch._dynamo treats as doing nothing inside a
+// graph: no profiling happens in the compiled region, and the graph has no node for them.
+enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast, Null };
 
 // The torch functions the contexts need, all found (false, no error set, otherwise: then
 // no class is a context the tracer knows).
@@ -39,6 +42,12 @@ Ctx kindOf(PyObject* cls) {
   PyObject* amp_autocast = lookup(Obj::torch_amp_autocast);
   if (!amp_autocast) PyErr_Clear();
   if (cls == fn(Obj::torch_autocast) || (amp_autocast && cls == amp_autocast)) return Ctx::Autocast;
+  for (Obj o : {Obj::torch_profiler_profile, Obj::torch_profiler_record_function, Obj::torch_autograd_profiler_profile,
+                Obj::torch_autograd_profiler_record_function}) {
+    PyObject* c = lookup(o);
+    if (!c) PyErr_Clear();
+    if (c && cls == c) return Ctx::Null;
+  }
   return Ctx::None;
 }
 
@@ -60,7 +69,10 @@ bool Contexts::isContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; 
 
 bool Contexts::setMode(bool mode) {
   if (gradEnabled() == mode) return true;
-  return t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode ? Py_True : Py_False))) >= 0;
+  int node = t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode ? Py_True : Py_False)));
+  if (node < 0) return false;
+  grad_mode_nodes_.insert(node);
+  return true;
 }
 
 Result<ValuePtr> Contexts::setGradEnabled(const ValuePtr& mode) {
@@ -102,6 +114,12 @@ Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   // cdynamo._internal.frame_rebuild.grad_mode_exit(cls, prev).
   const Context& ctx = value->as<Context>();
   Ctx k = kindOf(ctx.cls.get());
+  if (k == Ctx::Null) {
+    PyObject* null_exit = lookup(Obj::cdynamo_resume_null_exit);
+    if (!null_exit) return t_.failFromPython("cdynamo._internal.frame_rebuild.null_exit");
+    plan->step = runtime::plan::Call{Ref::borrow(null_exit), {}};
+    return {};
+  }
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
     return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
   PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
@@ -113,10 +131,43 @@ Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   return {};
 }
 
+Done Contexts::planObject(const ValuePtr& value, runtime::OutputPlan* plan) {
+  // A context object made in the trace and alive at a graph break (not entered, or its
+  // `with` block not begun yet): a real one of the same class and state, made without
+  // changing the grad mode.
+  const Context& ctx = value->as<Context>();
+  Ctx k = kindOf(ctx.cls.get());
+  // A profiler object (`with profile() as p`, p used later): the trace dropped what it
+  // would have recorded, and a stand-in would answer differently; torch._dynamo does not
+  // rebuild one either.
+  if (k == Ctx::Null) return t_.fail("a profiler context object alive at a graph break (the trace ignores what it records)");
+  if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
+    return t_.fail("a context object other than no_grad/enable_grad/set_grad_enabled alive at a graph break");
+  PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_object);
+  if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.grad_mode_object");
+  std::vector<runtime::OutputPlan> items;
+  for (const ValuePtr& a : ctx.args) items.push_back(runtime::OutputPlan::constant(a ? a->constant() : Py_None));
+  std::vector<runtime::OutputPlan> args(3);
+  args[0] = runtime::OutputPlan::constant(ctx.cls.get());
+  args[1] = runtime::OutputPlan::constant(ctx.saved_grad_mode ? Py_True : Py_False);
+  args[2].step = runtime::plan::Tuple{std::move(items)};
+  plan->step = runtime::plan::Call{Ref::borrow(helper), std::move(args)};
+  return {};
+}
+
 Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
                                 std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   Ctx k = kindOf(cls);
   Context ctx{Ref::borrow(cls), {}, -1, false};
+  // The profiler's contexts do nothing in the trace, whatever their arguments.
+  if (k == Ctx::Null) return Value::of(std::move(ctx));
+  // torch.no_grad(f) / torch.enable_grad(f): the class called on a function is the
+  // function decorated by a fresh context (their __new__ does cls()(f)).
+  if ((k == Ctx::NoGrad || k == Ctx::EnableGrad) && args.size() == 1 && kwargs.empty() &&
+      !args[0]->is(Kind::Constant)) {
+    ValuePtr func = args[0];
+    return decorate(Value::of(std::move(ctx)), func);
+  }
   std::vector<ValuePtr>& items = ctx.args;
   for (const ValuePtr& a : args) {
     if (!a->is(Kind::Constant)) return t_.fail("context manager arguments must be constants");
@@ -148,6 +199,15 @@ Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
     if (!setMode(t != 0)) return t_.failFromPython("set_grad_enabled");
   }
   return Value::of(std::move(ctx));
+}
+
+Result<ValuePtr> Contexts::decorate(const ValuePtr& value, const ValuePtr& func) {
+  const Context& ctx = value->as<Context>();
+  // set_grad_enabled(mode)(f) undoes the change its construction made: the mode applies
+  // around each call of f only.
+  if (kindOf(ctx.cls.get()) == Ctx::SetGradEnabled && !setMode(ctx.saved_grad_mode))
+    return t_.failFromPython("set_grad_enabled(mode)(function)");
+  return Value::of(Partial{func, Value::tuple({}), Value::emptyDict(), value});
 }
 
 Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
@@ -190,6 +250,8 @@ Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
       open_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(t_.graph().fake(node))});
       return Value::constant(Py_None);
     }
+    case Ctx::Null:
+      return value;  // profile.__enter__ and record_function.__enter__ return the object
     case Ctx::None:
       break;
   }
@@ -218,15 +280,96 @@ Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
         }
       return Value::constant(Py_None);
     }
+    case Ctx::Null:
+      return Value::constant(Py_None);
     case Ctx::None:
       break;
   }
   return t_.fail("leaving an unknown context manager");
 }
 
+Result<ValuePtr> Contexts::callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
+                                           std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  // What undoes each setter: the state before it, read now (autocast's is restored after
+  // every translation already, with grad mode).
+  enum class Undo { None, DefaultDtype, HooksMessage };
+  static const struct {
+    Obj fn;
+    Undo undo;
+  } kSetters[] = {{Obj::torch_set_default_dtype, Undo::DefaultDtype},
+                  {Obj::torch_saved_tensors_hooks_disable, Undo::HooksMessage},
+                  {Obj::torch_saved_tensors_hooks_enable, Undo::HooksMessage},
+                  {Obj::torch_set_autocast_enabled, Undo::None},
+                  {Obj::torch_set_autocast_dtype, Undo::None},
+                  {Obj::torch_set_autocast_cache_enabled, Undo::None}};
+  const auto* row = [&]() -> decltype(&kSetters[0]) {
+    for (const auto& r : kSetters) {
+      PyObject* o = lookup(r.fn);
+      if (!o) PyErr_Clear();
+      if (o && o == f) return &r;
+    }
+    return nullptr;
+  }();
+  if (!row) return notHandled();
+  const std::string name = row->fn == Obj::torch_set_default_dtype ? "torch.set_default_dtype" : "a torch state setter";
+  if (!kwargs.empty()) return t_.fail(name + "() with keyword arguments");
+  std::vector<graph::Arg> gargs;
+  for (const ValuePtr& a : args) {
+    PyObject* c = a->constant();
+    if (!c) return t_.fail(name + "() of something other than a constant");
+    gargs.push_back(graph::Arg::ofConst(c));
+  }
+  Ref undo_fn, undo_args;
+  if (row->undo == Undo::DefaultDtype) {
+    Ref prev = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_get_default_dtype)));
+    if (!prev) return t_.failFromPython("torch.get_default_dtype");
+    undo_fn = Ref::borrow(f);
+    undo_args = Ref::steal(PyTuple_Pack(1, prev.get()));
+  } else if (row->undo == Undo::HooksMessage) {
+    PyObject* query = lookup(Obj::torch_saved_tensors_hooks_message);
+    Ref prev = query ? Ref::steal(PyObject_CallNoArgs(query)) : Ref();
+    if (!prev) return t_.failFromPython("the saved-tensors-hooks switch");
+    undo_fn = Ref::borrow(lookup(prev.get() == Py_None ? Obj::torch_saved_tensors_hooks_enable
+                                                       : Obj::torch_saved_tensors_hooks_disable));
+    undo_args = prev.get() == Py_None ? Ref::steal(PyTuple_New(0)) : Ref::steal(PyTuple_Pack(1, prev.get()));
+    hooks_message_set_ = true;
+  }
+  if (row->undo != Undo::None && (!undo_fn || !undo_args)) return t_.failFromPython(name);
+  // addEffect runs the setter for real (its result is the node's value): applied now.
+  int node = t_.graph().addEffect(f, std::move(gargs));
+  if (node < 0) return t_.raisePython();
+  if (undo_fn) undo_.emplace_back(std::move(undo_fn), std::move(undo_args));
+  PyObject* result = t_.graph().fake(node);
+  if (result != Py_None) return t_.fail(name + "() returned something other than None");
+  return Value::constant(Py_None);
+}
+
+Result<ValuePtr> Contexts::readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args) {
+  PyObject* query = lookup(Obj::torch_saved_tensors_hooks_message);
+  if (!query) PyErr_Clear();
+  if (!query || f != query) return notHandled();
+  if (!args.empty()) return t_.fail("_saved_tensors_hooks_get_disabled_error_message() with arguments");
+  Ref r = Ref::steal(PyObject_CallNoArgs(f));
+  if (!r) return t_.raisePython();
+  // Read before the trace changed it: the message the frame was called with, guarded.
+  // After: what the trace set (the same on every call of the entry).
+  if (!hooks_message_set_) {
+    Ref none = Ref::steal(PyTuple_New(0));
+    if (!none) return t_.failFromPython("the saved-tensors-hooks switch");
+    t_.guards().checkStateQuery(f, none.get(), nullptr, r.get());
+  }
+  return Value::constant(r.get());
+}
+
 void Contexts::restore() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);  // kept across the calls below, restored at the end
+  while (!undo_.empty()) {
+    auto [undo_fn, undo_args] = std::move(undo_.back());
+    undo_.pop_back();
+    Ref r = Ref::steal(PyObject_Call(undo_fn.get(), undo_args.get(), nullptr));
+    if (!r) PyErr_Clear();
+  }
   while (!open_.empty()) {
     Open c = std::move(open_.back());
     open_.pop_back();

@@ -8,6 +8,7 @@
 #include <Python.h>
 
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -28,6 +29,8 @@ class Contexts {
   // cls(*args, **kwargs): a Context value (set_grad_enabled applies its mode now).
   Result<ValuePtr> make(PyObject* cls, std::vector<ValuePtr>& args, std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   Result<ValuePtr> enter(const ValuePtr& ctx);
+  // ctx(func): func wrapped to run inside a fresh copy of the context on each call.
+  Result<ValuePtr> decorate(const ValuePtr& ctx, const ValuePtr& func);
   Result<ValuePtr> exit(const ValuePtr& ctx);
   // The bound __exit__ of a real grad-mode context object (a `with` block continued in a
   // resume function): the same value BEFORE_WITH pushes. NotHandled for any other method.
@@ -35,18 +38,42 @@ class Contexts {
   // The plan rebuilding a grad-mode context's __exit__ at a graph break:
   // cdynamo._internal.frame_rebuild.grad_mode_exit(cls, prev). Unsupported for other contexts.
   Done planExit(const ValuePtr& ctx, runtime::OutputPlan* plan);
+  // The plan rebuilding a context object itself (alive at a graph break).
+  Done planObject(const ValuePtr& ctx, runtime::OutputPlan* plan);
 
   // torch._C._set_grad_enabled(mode) called by the program (a user context manager's
   // __enter__/__exit__, a contextlib generator): the same state change as the grad-mode
   // contexts make, recorded even when the mode is already that (as torch._dynamo does).
   // Returns None, as the binding does.
   Result<ValuePtr> setGradEnabled(const ValuePtr& mode);
+  // A setter of torch's global state called by the program outside any context object
+  // (torch.set_default_dtype, torch.set_autocast_enabled/_dtype/_cache_enabled, the
+  // saved-tensors-hooks switch), as torch._dynamo records them: a graph node, applied now
+  // so fake tensors see it, undone when the trace ends. NotHandled for other callables.
+  Result<ValuePtr> callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
+                                   std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  // torch._C._autograd._saved_tensors_hooks_get_disabled_error_message(): the message in
+  // force, guarded as a state query unless the trace itself set it. NotHandled for others.
+  Result<ValuePtr> readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args);
   // torch.is_grad_enabled() now.
   bool gradMode();
   // The grad mode the trace started with (restored at the end).
   void setGradModeAtStart(bool enabled) { grad_mode_at_start_ = enabled; }
   // Whether an inference_mode or autocast block entered in the trace is still open.
   bool anyOpen() const { return !open_.empty(); }
+  // The __exit__ that BEFORE_WITH pushed for a context manager the program defines (a
+  // class with __enter__/__exit__, a contextlib generator): torch._dynamo resumes a frame
+  // after a graph break only inside `with` blocks of the contexts it models, and runs the
+  // frame natively when the break is inside such a block (the calls it makes are then
+  // captured as frames of their own). Graph counts follow it.
+  void noteProgramWith(const ValuePtr& exit) { program_exits_.push_back(exit); }
+  bool isProgramWithExit(const ValuePtr& v) const {
+    for (const ValuePtr& e : program_exits_)
+      if (e == v) return true;
+    return false;
+  }
+  // The grad-mode nodes the contexts made (not the program's own calls of the binding).
+  const std::unordered_set<int>& gradModeNodes() const { return grad_mode_nodes_; }
   // Undoes what the trace applied and did not undo itself.
   void restore();
 
@@ -63,6 +90,11 @@ class Contexts {
   Tracer& t_;
   std::vector<Open> open_;  // entered at trace time, not yet exited
   bool grad_mode_at_start_ = true;
+  std::unordered_set<int> grad_mode_nodes_;
+  std::vector<ValuePtr> program_exits_;
+  // What restore() calls, in reverse, to undo the state setters the trace applied.
+  std::vector<std::pair<Ref, Ref>> undo_;  // (function, argument tuple)
+  bool hooks_message_set_ = false;         // the trace changed the saved-tensors-hooks switch
 };
 
 }  // namespace cdynamo::trace

@@ -195,7 +195,13 @@ Result<Next> opBeforeWith(Tracer& t, SymbolicFrame&, const bytecode::Instruction
     Result<ValuePtr> entered = callDunder(t, ctx, interned(Str::dunder_enter), {});
     if (entered.notHandled()) return t.fail("`with` on an object without __enter__ (TypeError)");
     if (!entered) return entered.stop();
-    io = {exit.take(), entered.take()};
+    ValuePtr exit_fn = exit.take();
+    // contextlib.nullcontext is the one such class torch._dynamo resumes inside.
+    PyObject* nullcontext = lookup(Obj::contextlib_nullcontext);
+    if (!nullcontext) PyErr_Clear();
+    if (!nullcontext || typeOf(t, ctx) != nullcontext)
+      t.contexts().noteProgramWith(exit_fn);
+    io = {std::move(exit_fn), entered.take()};
     return Next::Fall;
   }
   if (!ctx->is(Kind::Context))

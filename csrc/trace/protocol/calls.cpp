@@ -243,7 +243,7 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
       // @torch.no_grad() on a function: a function that enters a fresh copy of the
       // context around each call.
       if (args.size() != 1 || !kwargs.empty()) return t.fail("calling a context manager with these arguments");
-      return Value::of(Partial{args[0], Value::tuple({}), Value::emptyDict(), fn});
+      return t.contexts().decorate(fn, args[0]);
     }
     case Kind::Cell:
     case Kind::Super:

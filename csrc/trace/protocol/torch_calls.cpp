@@ -185,6 +185,8 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
     }
     return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
   }
+  if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
+  if (Result<ValuePtr> r = t.contexts().readSavedTensorsHooksMessage(f, args); !r.notHandled()) return r;
   switch (torchKindOf(f)) {
     case TorchKind::PythonHelper:
       return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));

@@ -1,4 +1,5 @@
 """Helpers the runtime calls when it rebuilds a frame's state at a graph break."""
+import contextlib
 import functools
 import itertools
 import types
@@ -11,6 +12,25 @@ def grad_mode_exit(cls, prev):
     ctx = cls.__new__(cls)
     ctx.prev = prev
     return ctx.__exit__
+
+
+def grad_mode_object(cls, prev, args):
+    """A ``cls`` context object (no_grad, enable_grad, set_grad_enabled) made in the trace and
+    not entered yet, rebuilt without changing the grad mode (set_grad_enabled(mode) sets it
+    when called): ``prev`` is the mode it saw when made, ``args`` its arguments."""
+    ctx = cls.__new__(cls)
+    ctx.prev = prev
+    import torch
+
+    if cls is torch.set_grad_enabled:
+        ctx.mode = args[0]
+    return ctx
+
+
+def null_exit():
+    """The ``__exit__`` of a context the trace treats as doing nothing (the profiler's, as
+    torch._dynamo does): a ``with`` block continued after a graph break leaves it that way."""
+    return contextlib.nullcontext().__exit__
 
 
 def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs, self_cells=()):

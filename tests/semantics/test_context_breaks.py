@@ -1,0 +1,332 @@
+"""Graph breaks inside `with` blocks, torch's profiler contexts and the global-state setters
+a program calls directly.
+
+torch._dynamo resumes a frame inside the `with` blocks of the contexts it models (grad mode,
+nullcontext, the profiler's, which it treats as doing nothing) and runs a frame natively when
+a break falls inside the block of a context manager the program defines (its __enter__ and
+__exit__ are then captured as frames of their own). Each case is compared with eager on a
+first call and a cache hit, and its graph count with torch._dynamo's in the same run."""
+import contextlib
+
+import pytest
+import torch
+
+import cdynamo
+import cdynamo.testing
+
+from .harness import Cases, check
+
+case = Cases()
+
+
+class GradSwitch:
+    def __init__(self, mode):
+        self.prev = torch.is_grad_enabled()
+        self.mode = mode
+
+    def __enter__(self):
+        torch._C._set_grad_enabled(self.mode)
+
+    def __exit__(self, *exc):
+        torch._C._set_grad_enabled(self.prev)
+
+
+@contextlib.contextmanager
+def grad_switch(mode):
+    prev = torch.is_grad_enabled()
+    try:
+        yield torch._C._set_grad_enabled(mode)
+    finally:
+        torch._C._set_grad_enabled(prev)
+
+
+def break_in_no_grad_of_a_callee(x, z):
+    def inner(z):
+        with torch.no_grad():
+            torch._dynamo.graph_break()
+            return torch.sin(z)
+
+    a = x * 2
+    return a, inner(z)
+
+
+def nested_grad_modes_with_breaks(x):
+    with torch.set_grad_enabled(False):
+        torch._dynamo.graph_break()
+        with torch.set_grad_enabled(True):
+            x = x * 5
+            torch._dynamo.graph_break()
+            x = x.sqrt()
+            inside = torch.is_grad_enabled()
+    return x, inside, torch.is_grad_enabled()
+
+
+def break_in_a_user_context(x):
+    with GradSwitch(False):
+        x = x + 1
+        torch._dynamo.graph_break()
+        x = x.relu()
+    return x - 1, torch.is_grad_enabled()
+
+
+def break_in_nested_user_contexts(x):
+    with GradSwitch(True):
+        x = x + 1
+        with GradSwitch(False):
+            torch._dynamo.graph_break()
+            x = x * 1.5
+        x = x.relu()
+    return x - 1
+
+
+def break_in_a_contextlib_generator(x):
+    with grad_switch(False):
+        x = x + 1
+        torch._dynamo.graph_break()
+        x = x * 3
+    return x, torch.is_grad_enabled()
+
+
+def break_in_nullcontext(x):
+    y = x + 1
+    with contextlib.nullcontext():
+        y = y * 2
+        torch._dynamo.graph_break()
+        y = y - 3
+    return y
+
+
+def break_in_profiler_blocks(x):
+    y = x ** 2
+    with torch.profiler.profile():
+        y = y + 2
+        with torch.profiler.record_function("part"):
+            z = y ** 3
+            torch._dynamo.graph_break()
+            z = z + 1
+    return z
+
+
+def break_in_autograd_profiler_blocks(x):
+    y = x * 2
+    with torch.autograd.profiler.profile() as p:
+        with torch.autograd.profiler.record_function("part"):
+            torch._dynamo.graph_break()
+            y = y + 1
+    return y, p is not None
+
+
+def grad_context_object_alive_at_a_break(x):
+    x = x + 1
+    ctx = torch.set_grad_enabled(False)
+    torch._dynamo.graph_break()
+    with ctx:
+        x = x * 2
+    return x, torch.is_grad_enabled()
+
+
+def no_grad_object_alive_at_a_break(x):
+    ctx = torch.no_grad()
+    y = x * 3
+    torch._dynamo.graph_break()
+    with ctx:
+        y = y + x
+    return y
+
+
+@pytest.mark.parametrize("fn,shapes", [
+    (break_in_no_grad_of_a_callee, [(4, 4), (4,)]),
+    (nested_grad_modes_with_breaks, [(3, 4)]),
+    (break_in_a_user_context, [(2, 3)]),
+    (break_in_nested_user_contexts, [(2, 3)]),
+    (break_in_a_contextlib_generator, [(2, 3)]),
+    (break_in_nullcontext, [(3,)]),
+    (break_in_profiler_blocks, [(2, 2)]),
+    (break_in_autograd_profiler_blocks, [(2, 2)]),
+    (grad_context_object_alive_at_a_break, [(4,)]),
+    (no_grad_object_alive_at_a_break, [(4,)]),
+], ids=lambda v: getattr(v, "__name__", None))
+@pytest.mark.parametrize("grad", [True, False])
+def test_break_inside_a_with_block(fn, shapes, grad):
+    def args():
+        torch.manual_seed(0)
+        return [torch.rand(*s, requires_grad=grad) for s in shapes]
+
+    def run(compiled, counter):
+        outs, counts = [], []
+        for _ in range(2):  # the first call compiles, the second hits
+            outs.append(compiled(*args()))
+            counts.append(counter.frame_count)
+        return outs, counts
+
+    def same(a, b):
+        if isinstance(a, tuple):
+            return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+        if isinstance(a, torch.Tensor):
+            return torch.allclose(a, b) and a.requires_grad == b.requires_grad
+        return a == b
+
+    expected = fn(*args())
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    got, graphs = run(cdynamo.compile(fn, backend=cnt), cnt)
+    assert torch.is_grad_enabled()
+    torch._dynamo.reset()
+    dcnt = torch._dynamo.testing.CompileCounter()
+    _, dynamo_graphs = run(torch.compile(fn, backend=dcnt), dcnt)
+    torch._dynamo.reset()
+    for g in got:
+        assert same(g, expected), (g, expected)
+    # The first call's graphs are torch._dynamo's; the second call is a hit (torch._dynamo
+    # may recompile a resume function there: a context object is guarded by identity).
+    assert graphs[0] == dynamo_graphs[0], (graphs, dynamo_graphs)
+    assert graphs[1] == graphs[0], graphs
+
+
+# ---- global-state setters called directly (fullgraph: one graph each) -----------------------
+
+@contextlib.contextmanager
+def default_dtype(dtype):
+    old = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(dtype)
+        yield
+    finally:
+        torch.set_default_dtype(old)
+
+
+def tensors(*shapes):
+    return lambda: tuple(torch.randn(*s) for s in shapes)
+
+
+@case(tensors((3,)))
+def default_dtype_in_a_contextlib_block(x):
+    with default_dtype(torch.float64):
+        y = torch.tensor([1.0, 2.0, 3.0]) + x.double()
+        z = torch.ones(3)
+    return y, z, torch.ones(2)
+
+
+@case(tensors((3,)))
+def default_dtype_left_changed(x):
+    torch.set_default_dtype(torch.float64)
+    return torch.zeros(3) + x
+
+
+@case(tensors((3,)))
+def saved_tensors_hooks_switched_off_and_on(x):
+    y = x + 1
+    torch._C._autograd._saved_tensors_hooks_disable("not here")
+    y = y * 2
+    msg = torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+    torch._C._autograd._saved_tensors_hooks_enable()
+    return y, msg
+
+
+@case(tensors((3,)))
+def saved_tensors_hooks_disabled_by_decorator(x):
+    @torch.autograd.graph.disable_saved_tensors_hooks("no hooks")
+    def inner(a):
+        return a * 3, torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+
+    return inner(x)
+
+
+@case(tensors((3, 3), (3, 3)))
+def autocast_state_set_directly(x, y):
+    torch.set_autocast_enabled("cpu", True)
+    torch.set_autocast_dtype("cpu", torch.bfloat16)
+    z = x @ y
+    torch.set_autocast_enabled("cpu", False)
+    return z, x @ y
+
+
+def leaf(*shape):
+    return lambda: (torch.randn(*shape, requires_grad=True),)
+
+
+@case(leaf(4))
+def grad_mode_class_called_on_a_function(x):
+    def inner(a):
+        return a.sin()
+
+    with torch.enable_grad():
+        f = torch.no_grad(inner)
+        mode = torch.is_grad_enabled()
+    return f(x), mode, inner(x)
+
+
+@case(leaf(4))
+def grad_mode_object_called_on_a_function(x):
+    def inner(a):
+        return a.cos()
+
+    with torch.no_grad():
+        f = torch.enable_grad()(inner)
+        mode = torch.is_grad_enabled()
+        y = f(x)
+    return y, mode
+
+
+@case(leaf(4))
+def set_grad_enabled_called_on_a_function(x):
+    def inner(a):
+        return a * 2, torch.is_grad_enabled()
+
+    with torch.set_grad_enabled(True):
+        f = torch.set_grad_enabled(False)(inner)
+        mode = torch.is_grad_enabled()  # calling it on a function leaves the mode alone
+    return f(x), mode, torch.is_grad_enabled()
+
+
+@pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
+def test_state_setters(fn, make_args, expect_graphs):
+    try:
+        check(fn, make_args, expect_graphs=expect_graphs)
+    finally:
+        # torch._dynamo's reference run can leave the switch off (its own trace's state)
+        torch._C._autograd._saved_tensors_hooks_enable()
+
+
+def test_hooks_message_read_guards_the_state_it_was_called_with():
+    # The message read before the program changes it is the caller's: a call under
+    # another message must not reuse the entry.
+    def fn(x):
+        return x + 1, torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+
+    cdynamo.reset()
+    cf = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    assert cf(torch.ones(1))[1] is None
+    assert saved_tensors_hooks_disabled_by_decorator(torch.ones(1))[1] == "no hooks"
+    assert cdynamo.compile(saved_tensors_hooks_disabled_by_decorator)(torch.ones(1))[1] == "no hooks"
+    # the trace and the compiled call leave the switch as they found it
+    assert torch._C._autograd._saved_tensors_hooks_get_disabled_error_message() is None
+    torch._C._autograd._saved_tensors_hooks_disable("outer")
+    try:
+        assert cf(torch.ones(1))[1] == "outer"
+    finally:
+        torch._C._autograd._saved_tensors_hooks_enable()
+    assert cf(torch.ones(1))[1] is None
+
+
+def test_context_object_reachable_twice_is_one_object_after_a_break():
+    def fn(x):
+        a = torch.set_grad_enabled(False)
+        b = a
+        torch._dynamo.graph_break()
+        with a:
+            y = x * 2
+        return y, a is b, torch.is_grad_enabled()
+
+    x = torch.ones(2, requires_grad=True)
+    expected = fn(x)
+    torch.set_grad_enabled(True)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        got = cf(x)
+        torch.set_grad_enabled(True)
+        assert got[1:] == expected[1:] and torch.equal(got[0], expected[0])
+        assert got[0].requires_grad == expected[0].requires_grad
+    assert cnt.frame_count >= 1
