@@ -276,3 +276,47 @@ def test_a_variable_read_and_missing_raises_key_error_as_eagerly(monkeypatch):
     monkeypatch.setenv("CDYNAMO_TEST_MISSING", "xy")
     torch.testing.assert_close(cf(x), f(x))
     assert cnt.frame_count == 2
+
+
+def _ones_like_default(x):
+    return x + torch.ones(2), torch.tensor([1.5]), torch.arange(2) * 0.5
+
+
+def test_default_dtype_is_guarded():
+    # The default dtype is baked into the graph (factories without a dtype, int tensor
+    # times a float scalar): a call under another default dtype must not run this entry.
+    cf, cnt = compiled(_ones_like_default)
+    x = torch.zeros(2, dtype=torch.float64)
+    prev = torch.get_default_dtype()
+    try:
+        for dtype in (torch.float32, torch.float64, torch.float32, torch.float64):
+            torch.set_default_dtype(dtype)
+            got, want = cf(x), _ones_like_default(x)
+            for g, w in zip(got, want):
+                assert g.dtype == w.dtype, (dtype, g.dtype, w.dtype)
+                torch.testing.assert_close(g, w)
+    finally:
+        torch.set_default_dtype(prev)
+    assert cnt.frame_count == 2  # one entry per default dtype, each hit on its second call
+
+
+def _sets_default_dtype(x):
+    torch.set_default_dtype(torch.float64)
+    y = x + torch.ones(2)
+    torch.set_default_dtype(torch.float32)
+    return y
+
+
+def test_a_frame_setting_the_default_dtype_hits_under_the_dtype_it_started_with():
+    cf, cnt = compiled(_sets_default_dtype)
+    prev = torch.get_default_dtype()
+    try:
+        torch.set_default_dtype(torch.float32)
+        x = torch.zeros(2)
+        for _ in range(3):
+            out = cf(x)
+            assert out.dtype == _sets_default_dtype(x).dtype
+            assert torch.get_default_dtype() == torch.float32
+    finally:
+        torch.set_default_dtype(prev)
+    assert cnt.frame_count == 1

@@ -313,6 +313,14 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     Ref any = any_fn ? Ref::steal(PyObject_Call(any_fn, no_args.get(), nullptr)) : Ref();
     if (!any) return failFromPython("torch._C._is_any_autocast_enabled()");
     guards().checkStateQuery(any_fn, no_args.get(), nullptr, any.get());
+    // The default dtype: factories without a dtype (torch.ones(2), torch.tensor([1.0])) and
+    // an integer tensor times a float scalar make tensors of it, and the graph has it baked
+    // in as a constant. Every entry is guarded on it, as on grad mode; a frame that sets it
+    // itself (torch.set_default_dtype in the trace) is guarded on the value at its start.
+    PyObject* dtype_fn = lookup(Obj::torch_get_default_dtype);
+    Ref default_dtype = dtype_fn ? Ref::steal(PyObject_Call(dtype_fn, no_args.get(), nullptr)) : Ref();
+    if (!default_dtype) return failFromPython("torch.get_default_dtype()");
+    guards().checkStateQuery(dtype_fn, no_args.get(), nullptr, default_dtype.get());
     if (any.get() == Py_True) {
       PyObject* enabled_on = lookup(Obj::torch_is_autocast_enabled);
       PyObject* dtype_on = lookup(Obj::torch_get_autocast_dtype);
