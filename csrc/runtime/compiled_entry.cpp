@@ -143,13 +143,14 @@ struct Builder {
   Ref make(const OutputPlan& p, const plan::NewObject& n) {
     PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(n.cls.get());
     PyTypeObject* base = reinterpret_cast<PyTypeObject*>(n.base.get());
-    // A tuple subclass instance is made from its items (built first); the others are made
-    // empty by their base's tp_new and filled after.
-    Ref tuple_items = base == &PyTuple_Type ? build(*n.items) : Ref();
-    if (base == &PyTuple_Type && !tuple_items) return Ref();
-    Ref new_args = !base                   ? Ref()
-                   : base == &PyTuple_Type ? Ref::steal(PyTuple_Pack(1, tuple_items.get()))
-                                           : Ref::steal(PyTuple_New(0));
+    // A tuple or frozenset subclass instance is made from its items (built first); the
+    // others are made empty by their base's tp_new and filled after.
+    const bool from_items = base == &PyTuple_Type || base == &PyFrozenSet_Type;
+    Ref tuple_items = from_items ? build(*n.items) : Ref();
+    if (from_items && !tuple_items) return Ref();
+    Ref new_args = !base       ? Ref()
+                   : from_items ? Ref::steal(PyTuple_Pack(1, tuple_items.get()))
+                                : Ref::steal(PyTuple_New(0));
     if (base && !new_args) return Ref();
     Ref obj = Ref::steal(base ? base->tp_new(cls, new_args.get(), nullptr) : cls->tp_alloc(cls, 0));
     if (!obj) return Ref();
@@ -157,7 +158,10 @@ struct Builder {
     if (base == &PyList_Type) {
       Ref items = build(*n.items);
       if (!items || PyList_SetSlice(obj.get(), 0, 0, items.get()) < 0) return Ref();
-    } else if (base && base != &PyTuple_Type) {
+    } else if (base == &PySet_Type) {
+      Ref items = build(*n.items);
+      if (!items || _PySet_Update(obj.get(), items.get()) < 0) return Ref();
+    } else if (base && !from_items) {
       Ref items = build(*n.items);
       if (!items) return Ref();
       PyObject *k, *v;
@@ -275,8 +279,9 @@ struct MemoOrder {
     all(s.items);
   }
   void walk(const OutputPlan& p, const plan::NewObject& n) {
-    bool tuple = n.base.get() == reinterpret_cast<PyObject*>(&PyTuple_Type);
-    if (tuple && n.items) visit(*n.items);  // a tuple subclass instance is made from its items
+    bool tuple = n.base.get() == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+                 n.base.get() == reinterpret_cast<PyObject*>(&PyFrozenSet_Type);
+    if (tuple && n.items) visit(*n.items);  // a tuple (frozenset) subclass instance is made from its items
     fill(p);
     if (!tuple && n.items) visit(*n.items);
     if (n.attrs) visit(*n.attrs);

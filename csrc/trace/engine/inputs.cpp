@@ -340,6 +340,9 @@ Result<ValuePtr> Tracer::wrapUserObject(PyObject* obj, int reg) {
     v->as<Object>().base = tuple ? Value::tuple(std::move(items), reg) : Value::list(std::move(items), reg);
     base = nullptr;
   }
+  // An instance of a set or frozenset subclass: its attributes only (its items are not
+  // read; what needs them stops the trace with the reason).
+  if (base == &PySet_Type || base == &PyFrozenSet_Type) base = nullptr;
   PyObject *key, *value;
   for (Py_ssize_t pos = 0; base && PyDict_Next(obj, &pos, &key, &value);)
     if (!isConstantObject(key) && !isIdentityKey(key)) base = nullptr;  // keys the Dict model cannot hold: attributes only
@@ -367,6 +370,18 @@ Result<ValuePtr> Tracer::wrapDictView(PyObject* obj, int reg) {
                                                               : DictView::Items},
                 reg);
 }
+
+namespace {
+// Whether `o` is a function, builtin or class whose hash and == are C code by identity (a
+// metaclass or a function type with its own __eq__/__hash__ in Python is not).
+bool identityHashed(PyObject* o) {
+  if (!(PyFunction_Check(o) || PyCFunction_Check(o) || PyType_Check(o))) return false;
+  PyTypeObject* type = Py_TYPE(o);
+  PyObject* eq = _PyType_Lookup(type, interned(Str::dunder_eq));
+  PyObject* hash = _PyType_Lookup(type, interned(Str::dunder_hash));
+  return eq && hash && !PyFunction_Check(eq) && !PyFunction_Check(hash);
+}
+}  // namespace
 
 // Lists, tuples (named too), dicts, sets and tuple iterators read from the program;
 // NotHandled for other objects.
@@ -436,15 +451,27 @@ Result<ValuePtr> Tracer::wrapContainer(PyObject* obj, int reg) {
       }
     }
   } else if (PySet_CheckExact(obj)) {
-    // A set read from the program: only sets of constants, guarded equal as a whole
-    // (their order of iteration is then the same too).
+    // A set read from the program: sets of constants and of objects that hash and compare
+    // by identity in C (functions, builtins, classes), guarded equal as a whole: its table,
+    // keys compared with ==, which for those objects is identity (their order of iteration
+    // is then the same too). A tensor's hash is its address and an object's own __eq__ is
+    // Python code: those sets are not read.
     Ref items = Ref::steal(PySequence_List(obj));
     if (!items) return failFromPython("reading a set");
     std::vector<ValuePtr> values;
     for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.get()); ++i) {
       PyObject* item = PyList_GET_ITEM(items.get(), i);
-      if (!isConstantObject(item)) return fail("a set read from the program must hold constants only");
-      values.push_back(Value::constant(item));
+      if (isConstantObject(item)) {
+        values.push_back(Value::constant(item));
+        continue;
+      }
+      if (isTensor(item))
+        return fail("a set read from the program holding tensors (their hash is their address: its order is not "
+                    "stable; a dict keyed by the tensors is)");
+      if (!identityHashed(item))
+        return fail(std::string("a set read from the program holding a ") + Py_TYPE(item)->tp_name +
+                    " object (only constants, functions and classes, compared by identity, are read)");
+      values.push_back(Value::callable(item));
     }
     if (reg >= 0) {
       // Its table (equal sets of other histories walk and pop in other orders: the trace

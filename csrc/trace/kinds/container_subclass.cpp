@@ -17,6 +17,7 @@
 
 namespace cdynamo::trace {
 
+using bytecode::BinaryOp;
 using guards::LoadKind;
 
 // The Python __new__ a class defines (found in its MRO before its builtin base's), unwrapped
@@ -50,7 +51,9 @@ PyObject* ownPythonNew(PyObject* cls) {
 PyTypeObject* containerBase(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
   while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
-  if (type == &PyDict_Type || type == &PyTuple_Type || type == &PyList_Type) return type;
+  if (type == &PyDict_Type || type == &PyTuple_Type || type == &PyList_Type || type == &PySet_Type ||
+      type == &PyFrozenSet_Type)
+    return type;
   PyObject* odict = lookup(Obj::collections_OrderedDict);
   if (!odict) return PyErr_Clear(), nullptr;
   return type == reinterpret_cast<PyTypeObject*>(odict) ? type : nullptr;
@@ -74,21 +77,33 @@ Result<ValuePtr> newThroughOwnNew(Tracer& t, PyObject* cls, PyObject* own_new, A
   if (!made) return made;
   PyObject* made_cls = typeOf(t, *made);
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
-  if (made_cls && PyType_Check(made_cls) &&
-      PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(made_cls), reinterpret_cast<PyTypeObject*>(cls)) && init &&
-      PyFunction_Check(init)) {
+  const bool instance = made_cls && PyType_Check(made_cls) &&
+                        PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(made_cls), reinterpret_cast<PyTypeObject*>(cls));
+  if (instance && init && PyFunction_Check(init)) {
     args.insert(args.begin(), *made);
     Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
     if (!r) return r;
     if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+  } else if (instance && init && init != objectSlot("__init__")) {
+    // The C __init__ of a list, dict or set base fills what the class's __new__ made
+    // (list.__init__(iterable), dict.__init__(mapping, **kw), set.__init__(iterable)).
+    if (!basePart(*made)) return t.fail(std::string("creating an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
+                                        ": a C __init__ of an object whose items the trace does not hold");
+    args.insert(args.begin(), *made);
+    Result<ValuePtr> r = callBaseMethod(t, init, args, kwargs);
+    if (r.notHandled()) return t.fail(std::string("creating an instance of ") +
+                                      reinterpret_cast<PyTypeObject*>(cls)->tp_name + ": its base's C __init__");
+    if (!r) return r;
   }
   return made;
 }
 
 Result<ValuePtr> newContainerSubclassInstance(Tracer& t, PyObject* cls, ValuePtr part) {
   PyTypeObject* base = containerBase(cls);
+  const bool set_base = base == &PySet_Type || base == &PyFrozenSet_Type;
   if (!base || (base == &PyTuple_Type) != part->is(Kind::Tuple) || (base == &PyList_Type) != part->is(Kind::List) ||
-      (base == &PyDict_Type) != part->is(Kind::Dict))
+      (base == &PyDict_Type) != part->is(Kind::Dict) || set_base != part->is(Kind::Set) ||
+      (set_base && (base == &PyFrozenSet_Type) != part->as<Set>().frozen))
     return t.fail(std::string("making an instance of ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name + " from a " +
                   kindName(part->kind()));
   if (isNamedTupleClass(cls)) {  // a namedtuple class's instance is a Tuple value of that class
@@ -97,6 +112,47 @@ Result<ValuePtr> newContainerSubclassInstance(Tracer& t, PyObject* cls, ValuePtr
   }
   return Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), std::move(part)});
 }
+
+namespace {
+
+// cls(*args) for a subclass of set or frozenset made by its base's C __new__, as type.__call__
+// runs it: frozenset.__new__ takes the items (at most one positional argument; keywords are
+// left to __init__), set.__new__ makes it empty and set.__init__ fills it. A Python __init__
+// of the class is inlined instead of the base's (its super().__init__ reaches set's).
+Result<ValuePtr> newSetSubclassInstance(Tracer& t, PyObject* cls, bool frozen, Args args, Kwargs kwargs) {
+  const char* tn = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
+  ValuePtr part;
+  if (frozen) {
+    if (args.size() > 1)
+      return t.raiseNew(PyExc_TypeError, std::string(tn) + " expected at most 1 argument, got " + std::to_string(args.size()));
+    Result<ValuePtr> made = makeSetPart(t, args.empty() ? nullptr : args[0], true);
+    if (!made) return made;
+    part = made.take();
+  } else {
+    part = Value::set({});
+  }
+  ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), part});
+  PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
+  if (init && PyFunction_Check(init)) {
+    args.insert(args.begin(), obj);
+    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
+    if (!r) return r;
+    if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+    return obj;
+  }
+  if (init != lookupInMro(reinterpret_cast<PyObject*>(frozen ? &PyFrozenSet_Type : &PySet_Type), interned(Str::dunder_init),
+                          nullptr))
+    return t.fail(std::string("creating an instance of ") + tn + ": __init__ is a " + Py_TYPE(init)->tp_name);
+  if (frozen) return obj;  // object.__init__: the items came with __new__
+  if (!kwargs.empty()) return t.raiseNew(PyExc_TypeError, std::string(tn) + "() takes no keyword arguments");
+  if (args.size() > 1)
+    return t.raiseNew(PyExc_TypeError, std::string(tn) + " expected at most 1 argument, got " + std::to_string(args.size()));
+  Result<ValuePtr> r = setMethod(t, part, "__init__", args);
+  if (!r) return r;
+  return obj;
+}
+
+}  // namespace
 
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
@@ -148,6 +204,8 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
     }
     return made;
   }
+  if ((base == &PySet_Type || base == &PyFrozenSet_Type) && base_new)
+    return newSetSubclassInstance(t, cls, base == &PyFrozenSet_Type, std::move(args), std::move(kwargs));
   ValuePtr part = !base_new                ? nullptr
                   : base == &PyList_Type   ? Value::list({})
                                            : Value::dict(reinterpret_cast<PyObject*>(base), {}, {});
@@ -219,8 +277,8 @@ Result<ValuePtr> objectReduceEx(Tracer& t, Args& args, Kwargs& kwargs) {
 // or List value): the container's operation on them. Comparisons and + take the other
 // operand's items when it is a tuple (list) too, and answer NotImplemented otherwise, as
 // tuple's C slots do.
-Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObject* owner, PyObject* name, Args& rest,
-                                    Kwargs& kwargs) {
+Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& self, const ValuePtr& part, PyTypeObject* owner,
+                                    PyObject* name, Args& rest, Kwargs& kwargs, bool as_operator) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   const Kind kind = part->kind();
@@ -258,14 +316,56 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObjec
     return Value::constant(*r ? Py_True : Py_False);
   }
   if (is("__iter__") && rest.empty()) return getIter(t, part);
-  if (is("__add__") && rest.size() == 1) {
+  // The binary slots' wrappers take exactly one argument.
+  static const char* const kBinary[] = {"__add__", "__mul__", "__rmul__", "__iadd__", "__imul__"};
+  for (const char* b : kBinary)
+    if (is(b) && rest.size() != 1)
+      return t.raiseNew(PyExc_TypeError, "expected 1 argument, got " + std::to_string(rest.size()));
+  const char* kind_name = kind == Kind::Tuple ? "tuple" : "list";
+  if (is("__add__")) {
     ValuePtr other = sameKindItems(rest[0]);
-    if (!other) return Value::constant(Py_NotImplemented);
+    // Concatenation is the sequence slot, which raises; the operator protocol reaches it
+    // only after the other operand's __radd__ had its turn.
+    if (!other && as_operator) return Value::constant(Py_NotImplemented);
+    if (!other) {
+      PyObject* type = typeOf(t, rest[0]);
+      if (!type || !PyType_Check(type)) return t.fail("the type of an operand of +");
+      return t.raiseNew(PyExc_TypeError, std::string("can only concatenate ") + kind_name + " (not \"" +
+                                             reinterpret_cast<PyTypeObject*>(type)->tp_name + "\") to " + kind_name);
+    }
     std::vector<ValuePtr> items = *part->elements();
     items.insert(items.end(), other->elements()->begin(), other->elements()->end());
     return Value::sequence(kind, std::move(items));
   }
+  if (is("__mul__") || is("__rmul__") || (kind == Kind::List && (is("__iadd__") || is("__imul__")))) {
+    // seq * n (n * seq), list += iterable, list *= n: the operators on the items; the
+    // in-place ones change them and give back the instance itself.
+    const bool repeat = !is("__iadd__");
+    PyObject* n_obj = rest[0]->constant();
+    if (repeat && (!n_obj || !PyIndex_Check(n_obj))) {
+      if (!rest[0]->is(Kind::Constant) && !isUserObject(rest[0]) && !rest[0]->is(Kind::Tensor)) {
+        PyObject* type = typeOf(t, rest[0]);
+        if (type && PyType_Check(type))
+          return t.raiseNew(PyExc_TypeError, std::string("'") + reinterpret_cast<PyTypeObject*>(type)->tp_name +
+                                                 "' object cannot be interpreted as an integer");
+      }
+      if (!n_obj) return t.fail(std::string(owner->tp_name) + "." + n + "() by a count not known at trace time");
+      return t.raiseNew(PyExc_TypeError,
+                        std::string("'") + Py_TYPE(n_obj)->tp_name + "' object cannot be interpreted as an integer");
+    }
+    const BinaryOp op = is("__iadd__")   ? BinaryOp::InplaceAdd
+                        : is("__imul__") ? BinaryOp::InplaceMultiply
+                                         : BinaryOp::Multiply;
+    Result<ValuePtr> r = binaryOp(t, op, part, rest[0]);
+    if (!r || !bytecode::isInplace(op)) return r;
+    return self;
+  }
   if (kind == Kind::List) {
+    // The item slots' wrappers check their argument counts.
+    if (is("__delitem__") && rest.size() != 1)
+      return t.raiseNew(PyExc_TypeError, "expected 1 argument, got " + std::to_string(rest.size()));
+    if (is("__setitem__") && rest.size() != 2)
+      return t.raiseNew(PyExc_TypeError, "expected 2 arguments, got " + std::to_string(rest.size()));
     if (is("__setitem__") && rest.size() == 2) {
       if (Done d = storeSubscript(t, part, rest[0], rest[1]); !d) return d.stop();
       return Value::constant(Py_None);
@@ -288,43 +388,95 @@ Result<ValuePtr> sequenceBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObjec
   return callContainerMethod(t, part, name, rest, kwargs);
 }
 
-// A set's or frozenset's C method called by name on a Set value (set.__sub__(p, q),
-// s.__iter__(), frozenset.__eq__(p, p)): the operator it stands for, NotImplemented where
-// Python's gives that (a comparison or operator with an operand that is not a set).
-Result<ValuePtr> setBaseMethod(Tracer& t, const ValuePtr& part, PyTypeObject* owner, PyObject* name, Args& rest,
-                               Kwargs& kwargs) {
+// A set's or frozenset's C method called by name on a Set value or on an instance of a
+// subclass whose items it holds (`self`; set.__sub__(p, q), s.__iter__(), frozenset.__eq__(p,
+// p)): the operator it stands for, NotImplemented where Python's gives that (a comparison or
+// operator with an operand that is not a set). The in-place operators change the items and
+// return `self` itself, as set's do.
+Result<ValuePtr> setBaseMethod(Tracer& t, const ValuePtr& self, const ValuePtr& part, PyTypeObject* owner, PyObject* name,
+                               Args& rest, Kwargs& kwargs) {
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   if (!kwargs.empty()) return t.fail(std::string("keyword arguments to ") + owner->tp_name + "." + n + "()");
-  auto setLike = [](const ValuePtr& v) {
-    return v->is(Kind::Set) || (v->constant() && PyAnySet_Check(v->constant()));
-  };
+  auto setLike = [](const ValuePtr& v) { return setPartOf(v) || (v->constant() && PyAnySet_Check(v->constant())); };
   static const char* const kCompare[] = {"__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"};
   for (int op = 0; op < 6; ++op) {
     if (!is(kCompare[op]) || rest.size() != 1) continue;
     if (!setLike(rest[0])) return Value::constant(Py_NotImplemented);
     return setCompare(t, op, part, rest[0]);
   }
-  static const std::pair<const char*, bytecode::BinaryOp> kBinary[] = {
-      {"__or__", bytecode::BinaryOp::Or}, {"__and__", bytecode::BinaryOp::And},
-      {"__sub__", bytecode::BinaryOp::Subtract}, {"__xor__", bytecode::BinaryOp::Xor}};
-  for (const auto& [bname, op] : kBinary) {
+  struct BinaryName {
+    const char* name;
+    bytecode::BinaryOp op;
+    bool reflected;
+  };
+  static const BinaryName kBinary[] = {
+      {"__or__", bytecode::BinaryOp::Or, false},         {"__and__", bytecode::BinaryOp::And, false},
+      {"__sub__", bytecode::BinaryOp::Subtract, false},  {"__xor__", bytecode::BinaryOp::Xor, false},
+      {"__ror__", bytecode::BinaryOp::Or, true},         {"__rand__", bytecode::BinaryOp::And, true},
+      {"__rsub__", bytecode::BinaryOp::Subtract, true},  {"__rxor__", bytecode::BinaryOp::Xor, true},
+      {"__ior__", bytecode::BinaryOp::InplaceOr, false}, {"__iand__", bytecode::BinaryOp::InplaceAnd, false},
+      {"__isub__", bytecode::BinaryOp::InplaceSubtract, false}, {"__ixor__", bytecode::BinaryOp::InplaceXor, false}};
+  for (const auto& [bname, op, reflected] : kBinary) {
     if (!is(bname) || rest.size() != 1) continue;
     if (!setLike(rest[0])) return Value::constant(Py_NotImplemented);
-    return setBinaryOp(t, op, part, rest[0]);
+    if (bytecode::isInplace(op)) {
+      if (part->as<Set>().frozen) break;  // frozenset has no in-place operators
+      Result<ValuePtr> r = setBinaryOp(t, op, part, rest[0]);
+      if (!r) return r;
+      return self;
+    }
+    // The result is a plain set (frozenset) whatever the subclass, as set's C code makes it;
+    // a reflected one takes the type of its left operand, the other one.
+    return reflected ? setBinaryOp(t, op, rest[0], part) : setBinaryOp(t, op, part, rest[0]);
   }
   if (is("__len__") && rest.empty())
     return Value::constant(Ref::steal(PyLong_FromSize_t(part->as<Set>().items.size())).get());
   if (is("__iter__") && rest.empty()) return getIter(t, part);
-  if (n[0] == '_' && n[1] == '_' && !is("__contains__") && !is("__ior__") && !is("__iand__") && !is("__isub__") &&
-      !is("__ixor__"))
+  if (is("__repr__") && rest.empty()) {
+    // set's repr: its items' reprs in its walk order, inside {}; a subclass's wrapped in its
+    // class's name, an empty one as Name() (set(), CustomSet()). Items that are constants only.
+    PyObject* type = typeOf(t, self);
+    if (!type || !PyType_Check(type)) return t.fail("the type of a set");
+    std::string inner;
+    for (const ValuePtr& item : setIterationOrder(part->as<Set>())) {
+      PyObject* c = item->constant();
+      if (!c) return t.fail("repr() of a set holding " + describe(item) + " is not supported yet");
+      Ref r = Ref::steal(PyObject_Repr(c));
+      const char* s = r ? PyUnicode_AsUTF8(r.get()) : nullptr;
+      if (!s) return t.failFromPython("repr() of a set item");
+      inner += (inner.empty() ? "" : ", ") + std::string(s);
+    }
+    PyTypeObject* tp = reinterpret_cast<PyTypeObject*>(type);
+    std::string out = inner.empty()  ? std::string(tp->tp_name) + "()"
+                      : tp == &PySet_Type ? "{" + inner + "}"
+                                          : std::string(tp->tp_name) + "({" + inner + "})";
+    Ref s = Ref::steal(PyUnicode_FromStringAndSize(out.data(), static_cast<Py_ssize_t>(out.size())));
+    if (!s) return t.failFromPython("repr() of a set");
+    return Value::constant(s.get());
+  }
+  if (n[0] == '_' && n[1] == '_' && !is("__contains__") && !is("__init__"))
     return t.fail(std::string(owner->tp_name) + "." + n + "() is not supported yet");
   return callContainerMethod(t, part, name, rest, kwargs);
 }
 
 }  // namespace
 
+namespace {
+Result<ValuePtr> baseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, bool as_operator);
+}  // namespace
+
 Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs) {
+  return baseMethod(t, fn, args, kwargs, false);
+}
+
+Result<ValuePtr> callBaseMethodAsOperator(Tracer& t, PyObject* fn, Args& args) {
+  Kwargs none;
+  return baseMethod(t, fn, args, none, true);
+}
+
+namespace {
+Result<ValuePtr> baseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, bool as_operator) {
   if (fn == objectSlot("__reduce_ex__") && !args.empty()) return objectReduceEx(t, args, kwargs);
   if (args.size() == 2 && kwargs.empty() &&
       fn == PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_dict, "with_traceback")) {
@@ -354,6 +506,7 @@ Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwa
   if (part) {
     ptype = part->is(Kind::Dict)    ? part->as<Dict>().type.get()
             : part->is(Kind::Tuple) ? reinterpret_cast<PyObject*>(&PyTuple_Type)
+            : part->is(Kind::Set)   ? reinterpret_cast<PyObject*>(containerCType(part))
                                     : reinterpret_cast<PyObject*>(&PyList_Type);
   } else if (args[0]->is(Kind::List) || args[0]->is(Kind::Tuple) || args[0]->is(Kind::Dict) || args[0]->is(Kind::Set)) {
     // A container value itself (dict.values(d), list.__iter__(l), set.__sub__(p, q), or
@@ -381,8 +534,8 @@ Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwa
   const char* n = PyUnicode_AsUTF8(name);
   auto is = [n](const char* m) { return strcmp(n, m) == 0; };
   Args rest(args.begin() + 1, args.end());
-  if (part->is(Kind::Set)) return setBaseMethod(t, part, owner, name, rest, kwargs);
-  if (!part->is(Kind::Dict)) return sequenceBaseMethod(t, part, owner, name, rest, kwargs);
+  if (part->is(Kind::Set)) return setBaseMethod(t, args[0], part, owner, name, rest, kwargs);
+  if (!part->is(Kind::Dict)) return sequenceBaseMethod(t, args[0], part, owner, name, rest, kwargs, as_operator);
   static const char* const kMutating[] = {"__setitem__", "__delitem__", "__init__", "update", "pop", "popitem",
                                           "setdefault", "clear", "move_to_end"};
   bool mutating = false;
@@ -423,5 +576,7 @@ Result<ValuePtr> callBaseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwa
   if (n[0] == '_') return t.fail(std::string(owner->tp_name) + "." + n + "() of a subclass instance is not supported yet");
   return callContainerMethod(t, part, name, rest, kwargs);
 }
+
+}  // namespace
 
 }  // namespace cdynamo::trace

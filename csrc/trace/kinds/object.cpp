@@ -12,6 +12,7 @@
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/kinds/object_internal.h"
+#include "trace/kinds/set.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
@@ -707,6 +708,12 @@ Done rebuildNewObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* 
     if (Done d = p.planAll(part.values, &dict.values); !d) return d;
     items = std::make_unique<runtime::OutputPlan>(std::move(dict));
     base_type = part.type.copy();
+  } else if (o.base && o.base->is(Kind::Set)) {  // a set or frozenset subclass instance: its items as a plain one
+    const Set& part = o.base->as<Set>();
+    std::vector<runtime::OutputPlan> parts;
+    if (Done d = p.planAll(setIterationOrder(part), &parts); !d) return d;
+    items = std::make_unique<runtime::OutputPlan>(P::Set{std::move(parts), part.frozen});
+    base_type = Ref::borrow(reinterpret_cast<PyObject*>(part.frozen ? &PyFrozenSet_Type : &PySet_Type));
   } else if (o.base) {  // a tuple or list subclass instance: its items as a plain tuple or list
     std::vector<runtime::OutputPlan> parts;
     if (Done d = p.planAll(*o.base->elements(), &parts); !d) return d;

@@ -22,10 +22,20 @@ Result<ValuePtr> callDunder(Tracer& t, const ValuePtr& obj, PyObject* name, std:
   PyObject* fn = lookupInMro(classOf(obj), name, nullptr);
   if (!fn) return notHandled();
   args.insert(args.begin(), obj);
-  if (!PyFunction_Check(fn)) {  // a C slot of a dict base: on the object's items
-    if (!basePart(obj)) return notHandled();
-    Kwargs none;
-    return callBaseMethod(t, fn, args, none);
+  if (!PyFunction_Check(fn)) {  // a C slot of a container base: on the object's items
+    if (!basePart(obj)) {
+      // An instance of a container subclass whose items the trace does not hold (read from
+      // the program with items it cannot model): its base's C slot would answer from them;
+      // taking it as missing would raise "unsupported operand" where eager computes.
+      PyTypeObject* base = containerBase(classOf(obj));
+      if (base && (PyObject_TypeCheck(fn, &PyWrapperDescr_Type) || PyObject_TypeCheck(fn, &PyMethodDescr_Type)) &&
+          PyDescr_TYPE(fn) != &PyBaseObject_Type)
+        return t.fail(std::string(PyDescr_TYPE(fn)->tp_name) + "." + PyUnicode_AsUTF8(name) + "() of a " +
+                      reinterpret_cast<PyTypeObject*>(classOf(obj))->tp_name +
+                      " instance whose items the trace does not hold is not supported yet");
+      return notHandled();
+    }
+    return callBaseMethodAsOperator(t, fn, args);
   }
   return t.inlineFunction(fn, -1, std::move(args), {});
 }

@@ -26,6 +26,10 @@ bool isPlainPythonClass(PyObject* cls);
 // classes (its own Python __new__ or not), not abstract.
 bool madeByObjectNew(PyObject* cls);
 
+// callBaseMethod for a special method the operator protocol calls (a + b, a == b): the
+// C slot's NotImplemented where a direct call (list.__add__(p, {})) raises TypeError.
+Result<ValuePtr> callBaseMethodAsOperator(Tracer& t, PyObject* fn, Args& args);
+
 // object's own attribute `name` (object.__setattr__, object.__new__, ...): borrowed, or null.
 PyObject* objectSlot(const char* name);
 

@@ -16,6 +16,7 @@
 #include "trace/kinds/sequence.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
+#include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
@@ -62,6 +63,20 @@ bool readsItemsOf(const ValuePtr& v, const ValuePtr& self) {
   if (const Object* o = v->get<Object>()) return o->base == self;
   if (const NewObject* o = v->get<NewObject>()) return o->base == self;
   return false;
+}
+
+// item == v as a list's or tuple's methods compare them (PyObject_RichCompareBool:
+// identity, then item.__eq__(v) and the reflected one): known at trace time, or, when either
+// is an instance of a class of the program, by its class's own __eq__ (inlined) and the
+// truth of what it returns. Fails with `what` when neither can decide.
+Result<bool> itemEquals(Tracer& t, const ValuePtr& item, const ValuePtr& v, const char* what) {
+  int eq;
+  if (sameValue(item, v, &eq)) return eq != 0;
+  if (!isUserObject(item) && !isUserObject(v)) return t.fail(what);
+  if (item == v || (item->real() && item->real() == v->real())) return true;
+  Result<ValuePtr> r = compareOp(t, Py_EQ, item, v);
+  if (!r) return r.stop();
+  return truthValue(t, *r);
 }
 
 }  // namespace
@@ -137,10 +152,10 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
   std::vector<ValuePtr>& items = *self->elements();
   if (is("__contains__") && args.size() == 1) {
     // Python's order: identity, then ==, item by item, up to the first match.
-    for (const ValuePtr& item : items) {
-      int eq;
-      if (!sameValue(item, args[0], &eq)) return t.fail("`in` needs comparisons known at trace time");
-      if (eq) return Value::constant(Py_True);
+    for (size_t i = 0; i < items.size(); ++i) {
+      Result<bool> eq = itemEquals(t, items[i], args[0], "`in` needs comparisons known at trace time");
+      if (!eq) return eq.stop();
+      if (*eq) return Value::constant(Py_True);
     }
     return Value::constant(Py_False);
   }
@@ -159,8 +174,10 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
       v = std::min(v, sz);
     }
     for (size_t i = static_cast<size_t>(bounds[0]); i < items.size() && static_cast<Py_ssize_t>(i) < bounds[1]; ++i) {
-      int eq;
-      if (!sameValue(items[i], args[0], &eq)) return t.fail(std::string(".") + n + "() needs comparisons known at trace time");
+      const std::string what = std::string(".") + n + "() needs comparisons known at trace time";
+      Result<bool> equal = itemEquals(t, items[i], args[0], what.c_str());
+      if (!equal) return equal.stop();
+      const int eq = *equal ? 1 : 0;
       if (eq && is("index")) return Value::constant(Ref::steal(longOf(static_cast<Py_ssize_t>(i))).get());
       count += eq;
     }
@@ -231,9 +248,9 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
   }
   if (is("remove") && args.size() == 1) {
     for (size_t i = 0; i < items.size(); ++i) {
-      int eq;
-      if (!sameValue(items[i], args[0], &eq)) return t.fail("list.remove needs comparisons known at trace time");
-      if (eq) {
+      Result<bool> eq = itemEquals(t, items[i], args[0], "list.remove needs comparisons known at trace time");
+      if (!eq) return eq.stop();
+      if (*eq) {
         dequeChanged(self->as<List>());
         items.erase(items.begin() + static_cast<std::ptrdiff_t>(i));
         return Value::constant(Py_None);
@@ -254,8 +271,97 @@ Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, 
     std::reverse(items.begin(), items.end());
     return Value::constant(Py_None);
   }
-  if (is("sort")) return sortConstants(t, items, kwargs);
+  if (is("sort")) {
+    bool constants = true;
+    for (const ValuePtr& v : items) constants = constants && v->constant();
+    for (auto& [k, v] : kwargs) constants = constants && v->constant();
+    if (constants) return sortConstants(t, items, kwargs);
+    return sortValues(t, self, kwargs);
+  }
   return notHandled();
+}
+
+namespace {
+// key(a) < key(b) as list.sort asks it: for real between constants, else by the operator
+// protocol (a class's own __lt__ inlined) and the truth of its answer.
+Result<bool> sortLess(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
+  if (a->constant() && b->constant()) {
+    int lt = PyObject_RichCompareBool(a->constant(), b->constant(), Py_LT);
+    if (lt < 0) return t.failFromPython("list.sort comparing its keys");
+    return lt == 1;
+  }
+  if (!isUserObject(a) && !isUserObject(b)) return t.fail("list.sort by keys whose order depends on their values");
+  Result<ValuePtr> r = compareOp(t, Py_LT, a, b);
+  if (!r) return r.stop();
+  return truthValue(t, *r);
+}
+}  // namespace
+
+Result<ValuePtr> sortValues(Tracer& t, const ValuePtr& self, Kwargs& kwargs) {
+  // list.sort(key=..., reverse=...) of items that are not all constants, or with a key
+  // function: as CPython does it, the list is empty while the keys are computed (each
+  // item's key once, in order; an exception there leaves the list as it was), then a stable
+  // sort by `<` on the keys (reverse: reversed, sorted, reversed back, which keeps equal
+  // items in order). A comparison that raises stops the trace: the list is then left in
+  // the sort's own intermediate order.
+  ValuePtr key;
+  bool reverse = false;
+  for (auto& [k, v] : kwargs) {
+    if (PyUnicode_CompareWithASCIIString(k.get(), "key") == 0) {
+      key = v->isNone() ? nullptr : v;
+    } else if (PyUnicode_CompareWithASCIIString(k.get(), "reverse") == 0) {
+      Result<bool> r = v->constant() ? truthValue(t, v) : Result<bool>(t.fail("list.sort(reverse=) not a constant"));
+      if (!r) return r.stop();
+      reverse = *r;
+    } else {
+      return t.raiseNew(PyExc_TypeError,
+                        std::string("'") + PyUnicode_AsUTF8(k.get()) + "' is an invalid keyword argument for sort()");
+    }
+  }
+  std::vector<ValuePtr>& items = *self->elements();
+  std::vector<ValuePtr> saved = std::move(items);
+  items.clear();
+  std::vector<ValuePtr> keys;
+  for (const ValuePtr& v : saved) {
+    if (!key) {
+      keys.push_back(v);
+      continue;
+    }
+    Result<ValuePtr> k = call(t, key, {v}, {});
+    if (!k) {
+      *self->elements() = std::move(saved);
+      return k;
+    }
+    keys.push_back(k.take());
+  }
+  if (!self->elements()->empty()) return t.fail("list modified during sort (ValueError)");
+  std::vector<size_t> sorted;
+  if (Done d = stableSortOrder(t, keys, reverse, &sorted); !d) return d.stop();
+  std::vector<ValuePtr> out;
+  for (size_t i : sorted) out.push_back(saved[i]);
+  *self->elements() = std::move(out);
+  return Value::constant(Py_None);
+}
+
+Done stableSortOrder(Tracer& t, const std::vector<ValuePtr>& keys, bool reverse, std::vector<size_t>* sorted) {
+  std::vector<size_t> order(keys.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = reverse ? order.size() - 1 - i : i;
+  // A stable insertion of each item after every one not greater than it: the order a
+  // stable sort gives (the number and order of comparisons differ from timsort's).
+  sorted->clear();
+  for (size_t i : order) {
+    size_t lo = 0, hi = sorted->size();
+    while (lo < hi) {  // the first position whose key is greater than keys[i]
+      size_t mid = (lo + hi) / 2;
+      Result<bool> less = sortLess(t, keys[i], keys[(*sorted)[mid]]);
+      if (!less) return t.fail("a comparison in a sort stopped: the list would be left in the sort's own order");
+      if (*less) hi = mid;
+      else lo = mid + 1;
+    }
+    sorted->insert(sorted->begin() + static_cast<std::ptrdiff_t>(lo), i);
+  }
+  if (reverse) std::reverse(sorted->begin(), sorted->end());
+  return {};
 }
 
 Result<ValuePtr> sortConstants(Tracer& t, std::vector<ValuePtr>& items, std::vector<std::pair<Ref, ValuePtr>>& kwargs) {

@@ -45,6 +45,13 @@ Result<ValuePtr> dequeMethod(Tracer& t, const ValuePtr& self, const char* n, Arg
 Result<ValuePtr> sequenceMethod(Tracer& t, const ValuePtr& self, const char* n, Args& args, Kwargs& kwargs);
 // items.sort(**kwargs) of constants, with Python's own sort (the same order and errors).
 Result<ValuePtr> sortConstants(Tracer& t, std::vector<ValuePtr>& items, Kwargs& kwargs);
+// list.sort() of the list value `self` with a key function or items that are not all
+// constants (their class's own __lt__ inlined).
+Result<ValuePtr> sortValues(Tracer& t, const ValuePtr& self, Kwargs& kwargs);
+// The positions of `keys` in the order a stable sort by `<` puts them (reverse: as
+// list.sort(reverse=True) does, equal keys kept in order), comparing values the trace cannot
+// compare for real by the operator protocol.
+Done stableSortOrder(Tracer& t, const std::vector<ValuePtr>& keys, bool reverse, std::vector<size_t>* sorted);
 
 // Whether a value is a namedtuple (a Tuple of a namedtuple class).
 bool isNamedTupleValue(const ValuePtr& v);

@@ -34,6 +34,10 @@ namespace {
 // The items of a set-like value (a Set, or a constant set/frozenset as constants); false
 // when `v` is not one.
 bool setLikeItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (const ValuePtr* part = setPartOf(v)) {
+    *out = (*part)->as<Set>().items;
+    return true;
+  }
   if (const Set* s = v->get<Set>()) {
     *out = s->items;
     return true;
@@ -49,7 +53,7 @@ bool setLikeItems(const ValuePtr& v, std::vector<ValuePtr>* out) {
 }
 
 bool isFrozenSetLike(const ValuePtr& v) {
-  if (const Set* s = v->get<Set>()) return s->frozen;
+  if (const ValuePtr* part = setPartOf(v)) return (*part)->as<Set>().frozen;
   return v->constant() && PyFrozenSet_Check(v->constant());
 }
 
@@ -85,10 +89,23 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
   if (isScalarValue(t, v))
     return t.fail("a value read from a tensor (Tensor.item()) as a set item: its hash is its value, known only at run time");
   std::vector<ValuePtr> members;
-  if (v->is(Kind::Set) || (v->constant() && PyAnySet_Check(v->constant()))) {
+  // A set subclass with its own __eq__ or __hash__ is hashed and compared by them, which the
+  // lookup by members does not run.
+  auto ownEquality = [](const ValuePtr& x) {
+    const NewObject* o = x->get<NewObject>();
+    if (!o || !o->base || !o->base->is(Kind::Set)) return false;
+    PyTypeObject* base = o->base->as<Set>().frozen ? &PyFrozenSet_Type : &PySet_Type;
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(o->cls.get());
+    for (Str name : {Str::dunder_eq, Str::dunder_hash})
+      if (_PyType_Lookup(cls, interned(name)) != _PyType_Lookup(base, interned(name))) return true;
+    return false;
+  };
+  if (ownEquality(v)) return t.fail("an instance of a set subclass with its own __eq__ or __hash__ as a set item");
+  if (setPartOf(v) || (v->constant() && PyAnySet_Check(v->constant()))) {
     setLikeItems(v, &members);
     for (size_t i = 0; i < items.size(); ++i) {
       std::vector<ValuePtr> other;
+      if (ownEquality(items[i])) return t.fail("a set holding an instance of a set subclass with its own __eq__ or __hash__");
       if (!setLikeItems(items[i], &other)) continue;  // a set equals only a set
       Result<bool> same = sameMembers(t, members, other);
       if (!same) return same.stop();
@@ -105,9 +122,65 @@ Result<long> setIndex(Tracer& t, const std::vector<ValuePtr>& items, const Value
     }
     return -1;
   }
+  // Tuples made in the trace (holding tensors, objects, or constants not folded into one
+  // constant tuple) and constant tuples: hashed and compared by their items, each as a set
+  // item is (a tensor by identity).
+  auto tupleItems = [](const ValuePtr& x, std::vector<ValuePtr>* out) {
+    if (const Tuple* tup = x->get<Tuple>()) {
+      *out = tup->items;
+      return true;
+    }
+    PyObject* c = x->constant();
+    if (!c || !PyTuple_CheckExact(c)) return false;
+    out->clear();
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(c); ++k) out->push_back(Value::constant(PyTuple_GET_ITEM(c, k)));
+    return true;
+  };
+  bool tuple_items = false;
+  for (const ValuePtr& item : items) tuple_items = tuple_items || item->is(Kind::Tuple);
+  std::vector<ValuePtr> mine;
+  if ((v->is(Kind::Tuple) || tuple_items) && tupleItems(v, &mine)) {
+    for (const ValuePtr& x : {v})
+      if (const Tuple* tup = x->get<Tuple>(); tup && tup->namedtuple)
+        for (Str name : {Str::dunder_eq, Str::dunder_hash})
+          if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), interned(name)) !=
+              _PyType_Lookup(&PyTuple_Type, interned(name)))
+            return t.fail("a namedtuple with its own __eq__ or __hash__ as a set item is not supported yet");
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (items[i] == v) return static_cast<long>(i);
+      std::vector<ValuePtr> other;
+      if (!tupleItems(items[i], &other) || other.size() != mine.size()) continue;
+      if (const Tuple* tup = items[i]->get<Tuple>(); tup && tup->namedtuple)
+        for (Str name : {Str::dunder_eq, Str::dunder_hash})
+          if (_PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), interned(name)) !=
+              _PyType_Lookup(&PyTuple_Type, interned(name)))
+            return t.fail("a set holding a namedtuple with its own __eq__ or __hash__");
+      bool same = true;
+      for (size_t k = 0; same && k < other.size(); ++k) {
+        Result<long> at = setIndex(t, {other[k]}, mine[k]);
+        if (!at) return at.stop();
+        same = *at == 0;
+      }
+      if (same) return static_cast<long>(i);
+    }
+    return -1;
+  }
+  if (const NewObject* no = v->get<NewObject>(); no && !no->base) {
+    // An instance made in the trace of a class keeping object's __eq__ and __hash__: hashed
+    // by identity, equal only to itself (walked in the order it was added, as a tensor is:
+    // its hash is its address).
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(no->cls.get());
+    for (Str name : {Str::dunder_eq, Str::dunder_hash})
+      if (_PyType_Lookup(cls, interned(name)) != _PyType_Lookup(&PyBaseObject_Type, interned(name)))
+        return t.fail(describe(v) + " (a class with its own __eq__ or __hash__) as a set item is not supported yet");
+    for (size_t i = 0; i < items.size(); ++i)
+      if (items[i] == v) return static_cast<long>(i);
+    return -1;
+  }
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
-  PyObject* o = v->is(Kind::Module) ? v->real() : v->constant();
+  // A class or function compares and hashes in C (realComparable): as its real object.
+  PyObject* o = v->is(Kind::Module) || (v->is(Kind::Callable) && realComparable(v, true)) ? v->real() : v->constant();
   if (!o) return t.fail(describe(v) + " as a set item is not supported yet");
   if (!v->is(Kind::Module) && PyObject_Hash(o) == -1) return t.raisePython();  // unhashable: TypeError
   for (size_t i = 0; i < items.size(); ++i) {
@@ -139,8 +212,19 @@ Done setToggle(Tracer& t, const std::vector<ValuePtr>& items, std::vector<ValueP
 // Whether `v` may be added to a set: hashable (a mutable set is not: TypeError).
 Done checkHashable(Tracer& t, const ValuePtr& v) {
   if (const Set* s = v->get<Set>(); s && !s->frozen) return t.raiseNew(PyExc_TypeError, "unhashable type: 'set'");
+  if (const ValuePtr* part = setPartOf(v); part && !(*part)->as<Set>().frozen) {
+    // An instance of a set subclass: unhashable unless its class defines __hash__ (not modelled).
+    PyTypeObject* cls = reinterpret_cast<PyTypeObject*>(v->as<NewObject>().cls.get());
+    PyObject* hash = _PyType_Lookup(cls, interned(Str::dunder_hash));
+    if (hash && hash != Py_None) return t.fail("an instance of a set subclass with its own __hash__ as a set item");
+    return t.raiseNew(PyExc_TypeError,
+                      std::string("unhashable type: '") + cls->tp_name + "'");
+  }
   if (v->is(Kind::List) || v->is(Kind::Dict))
     return t.raiseNew(PyExc_TypeError, std::string("unhashable type: '") + (v->is(Kind::List) ? "list" : "dict") + "'");
+  if (const Tuple* tup = v->get<Tuple>())  // a tuple hashes its items
+    for (const ValuePtr& item : tup->items)
+      if (Done d = checkHashable(t, item); !d) return d;
   return {};
 }
 
@@ -582,6 +666,19 @@ std::vector<ValuePtr> setIterationOrder(const Set& s) {
   return out;
 }
 
+const ValuePtr* setPartOf(const ValuePtr& v) {
+  if (v->is(Kind::Set)) return &v;
+  const NewObject* o = v->get<NewObject>();
+  return o && o->base && o->base->is(Kind::Set) ? &o->base : nullptr;
+}
+
+Result<ValuePtr> makeSetPart(Tracer& t, const ValuePtr& iterable, bool frozen) {
+  std::vector<ValuePtr> items;
+  if (iterable)
+    if (Done d = setItemsOf(t, iterable, &items); !d) return d.stop();
+  return frozen ? Value::frozenSet(std::move(items)) : Value::set(std::move(items));
+}
+
 Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable) {
   if (const Set* s = iterable->get<Set>(); s && s->frozen) return iterable;  // frozenset(fs) is fs
   if (iterable->constant() && PyFrozenSet_CheckExact(iterable->constant())) return iterable;
@@ -691,6 +788,8 @@ Result<ValuePtr> realSetOrConstantOperator(Tracer& t, const BinaryOperands& o) {
   Ref pa = operand(a), pb = pa ? operand(b) : Ref();
   if (!pa || !pb) return notHandled();
   Ref r = Ref::steal(PyObject_CallFunctionObjArgs(o.fn, pa.get(), pb.get(), nullptr));
+  // Real sets and constants, which run no Python code: a TypeError (set - 1) is eager's own.
+  if (!r && PyErr_ExceptionMatches(PyExc_TypeError)) return t.raisePython();
   if (!r) return t.failFromPython(std::string("operator.") + o.fn_name);
   // The new set's own table is its history from here on (a later walk or pop() reads it);
   // its items are the operands' values where it holds their objects.

@@ -30,6 +30,13 @@ PyObject* realSetOperand(const ValuePtr& v);
 // made in the trace, read through realSetOperand): its items are the operands' values for the
 // objects it holds, its shadow `real` itself. Null when it holds an object none stands for.
 ValuePtr setFromReal(PyObject* real, std::initializer_list<ValuePtr> operands);
+// The Set value holding the items of `v`: `v` itself when it is one, the items of an
+// instance of a set or frozenset subclass made in the trace (its base part), else null.
+const ValuePtr* setPartOf(const ValuePtr& v);
+// A Set value (never a constant, even when frozen and of constants) of the items of
+// `iterable` (empty when null), as set's or frozenset's C __new__/__init__ take them: the
+// items of an instance of a subclass made in the trace.
+Result<ValuePtr> makeSetPart(Tracer& t, const ValuePtr& iterable, bool frozen);
 // frozenset(iterable): a constant when its items are constants, else a frozen Set.
 Result<ValuePtr> makeFrozenSet(Tracer& t, const ValuePtr& iterable);
 // a | b, a & b, a - b, a ^ b (and the in-place forms, which change a set itself) of two

@@ -14,6 +14,8 @@
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
+#include "trace/kinds/sequence.h"
+#include "trace/kinds/object.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -42,6 +44,8 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
   if (Done d = iterate(t, args[0], &items); !d) return d.stop();
   Ref keys = Ref::steal(PyList_New(0));
   if (!keys) return t.failFromPython("sorted()");
+  std::vector<ValuePtr> key_values;
+  bool real_keys = true;
   for (const ValuePtr& item : items) {
     ValuePtr k = item;
     if (key) {
@@ -49,9 +53,24 @@ Result<ValuePtr> builtinSorted(Tracer& t, PyObject* f, Args& args, Kwargs& kwarg
       if (!r) return r;
       k = r.take();
     }
-    Ref real = toPython(t, k);
-    if (!real) return t.fail("sorted() by keys that are not constants depends on their values");
+    key_values.push_back(k);
+    if (!real_keys) continue;
+    Ref real = isUserObject(k) ? Ref() : toPython(t, k);
+    if (!real) {
+      PyErr_Clear();
+      real_keys = false;  // instances of the program's classes: compared by their own __lt__
+      continue;
+    }
     if (PyList_Append(keys.get(), real.get()) < 0) return t.failFromPython("sorted()");
+  }
+  if (!real_keys) {
+    Result<bool> rev = truthValue(t, reverse);
+    if (!rev) return rev.stop();
+    std::vector<size_t> order;
+    if (Done d = stableSortOrder(t, key_values, *rev, &order); !d) return d.stop();
+    std::vector<ValuePtr> out;
+    for (size_t i : order) out.push_back(items[i]);
+    return Value::list(std::move(out));
   }
   // The order: sorted(range(n), key=keys.__getitem__, reverse=reverse), run for real.
   Ref indices = Ref::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyRange_Type), "n",
@@ -273,6 +292,22 @@ Result<ValuePtr> builtinReduce(Tracer& t, PyObject* f, const char* which, Args& 
     if (!r.notHandled()) return r;
     Result<ValuePtr> n = minMaxOfNumbers(t, is("max"), items);
     if (!n.notHandled()) return n;
+    bool objects = false;
+    for (const ValuePtr& v : items) objects = objects || isUserObject(v);
+    if (objects) {
+      // Instances of the program's classes: Python's fold, the first item kept and each
+      // later one taken when it compares greater (min: less) by the class's own methods.
+      if (items.empty()) return t.raiseNew(PyExc_ValueError, std::string(which) + "() arg is an empty sequence");
+      ValuePtr best = items[0];
+      for (size_t i = 1; i < items.size(); ++i) {
+        Result<ValuePtr> c = compareOp(t, is("max") ? Py_GT : Py_LT, items[i], best);
+        if (!c) return c;
+        Result<bool> truth = truthValue(t, *c);
+        if (!truth) return truth.stop();
+        if (*truth) best = items[i];
+      }
+      return best;
+    }
   }
   return t.fail(std::string(which) + "() over tensors depends on their values");
 }

@@ -15,6 +15,7 @@
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
+#include "trace/kinds/set.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/call_rules_internal.h"
@@ -120,13 +121,27 @@ Result<ValuePtr> callContainerNew(Tracer& t, PyObject* f, Args& args, Kwargs& kw
     return notHandled();
   PyObject* owner = PyCFunction_GET_SELF(f);
   PyTypeObject* base = owner && PyType_Check(owner) ? reinterpret_cast<PyTypeObject*>(owner) : nullptr;
-  if (base != &PyTuple_Type && base != &PyList_Type && base != &PyDict_Type) return notHandled();
+  if (base != &PyTuple_Type && base != &PyList_Type && base != &PyDict_Type && base != &PySet_Type &&
+      base != &PyFrozenSet_Type)
+    return notHandled();
   PyObject* cls = args.empty() ? nullptr : args[0]->real();
   if (!cls || !PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), base))
     return t.fail(std::string(base->tp_name) + ".__new__(X): X is not a subtype of " + base->tp_name + " (TypeError)");
   if (!kwargs.empty()) return t.fail(std::string(base->tp_name) + ".__new__() with keyword arguments");
   ValuePtr part;
-  if (base == &PyTuple_Type) {
+  if (base == &PySet_Type || base == &PyFrozenSet_Type) {
+    // set.__new__ makes an empty set whatever it is given (set.__init__ fills it);
+    // frozenset.__new__ takes the items (at most one iterable).
+    const bool frozen = base == &PyFrozenSet_Type;
+    if (frozen && args.size() > 2)
+      return t.raiseNew(PyExc_TypeError, std::string(reinterpret_cast<PyTypeObject*>(cls)->tp_name) +
+                                             " expected at most 1 argument, got " + std::to_string(args.size() - 1));
+    if (frozen && cls == owner) return args.size() == 2 ? makeFrozenSet(t, args[1]) : makeFrozenSet(t, Value::tuple({}));
+    Result<ValuePtr> made = makeSetPart(t, frozen && args.size() == 2 ? args[1] : nullptr, frozen);
+    if (!made) return made;
+    part = made.take();
+    if (cls == owner) return part;
+  } else if (base == &PyTuple_Type) {
     if (args.size() > 2) return t.fail("tuple expected at most 1 argument (TypeError)");
     std::vector<ValuePtr> items;
     if (args.size() == 2)
@@ -258,6 +273,34 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     return callTorchFunction(t, fn, args, kwargs);
   }
   if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+  if (PyType_HasFeature(Py_TYPE(f), Py_TPFLAGS_HEAPTYPE)) {
+    // A typing alias of a generic class called (Box[int](x)), as typing's __call__ does it:
+    // the class called, then the instance's __orig_class__ set to the alias where the
+    // instance takes attributes. The alias's own fields are in its __dict__ (no Python runs).
+    PyObject* module = PyDict_GetItemString(Py_TYPE(f)->tp_dict, "__module__");
+    PyObject** dictptr = _PyObject_GetDictPtr(f);
+    PyObject* fields = dictptr ? *dictptr : nullptr;
+    PyObject* origin = fields && PyDict_Check(fields) ? PyDict_GetItemString(fields, "__origin__") : nullptr;
+    PyObject* inst = fields && PyDict_Check(fields) ? PyDict_GetItemString(fields, "_inst") : nullptr;
+    if (module && PyUnicode_Check(module) && PyUnicode_CompareWithASCIIString(module, "typing") == 0 && origin &&
+        PyType_Check(origin) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(origin), Py_TPFLAGS_HEAPTYPE)) {
+      if (inst != Py_True) return t.fail("call of a typing alias that cannot be instantiated (TypeError)");
+      Ref hold = Ref::borrow(origin);
+      Result<ValuePtr> made = call(t, Value::callable(origin), std::move(args), std::move(kwargs));
+      if (!made) return made;
+      const NewObject* o = (*made)->get<NewObject>();
+      if (o && PyType_Check(o->cls.get()) && reinterpret_cast<PyTypeObject*>(o->cls.get())->tp_dictoffset != 0) {
+        static PyObject* orig_class = PyUnicode_InternFromString("__orig_class__");
+        PyObject* setattr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(o->cls.get()), interned(Str::dunder_setattr));
+        if (setattr != _PyType_Lookup(&PyBaseObject_Type, interned(Str::dunder_setattr)))
+          return t.fail("a typing alias's __orig_class__ set through a class's own __setattr__");
+        if (Done d = storeAttr(t, *made, orig_class, fn); !d) return d.stop();
+      } else if (!(*made)->is(Kind::NewObject)) {
+        return t.fail("a typing alias called for an instance the trace does not make as an object");
+      }
+      return made;
+    }
+  }
   Ref repr = Ref::steal(PyObject_Repr(f));
   std::string what = repr ? PyUnicode_AsUTF8(repr.get()) : "a callable";
   PyErr_Clear();

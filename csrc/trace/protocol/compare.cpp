@@ -178,7 +178,8 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
       for (const ValuePtr& v : {a, b}) {
         PyObject* cls = isUserObject(v) ? typeOf(t, v) : nullptr;
         PyObject* eq = cls && PyType_Check(cls) ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), eq_name) : nullptr;
-        if (eq && eq != object_eq && !PyFunction_Check(eq))
+        // (A container subclass made in the trace answered through its base's C method.)
+        if (eq && eq != object_eq && !PyFunction_Check(eq) && !basePart(v))
           return t.fail(std::string("== on a ") + reinterpret_cast<PyTypeObject*>(cls)->tp_name +
                         " object, whose class compares in C (not modelled)");
       }
@@ -300,6 +301,9 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
   const std::vector<ValuePtr> x = items(a, &ka);
   const std::vector<ValuePtr> y = items(b, &kb);
   if (ka == kb && (ka == 1 || ka == 3) && tupleOrder(a) && tupleOrder(b)) {
+    // Lists of other lengths are unequal at once, no item compared (list's own shortcut).
+    if (ka == 1 && x.size() != y.size() && (op == Py_EQ || op == Py_NE))
+      return Value::constant(op == Py_NE ? Py_True : Py_False);
     size_t i = 0;
     for (; i < x.size() && i < y.size(); ++i) {
       Result<bool> same = identical(t, x[i], y[i]);

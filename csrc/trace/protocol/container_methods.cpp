@@ -246,6 +246,16 @@ Result<ValuePtr> applyContainerMethod(Tracer& t, const ValuePtr& self, PyObject*
     case Kind::Set:
       r = setMethod(t, self, n, args);
       break;
+    case Kind::DictView:
+      // A keys view is set-like: isdisjoint() as a set of its keys answers it (an items
+      // view's values need not be hashable, which a set of its pairs would require).
+      if (self->as<DictView>().which == DictView::Keys && strcmp(n, "isdisjoint") == 0 && args.size() == 1 &&
+          kwargs.empty()) {
+        Result<ValuePtr> keys = makeSetPart(t, self, false);
+        if (!keys) return keys;
+        r = setMethod(t, *keys, n, args);
+      }
+      break;
     case Kind::Null:
     case Kind::Tensor:
     case Kind::Constant:
@@ -264,7 +274,6 @@ Result<ValuePtr> applyContainerMethod(Tracer& t, const ValuePtr& self, PyObject*
     case Kind::Partial:
     case Kind::Context:
     case Kind::Namespace:
-    case Kind::DictView:
     case Kind::NdArray:
     case Kind::SubclassTensor:
       break;

@@ -46,19 +46,40 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
   }
   if (Done d = t.effects().noteContainerMutation(obj); !d) return d;
   List* list = obj->get<List>();
-  if (list && list->deque && index->is(Kind::Slice))  // d[a:b] = ..., del d[a:b]: no slices for a deque
+  // A slice written in the program (xs[a:b]) or made for real (slice(1, 3), a constant).
+  const bool constant_slice = index->constant() && PySlice_Check(index->constant());
+  if (list && list->deque && (index->is(Kind::Slice) || constant_slice))  // d[a:b] = ..., del d[a:b]: no slices for a deque
     return t.raiseNew(PyExc_TypeError, "sequence index must be integer, not 'slice'");
-  if (list && index->is(Kind::Slice)) {
-    Result<Ref> slice = constantSlice(t, index->as<Slice>());
+  if (list && (index->is(Kind::Slice) || constant_slice)) {
+    Result<Ref> slice = constant_slice ? Result<Ref>(Ref::borrow(index->constant())) : constantSlice(t, index->as<Slice>());
     if (!slice) return slice.stop();
     Py_ssize_t start, stop, step, len;
     if (!*slice || PySlice_GetIndicesEx(slice->get(), static_cast<Py_ssize_t>(list->items.size()), &start, &stop,
                                         &step, &len) < 0)
-      return t.raisePython();
-    if (step != 1) return t.fail("extended slice assignment is not supported yet");
+      return t.raisePython();  // slice step cannot be zero (ValueError)
     std::vector<ValuePtr> repl;
-    if (value)
+    if (value)  // the list itself (xs[::2] = xs) is copied as it was
       if (Done d = iterate(t, value, &repl); !d) return d;
+    if (step != 1 && static_cast<Py_ssize_t>(list->items.size()) < (step > 0 ? stop : start + 1))
+      return t.fail("a list changed while the items assigned to its slice were taken");
+    const Py_ssize_t size = static_cast<Py_ssize_t>(list->items.size());
+    start = std::min(start, size);
+    stop = std::min(stop, size);
+    if (step != 1) {
+      // An extended slice: assignment replaces exactly its items, deletion removes them.
+      if (value && static_cast<Py_ssize_t>(repl.size()) != len)
+        return t.raiseNew(PyExc_ValueError, "attempt to assign sequence of size " + std::to_string(repl.size()) +
+                                                " to extended slice of size " + std::to_string(len));
+      std::vector<size_t> at;
+      for (Py_ssize_t k = 0, i = start; k < len; ++k, i += step) at.push_back(static_cast<size_t>(i));
+      if (value) {
+        for (size_t k = 0; k < at.size(); ++k) list->items[at[k]] = repl[k];
+      } else {
+        std::sort(at.begin(), at.end());
+        for (size_t k = at.size(); k-- > 0;) list->items.erase(list->items.begin() + static_cast<std::ptrdiff_t>(at[k]));
+      }
+      return {};
+    }
     if (stop < start) stop = start;
     list->items.erase(list->items.begin() + start, list->items.begin() + stop);
     list->items.insert(list->items.begin() + start, repl.begin(), repl.end());
@@ -86,12 +107,22 @@ Done storeSubscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index, const
     }
     return {};
   }
+  if (list && index->constant() && !PyIndex_Check(index->constant()))
+    return t.raiseNew(PyExc_TypeError, list->deque ? std::string("sequence index must be integer, not '") +
+                                                         Py_TYPE(index->constant())->tp_name + "'"
+                                                   : std::string("list indices must be integers or slices, not ") +
+                                                         Py_TYPE(index->constant())->tp_name);
   return t.fail(std::string("item assignment on ") + describe(obj) + " is not supported yet");
 }
 
 
 Done deleteItem(Tracer& t, const ValuePtr& obj, const ValuePtr& index) {
-  if (obj->is(Kind::List) && index->is(Kind::Slice)) return storeSubscript(t, obj, index, nullptr);  // del xs[a:b]
+  if (obj->is(Kind::List) && (index->is(Kind::Slice) || (index->constant() && PySlice_Check(index->constant()))))
+    return storeSubscript(t, obj, index, nullptr);  // del xs[a:b], del xs[slice(1, 3)]
+  if (obj->is(Kind::List) && index->is(Kind::Constant) && !PyIndex_Check(index->constant()))
+    return t.raiseNew(PyExc_TypeError, std::string(obj->as<List>().deque ? "sequence index must be integer, not '"
+                                                                          : "list indices must be integers or slices, not ") +
+                                           Py_TYPE(index->constant())->tp_name + (obj->as<List>().deque ? "'" : ""));
   if (obj->is(Kind::List) && index->is(Kind::Constant)) {
     // The index is checked here: pop(k), which carries the deletion out, says "pop index out
     // of range" (deque.pop takes no index at all).
@@ -257,6 +288,15 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
     if (!r) return t.raisePython();
     if (!isConstantObject(r.get())) return t.fail("subscript of a constant returned a non-constant");
     return Value::constant(r.get());
+  }
+  if ((obj->is(Kind::List) || obj->is(Kind::Tuple)) && index->constant() && !PyIndex_Check(index->constant()) &&
+      !PySlice_Check(index->constant())) {
+    // A list or tuple by a constant that is neither an int nor a slice (xs["a"], xs[1.0]).
+    const List* l = obj->get<List>();
+    const std::string tn = Py_TYPE(index->constant())->tp_name;
+    if (l && l->deque) return t.raiseNew(PyExc_TypeError, "sequence index must be integer, not '" + tn + "'");
+    if (isSizeValue(obj)) return t.fail("torch.Size subscripted by a " + tn);
+    return t.raiseNew(PyExc_TypeError, std::string(l ? "list" : "tuple") + " indices must be integers or slices, not " + tn);
   }
   return t.fail(std::string("subscript of ") + describe(obj) + " by " + describe(index) +
               " is not supported yet");

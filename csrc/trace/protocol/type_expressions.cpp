@@ -40,7 +40,9 @@ bool makesTypeExpression(PyObject* o) {
     if (Py_IS_TYPE(cgi, &PyClassMethod_Type)) {
       Ref fn = Ref::steal(PyObject_GetAttrString(cgi, "__func__"));
       if (!fn) return PyErr_Clear(), false;
-      if (PyCFunction_Check(fn.get())) return true;
+      // collections.abc's classes (and their subclasses: MutableSet[T] as a base) subscript
+      // through classmethod(types.GenericAlias).
+      if (PyCFunction_Check(fn.get()) || fn.get() == reinterpret_cast<PyObject*>(&Py_GenericAliasType)) return true;
       Ref module = Ref::steal(PyObject_GetAttrString(fn.get(), "__module__"));
       if (!module) return PyErr_Clear(), false;
       if (!PyUnicode_Check(module.get())) return false;
