@@ -38,6 +38,7 @@ import zoo  # noqa: E402
 
 OUT_RTOL, OUT_ATOL = 1.3e-6, 1e-5  # torch.testing's float32 defaults
 GRAD_RTOL, GRAD_ATOL = 1e-4, 1e-5  # aot_eager's decompositions reorder float math
+TRAIN_SEED = 1234  # the generator state every training step starts from
 
 
 class Report:
@@ -223,6 +224,10 @@ def run_train(name, size, frontends, rep):
     base, args, kwargs = zoo.build(name, size)
     base.train()
     ref_model = copy.deepcopy(base)
+    # A training forward may draw random numbers (dropout, a MoE router's jitter noise):
+    # every step starts from the same generator state, so eager and each frontend draw the
+    # same numbers and a difference is the frontend's, not the draw's.
+    torch.manual_seed(TRAIN_SEED)
     ref_out, t_eager = call(ref_model, args, kwargs)
     ref_loss = zoo.loss_of(ref_out)
     ref_loss.backward()
@@ -234,6 +239,7 @@ def run_train(name, size, frontends, rep):
             model = copy.deepcopy(base)
             backend = counted(lookup_backend("aot_eager"))
             compiled = frontend_compile(fe, model, backend)
+            torch.manual_seed(TRAIN_SEED)
             out, t_first = call(compiled, args, kwargs)
             loss = zoo.loss_of(out)
             loss.backward()

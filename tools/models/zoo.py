@@ -5,9 +5,11 @@ Each entry builds (model, args, kwargs) from a seed, so every frontend in a run 
 identical copy. `size="full"` is what `make models` measures; `size="quick"` is the same
 architecture on smaller inputs, for the subset that runs inside `make test`.
 
-Dropout is configured off (p=0) in the transformers models, so a training step is
-deterministic and its gradients can be compared with eager; timm's models have none by
-default. The modules that apply dropout are still there (as a user's would be).
+Dropout is configured off (p=0) in the transformers models; timm's models have none by
+default. The modules that apply dropout are still there (as a user's would be). Some
+models still draw random numbers in training (switch's router multiplies its input by
+uniform jitter noise), so the training step in worker.py seeds the generator before each
+frontend's forward: all of them draw the same numbers, and gradients compare with eager.
 """
 import sys
 from pathlib import Path
