@@ -621,6 +621,7 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
     func_reg = -1;  // the wrapper's closure holds it for as long as the wrapper is installed
   }
   if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
+  if (Result<ValuePtr> r = foldPurePythonFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
   if (isDisabledCodeObject(fo->func_code)) return fail(disabledReason(fo->func_qualname));
   return inlineCode(reinterpret_cast<PyCodeObject*>(fo->func_code), fo->func_globals, fo->func_builtins,

@@ -267,6 +267,64 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>
   return fromPython(t, r.get());
 }
 
+namespace {
+
+// The pure functions of Python-written standard modules: module name, then the names of
+// its module-level functions whose result is a function of their arguments only. Their
+// Python bodies read module state the trace cannot model (re's cache is keyed by
+// (type, pattern, flags) tuples), so they are run for real on constants instead of traced.
+struct PureModuleFunctions {
+  const char* module;
+  const char* const* names;
+};
+const char* const kReFunctions[] = {"compile", "match", "fullmatch", "search", "sub", "subn", "split",
+                                    "findall", "finditer", "escape", nullptr};
+const PureModuleFunctions kPurePythonFunctions[] = {{"re", kReFunctions}};
+
+bool isPurePythonFunction(PyObject* func) {
+  if (!PyFunction_Check(func)) return false;
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  PyObject* module = PyDict_GetItemString(fo->func_globals, "__name__");
+  if (!module || !PyUnicode_Check(module)) return false;
+  for (const PureModuleFunctions& row : kPurePythonFunctions) {
+    if (PyUnicode_CompareWithASCIIString(module, row.module) != 0) continue;
+    for (const char* const* n = row.names; *n; ++n)
+      if (PyUnicode_CompareWithASCIIString(fo->func_qualname, *n) == 0) {
+        // The module's own function, not one that took its name.
+        PyObject* own = PyDict_GetItem(fo->func_globals, fo->func_qualname);
+        return own == func;
+      }
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<ValuePtr> foldPurePythonFunction(Tracer& t, PyObject* func, Args& args, Kwargs& kwargs) {
+  if (!isPurePythonFunction(func)) return notHandled();
+  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!pargs) return t.failFromPython("folding a constant call");
+  for (size_t i = 0; i < args.size(); ++i) {
+    Ref p = toPython(t, args[i]);
+    if (!p) return notHandled();  // not all constants: traced as the Python it is
+    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();  // re.sub's repl: Python code
+    PyTuple_SET_ITEM(pargs.get(), i, p.release());
+  }
+  Ref kw;
+  if (!kwargs.empty()) {
+    kw = Ref::steal(PyDict_New());
+    if (!kw) return t.failFromPython("folding a constant call");
+    for (auto& [k, v] : kwargs) {
+      Ref p = toPython(t, v);
+      if (!p || PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();
+      if (PyDict_SetItem(kw.get(), k.get(), p.get()) < 0) return t.failFromPython("folding a constant call");
+    }
+  }
+  Ref r = Ref::steal(PyObject_Call(func, pargs.get(), kw.get()));
+  if (!r) return t.raisePython();  // re.error for a bad pattern: raised in the trace, as eagerly
+  return fromPython(t, r.get());
+}
+
 PyObject* typeOf(Tracer& t, const ValuePtr& v) {
   switch (v->kind()) {
     case Kind::Tensor: {

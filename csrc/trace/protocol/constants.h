@@ -41,6 +41,11 @@ Result<ValuePtr> fromPython(Tracer& t, PyObject* o);
 // type) for real when every argument is made of constants; NotHandled when `fn` is not one
 // or an argument is not made of constants.
 Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs);
+// Runs a pure function of the standard library written in Python (re's compile, match,
+// search, sub, split, ...) for real when every argument is made of constants, as a C one is
+// folded: its result depends on the arguments alone (re's pattern cache only remembers
+// what it compiled). NotHandled when `func` is not one or an argument is not a constant.
+Result<ValuePtr> foldPurePythonFunction(Tracer& t, PyObject* func, Args& args, Kwargs& kwargs);
 // Python type of a value (borrowed), or null when it is not known.
 PyObject* typeOf(Tracer& t, const ValuePtr& v);
 
