@@ -386,6 +386,15 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     PyObject* e = pending_exc_->real();
     (void)fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
                ") escapes the traced frame; it runs natively to raise it");
+    // Reported where the program raised it (the frames it was raised in), not where the
+    // trace ended: that is the line a user looks for.
+    if (const RaiseSite* site = e ? raiseSite(e) : nullptr) {
+      unsupported_.reason += "; it was raised at\n" + site->traceback;
+      unsupported_.filename = site->where.filename;
+      unsupported_.line = site->where.line;
+      unsupported_.function = site->where.function;
+      unsupported_.user_stack = site->where.user_stack;
+    }
   } else if (ret.ok()) {
     if (outputs_.plan(*ret, &plan)) (void)effects();
   } else {
