@@ -575,6 +575,15 @@ def reraise_leaves_no_exception_active(x):
 
 
 @case(T4)
+def vars_of_a_constant_raises_type_error(x):
+    try:
+        vars(42)
+        return x
+    except TypeError as e:
+        return x.sin(), str(e)
+
+
+@case(T4)
 def returned_exception_is_made_anew(x):
     # an exception made in the frame and returned: a new object on every call, with its
     # chained exceptions and attributes
@@ -638,7 +647,8 @@ def test_escaping_exception_reported_where_raised():
     cdynamo.reset()
     with pytest.raises(cdynamo.Unsupported) as info:
         cdynamo.compile(f, fullgraph=True)(torch.randn(2))
-    assert 'in g\n' in str(info.value) and 'raise LookupError("deep")' in str(info.value)
+    text = str(info.value)
+    assert 'in g\n' in text and 'raise LookupError("deep")' in text and "LookupError: deep" in text
 
 
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)

@@ -384,7 +384,18 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     if (buildBreak(root, &plan)) (void)effects();
   } else if (ret.outcome() == Outcome::Raised) {
     PyObject* e = pending_exc_->real();
-    (void)fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") +
+    // Its message too, where making it runs no Python code (BaseException's own __str__
+    // over constant arguments).
+    std::string message;
+    if (e && PyExceptionInstance_Check(e) &&
+        Py_TYPE(e)->tp_str == reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_str) {
+      Ref args = Ref::steal(PyObject_GetAttrString(e, "args"));
+      Ref text = args && isConstantObject(args.get()) ? Ref::steal(PyObject_Str(e)) : Ref();
+      const char* s = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+      if (s && *s) message = std::string(": ") + s;
+      PyErr_Clear();
+    }
+    (void)fail(std::string("an exception (") + (e ? Py_TYPE(e)->tp_name : "?") + message +
                ") escapes the traced frame; it runs natively to raise it");
     // Reported where the program raised it (the frames it was raised in), not where the
     // trace ended: that is the line a user looks for.
