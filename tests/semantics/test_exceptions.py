@@ -598,6 +598,34 @@ def returned_exception_is_made_anew(x):
             return x.sin(), e
 
 
+def _exception_reached_several_ways(x):
+    import sys
+    r = RuntimeError("r")
+    same = r.with_traceback(None)
+    try:
+        raise ValueError(1)
+    except ValueError as e:
+        return x + 1, r, same, e, sys.exc_info()[1], sys.exception()
+
+
+def test_returned_exception_reached_several_ways_is_one_object():
+    # the harness compares values; identity among the results, and a new object per call,
+    # are checked here (first call and cache hit), against eager
+    check(_exception_reached_several_ways, T4)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(_exception_reached_several_ways, backend=cnt)
+    eager = _exception_reached_several_ways(torch.randn(4))
+    seen = []
+    for _ in range(2):
+        got = cfn(torch.randn(4))
+        for res in (eager, got):
+            assert res[1] is res[2] and res[3] is res[4] is res[5] and res[1] is not res[3]
+        seen.append(got[3])
+    assert seen[0] is not seen[1]
+    assert cnt.frame_count == 1
+
+
 @case(T4)
 def returned_exception_with_links_set(x):
     v = TypeError("t", 3)
