@@ -1,6 +1,7 @@
 #include "graph/torch_refs.h"
 
 #include <cstring>
+#include <unordered_map>
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
@@ -127,6 +128,53 @@ bool mutatingName(const char* q) {
   return false;
 }
 
+// Whether a schema writes to one of its positional arguments (Tensor(a!) x): an in-place
+// op, or a custom op declared with mutates_args. An out= argument is keyword-only.
+int writesPositional(PyObject* schema) {
+  Ref arguments = Ref::steal(PyObject_GetAttrString(schema, "arguments"));
+  if (!arguments || !PyList_Check(arguments.get())) return -1;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(arguments.get()); ++i) {
+    PyObject* arg = PyList_GET_ITEM(arguments.get(), i);
+    Ref kwarg_only = Ref::steal(PyObject_GetAttrString(arg, "kwarg_only"));
+    Ref alias = Ref::steal(PyObject_GetAttrString(arg, "alias_info"));
+    if (!kwarg_only || !alias) return -1;
+    if (kwarg_only.get() == Py_True || alias.get() == Py_None) continue;
+    Ref write = Ref::steal(PyObject_GetAttrString(alias.get(), "is_write"));
+    if (!write) return -1;
+    if (write.get() == Py_True) return 1;
+  }
+  return 0;
+}
+
+// An operator of torch.ops: an overload (torch.ops.aten.add_.Tensor, a custom op's
+// .default) mutates when its schema says so; a packet (torch.ops.ns.op), which the
+// dispatcher resolves per call, when one of its overloads writes to a positional argument
+// (its out= overloads do not count: a call without out= does not reach them). A mutating
+// op that returns nothing is kept in the graph for its effect (a custom op with
+// mutates_args returns None). Operators live for the process: the answer is kept.
+bool operatorMutates(PyObject* target) {
+  static auto& memo = *new std::unordered_map<PyObject*, std::pair<Ref, bool>>();
+  auto it = memo.find(target);
+  if (it != memo.end()) return it->second.second;
+  bool mutates = false;
+  if (Ref one = Ref::steal(PyObject_GetAttrString(target, "_schema"))) {
+    Ref mutable_ = Ref::steal(PyObject_GetAttrString(one.get(), "is_mutable"));
+    mutates = mutable_ && PyObject_IsTrue(mutable_.get()) == 1;
+  } else {
+    PyErr_Clear();
+    Ref schemas = Ref::steal(PyObject_GetAttrString(target, "_schemas"));
+    PyObject* key;
+    PyObject* schema;
+    Py_ssize_t pos = 0;
+    // Unreadable schemas: taken as mutating, which only keeps the node.
+    if (!schemas || !PyDict_Check(schemas.get())) mutates = true;
+    while (!mutates && PyDict_Next(schemas.get(), &pos, &key, &schema)) mutates = writesPositional(schema) != 0;
+  }
+  PyErr_Clear();
+  memo.emplace(target, std::make_pair(Ref::borrow(target), mutates));
+  return mutates;
+}
+
 }  // namespace
 
 bool isMutating(NodeOp op, PyObject* target) {
@@ -134,15 +182,8 @@ bool isMutating(NodeOp op, PyObject* target) {
     const char* name = PyUnicode_AsUTF8(target);
     return name && mutatingName(name);
   }
+  if (isOperatorObject(target)) return operatorMutates(target);
   Ref modname = Ref::steal(PyObject_GetAttrString(target, "__module__"));
-  if (strcmp(Py_TYPE(target)->tp_name, "OpOverload") == 0) {
-    // torch.ops.aten.add_.Tensor: named "add_.Tensor"; its schema says whether it mutates.
-    Ref schema = Ref::steal(PyObject_GetAttrString(target, "_schema"));
-    Ref mutable_ = schema ? Ref::steal(PyObject_GetAttrString(schema.get(), "is_mutable")) : Ref();
-    bool mutates = mutable_ && PyObject_IsTrue(mutable_.get()) == 1;
-    PyErr_Clear();
-    return mutates;
-  }
   Ref qualname = Ref::steal(PyObject_GetAttrString(target, "__name__"));
   bool mutating = false;
   if (qualname && PyUnicode_Check(qualname.get())) {

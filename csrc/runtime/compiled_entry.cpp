@@ -166,9 +166,26 @@ struct Builder {
         if (base->tp_as_mapping->mp_ass_subscript(obj.get(), k, v) < 0) return Ref();
     }
     Ref attrs = build(*n.attrs);
-    PyObject** dictptr = attrs ? _PyObject_GetDictPtr(obj.get()) : nullptr;
-    if (!attrs || !dictptr) {
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
+    if (!attrs) return Ref();
+    // An attribute the class keeps in a slot (__slots__, a dataclass with slots=True) is
+    // stored through its member descriptor: it is not the instance __dict__'s, which
+    // would not be read back (the class's descriptor comes first) or may not exist.
+    if (PyDict_GET_SIZE(attrs.get()) > 0) {
+      Ref keys = Ref::steal(PyDict_Keys(attrs.get()));
+      if (!keys) return Ref();
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.get()); ++i) {
+        PyObject* k = PyList_GET_ITEM(keys.get(), i);
+        PyObject* descr = PyUnicode_Check(k) ? _PyType_Lookup(cls, k) : nullptr;
+        if (!descr || !Py_IS_TYPE(descr, &PyMemberDescr_Type)) continue;
+        if (Py_TYPE(descr)->tp_descr_set(descr, obj.get(), PyDict_GetItem(attrs.get(), k)) < 0 ||
+            PyDict_DelItem(attrs.get(), k) < 0)
+          return Ref();
+      }
+    }
+    if (PyDict_GET_SIZE(attrs.get()) == 0) return obj;
+    PyObject** dictptr = _PyObject_GetDictPtr(obj.get());
+    if (!dictptr) {
+      PyErr_SetString(PyExc_TypeError, "cdynamo: cannot rebuild an object without __dict__");
       return Ref();
     }
     Ref old = Ref::steal(*dictptr);

@@ -19,6 +19,14 @@ PyTypeObject* type(Obj o) { return reinterpret_cast<PyTypeObject*>(lookup(o)); }
 
 bool isTensor(PyObject* o) { return typesFound() && PyObject_TypeCheck(o, type(Obj::torch_Tensor)); }
 
+bool isOperatorObject(PyObject* o) {
+  PyObject* packet = lookup(Obj::torch_ops_OpOverloadPacket);
+  PyObject* overload = packet ? lookup(Obj::torch_ops_OpOverload) : nullptr;
+  if (!overload) return PyErr_Clear(), false;
+  return PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(packet)) ||
+         PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(overload));
+}
+
 bool isModule(PyObject* o) { return typesFound() && PyObject_TypeCheck(o, type(Obj::torch_nn_Module)); }
 
 bool isModuleClass(PyObject* cls) {

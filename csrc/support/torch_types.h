@@ -13,5 +13,10 @@ bool isModule(PyObject* o);
 bool isModuleClass(PyObject* cls);
 // type(o) is torch.Tensor or torch.nn.Parameter.
 bool isPlainTensorOrParameter(PyObject* o);
+// An operator of torch.ops: an OpOverloadPacket (torch.ops.ns.op) or an OpOverload
+// (torch.ops.ns.op.overload), whatever library defined it (aten, torch.library.custom_op,
+// a torch.library.Library, a C++ extension loaded at import). False (and no error) if
+// torch cannot be imported.
+bool isOperatorObject(PyObject* o);
 
 }  // namespace cdynamo

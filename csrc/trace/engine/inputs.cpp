@@ -12,6 +12,7 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
 
@@ -186,7 +187,8 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
   const bool mutable_object = PyList_CheckExact(obj) || PyDict_Check(obj) || PySet_CheckExact(obj) ||
                               guards::isReadableIterator(obj) ||
                               (PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) && !PyType_Check(obj) &&
-                               !isTensor(obj) && !isModule(obj));
+                               !isTensor(obj) && !isModule(obj) && !isOperatorObject(obj) &&
+                               !isImmutableCObject(obj));
   if (mutable_object && reg >= 0) {
     auto same = wrapped_objects_.find(obj);
     if (same != wrapped_objects_.end() && same->second->reg >= 0) {
@@ -229,8 +231,13 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     // A traceback entry the trace made (an exception's __traceback__, tb_next): the trace's
     // own object, changed for real (tb_next = ...).
     v = Value::of(Object{Ref::borrow(obj), true}, reg);
-  } else if (PyFrame_Check(obj)) {
+  } else if (reg < 0 && PyFrame_Check(obj)) {
     return fail("a frame object (a traceback's tb_frame, a frame's f_back) is not supported yet");
+  } else if (isImmutableCObject(obj)) {
+    // A compiled pattern or a match: its methods are folded on constants, so another
+    // object at the same place is another entry.
+    if (reg >= 0) guards().checkIdentity(reg, obj);
+    v = Value::object(obj, reg);
   } else if (Result<ValuePtr> c = wrapContainer(obj, reg); !c.notHandled()) {
     if (!c) return c;
     v = c.take();
@@ -621,7 +628,11 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
     if (!(*args)->is(Kind::Tuple) || !(*kwargs)->is(Kind::Dict)) return fail("a functools.partial with odd parts");
     v = Value::of(Partial{fn.take(), args.take(), kwargs.take(), nullptr}, reg);
   } else if (PyCallable_Check(obj) && (!PyType_HasFeature(Py_TYPE(obj), Py_TPFLAGS_HEAPTYPE) || PyType_Check(obj) ||
-                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj))) {
+                                       strcmp(Py_TYPE(obj)->tp_name, "functools.partial") == 0 || isCacheWrapper(obj) ||
+                                       isOperatorObject(obj))) {
+    // An operator of torch.ops is a callable like torch.sin, not an object whose Python
+    // __call__ is traced: that __call__ only hands the arguments to the dispatcher's C
+    // binding, which is no graph op. Guarded by identity, as TorchDynamo's ID_MATCH.
     if (reg >= 0) guards().checkIdentity(reg, obj);
     v = Value::callable(obj, reg);
   } else {

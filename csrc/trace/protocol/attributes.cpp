@@ -142,6 +142,17 @@ Result<ValuePtr> realObjectAttr(Tracer& t, const ValuePtr& obj, PyObject* name) 
     return t.failFromPython(std::string("attribute '") + n + "'");
   }
   if (isConstantObject(v.get())) return Value::constant(v.get());
+  if (callable && isOperatorObject(o)) {
+    // torch.ops.ns.op.overload: the packet makes its overloads on first use (its
+    // __getattr__, run here as eagerly) and keeps them; each is an operator of its own,
+    // guarded by identity through the packet where the packet has a source.
+    if (isOperatorObject(v.get())) {
+      int reg = obj->reg >= 0 ? t.load(LoadKind::Attr, obj->reg, 0, name, t.guards().sourceName(obj->reg) + "." + n) : -1;
+      return t.wrap(v.get(), reg);
+    }
+    // Its other attributes (op.name(), op._schema, packet.overloads()) are an object's.
+    return objectGetAttr(t, Value::object(o, obj->reg), name);
+  }
   if (!callable && PyMethod_Check(v.get()) && PyMethod_GET_SELF(v.get()) == o)
     return Value::boundMethod(obj, PyMethod_GET_FUNCTION(v.get()));  // a Python method of an enum member: inlined
   if (callable && (PyFunction_Check(o) || isCacheWrapper(o)) && PyDict_CheckExact(v.get())) {

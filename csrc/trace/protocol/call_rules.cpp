@@ -43,7 +43,9 @@ namespace {
 //    get_default_dtype, _get_privateuse1_backend_name) on constant arguments: run at
 //    trace time, its constant result folded and guarded by asking again on each lookup;
 //  * an aten operator (torch._C._jit_get_schemas_for_operator knows aten::<name>):
-//    recorded like any op (factories: torch.zeros, torch.rand; dtype queries fold);
+//    recorded like any op (factories: torch.zeros, torch.rand; dtype queries fold), as is
+//    an operator object of torch.ops of any namespace (torch.ops.aten.sin.default, a
+//    torch.library custom op);
 //  * any other C binding may change state (torch._C._set_grad_enabled, manual seeds):
 //    the graph breaks at the call, named module.name.
 
@@ -72,6 +74,11 @@ TorchKind classify(PyObject* fn) {
   if (isType(fn, Obj::torch_C_has_torch_function) || isType(fn, Obj::torch_C_has_torch_function_unary) ||
       isType(fn, Obj::torch_C_has_torch_function_variadic))
     return TorchKind::DispatchQuery;
+  // An operator of torch.ops (aten's, or one a library defined: torch.library.custom_op, a
+  // Library's define, an extension's TORCH_LIBRARY) is one graph op whatever its
+  // namespace: its schema and its fake kernel (register_fake, a Meta kernel) say what it
+  // takes and makes, and the dispatcher runs it when the graph runs.
+  if (isOperatorObject(fn)) return TorchKind::Operator;
   if (!PyCFunction_Check(fn)) return TorchKind::Binding;
   Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
   if (!name || !PyUnicode_Check(name.get())) return PyErr_Clear(), TorchKind::Binding;

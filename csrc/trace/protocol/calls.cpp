@@ -4,6 +4,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "support/torch_types.h"
 #include "trace/call_rules.h"
 #include "trace/disabled.h"
 #include "trace/engine/frame.h"
@@ -201,6 +202,10 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     case Kind::Set:
     case Kind::Object:
     case Kind::NewObject: {
+      // An operator of torch.ops reached as an object (self inside one of its methods):
+      // the operator, not its Python __call__.
+      if (fn->is(Kind::Object) && fn->real() && isOperatorObject(fn->real()))
+        return callCallable(t, Value::callable(fn->real(), fn->reg), std::move(args), std::move(kwargs));
       Result<ValuePtr> r = callDunder(t, fn, interned(Str::dunder_call), std::move(args));
       if (!r.notHandled()) return r;
       break;

@@ -272,6 +272,56 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     equal = equal && x.size() == y.size();
     if (known) return Value::constant((equal == (op == Py_EQ)) ? Py_True : Py_False);
   }
+  // Otherwise as tuple's and list's own comparison runs: the items up to the first pair
+  // that is neither one object nor == (each == traced as the program's, an object's
+  // __eq__ included), then that pair compared by `op` (its result as it is), or the
+  // lengths when one sequence ran out. Version keys ((1, 2, Infinity) >= (1, 0, x)) and
+  // tuples of objects take this.
+  auto tupleOrder = [op](const ValuePtr& v) {  // a namedtuple class with its own __lt__ & co. is asked instead
+    const Tuple* tup = v->get<Tuple>();
+    if (!tup || !tup->namedtuple || op == Py_EQ || op == Py_NE) return true;
+    static const char* const kNames[] = {"__lt__", "__le__", "__eq__", "__ne__", "__gt__", "__ge__"};
+    Ref name = Ref::steal(PyUnicode_InternFromString(kNames[op]));
+    return name && _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tup->namedtuple.get()), name.get()) ==
+                       _PyType_Lookup(&PyTuple_Type, name.get());
+  };
+  auto items = [](const ValuePtr& v, int* cls) {  // a constant tuple's items are constants
+    std::vector<ValuePtr> out;
+    PyObject* c = v->is(Kind::Constant) ? v->constant() : nullptr;
+    if (c && PyTuple_CheckExact(c)) {
+      *cls = 3;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(c); ++i) out.push_back(Value::constant(PyTuple_GET_ITEM(c, i)));
+    } else if (v->is(Kind::Tuple) || v->is(Kind::List)) {
+      out = *v->elements();
+    }
+    return out;
+  };
+  int ka = sequenceClass(a), kb = sequenceClass(b);
+  const std::vector<ValuePtr> x = items(a, &ka);
+  const std::vector<ValuePtr> y = items(b, &kb);
+  if (ka == kb && (ka == 1 || ka == 3) && tupleOrder(a) && tupleOrder(b)) {
+    size_t i = 0;
+    for (; i < x.size() && i < y.size(); ++i) {
+      Result<bool> same = identical(t, x[i], y[i]);
+      if (!same) return same.stop();
+      if (*same) continue;
+      Result<ValuePtr> eq = compareOp(t, Py_EQ, x[i], y[i]);
+      if (!eq) return eq;
+      Result<bool> truth = truthValue(t, *eq);
+      if (!truth) return truth.stop();
+      if (!*truth) break;
+    }
+    if (i < x.size() && i < y.size()) {
+      if (op == Py_EQ || op == Py_NE) return Value::constant(op == Py_NE ? Py_True : Py_False);
+      return compareOp(t, op, x[i], y[i]);
+    }
+    PyObject* lx = PyLong_FromSize_t(x.size());
+    PyObject* ly = PyLong_FromSize_t(y.size());
+    Ref rx = Ref::steal(lx), ry = Ref::steal(ly);
+    Ref r = rx && ry ? Ref::steal(PyObject_RichCompare(lx, ly, op)) : Ref();
+    if (!r) return t.failFromPython("comparing lengths");
+    return Value::constant(r.get());
+  }
   return t.fail(std::string("comparison of ") + describe(a) + " and " + describe(b) +
               " is not supported yet");
 }

@@ -27,10 +27,20 @@ Ref realIterator(PyObject* type, PyObject* items) {
   return pair;
 }
 
+bool isImmutableCObject(PyObject* o) {
+  // _sre's types, made immutable (no attribute of theirs can be set): a class of the
+  // same name cannot pass for them.
+  PyTypeObject* type = Py_TYPE(o);
+  if (!PyType_HasFeature(type, Py_TPFLAGS_IMMUTABLETYPE)) return false;
+  return strcmp(type->tp_name, "re.Pattern") == 0 || strcmp(type->tp_name, "re.Match") == 0;
+}
+
 Ref toPython(Tracer& t, const ValuePtr& v) {
   if (PyObject* r = v->real()) {
-    // Objects made in the trace for real (exceptions) have no source and nothing to guard.
+    // Objects made in the trace for real (exceptions) have no source and nothing to guard;
+    // an immutable C object from the program is guarded by identity where it is read.
     if (v->is(Kind::Constant) || v->is(Kind::Callable) || (v->is(Kind::Object) && v->reg < 0)) return Ref::borrow(r);
+    if (v->is(Kind::Object) && isImmutableCObject(r)) return Ref::borrow(r);
     return Ref();
   }
   // A container that holds itself (`lst[1] = lst`, `d["me"] = d`) has no constant form;
@@ -153,6 +163,7 @@ Result<ValuePtr> fromPython(Tracer& t, PyObject* o) {
     return Value::set(std::move(items));
   }
   if (PyType_Check(o) || PyCFunction_Check(o)) return Value::callable(o);
+  if (isImmutableCObject(o)) return Value::object(o, -1);  // pattern.fullmatch("1.2"): a match
   if (PyIter_Check(o) && !PyType_HasFeature(Py_TYPE(o), Py_TPFLAGS_HEAPTYPE)) {
     // An iterator of CPython's own made from constants (range(5).__iter__()): its items,
     // taken now (nothing else holds it), as an iterator of its type.
@@ -187,6 +198,9 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>
     Ref self = Ref::steal(PyObject_GetAttrString(fn, "__self__"));
     PyErr_Clear();
     pure = self && isConstantObject(self.get());  // "ab".__len__
+  } else if (PyObject_TypeCheck(fn, &PyMethodDescr_Type) && !args.empty() && args[0]->real() &&
+             isImmutableCObject(args[0]->real()) && PyObject_TypeCheck(args[0]->real(), PyDescr_TYPE(fn))) {
+    pure = true;  // re.Pattern.fullmatch(pattern, "1.2"), re.Match.group(m, "release")
   } else if (PyType_Check(fn)) {
     static const char* const kImmutable[] = {"int", "float", "str", "bool", "complex", "tuple", "frozenset", "bytes",
                                              "range", "slice", "torch.Size", "torch.finfo", "torch.iinfo",

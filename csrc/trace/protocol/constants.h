@@ -25,6 +25,10 @@ Result<ValuePtr> callBuiltin(Tracer& t, PyObject* fn, const CallableRow& row, Ar
 // The real Python object for a value made only of constants (constants, and tuples, lists,
 // dicts and sets of them), or null (no error set) when it holds anything else.
 Ref toPython(Tracer& t, const ValuePtr& v);
+// A compiled regular expression or a match of one (re.Pattern, re.Match): C objects that
+// never change once made, so their methods on constants are folded, as str's are; one read
+// from the program is guarded by identity.
+bool isImmutableCObject(PyObject* o);
 // Whether a value is an int: a constant int or a symbolic one (a SymInt of the graph).
 bool isIntValue(Tracer& t, const ValuePtr& v);
 // (a real iterator of Python type `type` (may be null) over `items` (a sequence), an

@@ -29,6 +29,21 @@ Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj) {
       Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_iter), {});
       if (r.notHandled()) {
         PyObject* real = obj->real();
+        if (real && PyUnicode_Check(real) && Py_TYPE(real)->tp_iter == PyUnicode_Type.tp_iter) {
+          // An instance of a str subclass that keeps str's iteration (torch.__version__, a
+          // TorchVersion): its characters, which never change; one from the program is
+          // guarded by identity, its type alone does not fix them.
+          if (obj->reg >= 0) t.guards().checkIdentity(obj->reg, real);
+          std::vector<ValuePtr> chars;
+          for (Py_ssize_t i = 0; i < PyUnicode_GET_LENGTH(real); ++i) {
+            Ref c = Ref::steal(PyUnicode_Substring(real, i, i + 1));
+            if (!c) return t.failFromPython("iterating a str");
+            chars.push_back(Value::constant(c.get()));
+          }
+          Ref str_iter = Ref::steal(PyObject_GetIter(Ref::steal(PyUnicode_FromString("")).get()));
+          if (!str_iter) return t.failFromPython("iterating a str");
+          return Value::iterator(std::move(chars), reinterpret_cast<PyObject*>(Py_TYPE(str_iter.get())));
+        }
         if (real && Py_TYPE(real)->tp_iter)  // a C type's own iteration (deque, array, ...)
           return t.fail(std::string("iter() of a ") + Py_TYPE(real)->tp_name + " object (a C type's own iterator) is not modelled");
         return t.fail("object is not iterable (TypeError)");

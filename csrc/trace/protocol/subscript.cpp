@@ -12,6 +12,7 @@
 #include "trace/kinds/object.h"
 #include "trace/kinds/sequence.h"
 #include "trace/kinds/tensor_subclass.h"
+#include "trace/protocol/constants.h"
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "trace/protocol/type_expressions.h"
@@ -171,6 +172,14 @@ Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index
   }
   // Before a typing object's own Python __getitem__: computed for real.
   if (Result<ValuePtr> r = typeExpressionSubscript(t, obj, index); !r.notHandled()) return r;
+  if (PyObject* real = obj->is(Kind::Object) ? obj->real() : nullptr; real && isImmutableCObject(real)) {
+    // match["minor"]: read now, as the match's other methods are.
+    Ref key = toPython(t, index);
+    if (!key) return t.fail(std::string("subscript of a ") + Py_TYPE(real)->tp_name + " with a non-constant");
+    Ref r = Ref::steal(PyObject_GetItem(real, key.get()));
+    if (!r) return t.raisePython();
+    return fromPython(t, r.get());
+  }
   if (isUserObject(obj)) {
     Result<ValuePtr> r = callDunder(t, obj, interned(Str::dunder_getitem), {index});
     if (!r.notHandled()) return r;

@@ -203,8 +203,12 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
 }
 
 // A Python function or class of torch.utils, torch.fx or torch.testing (pytree's tree_flatten
-// and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual): pure Python
-// over Python structures, traced like user code, as TorchDynamo inlines these modules.
+// and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual), of
+// torch.distributions (Normal(loc, scale) is an object holding tensors, its log_prob tensor
+// code; no graph op makes a distribution), or of the third-party code torch vendors
+// (torch._vendor.packaging's Version, which torch.__version__ compares through): Python
+// over Python structures and tensors, traced like user code, as TorchDynamo inlines these
+// modules.
 bool isStructureHelper(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
@@ -214,7 +218,8 @@ bool isStructureHelper(PyObject* f) {
   const char* name = PyUnicode_AsUTF8(m);
   if (!name) return PyErr_Clear(), false;
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
-         strncmp(name, "torch.testing.", 14) == 0;
+         strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
+         strncmp(name, "torch.distributions.", 20) == 0;
 }
 
 // A function of the math module on a symbolic number (a size, a symbolic int argument, a
