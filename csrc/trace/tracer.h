@@ -107,6 +107,18 @@ class Tracer {
   bool chainToHandled(PyObject* exc);
   Stop failOuterHandled();
   Stop raiseValue(ValuePtr exc);
+  // The exception in flight passes through frame `f` at its current instruction: a
+  // traceback entry for it goes in front of its __traceback__, as CPython's error path
+  // adds one per frame (a re-raise adds none). The first entry also records where it was
+  // raised, for the report when it escapes the traced frame.
+  Done noteTraceback(SymbolicFrame& f);
+  // Where the exception `exc` was first raised in the trace, or null.
+  struct RaiseSite {
+    Ref exc;
+    Unsupported where;
+    std::string traceback;  // the frames, outermost first, as Python's tracebacks list them
+  };
+  const RaiseSite* raiseSite(PyObject* exc) const;
   // The exception in flight (set exactly while an outcome is Raised), or null.
   const ValuePtr& pendingException() const { return pending_exc_; }
   // Takes the exception in flight away (to re-raise it after a cleanup).
@@ -304,6 +316,8 @@ class Tracer {
   std::vector<PyObject*> polyfills_running_;  // borrowed: the callables of POLYFILLS (alive in it)
   ValuePtr pending_exc_;  // the exception in flight (outcome Raised), or null
   ValuePtr current_exc_;  // the exception being handled (sys.exc_info()), or null
+  std::vector<RaiseSite> raise_sites_;  // noteTraceback: where each exception was first raised
+  Ref traceback_frame_;  // the frame object the traceback entries made in the trace point at
 
   // Failure, and the graph break it may become.
   bool failed_ = false;

@@ -233,6 +233,12 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
     return wrapDictItems(copy.get(), -1, reinterpret_cast<PyObject*>(Py_TYPE(copy.get())));
   } else if (reg < 0 && PyExceptionInstance_Check(obj)) {
     v = Value::object(obj, reg);  // an exception object reached from one made in the trace
+  } else if (reg < 0 && PyTraceBack_Check(obj)) {
+    // A traceback entry the trace made (an exception's __traceback__, tb_next): the trace's
+    // own object, changed for real (tb_next = ...).
+    v = Value::of(Object{Ref::borrow(obj), true}, reg);
+  } else if (reg < 0 && PyFrame_Check(obj)) {
+    return fail("a frame object (a traceback's tb_frame, a frame's f_back) is not supported yet");
   } else if (isImmutableCObject(obj)) {
     // A compiled pattern or a match: its methods are folded on constants, so another
     // object at the same place is another entry.

@@ -178,6 +178,7 @@ Result<ValuePtr> Tracer::runFrame(SymbolicFrame& f) {
     Result<ValuePtr> r = runInstructions(f);
     if (r.outcome() != Outcome::Raised || failed_) return r;
     CDYNAMO_CHECK(pending_exc_ != nullptr, "a Raised outcome without an exception in flight");
+    if (Done tb = noteTraceback(f); !tb) return tb.stop();
     // An exception in flight at f.pc: this frame's handler (3.11 exception table), if any.
     Done delivered = deliverException(f);
     if (delivered.notHandled()) return r;

@@ -20,8 +20,11 @@ Done OutputPlanner::planAll(const std::vector<ValuePtr>& values, std::vector<run
   return {};
 }
 
-Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
+Done OutputPlanner::plan(const ValuePtr& given, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
+  ValuePtr v = given;
+  if (const Object* o = v->get<Object>(); o && o->owned && v->reg < 0 && PyExceptionInstance_Check(o->obj.get()))
+    v = exception_values_.emplace(o->obj.get(), v).first->second;
   // A container or iterator read from the program is handed back as the object itself
   // (its mutations, or what the trace consumed of it, are replayed on it as effects); one
   // made in the trace is one object however often it is reachable (the memo).
@@ -45,6 +48,9 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::Context:  // a context object reachable twice is one object
       made_once = true;
       break;
+    case Kind::Object:  // an exception made in the trace: one new object however often reached
+      made_once = v->as<Object>().owned && PyExceptionInstance_Check(v->real());
+      break;
     case Kind::Null:
     case Kind::Tensor:
     case Kind::Constant:
@@ -54,7 +60,6 @@ Done OutputPlanner::plan(const ValuePtr& v, runtime::OutputPlan* out) {
     case Kind::NamedMethod:
     case Kind::Module:
     case Kind::PyModule:
-    case Kind::Object:
     case Kind::Super:
     case Kind::DictView:
       break;

@@ -55,6 +55,9 @@ class OutputPlanner {
   // Value made in the trace -> memo slot (the map holds the value: a temporary's address
   // must not be reused while it is a key).
   std::unordered_map<const Value*, std::pair<int, ValuePtr>> memo_slot_;
+  // An exception the trace made may be reached through several values (the handler's name,
+  // sys.exc_info(), what with_traceback() returns): one object, so one value stands for it.
+  std::unordered_map<PyObject*, ValuePtr> exception_values_;
   int memo_slots_ = 0;
   // The values being planned (a value reached again from inside itself cannot be built
   // from its parts), and the cells of a function's closure made empty and filled by the

@@ -543,13 +543,28 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     // The message names the exception as torch._dynamo's does ("Observed exception"), with
     // its text, so that a fullgraph=True caller sees what was raised.
     PyObject* e = pending_exc_->real();
-    std::string what = e ? Py_TYPE(e)->tp_name : "?";
-    if (e && !(Py_TYPE(e)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {  // a builtin's str() runs no user code
-      Ref text = Ref::steal(PyObject_Str(e));
-      if (text && PyUnicode_GetLength(text.get()) > 0) what += std::string(": ") + PyUnicode_AsUTF8(text.get());
+    // Its message too, where making it runs no Python code (BaseException's own __str__
+    // over constant arguments).
+    std::string message;
+    if (e && PyExceptionInstance_Check(e) &&
+        Py_TYPE(e)->tp_str == reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_str) {
+      Ref args = Ref::steal(PyObject_GetAttrString(e, "args"));
+      Ref text = args && isConstantObject(args.get()) ? Ref::steal(PyObject_Str(e)) : Ref();
+      const char* s = text ? PyUnicode_AsUTF8(text.get()) : nullptr;
+      if (s && *s) message = std::string(": ") + s;
       PyErr_Clear();
     }
-    (void)fail("an exception (Observed exception " + what + ") escapes the traced frame; it runs natively to raise it");
+    (void)fail(std::string("an exception (Observed exception ") + (e ? Py_TYPE(e)->tp_name : "?") + message +
+               ") escapes the traced frame; it runs natively to raise it");
+    // Reported where the program raised it (the frames it was raised in), not where the
+    // trace ended: that is the line a user looks for.
+    if (const RaiseSite* site = e ? raiseSite(e) : nullptr) {
+      unsupported_.reason += "; it was raised at\n" + site->traceback;
+      unsupported_.filename = site->where.filename;
+      unsupported_.line = site->where.line;
+      unsupported_.function = site->where.function;
+      unsupported_.user_stack = site->where.user_stack;
+    }
   } else if (ret.ok()) {
     if (settleGenerators(root, *ret) && outputs_.plan(*ret, &plan)) (void)effects();
   } else {

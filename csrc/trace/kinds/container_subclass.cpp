@@ -480,12 +480,15 @@ Result<ValuePtr> baseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs,
   if (fn == objectSlot("__reduce_ex__") && !args.empty()) return objectReduceEx(t, args, kwargs);
   if (args.size() == 2 && kwargs.empty() &&
       fn == PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_dict, "with_traceback")) {
-    // exc.with_traceback(None) (unittest's assertRaises does it on leaving) of an exception
-    // the trace raised (no source: an object of the trace's own that nothing outside saw
-    // yet, whose traceback is the tracer's, not the program's) is done for real.
+    // exc.with_traceback(tb) of an exception the trace made (no source: nothing outside saw
+    // it yet), with None or a traceback the trace made (a real one, see noteTraceback): done
+    // for real; anything else given raises its TypeError for real.
     const Object* o = args[0]->get<Object>();
-    if (o && args[0]->reg < 0 && PyExceptionInstance_Check(o->obj.get()) && args[1]->constant() == Py_None) {
-      if (PyException_SetTraceback(o->obj.get(), Py_None) < 0) return t.failFromPython("with_traceback");
+    PyObject* tb = args[1]->real();
+    if (o && args[0]->reg < 0 && PyExceptionInstance_Check(o->obj.get()) && tb &&
+        (tb == Py_None || (PyTraceBack_Check(tb) && args[1]->reg < 0))) {
+      Ref r = Ref::steal(PyObject_CallMethod(o->obj.get(), "with_traceback", "O", tb));
+      if (!r) return t.raisePython();
       return args[0];
     }
     return notHandled();

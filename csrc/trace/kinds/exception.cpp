@@ -61,6 +61,51 @@ bool Tracer::chainToHandled(PyObject* exc) {
   return true;
 }
 
+Done Tracer::noteTraceback(SymbolicFrame& f) {
+  PyObject* exc = pending_exc_ ? pending_exc_->real() : nullptr;
+  if (!exc || !PyExceptionInstance_Check(exc) || f.pc >= f.instrs.size()) return {};
+  const bytecode::Instruction& ins = f.instrs[f.pc];
+  // A re-raise (RERAISE, a bare `raise`) goes on with the traceback it has in this frame.
+  if (ins.op == bytecode::Op::RERAISE || (ins.op == bytecode::Op::RAISE_VARARGS && ins.arg == 0)) return {};
+  // A real traceback object, so that tb_next, tb_lineno, tb_lasti, the setters' checks and
+  // with_traceback() behave as CPython's. Its tb_frame cannot be the traced frame (which
+  // has no frame object while it is traced): it is the caller's, and reading it is refused.
+  if (!traceback_frame_) {
+    PyFrameObject* caller = PyEval_GetFrame();
+    if (!caller) return fail("an exception's traceback where no Python frame calls the compiled one");
+    traceback_frame_ = Ref::borrow(reinterpret_cast<PyObject*>(caller));
+  }
+  const int lasti = ins.offset * 2;
+  const int line = PyCode_Addr2Line(const_cast<PyCodeObject*>(f.code), lasti);
+  Ref old = Ref::steal(PyException_GetTraceback(exc));
+  Ref tb = Ref::steal(PyObject_CallFunction(reinterpret_cast<PyObject*>(&PyTraceBack_Type), "OOii",
+                                            old ? old.get() : Py_None, traceback_frame_.get(), lasti, line));
+  if (!tb || PyException_SetTraceback(exc, tb.get()) < 0) return failFromPython("making a traceback entry");
+  if (!raiseSite(exc)) {
+    RaiseSite site{Ref::borrow(exc), {}, {}};
+    SymbolicFrame* saved = current_;
+    current_ = &f;
+    setLocation(&site.where);
+    current_ = saved;
+    std::vector<const SymbolicFrame*> chain;
+    for (const SymbolicFrame* p = &f; p; p = p->parent) chain.insert(chain.begin(), p);
+    for (const SymbolicFrame* p : chain) {
+      int off = p->pc < p->instrs.size() ? p->instrs[p->pc].offset * 2 : 0;
+      site.traceback += std::string("  File \"") + PyUnicode_AsUTF8(p->code->co_filename) + "\", line " +
+                        std::to_string(PyCode_Addr2Line(const_cast<PyCodeObject*>(p->code), off)) + ", in " +
+                        PyUnicode_AsUTF8(p->code->co_name) + "\n";
+    }
+    raise_sites_.push_back(std::move(site));
+  }
+  return {};
+}
+
+const Tracer::RaiseSite* Tracer::raiseSite(PyObject* exc) const {
+  for (const RaiseSite& site : raise_sites_)
+    if (site.exc.get() == exc) return &site;
+  return nullptr;
+}
+
 Stop Tracer::failOuterHandled() {
   return fail("an exception raised while the compiled frame's caller handles another (its __context__ "
               "would be a different object on each call)");
@@ -77,14 +122,14 @@ Stop Tracer::raisePython() {
   // Raised by C code run during the trace, where the thread's exc_info is not the traced
   // program's: chain it as CPython would have unless the code chained it already.
   if (!exceptionContext(exc.get()) && !chainToHandled(exc.get())) return failOuterHandled();
-  return raiseValue(Value::object(exc.get()));
+  return raiseValue(Value::of(Object{exc.copy(), true}));  // made during the trace: its own
 }
 
 Stop Tracer::raiseNew(PyObject* type, const std::string& message) {
   Ref exc = Ref::steal(PyObject_CallFunction(type, "s", message.c_str()));
   if (!exc) return failFromPython("making an exception");
   if (!chainToHandled(exc.get())) return failOuterHandled();
-  return raiseValue(Value::object(exc.get()));
+  return raiseValue(Value::of(Object{exc.copy(), true}));
 }
 
 Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& args, Kwargs kwargs) {

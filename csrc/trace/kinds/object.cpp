@@ -660,6 +660,64 @@ ValuePtr aliasedInstanceDict(Tracer& t, const ValuePtr& obj) {
 }
 
 // The plan of a module, callable, Python module or object: the object read from the program itself, or one made for real in the trace (OutputPlanner::plan).
+namespace {
+
+// Whether `exc` (and the exceptions it chains to) can be made again from what it holds:
+// constant arguments and attributes, and a class whose construction runs no Python code
+// beyond an __init__ whose effect is its __dict__ (so the copy needs only that __dict__).
+// Its traceback, the trace's own, is dropped (a fresh object has none until raised).
+bool rebuildableException(PyObject* exc, int depth, std::string* why) {
+  if (depth > 16) return *why = "a chain of exceptions too long", false;
+  PyTypeObject* cls = Py_TYPE(exc);
+  PyObject* init = nullptr;
+  PyTypeObject* c_base = nullptr;
+  for (Py_ssize_t i = 0; cls->tp_mro && i < PyTuple_GET_SIZE(cls->tp_mro); ++i) {
+    PyTypeObject* k = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(cls->tp_mro, i));
+    PyObject* f = k->tp_dict ? PyDict_GetItemString(k->tp_dict, "__init__") : nullptr;
+    if (f && !init) init = f;
+    if (PyDict_GetItemString(k->tp_dict, "__new__") && PyFunction_Check(PyDict_GetItemString(k->tp_dict, "__new__")))
+      return *why = "an exception class with a Python __new__", false;
+    if (!c_base && !(k->tp_flags & Py_TPFLAGS_HEAPTYPE)) c_base = k;
+  }
+  // A Python __init__ over a C base whose own initialiser stores more than .args (OSError,
+  // StopIteration.value, ...) leaves C state that the __dict__ does not hold.
+  if (init && PyFunction_Check(init) && c_base &&
+      c_base->tp_init != reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_init &&
+      c_base != reinterpret_cast<PyTypeObject*>(PyExc_Exception))
+    return *why = std::string("an exception whose Python __init__ runs over ") + c_base->tp_name, false;
+  Ref args = Ref::steal(PyObject_GetAttrString(exc, "args"));
+  if (!args || !isConstantObject(args.get())) return PyErr_Clear(), *why = "an exception with non-constant arguments", false;
+  PyObject** dictptr = _PyObject_GetDictPtr(exc);
+  if (dictptr && *dictptr) {
+    PyObject *k, *val;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(*dictptr, &pos, &k, &val))
+      if (!isConstantObject(val)) return *why = "an exception with a non-constant attribute", false;
+  }
+  PyException_SetTraceback(exc, Py_None);
+  for (PyObject* link : {PyException_GetContext(exc), PyException_GetCause(exc)}) {
+    Ref owned = Ref::steal(link);
+    if (link && link != exc && !rebuildableException(link, depth + 1, why)) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// An exception the trace made, returned: made anew on each call from a copy kept as the
+// plan's constant (frame_rebuild.rebuild_exception), as eager makes a new one each call.
+Done rebuildException(OutputPlanner& p, PyObject* exc, runtime::OutputPlan* out) {
+  namespace P = runtime::plan;
+  std::string why;
+  if (!rebuildableException(exc, 0, &why)) return p.tracer().fail("returning " + why + " is not supported yet");
+  PyObject* rebuild = lookup(Obj::cdynamo_resume_rebuild_exception);
+  if (!rebuild) return p.tracer().failFromPython("rebuild_exception");
+  std::vector<runtime::OutputPlan> args;
+  args.push_back(runtime::OutputPlan::constant(exc));
+  out->step = P::Call{Ref::borrow(rebuild), std::move(args)};
+  return {};
+}
+
 Done rebuildProgramObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
   if (v->reg >= 0) {
@@ -689,6 +747,8 @@ Done rebuildProgramObject(OutputPlanner& p, const ValuePtr& v, runtime::OutputPl
     *out = std::move(acc);
     return {};
   }
+  if (v->is(Kind::Object) && v->as<Object>().owned && PyExceptionInstance_Check(v->real()))
+    return rebuildException(p, v->real(), out);
   return p.unsupported(v);
 }
 

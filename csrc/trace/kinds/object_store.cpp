@@ -153,6 +153,36 @@ Done deleteAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   return genericDelAttr(t, obj, name);
 }
 
+namespace {
+
+// exc.__cause__ / __context__ / __suppress_context__ = v on an exception the program passed
+// in: BaseException's setters' checks made here (their TypeErrors raised in the trace), the
+// store replayed after the graph, and later reads in the trace see it (setting __cause__
+// also sets __suppress_context__, as the setter does). NotHandled for other names.
+Done storeExceptionLink(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
+  const bool cause = PyUnicode_CompareWithASCIIString(name, "__cause__") == 0;
+  const bool context = PyUnicode_CompareWithASCIIString(name, "__context__") == 0;
+  const bool suppress = PyUnicode_CompareWithASCIIString(name, "__suppress_context__") == 0;
+  if (PyUnicode_CompareWithASCIIString(name, "__traceback__") == 0)
+    return t.fail("setting __traceback__ of an exception from outside the trace is not supported yet");
+  if (!cause && !context && !suppress) return notHandled();
+  PyObject* v = value->real();
+  if (suppress) {
+    if (!v || !PyBool_Check(v)) return t.raiseNew(PyExc_TypeError, "attribute value type must be bool");
+    return t.effects().setAttr(obj->reg, name, value);
+  }
+  if (!v || (v != Py_None && !PyExceptionInstance_Check(v)))
+    return t.raiseNew(PyExc_TypeError, cause ? "exception cause must be None or derive from BaseException"
+                                             : "exception context must be None or derive from BaseException");
+  if (Done d = t.effects().setAttr(obj->reg, name, value); !d) return d;
+  if (!cause) return {};
+  Ref key = Ref::steal(PyUnicode_FromString("__suppress_context__"));
+  if (!key) return t.failFromPython("__suppress_context__");
+  return t.effects().setAttr(obj->reg, key.get(), Value::constant(Py_True));
+}
+
+}  // namespace
+
 Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& value) {
   if (obj->is(Kind::Namespace)) return namespaceSetAttr(t, obj, name, value);
   const Object* owned = obj->get<Object>();
@@ -203,6 +233,8 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
                     PyType_HasFeature(reinterpret_cast<PyTypeObject*>(obj->real()), Py_TPFLAGS_HEAPTYPE);
   if (user_class && t.class_dicts_read.count(obj->real()))
     return t.fail("setting an attribute of a class whose __dict__ the trace read is not supported yet");
+  if (obj->is(Kind::Object) && obj->reg >= 0 && PyExceptionInstance_Check(obj->real()))
+    if (Done d = storeExceptionLink(t, obj, name, value); !d.notHandled()) return d;
   if ((obj->is(Kind::Object) || obj->is(Kind::Module) || user_class) && obj->reg >= 0) {
     PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj->real()));
     PyObject* descr = lookupInMro(cls, name, nullptr);

@@ -133,6 +133,9 @@ Result<Next> opRaiseVarargs(Tracer& t, SymbolicFrame&, const bytecode::Instructi
   }
   if (!exc->real() || !PyExceptionInstance_Check(exc->real()))
     return t.raiseNew(PyExc_TypeError, "exceptions must derive from BaseException");
+  // Raising sets the exception's __context__ and __traceback__; on an object the program
+  // passed in that would be a change made once, at trace time, and never on later calls.
+  if (exc->reg >= 0) return t.fail("raising an exception object that exists outside the trace is not supported yet");
   if (cause) {
     PyObject* c = cause->real();
     if (!c) return t.fail("raise ... from a value made in the trace");

@@ -236,6 +236,11 @@ Result<ValuePtr> builtinVars(Tracer& t, PyObject*, const char*, Args& args, Kwar
   if (args.size() != 1 || !kwargs.empty()) return notHandled();
   const ValuePtr& v = args[0];
   if (v->is(Kind::Namespace) || v->is(Kind::NewObject) || v->is(Kind::Object)) return getAttr(t, v, interned(Str::dunder_dict));
+  // A constant (an int, a str, a tuple of them): its type gives instances no __dict__, so
+  // vars() raises its TypeError, as eagerly.
+  if (v->is(Kind::Constant) && !PyType_HasFeature(Py_TYPE(v->real()), Py_TPFLAGS_HEAPTYPE) &&
+      Py_TYPE(v->real())->tp_dictoffset == 0)
+    return t.raiseNew(PyExc_TypeError, "vars() argument must have __dict__ attribute");
   return notHandled();
 }
 

@@ -268,6 +268,10 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
     if (!pargs || !kwargs.empty()) return t.fail("a method of an object made in the trace called with non-constants");
     Ref r = Ref::steal(PyObject_Call(f, pargs.get(), nullptr));
     if (!r) return t.raisePython();
+    // The object it was bound to, given back (exc.with_traceback(tb) returns exc): still
+    // the trace's own object.
+    if (PyCFunction_Check(f) && r.get() == PyCFunction_GET_SELF(f) && PyExceptionInstance_Check(r.get()))
+      return Value::of(Object{r.copy(), true});
     return fromPython(t, r.get());
   }
   if (anySubclassTensor(args, kwargs)) {  // torch's callables dispatch to the subclass's __torch_function__

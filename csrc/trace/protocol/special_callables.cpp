@@ -275,6 +275,32 @@ Result<ValuePtr> foldStateReader(Tracer& t, PyObject* f, const char*, Args& args
   return Value::constant(r.get());
 }
 
+// sys.exc_info() / sys.exception(): the exception the traced program handles (the trace's
+// own, with the traceback the trace gave it). Where it handles none, the answer is what the
+// compiled frame's caller handles: used only when that is nothing, and guarded to stay so.
+Result<ValuePtr> handledExceptionQuery(Tracer& t, PyObject* f, const char*, Args& args, Kwargs& kwargs) {
+  if (!args.empty() || !kwargs.empty()) return notHandled();
+  const bool info = f == lookup(Obj::sys_exc_info);
+  ValuePtr exc = t.handledException();
+  if (!exc) {
+    Ref outer = Ref::steal(PyErr_GetHandledException());
+    if (outer && outer.get() != Py_None)
+      return t.fail("sys.exc_info() while the compiled frame's caller handles an exception (a different one on each call)");
+    PyObject* query = lookup(Obj::sys_exception);
+    Ref no_args = Ref::steal(PyTuple_New(0));
+    if (!query || !no_args) return t.failFromPython("sys.exception");
+    t.guards().checkStateQuery(query, no_args.get(), nullptr, Py_None);
+    ValuePtr none = Value::constant(Py_None);
+    return info ? Value::tuple({none, none, none}) : none;
+  }
+  if (!info) return exc;
+  PyObject* e = exc->real();
+  if (!e || !PyExceptionInstance_Check(e)) return t.fail("sys.exc_info() of an exception the trace cannot read");
+  Ref tb = Ref::steal(PyException_GetTraceback(e));
+  Result<ValuePtr> tbv = t.wrap(tb ? tb.get() : Py_None, -1);
+  if (!tbv) return tbv;
+  return Value::tuple({Value::callable(reinterpret_cast<PyObject*>(Py_TYPE(e))), exc, tbv.take()});
+}
 
 const std::vector<SpecialRow> kSpecialRows = {
     {Obj::object_init, false, {"object.__init__", objectInit, false}},
@@ -294,6 +320,8 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::collections_OrderedDict, false, {"collections.OrderedDict", makeOrderedDict, false}},
     {Obj::types_SimpleNamespace, false, {"types.SimpleNamespace", makeNamespace, false}},
     {Obj::sys_getrecursionlimit, false, {"sys.getrecursionlimit", foldStateReader, false}},
+    {Obj::sys_exc_info, false, {"sys.exc_info", handledExceptionQuery, false}},
+    {Obj::sys_exception, false, {"sys.exception", handledExceptionQuery, false}},
 };
 
 }  // namespace

@@ -215,3 +215,26 @@ def rebuild_partial(fn, args, keywords):
 
 __all__ = ["container_iterator_at", "deque_iterator_at", "grad_mode_exit", "list_iterator_at", "list_reverse_iterator_at", "make_function",
            "real_iterator", "rebuild_iterator", "rebuild_partial"]
+
+
+def rebuild_exception(template, _made=None):
+    """A new exception like `template` (one the trace made and returned, whose arguments and
+    attributes are constants): its class made again from its .args (a C initialiser rerun,
+    a Python one replaced by its __dict__), and the exceptions it chains to made again too,
+    so that each call returns objects of its own, as eager does."""
+    made = {} if _made is None else _made
+    if id(template) in made:
+        return made[id(template)]
+    cls = type(template)
+    new = cls.__new__(cls, *template.args)
+    made[id(template)] = new
+    init = getattr(cls, "__init__")
+    if not isinstance(init, types.FunctionType):
+        init(new, *template.args)
+    if getattr(template, "__dict__", None):
+        new.__dict__.update(template.__dict__)
+    ctx, cause = template.__context__, template.__cause__
+    new.__context__ = None if ctx is None else rebuild_exception(ctx, made)
+    new.__cause__ = None if cause is None else rebuild_exception(cause, made)
+    new.__suppress_context__ = template.__suppress_context__
+    return new
