@@ -145,8 +145,9 @@ def test_generator_close_inside_try_finally():
         a = next(it)
         it.close()
         return a, log
+    # close() raises GeneratorExit at the yield: the finally block runs in the trace.
     cnt, st = run_both(f, T)
-    assert "try/with" in native_reasons(st), native_reasons(st)
+    assert st["frames_native"] == 0 and cnt.frame_count == 1, st
 
 
 def test_generator_finished_inside_try_finally_captured():
@@ -163,7 +164,7 @@ def test_generator_finished_inside_try_finally_captured():
     assert st["frames_native"] == 0 and cnt.frame_count == 1, st
 
 
-def test_generator_throw_runs_natively():
+def test_generator_throw_is_captured():
     def f(x):
         def g():
             try:
@@ -173,8 +174,9 @@ def test_generator_throw_runs_natively():
         it = g()
         next(it)
         return it.throw(ValueError("in"))
+    # throw() raises at the yield: the generator's handler runs in the trace.
     cnt, st = run_both(f, T)
-    assert "throw" in native_reasons(st), native_reasons(st)
+    assert st["frames_native"] == 0 and cnt.frame_count == 1, st
 
 
 def test_generator_that_resumes_itself_raises_value_error():
