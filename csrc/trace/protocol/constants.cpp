@@ -181,6 +181,39 @@ Result<ValuePtr> fromPython(Tracer& t, PyObject* o) {
   return t.fail(std::string("a value of type ") + Py_TYPE(o)->tp_name + " computed from constants");
 }
 
+namespace {
+
+// The real positional tuple and keyword dict of a call whose arguments are all made of
+// constants. Leaves *pargs null (no error set) when one is not, or is a Python function or
+// method: calling it for real would run Python code now, outside the trace.
+Done constantArguments(Tracer& t, Args& args, Kwargs& kwargs, Ref* pargs, Ref* kw) {
+  auto real = [&](const ValuePtr& v) {
+    Ref p = toPython(t, v);
+    if (p && (PyFunction_Check(p.get()) || PyMethod_Check(p.get()))) return Ref();
+    return p;
+  };
+  Ref tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
+  if (!tuple) return t.failFromPython("folding a constant call");
+  for (size_t i = 0; i < args.size(); ++i) {
+    Ref p = real(args[i]);
+    if (!p) return {};
+    PyTuple_SET_ITEM(tuple.get(), i, p.release());
+  }
+  if (!kwargs.empty()) {
+    *kw = Ref::steal(PyDict_New());
+    if (!*kw) return t.failFromPython("folding a constant call");
+    for (auto& [k, v] : kwargs) {
+      Ref p = real(v);
+      if (!p) return {};
+      if (PyDict_SetItem(kw->get(), k.get(), p.get()) < 0) return t.failFromPython("folding a constant call");
+    }
+  }
+  *pargs = std::move(tuple);
+  return {};
+}
+
+}  // namespace
+
 Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>& args,
                                           std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
   // Which callables are pure functions of their arguments.
@@ -238,24 +271,10 @@ Result<ValuePtr> foldConstantCall(Tracer& t, PyObject* fn, std::vector<ValuePtr>
   for (const ValuePtr& a : args)
     if (const Iterator* it = a->get<Iterator>(); it && it->lazy())
       if (Done d = drainUserIterator(t, a); !d) return d.stop();
-  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-  if (!pargs) return t.failFromPython("folding a constant call");
-  for (size_t i = 0; i < args.size(); ++i) {
-    Ref p = toPython(t, args[i]);
-    if (!p) return notHandled();  // not all constants: the caller decides (tensors go to the graph)
-    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();  // would run Python code now
-    PyTuple_SET_ITEM(pargs.get(), i, p.release());
-  }
-  Ref kw;
-  if (!kwargs.empty()) {
-    kw = Ref::steal(PyDict_New());
-    if (!kw) return t.failFromPython("folding a constant call");
-    for (auto& [k, v] : kwargs) {
-      Ref p = toPython(t, v);
-      if (!p) return notHandled();
-      if (PyDict_SetItem(kw.get(), k.get(), p.get()) < 0) return t.failFromPython("folding a constant call");
-    }
-  }
+  Ref pargs, kw;
+  // Not all constants: the caller decides (tensors go to the graph).
+  if (Done d = constantArguments(t, args, kwargs, &pargs, &kw); !d) return d.stop();
+  if (!pargs) return notHandled();
   Ref r = Ref::steal(PyObject_Call(fn, pargs.get(), kw.get()));
   if (!r) return t.raisePython();
   for (const ValuePtr& a : args)  // what the call took of an iterator argument: all of it
@@ -302,24 +321,10 @@ bool isPurePythonFunction(PyObject* func) {
 
 Result<ValuePtr> foldPurePythonFunction(Tracer& t, PyObject* func, Args& args, Kwargs& kwargs) {
   if (!isPurePythonFunction(func)) return notHandled();
-  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(args.size())));
-  if (!pargs) return t.failFromPython("folding a constant call");
-  for (size_t i = 0; i < args.size(); ++i) {
-    Ref p = toPython(t, args[i]);
-    if (!p) return notHandled();  // not all constants: traced as the Python it is
-    if (PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();  // re.sub's repl: Python code
-    PyTuple_SET_ITEM(pargs.get(), i, p.release());
-  }
-  Ref kw;
-  if (!kwargs.empty()) {
-    kw = Ref::steal(PyDict_New());
-    if (!kw) return t.failFromPython("folding a constant call");
-    for (auto& [k, v] : kwargs) {
-      Ref p = toPython(t, v);
-      if (!p || PyFunction_Check(p.get()) || PyMethod_Check(p.get())) return notHandled();
-      if (PyDict_SetItem(kw.get(), k.get(), p.get()) < 0) return t.failFromPython("folding a constant call");
-    }
-  }
+  Ref pargs, kw;
+  // Not all constants (or re.sub's repl, Python code): traced as the Python it is.
+  if (Done d = constantArguments(t, args, kwargs, &pargs, &kw); !d) return d.stop();
+  if (!pargs) return notHandled();
   Ref r = Ref::steal(PyObject_Call(func, pargs.get(), kw.get()));
   if (!r) return t.raisePython();  // re.error for a bad pattern: raised in the trace, as eagerly
   return fromPython(t, r.get());

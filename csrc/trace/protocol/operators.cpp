@@ -73,20 +73,30 @@ Result<ValuePtr> binaryOp(Tracer& t, BinaryOp op, const ValuePtr& a, const Value
                 " is not supported yet");
 }
 
-bool binaryOperatorOf(PyObject* fn, BinaryOp* op) {
-  constexpr int kCount = static_cast<int>(sizeof(kBinaryOpFns) / sizeof(kBinaryOpFns[0]));
-  for (int i = 0; i < kCount; ++i) {
-    PyObject* candidate = lookup(kBinaryOpFns[i]);
+namespace {
+
+// Where `fn` stands in a table of operator-module functions, or -1 (a function torch or
+// Python does not provide is skipped).
+template <size_t N>
+int indexOfFunction(const Obj (&table)[N], PyObject* fn) {
+  for (size_t i = 0; i < N; ++i) {
+    PyObject* candidate = lookup(table[i]);
     if (!candidate) {
       PyErr_Clear();
       continue;
     }
-    if (candidate == fn) {
-      *op = static_cast<BinaryOp>(i);
-      return true;
-    }
+    if (candidate == fn) return static_cast<int>(i);
   }
-  return false;
+  return -1;
+}
+
+}  // namespace
+
+bool binaryOperatorOf(PyObject* fn, BinaryOp* op) {
+  const int i = indexOfFunction(kBinaryOpFns, fn);
+  if (i < 0) return false;
+  *op = static_cast<BinaryOp>(i);
+  return true;
 }
 
 Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
@@ -119,36 +129,20 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
 }
 
 bool compareOperatorOf(PyObject* fn, int* op) {
-  for (int i = 0; i < static_cast<int>(sizeof(kCompareOpFns) / sizeof(kCompareOpFns[0])); ++i) {
-    PyObject* candidate = lookup(kCompareOpFns[i]);
-    if (!candidate) {
-      PyErr_Clear();
-      continue;
-    }
-    if (candidate == fn) {
-      *op = i;  // Py_LT .. Py_GE, COMPARE_OP's order
-      return true;
-    }
-  }
-  return false;
+  const int i = indexOfFunction(kCompareOpFns, fn);
+  if (i < 0) return false;
+  *op = i;  // Py_LT .. Py_GE, COMPARE_OP's order
+  return true;
 }
 
 bool unaryOperatorOf(PyObject* fn, bytecode::Op* op) {
-  static const std::pair<Obj, bytecode::Op> kUnary[] = {{Obj::operator_neg, bytecode::Op::UNARY_NEGATIVE},
-                                                        {Obj::operator_pos, bytecode::Op::UNARY_POSITIVE},
-                                                        {Obj::operator_invert, bytecode::Op::UNARY_INVERT}};
-  for (const auto& [obj, unary] : kUnary) {
-    PyObject* candidate = lookup(obj);
-    if (!candidate) {
-      PyErr_Clear();
-      continue;
-    }
-    if (candidate == fn) {
-      *op = unary;
-      return true;
-    }
-  }
-  return false;
+  static const Obj kUnaryFns[] = {Obj::operator_neg, Obj::operator_pos, Obj::operator_invert};
+  static const bytecode::Op kUnaryOps[] = {bytecode::Op::UNARY_NEGATIVE, bytecode::Op::UNARY_POSITIVE,
+                                           bytecode::Op::UNARY_INVERT};
+  const int i = indexOfFunction(kUnaryFns, fn);
+  if (i < 0) return false;
+  *op = kUnaryOps[i];
+  return true;
 }
 
 }  // namespace cdynamo::trace
