@@ -15,7 +15,7 @@ docs/conformance_failing.tsv (explained in docs/conformance.md). The check fails
 - a listed test fails differently (FAILED became CRASH/TIMEOUT, or the other way), or
 - a listed test no longer exists or no longer passes under torch._dynamo.
 
-usage: python tools/conformance.py [--peer DIR] [--out DIR] [--only functions,modules]
+usage: python tools/conformance.py [--peer DIR] [--out DIR] [--extra DIR] [--only functions,modules]
            [--baseline-from DIR] [--rerun-baseline] [--shim-from DIR] [--update]
 
 --peer           the peer folder (default: $CDYNAMO_PEER, else ../shared/peer or
@@ -24,6 +24,9 @@ usage: python tools/conformance.py [--peer DIR] [--out DIR] [--only functions,mo
 --baseline-from  seed the baseline cache from an earlier run's results/NAME_baseline.json
 --rerun-baseline run torch._dynamo again even when a cached baseline exists
 --shim-from      check the results/NAME_shim.json(l) of an earlier run instead of running
+--extra DIR      also run every test_*.py of DIR (other files of PyTorch's test/dynamo taken
+                 for a measurement; named by the file's stem without "test_", e.g. misc),
+                 against the same list; --only picks among them too
 --update         rewrite the list from this run (keeps the reasons of tests still failing,
                  drops fixed ones, adds new ones with their first error line, marked NEW)
 """
@@ -124,7 +127,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--peer")
     ap.add_argument("--out")
-    ap.add_argument("--only", default=",".join(FILES))
+    ap.add_argument("--extra")
+    ap.add_argument("--only")
     ap.add_argument("--baseline-from")
     ap.add_argument("--rerun-baseline", action="store_true")
     ap.add_argument("--shim-from")
@@ -139,7 +143,17 @@ def main():
     out = os.path.abspath(a.out or os.environ.get("PEER_OUT") or os.path.join(ROOT, "build", "conformance"))
     cache = os.path.join(out, "baseline-cache")
     os.makedirs(cache, exist_ok=True)
-    names = [n for n in a.only.split(",") if n]
+    files = {n: os.path.join(peer, "pytorch", f) for n, f in FILES.items()}
+    if a.extra:
+        if not os.path.isdir(a.extra):
+            sys.exit(f"conformance: --extra {a.extra} is not a folder")
+        for f in sorted(os.listdir(a.extra)):
+            if f.startswith("test_") and f.endswith(".py"):
+                files.setdefault(f[len("test_"):-len(".py")], os.path.abspath(os.path.join(a.extra, f)))
+    names = [n for n in (a.only or ",".join(files)).split(",") if n]
+    for n in names:
+        if n not in files:
+            sys.exit(f"conformance: no test file named {n} (known: {', '.join(files)})")
 
     listed = read_list()
     problems = []
@@ -148,7 +162,8 @@ def main():
     stale = set()  # listed tests that are no longer tests passing under torch._dynamo
     measured = set()  # files measured in this run
     for name in names:
-        testfile = os.path.join(peer, "pytorch", FILES[name])
+        testfile = files[name]
+        fname = os.path.basename(testfile)
         key, torch_version = baseline_key(testfile)
         cached = os.path.join(cache, f"{name}_baseline-{key}.json")
         if a.baseline_from:
@@ -157,7 +172,7 @@ def main():
             base = run_suite(peer, out, testfile, "baseline", f"{name}_baseline")
             json.dump(base, open(cached, "w"), indent=1, sort_keys=True)
         else:
-            print(f"conformance: torch._dynamo baseline of {FILES[name]} from the cache ({os.path.basename(cached)}, "
+            print(f"conformance: torch._dynamo baseline of {fname} from the cache ({os.path.basename(cached)}, "
                   f"torch {torch_version})")
         base = json.load(open(cached))
         if a.shim_from:
@@ -169,8 +184,8 @@ def main():
         if base and not shim:
             # Nothing collected under the shim: the shim or cdynamo failed at configure time
             # (its log says why). Never a measurement, and never a list to write.
-            sys.exit(f"conformance: no test of {FILES[name]} ran under cdynamo; see {out}/logs/{name}_shim.log")
-        measured.add(FILES[name])
+            sys.exit(f"conformance: no test of {fname} ran under cdynamo; see {out}/logs/{name}_shim.log")
+        measured.add(fname)
         base_pass = sorted(t for t, v in base.items() if v == "PASSED")
         ok = [t for t in base_pass if shim.get(t) == "PASSED"]
         crashes = [t for t in base_pass if outcome_kind(shim.get(t, "")) == "CRASH"]
@@ -184,9 +199,9 @@ def main():
         if base_pass and not ok:
             # Not one test passes: cdynamo or the shim is broken for the whole file (one error
             # everywhere), not a measurement of the tracer. Never rewrite the list from it.
-            sys.exit(f"conformance: no test of {FILES[name]} passes under cdynamo; see {out}/logs/{name}_shim.log")
+            sys.exit(f"conformance: no test of {fname} passes under cdynamo; see {out}/logs/{name}_shim.log")
         rate = len(ok) / max(1, len(base_pass))
-        summary.append(f"{FILES[name]}: {len(ok)}/{len(base_pass)} of the tests that pass under torch._dynamo "
+        summary.append(f"{fname}: {len(ok)}/{len(base_pass)} of the tests that pass under torch._dynamo "
                        f"pass under cdynamo ({100 * rate:.1f}%); {len(crashes)} crash, {len(hangs)} hang"
                        + (f"; {len(extra)} pass only under cdynamo" if extra else ""))
         for t in crashes:
@@ -195,7 +210,7 @@ def main():
             summary.append(f"    TIMEOUT {t}")
         # entries of this file that are no longer tests passing under torch._dynamo
         for t in listed:
-            if t.split("::")[0] == FILES[name] and t not in base_pass:
+            if t.split("::")[0] == fname and t not in base_pass:
                 stale.add(t)
                 problems.append(f"listed but not a test that passes under torch._dynamo (any more): {t}")
 
