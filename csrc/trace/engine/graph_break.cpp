@@ -221,13 +221,17 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     // may be the cause, the retry with them specialized decides (it raises again if not).
     bool retry_ints = !ints.empty() && shape_memory;
     if (retry_ints && first.error) {
-      // Only a cdynamo.Unsupported error is retried. The lookup may import: not with the
+      // Only a failure of the trace is retried (cdynamo.Unsupported, or an op that raised on
+      // fake tensors, which symbolic sizes may cause). The lookups may import: not with the
       // error pending (a backend's failure would become a SystemError).
       FetchedError pending = FetchedError::fetch();
       PyObject* unsupported_exc = lookup(Obj::cdynamo_exc_Unsupported);
       if (!unsupported_exc) PyErr_Clear();
+      PyObject* fake_call_exc = lookup(Obj::cdynamo_exc_TorchRuntimeError);
+      if (!fake_call_exc) PyErr_Clear();
       pending.restore();
-      retry_ints = unsupported_exc && PyErr_ExceptionMatches(unsupported_exc);
+      retry_ints = (unsupported_exc && PyErr_ExceptionMatches(unsupported_exc)) ||
+                   (fake_call_exc && PyErr_ExceptionMatches(fake_call_exc));
     }
     if (first.error && !retry_ints) return first;
     target = tracer.failedAt();
