@@ -740,6 +740,47 @@ def dict_of_a_dict_subclass_argument(x, d):
     return x * e["w"] + e["n"], sorted(e)
 
 
+@case(T4)
+def set_operators_of_dict_views(x):
+    a = {"one": x, "two": x + 1}
+    b = {"one": x * 2, "three": 3}
+    k = a.keys()
+    out = [sorted(k | b.keys()), sorted(k & b.keys()), sorted(k - b.keys()), sorted(k ^ b.keys()),
+           sorted(k | ["four"]), sorted({"two", "five"} - k), sorted(["one"] & k)]
+    s = {"one", "six"}
+    s |= k  # set.__ior__ refuses a view: s | k, a new set; s itself is unchanged
+    k |= {"seven"}  # a view has no in-place operator: k becomes a set
+    items = {"p": 1, "q": 2}.items()
+    out += [sorted(items & {("p", 1), ("q", 3)}), sorted(items - {("q", 2)}), sorted(s), sorted(k)]
+    return a["two"] * 2, out
+
+
+@case(T4)
+def equality_of_dicts_holding_tensors(x):
+    y = x + 1
+    d1 = {"a": x, "b": 2}
+    d2 = {"b": 2, "a": x}  # the same items in another order: equal
+    d3 = {"a": y, "b": 2}  # another tensor: compared with ==, ambiguous, so not reached
+    o1 = OrderedDict(a=1, b=x)
+    o2 = OrderedDict(b=x, a=1)  # OrderedDicts also compare their order
+    return y, d1 == d2, d1 != d2, d1 == {"a": x}, o1 == o2, o1 == dict(o2), d3 == {"a": y, "c": 2}
+
+
+@case(lambda: (torch.randn(4), {1: 2, 3: 4}, {1: 2, 5: 6}, OrderedDict(a=1, b=2)))
+def equality_of_dict_arguments(x, d1, d2, o):
+    r = x.sin() if d1 == d2 else x.cos()
+    return r, d1 == d1, d1 != {3: 4, 1: 2}, o == OrderedDict(b=2, a=1), o == {"b": 2, "a": 1}
+
+
+@case(T4)
+def dict_eq_called_as_a_method(x):
+    o1 = NamedOrderedDict(a=1, b=x)
+    o2 = NamedOrderedDict(b=x, a=1)
+    d = {"a": 1, "b": x}
+    return (x + 1, d.__eq__({"b": x, "a": 1}), d.__ne__(d), dict.__eq__(o1, o2), OrderedDict.__eq__(o1, o2),
+            o1.__eq__(o1), d.__eq__([1]))
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_containers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

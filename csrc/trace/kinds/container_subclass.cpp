@@ -7,6 +7,7 @@
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/kinds/iterator.h"
+#include "trace/kinds/dict.h"
 #include "trace/kinds/object.h"
 #include "trace/kinds/object_internal.h"
 #include "trace/kinds/set.h"
@@ -570,6 +571,14 @@ Result<ValuePtr> baseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs,
     return Value::constant(n_items.get());
   }
   if (is("__iter__") && rest.empty()) return getIter(t, part);
+  if ((is("__eq__") || is("__ne__")) && rest.size() == 1) {
+    // dict.__eq__(a, b) compares the items; OrderedDict.__eq__ their order too. Anything
+    // but a dict on the other side: NotImplemented, as the slot wrapper returns it.
+    ValuePtr other = rest[0]->is(Kind::Dict) ? rest[0] : basePart(rest[0]);
+    if (!other || !other->is(Kind::Dict)) return Value::constant(Py_NotImplemented);
+    Result<ValuePtr> r = dictCompare(t, is("__eq__") ? Py_EQ : Py_NE, part, other, owner == &PyDict_Type);
+    if (!r.notHandled()) return r;
+  }
   if (is("__init__")) {
     if (rest.empty() && kwargs.empty()) return Value::constant(Py_None);
     Result<ValuePtr> r = callContainerMethod(t, part, interned(Str::update), rest, kwargs);

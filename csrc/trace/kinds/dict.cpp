@@ -14,6 +14,7 @@
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
 #include "trace/kinds/object_internal.h"
+#include "trace/kinds/set.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/calls.h"
@@ -184,6 +185,47 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
   return Value::constant(Py_None);
 }
 
+Result<ValuePtr> dictCompare(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b, bool unordered) {
+  const Dict* x = a->get<Dict>();
+  const Dict* y = b->get<Dict>();
+  if (!x || !y || (op != Py_EQ && op != Py_NE)) return notHandled();
+  PyObject* odict = lookup(Obj::collections_OrderedDict);
+  if (!odict) PyErr_Clear();
+  auto richcompare = [](const Dict& d) { return reinterpret_cast<PyTypeObject*>(d.type.get())->tp_richcompare; };
+  auto isOrdered = [odict](const Dict& d) {
+    return odict && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(d.type.get()),
+                                     reinterpret_cast<PyTypeObject*>(odict));
+  };
+  auto plainCompare = [&](const Dict& d) {
+    const auto rc = richcompare(d);
+    return rc == PyDict_Type.tp_richcompare || (odict && rc == reinterpret_cast<PyTypeObject*>(odict)->tp_richcompare);
+  };
+  if (!plainCompare(*x) || !plainCompare(*y)) return notHandled();
+  auto answer = [op](bool equal) { return Value::constant((equal == (op == Py_EQ)) ? Py_True : Py_False); };
+  if (x->keys.size() != y->keys.size()) return answer(false);
+  bool same_order = true;
+  for (size_t i = 0; i < x->keys.size(); ++i) {
+    int j = y->findKey(x->keys[i].get());
+    if (j == -2) return t.raisePython();
+    if (j < 0) return answer(false);
+    same_order = same_order && static_cast<size_t>(j) == i;
+    const ValuePtr& va = x->values[i];
+    const ValuePtr& vb = y->values[static_cast<size_t>(j)];
+    Result<bool> same = identical(t, va, vb);
+    if (!same) return same.stop();
+    if (*same) continue;
+    Result<ValuePtr> eq = compareOp(t, Py_EQ, va, vb);
+    if (!eq) return eq;
+    Result<bool> truth = truthValue(t, *eq);
+    if (!truth) return truth.stop();
+    if (!*truth) return answer(false);
+  }
+  // Two OrderedDicts are equal only with their keys in the same order (checked after the
+  // values, as OrderedDict's comparison runs dict's first).
+  if (!unordered && isOrdered(*x) && isOrdered(*y)) return answer(same_order);
+  return answer(true);
+}
+
 bool isIdentityKey(PyObject* o) {
   if (isTensor(o)) return true;
   PyTypeObject* ty = Py_TYPE(o);
@@ -243,6 +285,64 @@ Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key) {
   if (!v) return v;
   known.emplace(key, std::make_pair(Ref::borrow(key), *v));
   return v;
+}
+
+namespace {
+
+bool isSetLikeView(const ValuePtr& v) {
+  const DictView* view = v->get<DictView>();
+  return view && view->which != DictView::Values;
+}
+
+// Whether `v`, on the left of `op` with a view on the right, leaves the operation to the
+// view's reflected slot without a method of its own answering first: a set, a frozenset or
+// a view, a list or a tuple (no such operators), or a set subclass instance whose class keeps
+// set's operator.
+bool defersToView(const ValuePtr& v, bytecode::BinaryOp op) {
+  if (isSetLikeView(v) || v->is(Kind::Set) || v->is(Kind::List) || v->is(Kind::Tuple)) return true;
+  if (PyObject* c = v->constant()) return PyAnySet_CheckExact(c);
+  if (!setPartOf(v)) return false;
+  static const struct {
+    bytecode::BinaryOp op;
+    const char* name;
+  } kSlots[] = {{bytecode::BinaryOp::Or, "__or__"},   {bytecode::BinaryOp::And, "__and__"},
+                {bytecode::BinaryOp::Subtract, "__sub__"}, {bytecode::BinaryOp::Xor, "__xor__"},
+                {bytecode::BinaryOp::InplaceOr, "__ior__"}, {bytecode::BinaryOp::InplaceAnd, "__iand__"},
+                {bytecode::BinaryOp::InplaceSubtract, "__isub__"}, {bytecode::BinaryOp::InplaceXor, "__ixor__"}};
+  for (const auto& row : kSlots) {
+    if (row.op != op) continue;
+    Ref name = Ref::steal(PyUnicode_InternFromString(row.name));
+    if (!name) return PyErr_Clear(), false;
+    PyObject* own = lookupInMro(classOf(v), name.get(), nullptr);
+    PyObject* base = PyDict_GetItemWithError(PySet_Type.tp_dict, name.get());
+    if (!base) PyErr_Clear();
+    return own == base;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<ValuePtr> dictViewSetOperator(Tracer& t, const BinaryOperands& o) {
+  using bytecode::BinaryOp;
+  BinaryOp plain;
+  switch (o.op) {
+    case BinaryOp::Or: case BinaryOp::InplaceOr: plain = BinaryOp::Or; break;
+    case BinaryOp::And: case BinaryOp::InplaceAnd: plain = BinaryOp::And; break;
+    case BinaryOp::Subtract: case BinaryOp::InplaceSubtract: plain = BinaryOp::Subtract; break;
+    case BinaryOp::Xor: case BinaryOp::InplaceXor: plain = BinaryOp::Xor; break;
+    default: return notHandled();
+  }
+  // Keys and items views have no in-place operators: `v |= s` is `v | s`, a new set. A set
+  // on the left of a view refuses it (NotImplemented, in place too: the set is unchanged)
+  // and the view's reflected slot computes set(left) <op> right.
+  if (!isSetLikeView(o.a) && !(isSetLikeView(o.b) && defersToView(o.a, o.op))) return notHandled();
+  ValuePtr set_type = Value::callable(reinterpret_cast<PyObject*>(&PySet_Type));
+  Result<ValuePtr> left = call(t, set_type, {o.a}, {});
+  if (!left) return left;
+  Result<ValuePtr> right = call(t, set_type, {o.b}, {});  // any iterable, as set.update takes it
+  if (!right) return right;
+  return setBinaryOp(t, plain, *left, *right);
 }
 
 Result<ValuePtr> dictOrOperator(Tracer& t, const BinaryOperands& o) {

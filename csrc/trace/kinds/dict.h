@@ -32,6 +32,12 @@ Result<ValuePtr> keyValueOf(Tracer& t, PyObject* key);
 // The methods of a dict value (get, keys, items, values, pop, popitem, setdefault, update,
 // copy, clear, OrderedDict.move_to_end, ...) by name; NotHandled when it has none here.
 Result<ValuePtr> dictMethod(Tracer& t, const ValuePtr& self, const char* n, Args& args, Kwargs& kwargs);
+// a == b and a != b of two dict values whose classes keep dict's (or OrderedDict's)
+// comparison, as dict_richcompare runs it: the sizes, then each key of `a` looked up in `b`
+// and the values compared (identity, then the program's ==); two OrderedDicts also compare
+// their key order, unless `unordered` (dict.__eq__ called on them). NotHandled for other
+// operands and operators.
+Result<ValuePtr> dictCompare(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b, bool unordered = false);
 // d.update(E, **F): a mapping, an iterable of pairs, then the keywords.
 Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, Args& args, Kwargs& kwargs);
 

@@ -39,6 +39,10 @@ using BinaryRule = Result<ValuePtr> (*)(Tracer& t, const BinaryOperands& o);
 Result<ValuePtr> typeUnionOperator(Tracer& t, const BinaryOperands& o);
 // kinds/sequence.cpp: a namedtuple class's own Python operator, before tuple's.
 Result<ValuePtr> namedTupleOperator(Tracer& t, const BinaryOperands& o);
+// kinds/dict.cpp: |, &, -, ^ (and their in-place forms, which make a new set) with a keys or
+// items view of a dict: set(left) combined with the right operand's items, as the views' C
+// slots compute it.
+Result<ValuePtr> dictViewSetOperator(Tracer& t, const BinaryOperands& o);
 // kinds/object.cpp: user objects' __op__ / __rop__ (and __iop__), and Python's TypeErrors
 // when neither answers.
 Result<ValuePtr> userObjectOperator(Tracer& t, const BinaryOperands& o);

@@ -5,6 +5,7 @@
 #include "support/torch_types.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/dict.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/module.h"
 #include "trace/kinds/ndarray.h"
@@ -236,6 +237,7 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
     if (!isConstantObject(r.get())) return t.fail("comparison returned a non-constant");
     return Value::constant(r.get());
   }
+  if (Result<ValuePtr> r = dictCompare(t, op, a, b); !r.notHandled()) return r;
   if (a->is(Kind::Set) || b->is(Kind::Set)) {  // sets holding values made in the trace: by their members
     if (Result<ValuePtr> r = setCompare(t, op, a, b); !r.notHandled()) return r;
     // A set is never equal to what is not a set (set.__eq__ answers NotImplemented, then identity).

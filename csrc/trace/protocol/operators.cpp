@@ -55,10 +55,10 @@ namespace {
 // special methods before the C types' slots, tensors before constants, a set's in-place
 // form before the real computation, sequences' own + and * last.
 const BinaryRule kBinaryRules[] = {
-    typeUnionOperator,        namedTupleOperator,     userObjectOperator,         ndarrayBinaryOperator,
-    subclassBinaryOperator,   listInplaceOperator,    dictOrOperator,             tensorBinaryOperator,
-    constantBinaryOperator,   setInplaceOperator,     realSetOrConstantOperator,  setMembersOperator,
-    sequenceConcatOperator,   sequenceRepeatOperator, classUnionOperator,
+    typeUnionOperator,        namedTupleOperator,     dictViewSetOperator,        userObjectOperator,
+    ndarrayBinaryOperator,    subclassBinaryOperator, listInplaceOperator,        dictOrOperator,
+    tensorBinaryOperator,     constantBinaryOperator, setInplaceOperator,         realSetOrConstantOperator,
+    setMembersOperator,       sequenceConcatOperator, sequenceRepeatOperator,     classUnionOperator,
 };
 
 }  // namespace
