@@ -363,6 +363,13 @@ void GraphBuilder::forgetSigsOf(const Node& n) {
   }
 }
 
+void GraphBuilder::nameHint(int id, const std::string& name) {
+  Node& n = nodes_[id];
+  if (n.op == NodeOp::Placeholder || n.hint_at >= 0 || isScalar(id)) return;
+  n.hint = name;
+  n.hint_at = numNodes();
+}
+
 bool GraphBuilder::isScalar(int id) const {
   const TorchRefs* t = torchRefs();
   PyObject* f = nodes_[id].fake.get();

@@ -84,6 +84,10 @@ struct Node {
   bool int_input = false;  // the placeholder of an int argument made symbolic (its fake a SymInt)
   int loc = -1;            // where the program made this call (internLocation), or -1
   Ref real;                // a tensor placeholder: the real tensor (its meta["tensor_dict"] is read from it)
+  // The local the program first stored this node's tensor into (nameHint), and how many
+  // nodes the graph had then; hint_at -1: never stored.
+  std::string hint;
+  int hint_at = -1;
 };
 
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
@@ -204,6 +208,13 @@ class GraphBuilder {
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
   // never removed as dead, whatever it returns. Returns the node id or -1.
   int addEffect(PyObject* target, std::vector<Arg> args);
+
+  // The program stored node `id`'s tensor into local `name`. The first such store names the
+  // node (as torch._dynamo renames a tensor's node on its first STORE_FAST, and on a store
+  // into a cell of the root frame): buildGraphModule gives it the name FX makes of `name`
+  // at that point of the trace. Inputs keep their source's name, and a symbolic number's
+  // node is not renamed (torch._dynamo renames tensors only).
+  void nameHint(int id, const std::string& name);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or
