@@ -376,9 +376,9 @@ bool GraphBuilder::isScalar(int id) const {
   return t && f && isSymScalar(f, t);
 }
 
-int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
+int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args, bool located) {
   Node n{NodeOp::CallFunction};
-  if (location_source_) n.loc = location_source_();
+  if (located && location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.impure = true;

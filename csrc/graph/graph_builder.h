@@ -206,8 +206,10 @@ class GraphBuilder {
   const Choice* choiceOf(int id) const;
 
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
-  // never removed as dead, whatever it returns. Returns the node id or -1.
-  int addEffect(PyObject* target, std::vector<Arg> args);
+  // never removed as dead, whatever it returns. Returns the node id or -1. `located`
+  // false: the node has no meta["stack_trace"], as torch._dynamo's context managers make
+  // theirs (print_readable groups such nodes apart from the program's lines).
+  int addEffect(PyObject* target, std::vector<Arg> args, bool located = true);
 
   // The program stored node `id`'s tensor into local `name`. The first such store names the
   // node (as torch._dynamo renames a tensor's node on its first STORE_FAST, and on a store

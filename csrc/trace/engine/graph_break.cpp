@@ -164,6 +164,7 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
                   "runs such a frame natively too)");
   std::string why;
   if (!bytecode::canResume(orig, &why)) return fail(why);
+  if (Done d = contexts_.leaveAtBreak(f.stack); !d) return d;
   BreakShape shape;
   if (!shapeOf(f, f.pc, &shape, &why)) return fail(why);
   for (const Successor& s : shape.successors)
