@@ -290,7 +290,7 @@ void GraphBuilder::rememberResult(NodeOp op, PyObject* target, PyObject* key, co
 }
 
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result) {
+                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep) {
   Node n{op};
   if (location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
@@ -324,7 +324,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
   // made by running the op every time (each run binds symbols of its own).
   if (ran && key && !n.unbacked_bindings) rememberResult(op, target, key.get(), n, versions_before, std::move(in_rg));
-  n.impure = isMutating(op, target);
+  n.impure = keep || isMutating(op, target);
   if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar

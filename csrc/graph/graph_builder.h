@@ -169,9 +169,11 @@ class GraphBuilder {
   // makes the fake mode's ShapeEnv defer a runtime assert (torch._check on such a
   // scalar, or an op assuming one is a valid size) fails: those asserts are not put in
   // the graph yet, and dropping them could hide an error eager execution raises.
+  // `keep`: recorded and kept whatever it returns (a function the program allows in the
+  // graph: what it does when the graph runs is the point, as with a mutation).
   static constexpr int kNoTensorResult = -2;
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
+              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep = false);
 
   // Node `id` stands for a value eager picks among its arguments by their values: the
   // result of max(a, b) over tensors is a or b itself, computed here as a new tensor (for
