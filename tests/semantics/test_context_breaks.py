@@ -161,7 +161,6 @@ def break_in_sdpa_kernel(q):
 
 @pytest.mark.parametrize("fn,shapes", [
     (break_in_disable_saved_tensors_hooks, [(3,)]),
-    (break_in_sdpa_kernel, [(1, 2, 4, 8)]),
     (break_in_no_grad_of_a_callee, [(4, 4), (4,)]),
     (nested_grad_modes_with_breaks, [(3, 4)]),
     (break_in_a_user_context, [(2, 3)]),
@@ -522,3 +521,33 @@ def test_contextlib_tracing_switched_off_breaks_at_the_context(which, monkeypatc
         dyn(x)
     torch._dynamo.reset()
     assert cnt.frame_count == dcnt.frame_count == 2
+
+
+def test_break_inside_sdpa_kernel_runs_natively_with_the_backends_set():
+    # Not resumed (the frame runs natively): what runs after the break sees the block's
+    # backends on every call, the first one included.
+    @cdynamo.disable
+    def enabled():
+        return sdpa_backends()
+
+    math, flash = torch.nn.attention.SDPBackend.MATH, torch.nn.attention.SDPBackend.FLASH_ATTENTION
+
+    def fn(x):
+        with torch.nn.attention.sdpa_kernel([math, flash]):
+            x = x + 1
+            torch._dynamo.graph_break()
+            inside = enabled()
+            x = x + 1
+        return x, inside
+
+    x = torch.randn(2)
+    want = fn(x)
+    cdynamo.reset()
+    cf = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    before = sdpa_backends()
+    for _ in range(2):
+        got = cf(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and set(want[1]) == {math, flash}
+        assert sdpa_backends() == before
+    assert break_in_sdpa_kernel(torch.randn(1, 2, 4, 8))[1] == before

@@ -178,6 +178,11 @@ Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
     plan->step = runtime::plan::Call{Ref::borrow(null_exit), {}};
     return {};
   }
+  // A break inside sdpa_kernel's block is not resumed: on the first call the code after the
+  // break saw the backends as they were before the block (not understood yet), so the frame
+  // runs natively there, as before.
+  if (k == Ctx::SdpaKernel)
+    return t_.fail("graph break inside an sdpa_kernel block (not resumed: the frame runs natively)");
   if (k == Ctx::HooksDisabled || k == Ctx::SdpaKernel) {
     // The graph ended outside the block (leaveAtBreak): state_exit sets its state again and
     // gives the __exit__ that restores what the block found.
@@ -203,7 +208,7 @@ Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
     return {};
   }
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
-    return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled/disable_saved_tensors_hooks");
+    return t_.fail("graph break inside a `with` block of a context manager other than no_grad/enable_grad/set_grad_enabled");
   PyObject* helper = lookup(Obj::cdynamo_resume_grad_mode_exit);
   if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.grad_mode_exit");
   std::vector<runtime::OutputPlan> args(2);
