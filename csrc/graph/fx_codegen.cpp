@@ -3,6 +3,7 @@
 // generate_output); FX's own helpers that depend only on one object (_is_from_torch,
 // _get_qualified_name) are called, once per target.
 #include "graph/fx_codegen.h"
+#include "graph/fx_namespace.h"
 
 #include "support/lookup.h"
 
@@ -64,96 +65,23 @@ std::string reprOf(PyObject* o) {
   return utf8(r.get());
 }
 
-bool legalChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
-
-// _name_regex = ^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$ ; the lazy base ends where the rest
-// is "_<digits>", i.e. at the last '_' when only digits (at least one) follow it and the
-// base is not empty.
-bool matchName(const std::string& s, std::string* base, std::string* digits) {
-  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
-  for (char c : s)
-    if (!legalChar(c)) return false;
-  digits->clear();
-  *base = s;
-  for (size_t i = s.size() - 1; i > 0; --i) {
-    if (s[i] == '_') {
-      if (i + 1 < s.size()) {
-        *base = s.substr(0, i);
-        *digits = s.substr(i + 1);
-      }
-      break;
-    }
-    if (!std::isdigit(static_cast<unsigned char>(s[i]))) break;
-  }
-  return true;
-}
-
-// torch.fx.graph._Namespace, as python_code uses a fresh one.
+// torch.fx.graph._Namespace, as python_code uses a fresh one (fx_namespace.h), with its
+// failures thrown as the generator's.
 class Namespace {
  public:
-  explicit Namespace(PyObject* illegal) : illegal_(illegal) {}
-
-  const std::string* nameOf(PyObject* obj) const {
-    auto it = obj_to_name_.find(obj);
-    return it == obj_to_name_.end() ? nullptr : &it->second;
-  }
-
+  explicit Namespace(PyObject* illegal) : ns_(illegal) {}
+  const std::string* nameOf(PyObject* obj) const { return ns_.nameOf(obj); }
   std::string create(std::string candidate, PyObject* obj) {
-    if (obj) {
-      auto it = obj_to_name_.find(obj);
-      if (it != obj_to_name_.end()) return it->second;
+    std::string out;
+    if (!ns_.create(std::move(candidate), obj, &out)) {
+      if (PyErr_Occurred()) throw PyFailure();
+      throw Unsupported();
     }
-    std::string base, digits;
-    if (!matchName(candidate, &base, &digits)) {
-      // _illegal_char_regex.sub("_", candidate): each run of illegal characters -> "_"
-      std::string s;
-      bool run = false;
-      for (char c : candidate) {
-        if (legalChar(c)) {
-          s += c;
-          run = false;
-        } else if (!run) {
-          s += '_';
-          run = true;
-        }
-      }
-      if (s.empty()) s = "_unnamed";
-      if (std::isdigit(static_cast<unsigned char>(s[0]))) s = "_" + s;
-      candidate = s;
-      if (!matchName(candidate, &base, &digits)) throw Unsupported();
-    }
-    long long num = 0;
-    if (digits.empty() || used_.count(candidate)) {
-      auto bc = base_count_.find(base);
-      num = bc == base_count_.end() ? 0 : bc->second;
-      // `_illegal_names.get(candidate, obj) is not obj`
-      Ref key = str(candidate);
-      PyObject* v = PyDict_GetItemWithError(illegal_, key.get());
-      if (!v && PyErr_Occurred()) throw PyFailure();
-      PyObject* me = obj ? obj : Py_None;
-      if ((v ? v : me) != me) {
-        ++num;
-        candidate = base + "_" + std::to_string(num);
-      }
-    } else {
-      if (digits.size() > 17) throw Unsupported();
-      num = std::strtoll(digits.c_str(), nullptr, 10);
-    }
-    while (used_.count(candidate)) {
-      ++num;
-      candidate = base + "_" + std::to_string(num);
-    }
-    used_.insert(candidate);
-    base_count_[base] = num;
-    if (obj) obj_to_name_.emplace(obj, candidate);
-    return candidate;
+    return out;
   }
 
  private:
-  PyObject* illegal_;
-  std::unordered_set<std::string> used_;
-  std::unordered_map<std::string, long long> base_count_;
-  std::unordered_map<PyObject*, std::string> obj_to_name_;
+  FxNamespace ns_;
 };
 
 // torch.fx.graph._format_target

@@ -290,7 +290,7 @@ void GraphBuilder::rememberResult(NodeOp op, PyObject* target, PyObject* key, co
 }
 
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result) {
+                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep) {
   Node n{op};
   if (location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
@@ -324,7 +324,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
   // made by running the op every time (each run binds symbols of its own).
   if (ran && key && !n.unbacked_bindings) rememberResult(op, target, key.get(), n, versions_before, std::move(in_rg));
-  n.impure = isMutating(op, target);
+  n.impure = keep || isMutating(op, target);
   if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar
@@ -363,15 +363,22 @@ void GraphBuilder::forgetSigsOf(const Node& n) {
   }
 }
 
+void GraphBuilder::nameHint(int id, const std::string& name) {
+  Node& n = nodes_[id];
+  if (n.op == NodeOp::Placeholder || n.hint_at >= 0 || isScalar(id)) return;
+  n.hint = name;
+  n.hint_at = numNodes();
+}
+
 bool GraphBuilder::isScalar(int id) const {
   const TorchRefs* t = torchRefs();
   PyObject* f = nodes_[id].fake.get();
   return t && f && isSymScalar(f, t);
 }
 
-int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args) {
+int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args, bool located) {
   Node n{NodeOp::CallFunction};
-  if (location_source_) n.loc = location_source_();
+  if (located && location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.impure = true;

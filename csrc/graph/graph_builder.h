@@ -84,6 +84,10 @@ struct Node {
   bool int_input = false;  // the placeholder of an int argument made symbolic (its fake a SymInt)
   int loc = -1;            // where the program made this call (internLocation), or -1
   Ref real;                // a tensor placeholder: the real tensor (its meta["tensor_dict"] is read from it)
+  // The local the program first stored this node's tensor into (nameHint), and how many
+  // nodes the graph had then; hint_at -1: never stored.
+  std::string hint;
+  int hint_at = -1;
 };
 
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
@@ -165,9 +169,11 @@ class GraphBuilder {
   // makes the fake mode's ShapeEnv defer a runtime assert (torch._check on such a
   // scalar, or an op assuming one is a valid size) fails: those asserts are not put in
   // the graph yet, and dropping them could hide an error eager execution raises.
+  // `keep`: recorded and kept whatever it returns (a function the program allows in the
+  // graph: what it does when the graph runs is the point, as with a mutation).
   static constexpr int kNoTensorResult = -2;
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result);
+              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep = false);
 
   // Node `id` stands for a value eager picks among its arguments by their values: the
   // result of max(a, b) over tensors is a or b itself, computed here as a new tensor (for
@@ -202,8 +208,17 @@ class GraphBuilder {
   const Choice* choiceOf(int id) const;
 
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
-  // never removed as dead, whatever it returns. Returns the node id or -1.
-  int addEffect(PyObject* target, std::vector<Arg> args);
+  // never removed as dead, whatever it returns. Returns the node id or -1. `located`
+  // false: the node has no meta["stack_trace"], as torch._dynamo's context managers make
+  // theirs (print_readable groups such nodes apart from the program's lines).
+  int addEffect(PyObject* target, std::vector<Arg> args, bool located = true);
+
+  // The program stored node `id`'s tensor into local `name`. The first such store names the
+  // node (as torch._dynamo renames a tensor's node on its first STORE_FAST, and on a store
+  // into a cell of the root frame): buildGraphModule gives it the name FX makes of `name`
+  // at that point of the trace. Inputs keep their source's name, and a symbolic number's
+  // node is not renamed (torch._dynamo renames tensors only).
+  void nameHint(int id, const std::string& name);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or

@@ -5,6 +5,7 @@
 #include <cctype>
 
 #include "graph/fx_codegen.h"
+#include "graph/fx_namespace.h"
 #include "graph/torch_refs.h"
 #include "support/lookup.h"
 
@@ -13,9 +14,9 @@ namespace cdynamo::graph {
 namespace {
 
 // Adds nodes to a fresh torch.fx.Graph as Graph.create_node does, with its Python steps done
-// here: the same node names (Graph._target_to_str of the target, made unique by the
-// graph's _Namespace, whose state is kept the same), the same Node objects, inserted at the
-// end, registered in the find_nodes table, counted. What create_node does besides is for
+// here: the names given (see nodeNames), the same Node objects, inserted at the end,
+// registered in the find_nodes table, counted; the graph's _Namespace is left in the state
+// the names were made in (finish). What create_node does besides is for
 // cases that never arise here (an owning module with create-node hooks: the graph has no
 // owner yet) or is only a warning (raw SymInt/SymFloat/SymBool arguments: such a node goes
 // through create_node itself). Falls back to create_node altogether when the Graph
@@ -67,13 +68,18 @@ class FxNodeMaker {
     return true;
   }
 
-  // A node like graph.create_node(op, target, args, kwargs); new reference or null.
-  Ref make(Str op, PyObject* target, PyObject* args, PyObject* kwargs, bool plain_args) {
+  // Whether node names can be made here (nodeNames): FX's candidate names and illegal names are known.
+  bool naming() const { return target_to_str_ && illegal_ && PyDict_Check(illegal_.get()); }
+  PyObject* illegalNames() const { return illegal_.get(); }
+
+  // A node like graph.create_node(op, target, args, kwargs, name); `name` null: FX names
+  // it (only when !naming()). New reference or null.
+  Ref make(Str op, PyObject* target, PyObject* args, PyObject* kwargs, bool plain_args, PyObject* name) {
     PyObject* op_str = interned(op);
     if (!op_str) return Ref();
-    if (!fast_ || !plain_args) {
-      PyObject* argv[] = {op_str, target, args, kwargs};
-      return Ref::steal(PyObject_Vectorcall(create_node_.get(), argv, 4, nullptr));
+    if (!fast_ || !plain_args || !name) {
+      PyObject* argv[] = {op_str, target, args, kwargs, name ? name : Py_None};
+      return Ref::steal(PyObject_Vectorcall(create_node_.get(), argv, 5, nullptr));
     }
     // create_node: `if not kwargs: kwargs = immutable_dict()` (args here are always a tuple).
     Ref empty_kwargs;
@@ -82,17 +88,13 @@ class FxNodeMaker {
       if (!empty_kwargs) return Ref();
       kwargs = empty_kwargs.get();
     }
-    Ref candidate = candidateFor(target);
-    if (!candidate) return Ref();
-    Ref name = uniqueName(candidate.get());
-    if (!name) return Ref();
-    PyObject* argv[] = {graph_, name.get(), op_str, target, args, kwargs};
+    PyObject* argv[] = {graph_, name, op_str, target, args, kwargs};
     Ref node = Ref::steal(PyObject_Vectorcall(node_cls_.get(), argv, 6, nullptr));
     if (!node) return Ref();
     // _Namespace.associate_name_with_obj, Graph._insert, _FindNodesLookupTable.insert.
-    PyObject* existing = PyDict_SetDefault(obj_to_name_.get(), node.get(), name.get());
+    PyObject* existing = PyDict_SetDefault(obj_to_name_.get(), node.get(), name);
     if (!existing) return Ref();
-    if (existing != name.get()) {
+    if (existing != name) {
       PyErr_SetString(PyExc_AssertionError, "obj is already associated");
       return Ref();
     }
@@ -111,8 +113,21 @@ class FxNodeMaker {
     return node;
   }
 
-  // Graph._len += the nodes made here.
-  bool finish() {
+  // Graph._len += the nodes made here; the namespace's used names and base counts become
+  // those of `names` (where the names were made), so names FX makes later (the output node,
+  // a pass adding nodes) are made as on torch._dynamo's graph.
+  bool finish(const FxNamespace& names) {
+    if (fast_) {
+      for (const std::string& u : names.used()) {
+        Ref k = Ref::steal(PyUnicode_FromStringAndSize(u.data(), static_cast<Py_ssize_t>(u.size())));
+        if (!k || PySet_Add(used_.get(), k.get()) < 0) return false;
+      }
+      for (const auto& [base, num] : names.baseCounts()) {
+        Ref k = Ref::steal(PyUnicode_FromStringAndSize(base.data(), static_cast<Py_ssize_t>(base.size())));
+        Ref v = Ref::steal(PyLong_FromLongLong(num));
+        if (!k || !v || PyDict_SetItem(base_count_.get(), k.get(), v.get()) < 0) return false;
+      }
+    }
     if (!made_) return true;
     Ref len = Ref::steal(PyObject_GetAttrString(graph_, "_len"));
     if (!len) return false;
@@ -120,8 +135,7 @@ class FxNodeMaker {
     return n && PyObject_SetAttrString(graph_, "_len", n.get()) == 0;
   }
 
- private:
-  // Graph._target_to_str(target), once per target.
+  // Graph._target_to_str(target), once per target (only when naming()).
   Ref candidateFor(PyObject* target) {
     auto it = candidates_.find(target);
     if (it != candidates_.end()) return it->second.second.copy();
@@ -131,69 +145,7 @@ class FxNodeMaker {
     return c;
   }
 
-  // _Namespace.create_name(candidate, None) on the namespace's own state.
-  Ref uniqueName(PyObject* candidate) {
-    Py_ssize_t len = 0;
-    const char* s = PyUnicode_AsUTF8AndSize(candidate, &len);
-    if (!s) return Ref();
-    // _name_regex: ^([a-zA-Z_][0-9a-zA-Z_]*?)(?:_(\d+))?$ ; a candidate it does not match is
-    // sanitized by create_name itself.
-    bool ok = len > 0 && (std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_');
-    for (Py_ssize_t i = 0; ok && i < len; ++i)
-      ok = std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_';
-    if (!ok || !PyUnicode_IS_ASCII(candidate)) {
-      Ref create = Ref::steal(PyObject_GetAttrString(namespace_.get(), "create_name"));
-      return create ? Ref::steal(PyObject_CallFunctionObjArgs(create.get(), candidate, Py_None, nullptr)) : Ref();
-    }
-    // The lazy base with an optional "_<digits>" suffix: the suffix starts at the last '_'
-    // when every character after it is a digit (at least one) and the base is not empty.
-    Py_ssize_t split = -1;
-    for (Py_ssize_t i = len - 1; i > 0; --i) {
-      if (s[i] == '_') {
-        if (i < len - 1) split = i;
-        break;
-      }
-      if (!std::isdigit(static_cast<unsigned char>(s[i]))) break;
-    }
-    Ref base = split < 0 ? Ref::borrow(candidate) : Ref::steal(PyUnicode_FromStringAndSize(s, split));
-    if (!base) return Ref();
-    Ref name = Ref::borrow(candidate);
-    long long num = 0;
-    int in_use = PySet_Contains(used_.get(), candidate);
-    if (in_use < 0) return Ref();
-    if (split < 0 || in_use) {
-      PyObject* count = PyDict_GetItemWithError(base_count_.get(), base.get());
-      if (!count && PyErr_Occurred()) return Ref();
-      num = count ? PyLong_AsLongLong(count) : 0;
-      if (num == -1 && PyErr_Occurred()) return Ref();
-      PyObject* illegal = PyDict_GetItemWithError(illegal_.get(), candidate);
-      if (!illegal && PyErr_Occurred()) return Ref();
-      if (illegal && illegal != Py_None) {
-        ++num;
-        name = Ref::steal(PyUnicode_FromFormat("%U_%lld", base.get(), num));
-        if (!name) return Ref();
-      }
-    } else {
-      Ref digits = Ref::steal(PyUnicode_FromStringAndSize(s + split + 1, len - split - 1));
-      Ref value = digits ? Ref::steal(PyLong_FromUnicodeObject(digits.get(), 10)) : Ref();
-      if (!value) return Ref();
-      num = PyLong_AsLongLong(value.get());
-      if (num == -1 && PyErr_Occurred()) return Ref();  // beyond 64 bits: not made here
-    }
-    for (;;) {
-      int used = PySet_Contains(used_.get(), name.get());
-      if (used < 0) return Ref();
-      if (!used) break;
-      ++num;
-      name = Ref::steal(PyUnicode_FromFormat("%U_%lld", base.get(), num));
-      if (!name) return Ref();
-    }
-    Ref count = Ref::steal(PyLong_FromLongLong(num));
-    if (!count || PySet_Add(used_.get(), name.get()) < 0 || PyDict_SetItem(base_count_.get(), base.get(), count.get()) < 0)
-      return Ref();
-    return name;
-  }
-
+ private:
   PyObject* graph_ = nullptr;
   bool fast_ = false;
   Py_ssize_t made_ = 0;
@@ -345,6 +297,67 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   if (!maker.init(graph.get())) return Ref();
   Ref no_args = Ref::steal(PyTuple_New(0));
   if (!no_args) return Ref();
+  // The nodes' names, as torch._dynamo's graph gets them while it grows: each node is named
+  // from its target when it is made (Graph._target_to_str, made unique), inputs first, then
+  // the calls in program order, and a node the program stores into a local is renamed
+  // after it at that point (nameHint), so `y = x + 1` is the node `y`, and a later `add`
+  // still counts the name `add` as taken. Dead calls took their names too (torch._dynamo
+  // removes them only at the end); the trace's own bookkeeping nodes never existed there.
+  FxNamespace names(maker.naming() ? maker.illegalNames() : nullptr);
+  std::vector<Ref> node_names(nodes_.size());
+  if (maker.naming()) {
+    auto name = [&](PyObject* target, int i) {
+      Ref candidate = maker.candidateFor(target);
+      const char* text = candidate ? PyUnicode_AsUTF8(candidate.get()) : nullptr;
+      std::string made;
+      if (!text || !names.create(text, nullptr, &made)) return false;
+      node_names[i] = Ref::steal(PyUnicode_FromStringAndSize(made.data(), static_cast<Py_ssize_t>(made.size())));
+      return static_cast<bool>(node_names[i]);
+    };
+    auto named = [&](int i) { return nodes_[i].op != NodeOp::Placeholder && (live[i] || !bookkeeping_.count(i)); };
+    // The renames in the order they were made (hint_at grows with the trace).
+    std::vector<int> renames;
+    for (int i = 0; i < numNodes(); ++i)
+      if (nodes_[i].hint_at >= 0 && named(i)) renames.push_back(i);
+    std::stable_sort(renames.begin(), renames.end(),
+                     [&](int a, int b) { return nodes_[a].hint_at < nodes_[b].hint_at; });
+    size_t next_rename = 0;
+    auto renameUpTo = [&](int time) {
+      for (; next_rename < renames.size() && nodes_[renames[next_rename]].hint_at <= time; ++next_rename) {
+        const Node& n = nodes_[renames[next_rename]];
+        Ref& current = node_names[renames[next_rename]];
+        // Node._rename: nothing when the node already has that name.
+        if (PyUnicode_CompareWithASCIIString(current.get(), n.hint.c_str()) == 0) continue;
+        std::string made;
+        if (!names.create(n.hint, nullptr, &made)) return false;
+        current = Ref::steal(PyUnicode_FromStringAndSize(made.data(), static_cast<Py_ssize_t>(made.size())));
+        if (!current) return false;
+      }
+      return true;
+    };
+    bool ok = true;
+    for (int i = 0; ok && i < numNodes(); ++i)
+      if (nodes_[i].op == NodeOp::Placeholder) {
+        Ref target = Ref::steal(PyUnicode_FromStringAndSize(nodes_[i].name.data(),
+                                                            static_cast<Py_ssize_t>(nodes_[i].name.size())));
+        ok = target && name(target.get(), i);
+      }
+    for (int i = 0; ok && i < numNodes(); ++i) {
+      ok = renameUpTo(i);
+      if (!ok || !named(i)) continue;
+      const Node& n = nodes_[i];
+      if (n.op == NodeOp::GetAttr) {
+        Ref target = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+        ok = target && name(target.get(), i);
+      } else {
+        ok = name(n.target.get(), i);
+      }
+    }
+    if (!ok || !renameUpTo(numNodes())) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "a graph node name could not be made");
+      return Ref();
+    }
+  }
   Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
   if (!root) return Ref();
   std::vector<Ref> fx_nodes(nodes_.size());
@@ -364,7 +377,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
       Ref kw = Ref::steal(PyDict_New());
       if (!name || !kw) return Ref();
-      fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true);
+      fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true, node_names[i].get());
       inputs_used->push_back(i);
     } else if (n.op == NodeOp::GetAttr) {
       // The root holds the tensor; GraphModule copies it over (a Parameter as a parameter,
@@ -372,7 +385,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
       Ref kw = Ref::steal(PyDict_New());
       if (!name || !kw || PyObject_SetAttr(root.get(), name.get(), n.real.get()) < 0) return Ref();
-      fxn = maker.make(Str::get_attr, name.get(), no_args.get(), kw.get(), false);
+      fxn = maker.make(Str::get_attr, name.get(), no_args.get(), kw.get(), false, node_names[i].get());
     } else {
       Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
       if (!fargs) return Ref();
@@ -391,7 +404,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
         plain = plain && plainArg(v, t);
       }
       fxn = maker.make(n.op == NodeOp::CallMethod ? Str::call_method : Str::call_function, n.target.get(), fargs.get(),
-                       fkwargs.get(), plain);
+                       fkwargs.get(), plain, node_names[i].get());
       ++*op_count;
     }
     if (!fxn) return Ref();
@@ -399,7 +412,7 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
     order.push_back(fxn.get());
     fx_nodes[i] = std::move(fxn);
   }
-  if (!maker.finish()) return Ref();
+  if (!maker.finish(names)) return Ref();
   Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
   if (!outs) return Ref();
   for (size_t k = 0; k < outputs.size(); ++k)

@@ -213,6 +213,10 @@ class Tracer {
   // from there is a call of the original (a polyfill that handles some arguments only).
   std::vector<PyObject*>& polyfillsRunning() { return polyfills_running_; }
 
+  // The program stored `v` into the local (or root-frame cell) `name`: a tensor's node is
+  // named after it (GraphBuilder::nameHint).
+  void noteStored(const ValuePtr& v, PyObject* name);
+
   // ---- the parts ----
   guards::GuardProgram& guards() { return entry_->guards; }
   graph::GraphBuilder& graph() { return graph_; }

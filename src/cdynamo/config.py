@@ -71,6 +71,12 @@ force_parameter_static_shapes = None
 # frame is traced.
 automatic_dynamic_shapes_mark_as = None
 
+# Whether the contexts of contextlib.contextmanager functions are traced (their generator
+# run in place), as torch._dynamo.config.enable_trace_contextlib: False makes the call that
+# makes such a context a graph break (the frame goes on natively from there). Contexts
+# cdynamo models (disable_saved_tensors_hooks, sdpa_kernel) are modelled either way.
+enable_trace_contextlib = None
+
 # Sizes 0 and 1 are never made symbolic (torch's 0/1 specialization); the other sizes
 # of one trace that are equal get one symbol (duck sizing), as torch._dynamo does.
 specialize_int = True

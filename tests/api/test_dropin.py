@@ -397,3 +397,34 @@ def test_cdynamo_set_stance_api():
     assert cdynamo.get_stance() == "default" and cnt.frame_count == 0
     with pytest.raises(NotImplementedError):
         cdynamo.set_stance("eager_then_compile")
+
+
+def test_allow_in_graph_function_without_tensor_result_runs_with_the_graph():
+    # A function allowed in the graph that returns None (a check, a log): its node stays in
+    # the graph and runs on every call of the compiled function, not only while tracing,
+    # as torch._dynamo keeps it.
+    seen = []
+
+    def note(x):
+        seen.append(x.shape[0])
+
+    cdynamo.allow_in_graph(note)
+    try:
+        def f(x):
+            y = x * 2
+            note(y)
+            return y + 1
+
+        cdynamo.reset()
+        cnt = CompileCounter()
+        cf = cdynamo.compile(f, backend=cnt)
+        x = torch.randn(3)
+        seen.clear()
+        for _ in range(2):
+            assert torch.equal(cf(x), f(x))
+        assert cnt.frame_count == 1
+        assert note in [n.target for n in cnt.graphs[0].graph.nodes]
+        # each compiled call ran it (the trace ran it once more, on fake tensors)
+        assert seen.count(3) == 2 + 2 + 1
+    finally:
+        cdynamo.disallow_in_graph(note)

@@ -181,9 +181,11 @@ def test_fx_graph_bookkeeping_is_that_of_create_node():
     g = gm.graph
     nodes = list(g.nodes)
     assert len(g.nodes) == len(nodes) == 1 + 6 + 1
-    assert [n.name for n in g.find_nodes(op="call_function", target=torch.sin)] == ["sin", "sin_1", "sin_2"]
+    # Each sin is stored into x: named after it, as torch._dynamo names them.
+    assert [n.name for n in g.find_nodes(op="call_function", target=torch.sin)] == ["x", "x_1", "x_2"]
     assert gm.code == g.python_code("self").src
-    # A backend adding nodes gets fresh names from the same namespace.
+    # A backend adding nodes gets fresh names from the same namespace (which, as
+    # torch._dynamo's, still holds the names the nodes had before they were renamed).
     with g.inserting_before(nodes[-1]):
         extra = g.call_function(torch.sin, (nodes[-2],))
     assert extra.name == "sin_3"

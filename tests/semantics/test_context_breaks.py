@@ -134,7 +134,33 @@ def no_grad_object_alive_at_a_break(x):
     return y
 
 
+def hooks_message():
+    return torch._C._autograd._saved_tensors_hooks_get_disabled_error_message()
+
+
+def sdpa_backends():
+    return tuple(torch.nn.attention._cur_sdpa_kernel_backends())
+
+
+def break_in_disable_saved_tensors_hooks(x):
+    # (torch._dynamo breaks on reading the message: see the test below for what it is)
+    with torch.autograd.graph.disable_saved_tensors_hooks("not here"):
+        y = x + 1
+        torch._dynamo.graph_break()
+        y = y * 2
+    return y
+
+
+def break_in_sdpa_kernel(q):
+    with torch.nn.attention.sdpa_kernel([torch.nn.attention.SDPBackend.MATH]):
+        a = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        torch._dynamo.graph_break()
+        b = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    return a + b, sdpa_backends()
+
+
 @pytest.mark.parametrize("fn,shapes", [
+    (break_in_disable_saved_tensors_hooks, [(3,)]),
     (break_in_no_grad_of_a_callee, [(4, 4), (4,)]),
     (nested_grad_modes_with_breaks, [(3, 4)]),
     (break_in_a_user_context, [(2, 3)]),
@@ -279,6 +305,71 @@ def set_grad_enabled_called_on_a_function(x):
     return f(x), mode, torch.is_grad_enabled()
 
 
+@case(tensors((3,)))
+def disable_saved_tensors_hooks_block(x):
+    with torch.autograd.graph.disable_saved_tensors_hooks("inside"):
+        y = x * 2
+        inside = hooks_message()
+    return y, inside, hooks_message()
+
+
+@case(tensors((3,)))
+def saved_tensors_hooks_decorated_function_called_twice(x):
+    # The switch is set when the context is made; the second call sets it again (its first
+    # call's exit put it back).
+    @torch.autograd.graph.disable_saved_tensors_hooks("twice")
+    def inner(a):
+        return a + 1, hooks_message()
+
+    first = inner(x)
+    between = hooks_message()
+    second = inner(x)
+    return first, between, second
+
+
+@case(tensors((3,)))
+def nested_saved_tensors_hooks_decorators(x):
+    @torch.autograd.graph.disable_saved_tensors_hooks("outer")
+    def f(a):
+        @torch.autograd.graph.disable_saved_tensors_hooks(error_message="inner")
+        def g(b):
+            return b + 1, hooks_message()
+
+        r, m = g(a)
+        return r * 2, m, hooks_message()
+
+    return f(x), hooks_message()
+
+
+@case(tensors((1, 2, 4, 8)))
+def sdpa_kernel_block(q):
+    with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH) as entered:
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    return out, entered
+
+
+@case(tensors((1, 2, 4, 8)))
+def sdpa_kernel_as_decorator(q):
+    math = torch.nn.attention.SDPBackend.MATH
+
+    @torch.nn.attention.sdpa_kernel(backends=[math, math], set_priority=True)
+    def attend(t):
+        return torch.nn.functional.scaled_dot_product_attention(t, t, t)
+
+    return attend(q) + attend(q * 2)
+
+
+@case(tensors((3, 3), (3, 3)))
+def autocast_nesting_set_directly(x, y):
+    torch.set_autocast_enabled("cpu", True)
+    depth = torch.autocast_increment_nesting()
+    z = x @ y
+    back = torch.autocast_decrement_nesting()
+    torch.clear_autocast_cache()
+    torch.set_autocast_enabled("cpu", False)
+    return z, depth, back
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_state_setters(fn, make_args, expect_graphs):
     try:
@@ -330,3 +421,133 @@ def test_context_object_reachable_twice_is_one_object_after_a_break():
         assert got[1:] == expected[1:] and torch.equal(got[0], expected[0])
         assert got[0].requires_grad == expected[0].requires_grad
     assert cnt.frame_count >= 1
+
+
+def test_state_contexts_leave_the_state_as_they_found_it():
+    # After the compiled call (and after its trace) the attention backends and the
+    # saved-tensors-hooks switch are the caller's again, also when the caller's differ
+    # from the first call's (the entry's guards see them).
+    math = torch.nn.attention.SDPBackend.MATH
+
+    def fn(q):
+        with torch.nn.attention.sdpa_kernel([math]):
+            a = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+        with torch.autograd.graph.disable_saved_tensors_hooks("m"):
+            b = a * 2
+        return b, sdpa_backends(), hooks_message()
+
+    q = torch.randn(1, 2, 4, 8)
+    before = sdpa_backends()
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        got, want = cf(q), fn(q)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1:] == want[1:] == (before, None)
+        assert sdpa_backends() == before and hooks_message() is None
+    assert cnt.frame_count == 1
+    torch._C._autograd._saved_tensors_hooks_disable("caller's")
+    try:
+        with torch.nn.attention.sdpa_kernel([math, torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION]):
+            inner_before = sdpa_backends()
+            got, want = cf(q), fn(q)
+            assert got[1:] == want[1:] == (inner_before, "caller's")
+            assert sdpa_backends() == inner_before
+        assert hooks_message() == "caller's"
+    finally:
+        torch._C._autograd._saved_tensors_hooks_enable()
+    assert sdpa_backends() == before
+
+
+def test_break_inside_disable_saved_tensors_hooks_keeps_the_switch():
+    # The breaking instruction and the rest of the block run with the switch off; the frame
+    # leaves it as it found it.
+    def fn(x):
+        with torch.autograd.graph.disable_saved_tensors_hooks("not here"):
+            y = x + 1
+            torch._dynamo.graph_break()
+            inside = hooks_message()
+            y = y * 2
+        return y, inside, hooks_message()
+
+    x = torch.randn(3)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        got = cf(x)
+        torch.testing.assert_close(got[0], (x + 1) * 2)
+        assert got[1:] == ("not here", None)
+        assert hooks_message() is None
+    assert cnt.frame_count == 2
+
+
+@pytest.mark.parametrize("which", ["cdynamo", "torch"])
+def test_contextlib_tracing_switched_off_breaks_at_the_context(which, monkeypatch):
+    # enable_trace_contextlib=False (cdynamo's option, or torch._dynamo's read through
+    # cdynamo's None): the call making a contextlib context breaks the graph; the block runs
+    # natively and the functions it calls are frames of their own, as torch._dynamo does.
+    @contextlib.contextmanager
+    def doubled(x):
+        try:
+            yield x * 2
+        finally:
+            pass
+
+    def inner(x):
+        return x.neg() + x.cos()
+
+    def fn(x):
+        y = x.sin()
+        with doubled(x) as z:
+            y = y + inner(z)
+        return y + y.tan()
+
+    x = torch.randn(3)
+    if which == "cdynamo":
+        monkeypatch.setattr(cdynamo.config, "enable_trace_contextlib", False)
+    else:
+        monkeypatch.setattr(torch._dynamo.config, "enable_trace_contextlib", False)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(fn, backend=cnt)
+    for _ in range(2):
+        torch.testing.assert_close(cf(x), fn(x))
+    torch._dynamo.reset()
+    dcnt = torch._dynamo.testing.CompileCounter()
+    with torch._dynamo.config.patch(enable_trace_contextlib=False):
+        dyn = torch.compile(fn, backend=dcnt)
+        dyn(x)
+    torch._dynamo.reset()
+    assert cnt.frame_count == dcnt.frame_count == 2
+
+
+def test_break_inside_sdpa_kernel_runs_natively_with_the_backends_set():
+    # Not resumed (the frame runs natively): what runs after the break sees the block's
+    # backends on every call, the first one included.
+    @cdynamo.disable
+    def enabled():
+        return sdpa_backends()
+
+    math, flash = torch.nn.attention.SDPBackend.MATH, torch.nn.attention.SDPBackend.FLASH_ATTENTION
+
+    def fn(x):
+        with torch.nn.attention.sdpa_kernel([math, flash]):
+            x = x + 1
+            torch._dynamo.graph_break()
+            inside = enabled()
+            x = x + 1
+        return x, inside
+
+    x = torch.randn(2)
+    want = fn(x)
+    cdynamo.reset()
+    cf = cdynamo.compile(fn, backend=cdynamo.testing.CompileCounter())
+    before = sdpa_backends()
+    for _ in range(2):
+        got = cf(x)
+        torch.testing.assert_close(got[0], want[0])
+        assert got[1] == want[1] and set(want[1]) == {math, flash}
+        assert sdpa_backends() == before
+    assert break_in_sdpa_kernel(torch.randn(1, 2, 4, 8))[1] == before

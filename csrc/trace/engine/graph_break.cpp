@@ -164,6 +164,7 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
                   "runs such a frame natively too)");
   std::string why;
   if (!bytecode::canResume(orig, &why)) return fail(why);
+  if (Done d = contexts_.leaveAtBreak(f.stack); !d) return d;
   BreakShape shape;
   // Note [A break before an instruction that cannot break]: an instruction that cannot run
   // natively on its own as a break (BEFORE_WITH of a context the trace cannot enter, FOR_ITER

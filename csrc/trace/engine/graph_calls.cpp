@@ -207,7 +207,7 @@ static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObjec
 }
 
 Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
-                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool keep) {
   // The autograd engine (Tensor.backward(), torch.autograd.backward/grad, which reach
   // Variable._execution_engine.run_backward) works on the real tensors' autograd graph and
   // sets .grad: nothing a graph node can do (its None result made it a dead query). A graph
@@ -245,7 +245,7 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     gkwargs.emplace_back(k.copy(), std::move(a));
   }
   Ref plain;
-  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain);
+  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain, keep);
   if (node == graph::GraphBuilder::kNoTensorResult) {
     if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor)) {
       // Only a size or stride query can be asked again item by item (once every tuple
@@ -293,7 +293,13 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
   PyObject* fake = t.graph().fake(node);
   if (isTensor(fake)) return Value::tensor(node);
   if (t.graph().isScalar(node)) return Value::tensor(node);  // a number read from a tensor (scalars.h)
-  if (!holdsTensorResult(fake)) return Value::constant(isConstantObject(fake) ? fake : Py_None);
+  if (!holdsTensorResult(fake)) {
+    // A kept call's own result (what the function gave at trace time) is the program's value.
+    if (keep && !isConstantObject(fake))
+      return t.fail(std::string("an allow_in_graph function returned a ") + Py_TYPE(fake)->tp_name +
+                    " (neither tensors nor a constant)");
+    return Value::constant(isConstantObject(fake) ? fake : Py_None);
+  }
   // A tuple or list of tensors (torch.split, x.chunk, torch.max(x, dim), ...): one
   // getitem node per element, as FX does.
   PyObject* getitem = lookup(Obj::operator_getitem);

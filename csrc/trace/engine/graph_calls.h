@@ -23,7 +23,10 @@ class Tracer;
 // Records a graph call; `target` is a callable, or a method name with op CallMethod.
 // Returns the result Value: a tensor node, a tuple of them, or a constant when the
 // operation only reads metadata (static shapes).
-Result<ValuePtr> recordCall(Tracer& t, graph::NodeOp op, PyObject* target, const Args& args, const Kwargs& kwargs);
+// `keep`: the call stays in the graph whatever it returns (allow_in_graph: it may act when
+// the graph runs, a None result included).
+Result<ValuePtr> recordCall(Tracer& t, graph::NodeOp op, PyObject* target, const Args& args, const Kwargs& kwargs,
+                            bool keep = false);
 // Converts a value into a graph argument (Unsupported when it cannot be one).
 Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out);
 // Whether two tensor values are the same Python object. Graph inputs compare their objects

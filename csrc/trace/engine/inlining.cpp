@@ -162,6 +162,9 @@ Result<Next> opStoreDeref(Tracer& t, SymbolicFrame& f, const bytecode::Instructi
   if (ins.op == Op::DELETE_DEREF && real_cell) return t.fail("del of a nonlocal variable outside the trace");
   ValuePtr& contents = slot->as<Cell>().contents;
   contents = ins.op == Op::STORE_DEREF ? io[0] : nullptr;
+  // A store into one of the root frame's own cells names a tensor as a local store does
+  // (torch._dynamo knows those cells' names; an inlined frame's cells are anonymous there).
+  if (contents && f.root && !isFreeSlot(co, arg)) t.noteStored(contents, PyTuple_GET_ITEM(co->co_localsplusnames, arg));
   io.clear();
   // The cell written on every run is this frame's own (a closure made again has a new
   // cell), read from the closure the same way as the guards read its contents.

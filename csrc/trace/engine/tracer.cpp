@@ -675,6 +675,21 @@ Done Tracer::addShapeGuards() {
   return {};
 }
 
+void Tracer::noteStored(const ValuePtr& v, PyObject* name) {
+  if (!v) return;
+  int node = -1;
+  if (const Tensor* t = v->get<Tensor>()) node = t->node;
+  else if (const SubclassTensor* st = v->get<SubclassTensor>()) node = st->node;
+  else if (const NdArray* a = v->get<NdArray>()) node = a->node;
+  if (node < 0) return;
+  const char* text = PyUnicode_AsUTF8(name);
+  if (!text) {
+    PyErr_Clear();  // a name that is not UTF-8 encodable: the node keeps its own
+    return;
+  }
+  graph_.nameHint(node, text);
+}
+
 bool Tracer::fullgraph() {
   Ref flag = Ref::steal(PyObject_GetAttrString(config_, "fullgraph"));
   if (!flag) PyErr_Clear();

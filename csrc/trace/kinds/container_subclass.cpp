@@ -14,6 +14,7 @@
 #include "trace/protocol/constants.h"
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
+#include "graph/torch_refs.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -158,6 +159,19 @@ Result<ValuePtr> newSetSubclassInstance(Tracer& t, PyObject* cls, bool frozen, A
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   const char* tn = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
+  // The context a contextlib.contextmanager function makes: with config
+  // enable_trace_contextlib off (cdynamo's, or torch._dynamo's where cdynamo's is None) it
+  // is not traced, as torch._dynamo stops there (the call making it breaks the graph).
+  if (strcmp(tn, "contextlib._GeneratorContextManager") == 0 || strcmp(tn, "_GeneratorContextManager") == 0) {
+    Ref module = Ref::steal(PyObject_GetAttr(cls, interned(Str::dunder_module)));
+    if (module && PyUnicode_Check(module.get()) && PyUnicode_CompareWithASCIIString(module.get(), "contextlib") == 0) {
+      int on = graph::configFlag("enable_trace_contextlib");
+      if (on < 0) PyErr_Clear();
+      if (on == 0)
+        return t.fail("a contextlib.contextmanager context, not traced: config.enable_trace_contextlib is False");
+    }
+    PyErr_Clear();
+  }
   // A subclass of dict/OrderedDict made with the base's own __new__: its items are a Dict
   // value (the base part), its attributes another.
   PyTypeObject* base = containerBase(cls);

@@ -5,6 +5,7 @@
 
 #include "support/lookup.h"
 #include "trace/kinds/context.h"
+#include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -14,7 +15,12 @@ namespace {
 // Null: the profiler's contexts (torch.profiler.profile/record_function and their
 // torch.autograd.profiler twins), which torch._dynamo treats as doing nothing inside a
 // graph: no profiling happens in the compiled region, and the graph has no node for them.
-enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast, Null };
+// HooksDisabled: torch.autograd.graph.disable_saved_tensors_hooks(message), a contextlib
+// function in torch, modelled as torch._dynamo does: the switch is set when it is made and
+// put back on exit.
+// SdpaKernel: torch.nn.attention.sdpa_kernel(backends, set_priority), another contextlib
+// function: the backends are set on entry and those found then are put back on exit.
+enum class Ctx { None, NoGrad, EnableGrad, SetGradEnabled, InferenceMode, Autocast, Null, HooksDisabled, SdpaKernel };
 
 // The torch functions the contexts need, all found (false, no error set, otherwise: then
 // no class is a context the tracer knows).
@@ -42,6 +48,12 @@ Ctx kindOf(PyObject* cls) {
   PyObject* amp_autocast = lookup(Obj::torch_amp_autocast);
   if (!amp_autocast) PyErr_Clear();
   if (cls == fn(Obj::torch_autocast) || (amp_autocast && cls == amp_autocast)) return Ctx::Autocast;
+  PyObject* hooks = lookup(Obj::torch_disable_saved_tensors_hooks);
+  if (!hooks) PyErr_Clear();
+  if (hooks && cls == hooks) return Ctx::HooksDisabled;
+  PyObject* sdpa = lookup(Obj::torch_sdpa_kernel);
+  if (!sdpa) PyErr_Clear();
+  if (sdpa && cls == sdpa) return Ctx::SdpaKernel;
   for (Obj o : {Obj::torch_profiler_profile, Obj::torch_profiler_record_function, Obj::torch_autograd_profiler_profile,
                 Obj::torch_autograd_profiler_record_function}) {
     PyObject* c = lookup(o);
@@ -69,7 +81,8 @@ bool Contexts::isContextClass(PyObject* cls) { return kindOf(cls) != Ctx::None; 
 
 bool Contexts::setMode(bool mode) {
   if (gradEnabled() == mode) return true;
-  int node = t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode ? Py_True : Py_False)));
+  int node = t_.graph().addEffect(fn(Obj::torch_set_grad_enabled_C), single(graph::Arg::ofConst(mode ? Py_True : Py_False)),
+                                  /*located=*/false);
   if (node < 0) return false;
   grad_mode_nodes_.insert(node);
   return true;
@@ -91,6 +104,9 @@ bool Contexts::gradMode() { return gradEnabled(); }
 
 Result<ValuePtr> Contexts::wrapExit(PyObject* self, PyObject* func, int self_reg) {
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(self));
+  PyObject* state_exit_cls = lookup(Obj::cdynamo_resume_StateExit);
+  if (!state_exit_cls) return t_.failFromPython("cdynamo._internal.frame_rebuild.StateExit");
+  if (cls == state_exit_cls) return wrapStateExit(self, func, self_reg);
   Ctx k = kindOf(cls);
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled) return notHandled();
   Ref exit = Ref::steal(PyObject_GetAttr(cls, interned(Str::dunder_exit)));
@@ -109,6 +125,48 @@ Result<ValuePtr> Contexts::wrapExit(PyObject* self, PyObject* func, int self_reg
   return Value::namedMethod(Value::of(std::move(ctx)), interned(Str::dunder_exit));
 }
 
+Result<ValuePtr> Contexts::wrapStateExit(PyObject* self, PyObject* func, int self_reg) {
+  // The __exit__ planExit rebuilt for a state context's block (frame_rebuild.StateExit): the
+  // same Context again, with the state it restores guarded to stay what this trace saw.
+  Ref exit = Ref::steal(PyObject_GetAttr(reinterpret_cast<PyObject*>(Py_TYPE(self)), interned(Str::dunder_exit)));
+  if (!exit) return t_.failFromPython("StateExit.__exit__");
+  if (exit.get() != func) return notHandled();
+  PyObject** dict = _PyObject_GetDictPtr(self);
+  PyObject* fields[3] = {nullptr, nullptr, nullptr};
+  const Str names[3] = {Str::state_kind, Str::state_target, Str::prev};
+  for (int i = 0; i < 3; ++i) {
+    fields[i] = dict && *dict ? PyDict_GetItemWithError(*dict, interned(names[i])) : nullptr;
+    if (!fields[i]) return PyErr_Occurred() ? t_.failFromPython("StateExit") : t_.fail("a StateExit without its state");
+    if (self_reg >= 0) {
+      if (i == 0) t_.guards().checkType(self_reg, Py_TYPE(self));
+      int reg = t_.load(guards::LoadKind::InstanceDict, self_reg, 0, interned(names[i]),
+                        t_.guards().sourceName(self_reg) + "." + PyUnicode_AsUTF8(interned(names[i])));
+      t_.guards().checkEquals(reg, fields[i]);
+    }
+  }
+  // The block goes on here: torch._dynamo's resume function enters it again, so its graph
+  // starts by setting the state (already in force: the entry set it before the break).
+  if (PyUnicode_CompareWithASCIIString(fields[0], "saved_tensors_hooks") == 0) {
+    PyObject* hooks = lookup(Obj::torch_disable_saved_tensors_hooks);
+    if (!hooks) return t_.failFromPython("torch.autograd.graph.disable_saved_tensors_hooks");
+    Context ctx{Ref::borrow(hooks), {Value::constant(fields[1])}, -1, false, Ref::borrow(fields[2])};
+    if (Done d = setHooksMessage(fields[1]); !d) return d.stop();
+    return Value::namedMethod(Value::of(std::move(ctx)), interned(Str::dunder_exit));
+  }
+  if (PyUnicode_CompareWithASCIIString(fields[0], "sdpa_kernel") == 0 && PyTuple_Check(fields[1]) &&
+      PyTuple_GET_SIZE(fields[1]) == 2 && PyTuple_Check(fields[2]) && PyTuple_GET_SIZE(fields[2]) == 2) {
+    PyObject* sdpa = lookup(Obj::torch_sdpa_kernel);
+    if (!sdpa) return t_.failFromPython("torch.nn.attention.sdpa_kernel");
+    PyObject* backends = PyTuple_GET_ITEM(fields[1], 0);
+    PyObject* priority = PyTuple_GET_ITEM(fields[1], 1);
+    Context ctx{Ref::borrow(sdpa), {Value::constant(backends), Value::constant(priority)}, -1, false,
+                Ref::borrow(PyTuple_GET_ITEM(fields[2], 0))};
+    if (Done d = setSdpaBackends(backends, priority == Py_True); !d) return d.stop();
+    return Value::namedMethod(Value::of(std::move(ctx)), interned(Str::dunder_exit));
+  }
+  return t_.fail("a StateExit of an unknown state");
+}
+
 Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
   // The bound __exit__ of a real context object that restores the mode saved on entry:
   // cdynamo._internal.frame_rebuild.grad_mode_exit(cls, prev).
@@ -118,6 +176,35 @@ Done Contexts::planExit(const ValuePtr& value, runtime::OutputPlan* plan) {
     PyObject* null_exit = lookup(Obj::cdynamo_resume_null_exit);
     if (!null_exit) return t_.failFromPython("cdynamo._internal.frame_rebuild.null_exit");
     plan->step = runtime::plan::Call{Ref::borrow(null_exit), {}};
+    return {};
+  }
+  // A break inside sdpa_kernel's block is not resumed: on the first call the code after the
+  // break saw the backends as they were before the block (not understood yet), so the frame
+  // runs natively there, as before.
+  if (k == Ctx::SdpaKernel)
+    return t_.fail("graph break inside an sdpa_kernel block (not resumed: the frame runs natively)");
+  if (k == Ctx::HooksDisabled || k == Ctx::SdpaKernel) {
+    // The graph ended outside the block (leaveAtBreak): state_exit sets its state again and
+    // gives the __exit__ that restores what the block found.
+    PyObject* helper = lookup(Obj::cdynamo_resume_state_exit);
+    if (!helper) return t_.failFromPython("cdynamo._internal.frame_rebuild.state_exit");
+    Ref kind, target, prev;
+    if (k == Ctx::HooksDisabled) {
+      kind = Ref::steal(PyUnicode_FromString("saved_tensors_hooks"));
+      target = Ref::borrow(ctx.args[0]->constant());
+      prev = ctx.saved_state.copy();
+    } else {
+      if (!ctx.saved_state) return t_.fail("graph break inside an sdpa_kernel block not entered in the trace");
+      kind = Ref::steal(PyUnicode_FromString("sdpa_kernel"));
+      target = Ref::steal(PyTuple_Pack(2, ctx.args[0]->constant(), ctx.args[1]->constant()));
+      prev = Ref::steal(PyTuple_Pack(2, ctx.saved_state.get(), ctx.args[1]->constant()));
+    }
+    if (!kind || !target || !prev) return t_.failFromPython("state_exit");
+    std::vector<runtime::OutputPlan> args(3);
+    args[0] = runtime::OutputPlan::constant(kind.get());
+    args[1] = runtime::OutputPlan::constant(target.get());
+    args[2] = runtime::OutputPlan::constant(prev.get());
+    plan->step = runtime::plan::Call{Ref::borrow(helper), std::move(args)};
     return {};
   }
   if (k != Ctx::NoGrad && k != Ctx::EnableGrad && k != Ctx::SetGradEnabled)
@@ -168,6 +255,7 @@ Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
     ValuePtr func = args[0];
     return decorate(Value::of(std::move(ctx)), func);
   }
+  if (k == Ctx::SdpaKernel) return makeSdpaKernel(std::move(ctx), args, kwargs);
   std::vector<ValuePtr>& items = ctx.args;
   for (const ValuePtr& a : args) {
     if (!a->is(Kind::Constant)) return t_.fail("context manager arguments must be constants");
@@ -183,7 +271,8 @@ Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
       for (size_t i = 0; i < 4; ++i)
         if (strcmp(name, kAutocastParams[i]) == 0) pos = i;
     } else if ((k == Ctx::InferenceMode && strcmp(name, "mode") == 0) ||
-               (k == Ctx::SetGradEnabled && strcmp(name, "mode") == 0)) {
+               (k == Ctx::SetGradEnabled && strcmp(name, "mode") == 0) ||
+               (k == Ctx::HooksDisabled && strcmp(name, "error_message") == 0)) {
       pos = 0;
     }
     if (pos == SIZE_MAX) return t_.fail(std::string("unknown keyword '") + name + "' of a context manager");
@@ -198,7 +287,129 @@ Result<ValuePtr> Contexts::make(PyObject* cls, std::vector<ValuePtr>& args,
     if (t < 0) return t_.failFromPython("set_grad_enabled");
     if (!setMode(t != 0)) return t_.failFromPython("set_grad_enabled");
   }
+  if (k == Ctx::HooksDisabled) {
+    // Made: the switch is set now, and put back on exit to what it is now.
+    if (items.size() != 1 || !items[0] || !PyUnicode_Check(items[0]->constant()))
+      return t_.fail("disable_saved_tensors_hooks() needs one message string");
+    Result<Ref> prev = hooksMessage();
+    if (!prev) return prev.stop();
+    ctx.saved_state = prev.take();
+    if (Done d = setHooksMessage(items[0]->constant()); !d) return d.stop();
+  }
   return Value::of(std::move(ctx));
+}
+
+Result<ValuePtr> Contexts::makeSdpaKernel(Context ctx, std::vector<ValuePtr>& args,
+                                          std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  // sdpa_kernel(backends, set_priority=False): one SDPBackend or a list of them, kept as a
+  // tuple without repeats (as the function does); nothing changes until it is entered.
+  ValuePtr backends = args.size() > 0 ? args[0] : nullptr;
+  ValuePtr priority = args.size() > 1 ? args[1] : nullptr;
+  if (args.size() > 2) return t_.fail("sdpa_kernel() with more than two arguments");
+  for (auto& [key, val] : kwargs) {
+    if (PyUnicode_CompareWithASCIIString(key.get(), "backends") == 0 && !backends) backends = val;
+    else if (PyUnicode_CompareWithASCIIString(key.get(), "set_priority") == 0 && !priority) priority = val;
+    else return t_.fail("sdpa_kernel() with these keyword arguments");
+  }
+  if (!backends) return t_.fail("sdpa_kernel() needs its backends");
+  Ref sdpa_backend = Ref::borrow(lookup(Obj::torch_sdpa_backend));
+  if (!sdpa_backend) return t_.failFromPython("torch.nn.attention.SDPBackend");
+  // The backends: objects of the program (SDPBackend.MATH, read through guarded loads) or
+  // constants, alone or in a list.
+  std::vector<ValuePtr> given;
+  if (backends->is(Kind::List)) {
+    given = backends->as<List>().items;
+  } else {
+    PyObject* one = backends->real();
+    int is_backend = one ? PyObject_IsInstance(one, sdpa_backend.get()) : 0;
+    if (is_backend < 0) return t_.failFromPython("sdpa_kernel");
+    if (!is_backend)
+      return t_.fail("sdpa_kernel() of something other than an SDPBackend or a list of them (AssertionError)");
+    given.push_back(backends);
+  }
+  Ref unique = Ref::steal(PyList_New(0));
+  if (!unique) return t_.failFromPython("sdpa_kernel");
+  for (const ValuePtr& item : given) {
+    PyObject* b = item->real();
+    if (!b) return t_.fail("sdpa_kernel() of a list holding something other than SDPBackend");
+    int is_backend = PyObject_IsInstance(b, sdpa_backend.get());
+    if (is_backend < 0) return t_.failFromPython("sdpa_kernel");
+    if (!is_backend) return t_.fail("sdpa_kernel() of a list holding something other than SDPBackend");
+    int seen = PySequence_Contains(unique.get(), b);
+    if (seen < 0) return t_.failFromPython("sdpa_kernel");
+    if (!seen && PyList_Append(unique.get(), b) < 0) return t_.failFromPython("sdpa_kernel");
+  }
+  Ref as_tuple = Ref::steal(PyList_AsTuple(unique.get()));
+  PyObject* p = priority ? priority->constant() : Py_False;
+  if (!as_tuple || !p) return t_.fail("sdpa_kernel() with a set_priority that is not a constant");
+  int on = PyObject_IsTrue(p);
+  if (on < 0) return t_.failFromPython("sdpa_kernel");
+  ctx.args = {Value::constant(as_tuple.get()), Value::constant(on ? Py_True : Py_False)};
+  return Value::of(std::move(ctx));
+}
+
+Result<Ref> Contexts::sdpaBackends(bool priority) {
+  PyObject* query = lookup(Obj::torch_sdpa_kernel_current);
+  if (!query) return t_.failFromPython("torch.nn.attention._cur_sdpa_kernel_backends");
+  Ref args = Ref::steal(PyTuple_Pack(1, priority ? Py_True : Py_False));
+  Ref r = args ? Ref::steal(PyObject_Call(query, args.get(), nullptr)) : Ref();
+  Ref as_tuple = r && PyList_Check(r.get()) ? Ref::steal(PyList_AsTuple(r.get())) : Ref();
+  if (!as_tuple) return t_.failFromPython("torch.nn.attention._cur_sdpa_kernel_backends");
+  // Read before the trace set them: the caller's, guarded (the list compared).
+  if (!sdpa_set_) t_.guards().checkStateQuery(query, args.get(), nullptr, r.get());
+  return as_tuple;
+}
+
+Done Contexts::setSdpaBackends(PyObject* backends, bool priority) {
+  // As torch._dynamo records it: each backend made from its name in the graph, then the
+  // setter on the list of them. Applied now (addEffect runs each call for real).
+  PyObject* from_string = lookup(Obj::torch_sdpa_backend_from_string);
+  PyObject* setter = lookup(Obj::torch_sdpa_kernel_set);
+  if (!from_string || !setter) return t_.failFromPython("torch.nn.attention._sdpa_kernel");
+  Result<Ref> prev = sdpaBackends(priority);
+  if (!prev) return prev.stop();
+  std::vector<graph::Arg> items;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(backends); ++i) {
+    Ref name = Ref::steal(PyObject_GetAttrString(PyTuple_GET_ITEM(backends, i), "name"));
+    if (!name) return t_.failFromPython("SDPBackend.name");
+    int node = t_.graph().addEffect(from_string, single(graph::Arg::ofConst(name.get())), false);
+    if (node < 0) return t_.failFromPython("torch.nn.attention._backend_from_string");
+    items.push_back(graph::Arg::ofNode(node));
+  }
+  std::vector<graph::Arg> args;
+  args.push_back(graph::Arg::ofItems(graph::Arg::Kind::List, std::move(items)));
+  args.push_back(graph::Arg::ofConst(priority ? Py_True : Py_False));
+  if (t_.graph().addEffect(setter, std::move(args), false) < 0) return t_.failFromPython("torch.nn.attention._sdpa_kernel");
+  Ref prev_list = Ref::steal(PySequence_List(prev->get()));
+  Ref undo_args = prev_list ? Ref::steal(PyTuple_Pack(2, prev_list.get(), priority ? Py_True : Py_False)) : Ref();
+  if (!undo_args) return t_.failFromPython("sdpa_kernel");
+  undo_.emplace_back(Ref::borrow(setter), std::move(undo_args));
+  sdpa_set_ = true;
+  return {};
+}
+
+Result<ValuePtr> Contexts::forCall(const ValuePtr& value) {
+  const Context& tmpl = value->as<Context>();
+  const Ctx k = kindOf(tmpl.cls.get());
+  if (k == Ctx::HooksDisabled) return value;
+  if (k == Ctx::SdpaKernel)  // its arguments were checked when it was made: a fresh copy of them
+    return Value::of(Context{tmpl.cls.copy(), tmpl.args, -1, false, Ref()});
+  std::vector<ValuePtr> ctx_args = tmpl.args;
+  std::vector<std::pair<Ref, ValuePtr>> no_kw;
+  for (ValuePtr& a : ctx_args)
+    if (!a) a = Value::constant(Py_None);
+  return make(tmpl.cls.get(), ctx_args, no_kw);
+}
+
+Done Contexts::leaveAtBreak(const std::vector<ValuePtr>& stack) {
+  for (size_t i = stack.size(); i > 0; --i) {
+    const NamedMethod* m = stack[i - 1] ? stack[i - 1]->get<NamedMethod>() : nullptr;
+    if (!m || !m->self->is(Kind::Context) || PyUnicode_CompareWithASCIIString(m->name.get(), "__exit__") != 0) continue;
+    Ctx k = kindOf(m->self->as<Context>().cls.get());
+    if (k != Ctx::HooksDisabled && k != Ctx::SdpaKernel) continue;
+    if (Result<ValuePtr> r = exit(m->self); !r) return r.stop();
+  }
+  return {};
 }
 
 Result<ValuePtr> Contexts::decorate(const ValuePtr& value, const ValuePtr& func) {
@@ -233,7 +444,7 @@ Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
     }
     case Ctx::InferenceMode: {
       PyObject* mode = ctx.args.empty() || !ctx.args[0] ? Py_True : ctx.args[0]->constant();
-      int node = t_.graph().addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)));
+      int node = t_.graph().addEffect(fn(Obj::torch_enter_inference_mode), single(graph::Arg::ofConst(mode)), false);
       if (node < 0) return t_.failFromPython("inference_mode");
       ctx.enter_node = node;
       open_.push_back({Ref::borrow(fn(Obj::torch_exit_inference_mode)), Ref::borrow(t_.graph().fake(node))});
@@ -244,11 +455,30 @@ Result<ValuePtr> Contexts::enter(const ValuePtr& value) {
       for (size_t i = 0; i < 4; ++i)
         args.push_back(graph::Arg::ofConst(i < ctx.args.size() && ctx.args[i] ? ctx.args[i]->constant()
                                            : i == 2 ? Py_True : Py_None));
-      int node = t_.graph().addEffect(fn(Obj::torch_enter_autocast), std::move(args));
+      int node = t_.graph().addEffect(fn(Obj::torch_enter_autocast), std::move(args), false);
       if (node < 0) return t_.failFromPython("autocast");
       ctx.enter_node = node;
       open_.push_back({Ref::borrow(fn(Obj::torch_exit_autocast)), Ref::borrow(t_.graph().fake(node))});
       return Value::constant(Py_None);
+    }
+    case Ctx::HooksDisabled: {
+      // Set when made; set again only where something changed it since (a decorated
+      // function called a second time: its first call's exit put the switch back).
+      Result<Ref> now = hooksMessage();
+      if (!now) return now.stop();
+      int same = PyObject_RichCompareBool(now->get(), ctx.args[0]->constant(), Py_EQ);
+      if (same < 0) return t_.failFromPython("disable_saved_tensors_hooks");
+      if (!same)
+        if (Done d = setHooksMessage(ctx.args[0]->constant()); !d) return d.stop();
+      return Value::constant(Py_None);
+    }
+    case Ctx::SdpaKernel: {
+      const bool priority = ctx.args[1]->constant() == Py_True;
+      Result<Ref> prev = sdpaBackends(priority);
+      if (!prev) return prev.stop();
+      ctx.saved_state = prev.take();
+      if (Done d = setSdpaBackends(ctx.args[0]->constant(), priority); !d) return d.stop();
+      return Value::emptyDict();  // what the generator yields
     }
     case Ctx::Null:
       return value;  // profile.__enter__ and record_function.__enter__ return the object
@@ -271,7 +501,7 @@ Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
     case Ctx::Autocast: {
       PyObject* exit_fn = kind == Ctx::Autocast ? fn(Obj::torch_exit_autocast)
                                                                   : fn(Obj::torch_exit_inference_mode);
-      if (t_.graph().addEffect(exit_fn, single(graph::Arg::ofNode(ctx.enter_node))) < 0)
+      if (t_.graph().addEffect(exit_fn, single(graph::Arg::ofNode(ctx.enter_node)), false) < 0)
         return t_.failFromPython("leaving a context");
       for (size_t i = open_.size(); i > 0; --i)
         if (open_[i - 1].handle.get() == t_.graph().fake(ctx.enter_node)) {
@@ -280,6 +510,13 @@ Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
         }
       return Value::constant(Py_None);
     }
+    case Ctx::HooksDisabled:
+      if (Done d = setHooksMessage(ctx.saved_state.get()); !d) return d.stop();
+      return Value::constant(Py_None);
+    case Ctx::SdpaKernel:
+      if (!ctx.saved_state) return t_.fail("leaving an sdpa_kernel block that was not entered");
+      if (Done d = setSdpaBackends(ctx.saved_state.get(), ctx.args[1]->constant() == Py_True); !d) return d.stop();
+      return Value::constant(Py_None);
     case Ctx::Null:
       return Value::constant(Py_None);
     case Ctx::None:
@@ -289,19 +526,28 @@ Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
 }
 
 Result<ValuePtr> Contexts::callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
-                                           std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+                                           std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool program_call) {
   // What undoes each setter: the state before it, read now (autocast's is restored after
-  // every translation already, with grad mode).
-  enum class Undo { None, DefaultDtype, HooksMessage };
+  // every translation already, with grad mode), or the opposite call (autocast's nesting
+  // depth). `located`: the node has the program's stack trace (torch._dynamo records some
+  // of these through handlers of their own that give none; print_readable shows which).
+  // `returns`: what it returns is the program's value (the nesting depth), else None.
+  enum class Undo { None, DefaultDtype, HooksMessage, Opposite };
   static const struct {
     Obj fn;
     Undo undo;
-  } kSetters[] = {{Obj::torch_set_default_dtype, Undo::DefaultDtype},
-                  {Obj::torch_saved_tensors_hooks_disable, Undo::HooksMessage},
-                  {Obj::torch_saved_tensors_hooks_enable, Undo::HooksMessage},
-                  {Obj::torch_set_autocast_enabled, Undo::None},
-                  {Obj::torch_set_autocast_dtype, Undo::None},
-                  {Obj::torch_set_autocast_cache_enabled, Undo::None}};
+    bool located;
+    bool returns;
+    Obj opposite;
+  } kSetters[] = {{Obj::torch_set_default_dtype, Undo::DefaultDtype, true, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_saved_tensors_hooks_disable, Undo::HooksMessage, true, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_saved_tensors_hooks_enable, Undo::HooksMessage, true, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_set_autocast_enabled, Undo::None, false, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_set_autocast_dtype, Undo::None, true, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_set_autocast_cache_enabled, Undo::None, false, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_clear_autocast_cache, Undo::None, true, false, Obj::torch_set_default_dtype},
+                  {Obj::torch_autocast_increment_nesting, Undo::Opposite, false, true, Obj::torch_autocast_decrement_nesting},
+                  {Obj::torch_autocast_decrement_nesting, Undo::Opposite, false, true, Obj::torch_autocast_increment_nesting}};
   const auto* row = [&]() -> decltype(&kSetters[0]) {
     for (const auto& r : kSetters) {
       PyObject* o = lookup(r.fn);
@@ -333,13 +579,30 @@ Result<ValuePtr> Contexts::callStateSetter(PyObject* f, std::vector<ValuePtr>& a
                                                        : Obj::torch_saved_tensors_hooks_disable));
     undo_args = prev.get() == Py_None ? Ref::steal(PyTuple_New(0)) : Ref::steal(PyTuple_Pack(1, prev.get()));
     hooks_message_set_ = true;
+  } else if (row->undo == Undo::Opposite) {
+    undo_fn = Ref::borrow(lookup(row->opposite));
+    undo_args = Ref::steal(PyTuple_New(0));
   }
   if (row->undo != Undo::None && (!undo_fn || !undo_args)) return t_.failFromPython(name);
+  if (row->returns && !nesting_changed_) {
+    // The depth the trace answers with depends on the caller's: guarded, as read before
+    // the trace's first change of it.
+    PyObject* depth_now = lookup(Obj::cdynamo_state_autocast_nesting);
+    Ref depth = depth_now ? Ref::steal(PyObject_CallNoArgs(depth_now)) : Ref();
+    Ref none = Ref::steal(PyTuple_New(0));
+    if (!depth || !none) return t_.failFromPython("autocast's nesting depth");
+    t_.guards().checkStateQuery(depth_now, none.get(), nullptr, depth.get());
+    nesting_changed_ = true;
+  }
   // addEffect runs the setter for real (its result is the node's value): applied now.
-  int node = t_.graph().addEffect(f, std::move(gargs));
+  int node = t_.graph().addEffect(f, std::move(gargs), program_call && row->located);
   if (node < 0) return t_.raisePython();
   if (undo_fn) undo_.emplace_back(std::move(undo_fn), std::move(undo_args));
   PyObject* result = t_.graph().fake(node);
+  // The nesting depth is what the trace saw; torch._dynamo answers with it too. The graph
+  // changes the depth by one each time it runs, from the depth the caller has, so a program
+  // that branches on it is answered as of the trace.
+  if (row->returns && PyLong_CheckExact(result)) return Value::constant(result);
   if (result != Py_None) return t_.fail(name + "() returned something other than None");
   return Value::constant(Py_None);
 }
@@ -349,16 +612,36 @@ Result<ValuePtr> Contexts::readSavedTensorsHooksMessage(PyObject* f, std::vector
   if (!query) PyErr_Clear();
   if (!query || f != query) return notHandled();
   if (!args.empty()) return t_.fail("_saved_tensors_hooks_get_disabled_error_message() with arguments");
-  Ref r = Ref::steal(PyObject_CallNoArgs(f));
-  if (!r) return t_.raisePython();
+  Result<Ref> r = hooksMessage();
+  if (!r) return r.stop();
+  return Value::constant(r->get());
+}
+
+Result<Ref> Contexts::hooksMessage() {
+  PyObject* query = lookup(Obj::torch_saved_tensors_hooks_message);
+  if (!query) return t_.failFromPython("the saved-tensors-hooks switch");
+  Ref r = Ref::steal(PyObject_CallNoArgs(query));
+  if (!r) return t_.failFromPython("the saved-tensors-hooks switch");
   // Read before the trace changed it: the message the frame was called with, guarded.
   // After: what the trace set (the same on every call of the entry).
   if (!hooks_message_set_) {
     Ref none = Ref::steal(PyTuple_New(0));
     if (!none) return t_.failFromPython("the saved-tensors-hooks switch");
-    t_.guards().checkStateQuery(f, none.get(), nullptr, r.get());
+    t_.guards().checkStateQuery(query, none.get(), nullptr, r.get());
   }
-  return Value::constant(r.get());
+  return r;
+}
+
+Done Contexts::setHooksMessage(PyObject* message) {
+  const bool enable = message == Py_None;
+  PyObject* setter = lookup(enable ? Obj::torch_saved_tensors_hooks_enable : Obj::torch_saved_tensors_hooks_disable);
+  if (!setter) return t_.failFromPython("the saved-tensors-hooks switch");
+  std::vector<ValuePtr> args;
+  if (!enable) args.push_back(Value::constant(message));
+  std::vector<std::pair<Ref, ValuePtr>> no_kw;
+  Result<ValuePtr> r = callStateSetter(setter, args, no_kw, /*program_call=*/false);
+  if (!r) return r.stop();
+  return {};
 }
 
 void Contexts::restore() {

@@ -31,6 +31,14 @@ class Contexts {
   Result<ValuePtr> enter(const ValuePtr& ctx);
   // ctx(func): func wrapped to run inside a fresh copy of the context on each call.
   Result<ValuePtr> decorate(const ValuePtr& ctx, const ValuePtr& func);
+  // The context a call of a function decorated with `tmpl` enters and exits: a fresh copy,
+  // or (disable_saved_tensors_hooks, whose state was set when it was made, as torch._dynamo
+  // models it) the decorating context itself.
+  Result<ValuePtr> forCall(const ValuePtr& tmpl);
+  // At a graph break: leaves the state contexts whose `with` blocks the break is inside (their
+  // __exit__ on `stack`), innermost first, so the graph ends outside them as torch._dynamo's
+  // does; the entry sets their state again (planExit) for the rest of the blocks.
+  Done leaveAtBreak(const std::vector<ValuePtr>& stack);
   Result<ValuePtr> exit(const ValuePtr& ctx);
   // The bound __exit__ of a real grad-mode context object (a `with` block continued in a
   // resume function): the same value BEFORE_WITH pushes. NotHandled for any other method.
@@ -50,11 +58,21 @@ class Contexts {
   // (torch.set_default_dtype, torch.set_autocast_enabled/_dtype/_cache_enabled, the
   // saved-tensors-hooks switch), as torch._dynamo records them: a graph node, applied now
   // so fake tensors see it, undone when the trace ends. NotHandled for other callables.
+  // `program_call` false: a context modelled here sets the state (its node has no stack trace).
   Result<ValuePtr> callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
-                                   std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+                                   std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool program_call = true);
   // torch._C._autograd._saved_tensors_hooks_get_disabled_error_message(): the message in
   // force, guarded as a state query unless the trace itself set it. NotHandled for others.
   Result<ValuePtr> readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args);
+  // disable_saved_tensors_hooks: the message in force (None: hooks enabled), guarded as a
+  // state query unless the trace set it; and setting it (a graph node, applied now).
+  Result<Ref> hooksMessage();
+  Done setHooksMessage(PyObject* message);
+  // sdpa_kernel: the enabled attention backends (a tuple; in priority order with
+  // `priority`), guarded as a state query unless the trace set them; and setting them
+  // (nodes as torch._dynamo records them, applied now, undone when the trace ends).
+  Result<Ref> sdpaBackends(bool priority);
+  Done setSdpaBackends(PyObject* backends, bool priority);
   // torch.is_grad_enabled() now.
   bool gradMode();
   // The grad mode the trace started with (restored at the end).
@@ -87,6 +105,9 @@ class Contexts {
   // under the grad mode it was traced in, guarded, so a change to the mode in force is a
   // no-op node). False with an error set when the call failed.
   bool setMode(bool mode);
+  Result<ValuePtr> wrapStateExit(PyObject* self, PyObject* func, int self_reg);
+  Result<ValuePtr> makeSdpaKernel(Context ctx, std::vector<ValuePtr>& args,
+                                  std::vector<std::pair<Ref, ValuePtr>>& kwargs);
   Tracer& t_;
   std::vector<Open> open_;  // entered at trace time, not yet exited
   bool grad_mode_at_start_ = true;
@@ -95,6 +116,8 @@ class Contexts {
   // What restore() calls, in reverse, to undo the state setters the trace applied.
   std::vector<std::pair<Ref, Ref>> undo_;  // (function, argument tuple)
   bool hooks_message_set_ = false;         // the trace changed the saved-tensors-hooks switch
+  bool sdpa_set_ = false;                  // the trace set the attention backends
+  bool nesting_changed_ = false;           // the trace changed autocast's nesting depth (guarded before)
 };
 
 }  // namespace cdynamo::trace

@@ -39,7 +39,8 @@ Result<Next> opLoadFast(Tracer& t, SymbolicFrame& f, const bytecode::Instruction
   return Next::Fall;
 }
 
-Result<Next> opStoreFast(Tracer&, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+Result<Next> opStoreFast(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  t.noteStored(io[0], PyTuple_GET_ITEM(f.code->co_localsplusnames, ins.arg));
   f.locals[ins.arg] = std::move(io[0]);
   io.clear();
   return Next::Fall;

@@ -356,7 +356,7 @@ Result<ValuePtr> applyCallRule(Tracer& t, CallRule rule, PyObject* fn, Args& arg
       return t.fail(reason);
     }
     case CallRule::InGraph:
-      return recordCall(t, NodeOp::CallFunction, fn, args, kwargs);
+      return recordCall(t, NodeOp::CallFunction, fn, args, kwargs, /*keep=*/true);
     case CallRule::ConstantResult: {
       Ref pargs = toPython(t, Value::tuple(args));
       Ref pkw = Ref::steal(PyDict_New());

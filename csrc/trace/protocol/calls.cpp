@@ -146,12 +146,7 @@ Result<ValuePtr> callPartial(Tracer& t, const Partial& p, Args& args, Kwargs& kw
     if (!replaced) kw.push_back(std::move(kv));
   }
   if (p.context) {  // a function decorated with a torch context manager
-    const Context& tmpl = p.context->as<Context>();
-    std::vector<ValuePtr> ctx_args = tmpl.args;
-    std::vector<std::pair<Ref, ValuePtr>> no_kw;
-    for (ValuePtr& a : ctx_args)
-      if (!a) a = Value::constant(Py_None);
-    Result<ValuePtr> ctx = t.contexts().make(tmpl.cls.get(), ctx_args, no_kw);
+    Result<ValuePtr> ctx = t.contexts().forCall(p.context);
     if (!ctx) return ctx;
     if (Result<ValuePtr> entered = t.contexts().enter(*ctx); !entered) return entered;
     Result<ValuePtr> r = call(t, p.fn, std::move(all), std::move(kw));
@@ -262,6 +257,9 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
   // disabled wrapper the __module__ of what it wraps (a torch function, say).
   if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
     return t.fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
+  // A context the trace models may be a Python function (a contextlib one): before the
+  // rules that would inline it.
+  if (t.contexts().isContextClass(f)) return t.contexts().make(f, args, kwargs);
   if (CallRule rule = callRuleOf(f); rule != CallRule::None) return applyCallRule(t, rule, f, args, kwargs);
   if (fn->as<Callable>().owned) {  // a C method bound to an object the trace made: run it on constants
     Ref pargs = toPython(t, Value::tuple(args));

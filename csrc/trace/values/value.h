@@ -206,6 +206,9 @@ struct Context {
   std::vector<ValuePtr> args;  // its constant arguments by position (null where not given)
   int enter_node = -1;         // the graph node of its enter handle (inference_mode, autocast)
   bool saved_grad_mode = false;  // the grad mode to restore on exit (grad-mode contexts; set on entry)
+  // The state to restore on exit of a state context (disable_saved_tensors_hooks: the
+  // message in force when it was made, None when hooks were enabled).
+  Ref saved_state;
 };
 // A types.SimpleNamespace made in the trace: its attributes, as a plain Dict keyed by name.
 struct Namespace {

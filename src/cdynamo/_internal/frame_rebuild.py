@@ -33,6 +33,43 @@ def null_exit():
     return contextlib.nullcontext().__exit__
 
 
+def _apply_state(kind, state):
+    import torch
+
+    if kind == "saved_tensors_hooks":  # state: the message hooks are disabled with, or None
+        if state is None:
+            torch._C._autograd._saved_tensors_hooks_enable()
+        else:
+            torch._C._autograd._saved_tensors_hooks_disable(state)
+    elif kind == "sdpa_kernel":  # state: (the enabled backends, whether in priority order)
+        backends, priority = state
+        torch.nn.attention._sdpa_kernel(list(backends), set_priority=priority)
+    else:
+        raise ValueError(f"unknown state {kind!r}")
+
+
+class StateExit:
+    """What leaving a `with` block of a torch state context continued after a graph break
+    does: put back the state ``prev`` the block found (``target`` is the state inside it)."""
+
+    def __init__(self, kind, target, prev):
+        self.kind = kind
+        self.target = target
+        self.prev = prev
+
+    def __exit__(self, *exc):
+        _apply_state(self.kind, self.prev)
+        return None
+
+
+def state_exit(kind, target, prev):
+    """The ``__exit__`` of a state context's block cut by a graph break: the graph ended by
+    leaving the block (as torch._dynamo's graphs do), so its state is set again here, for the
+    instruction that breaks and the resume function, which leaves the block through it."""
+    _apply_state(kind, target)
+    return StateExit(kind, target, prev).__exit__
+
+
 def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs, self_cells=()):
     """A function made by the traced program (MAKE_FUNCTION), rebuilt at a graph break with
     the same code, defaults and closure cells (shared with the frame and other closures).
