@@ -84,6 +84,8 @@ struct Node {
   bool int_input = false;  // the placeholder of an int argument made symbolic (its fake a SymInt)
   int loc = -1;            // where the program made this call (internLocation), or -1
   Ref real;                // a tensor placeholder: the real tensor (its meta["tensor_dict"] is read from it)
+  bool submodule = false;  // a GetAttr of a subgraph's GraphModule (real and fake are that module)
+  bool moved = false;      // part of a subgraph's body (moveToSubgraph): never emitted in this graph
 };
 
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
@@ -204,6 +206,25 @@ class GraphBuilder {
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
   // never removed as dead, whatever it returns. Returns the node id or -1.
   int addEffect(PyObject* target, std::vector<Arg> args);
+
+  // ---- subgraphs (Note [Subgraph speculation] in trace/engine/speculation.cpp) ----
+  // A get_attr node of GraphModule `gm`, held by the graph module as its submodule `name`
+  // (made unique with _0, _1, ... per base name, as torch._dynamo's install_subgraph does);
+  // its fake is `gm` itself, so a higher-order op run on fakes runs the body. The node id or -1.
+  int addSubmodule(PyObject* gm, const std::string& base);
+  // Takes the nodes recorded from `first` on that compute something (calls, and the get_attr
+  // nodes of nested subgraphs) out of this graph: they become the body of a subgraph and are
+  // listed in *body. Placeholders and tensor attributes made meanwhile (a tensor the body read
+  // from the program) stay: the body receives them as inputs.
+  void moveToSubgraph(int first, std::vector<int>* body);
+  // The nodes of this graph that `body` (or `outputs`) reads, in order of first use, leaving
+  // out those in `skip`; false with an error set when one of them is part of another body.
+  bool bodyInputs(const std::vector<int>& body, const std::vector<int>& outputs, const std::vector<int>& skip,
+                  std::vector<int>* out) const;
+  // The GraphModule of `body` (moveToSubgraph), its placeholders `inputs` (named `names`) and
+  // its output the tuple of `outputs`. Null with an error set.
+  Ref buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
+                    const std::vector<std::string>& names, const std::vector<int>& outputs);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or
@@ -395,6 +416,7 @@ class GraphBuilder {
   PyObject* stackTrace(int loc);
   std::vector<Ref> stack_traces_;
   std::string uniqueInputName(const std::string& name);
+  std::map<std::string, int> submodule_counts_;  // addSubmodule: base name -> the next suffix
 };
 
 }  // namespace cdynamo::graph

@@ -1,0 +1,51 @@
+// Subgraph speculation: a Python callable traced into a graph of its own, for the
+// higher-order ops that take one (torch.cond's branches, checkpoint's function).
+// Note [Subgraph speculation] in speculation.cpp says how it works.
+#pragma once
+#include <Python.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "trace/engine/result.h"
+#include "trace/protocol/callables.h"
+#include "trace/values/value.h"
+
+namespace cdynamo::trace {
+
+class Tracer;
+
+// One traced body. `body` and `outputs` are node ids of the frame's graph builder (the
+// body's nodes are out of the frame's graph once speculated); `lifted` are the frame's
+// values the body reads beyond its explicit inputs, in order of first use.
+struct Subgraph {
+  std::vector<int> body;
+  std::vector<int> outputs;
+  std::vector<int> lifted;
+  ValuePtr result;  // what the callable returned: `outputs` are its tensors, in order
+};
+
+// Traces `fn(*args, **kwargs)` as the body of higher-order op `op` (its name for reasons).
+// `inputs`: the nodes of the tensors the op passes the body explicitly (they are the
+// subgraph's first placeholders). Unsupported, with a reason naming `op`, when the body
+// cannot be one graph: a graph break or an unsupported operation in it, a side effect on
+// state outside it, an in-place change of a tensor, a return value other than tensors.
+Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
+               const std::vector<int>& inputs, Subgraph* out);
+
+// The subgraph's GraphModule installed in the frame's graph (a get_attr node named
+// `base`_0, _1, ...), its placeholders `inputs` then `lifted` (named from the frame's
+// nodes, a lifted one with lifted_suffix(node) added). The get_attr's node id.
+Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& g, const std::vector<int>& inputs,
+                            const std::vector<int>& lifted, const std::string& base,
+                            const std::function<std::string(int)>& lifted_suffix);
+
+// The value shaped as `like` (a body's result) with its tensors replaced, in order, by `items`.
+ValuePtr reshapeLike(const ValuePtr& like, const std::vector<ValuePtr>& items, size_t* next);
+
+// The rows' handlers (special_callables.cpp lists them).
+Result<ValuePtr> callCond(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callCheckpoint(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+
+}  // namespace cdynamo::trace
