@@ -222,9 +222,13 @@ class GraphBuilder {
   bool bodyInputs(const std::vector<int>& body, const std::vector<int>& outputs, const std::vector<int>& skip,
                   std::vector<int>* out) const;
   // The GraphModule of `body` (moveToSubgraph), its placeholders `inputs` (named `names`) and
-  // its output the tuple of `outputs`. Null with an error set.
+  // its output `outputs` as a tuple, a list, or (one output) the value itself, as the op that
+  // calls it expects (torch._dynamo's forms: while_loop's cond_fn returns the tensor, scan's
+  // combine_fn a list). Null with an error set.
+  enum class OutputForm { Tuple, List, Single };
   Ref buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
-                    const std::vector<std::string>& names, const std::vector<int>& outputs);
+                    const std::vector<std::string>& names, const std::vector<int>& outputs,
+                    OutputForm form = OutputForm::Tuple);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or

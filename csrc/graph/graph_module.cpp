@@ -498,7 +498,8 @@ bool GraphBuilder::bodyInputs(const std::vector<int>& body, const std::vector<in
 }
 
 Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
-                                const std::vector<std::string>& names, const std::vector<int>& outputs) {
+                                const std::vector<std::string>& names, const std::vector<int>& outputs,
+                                OutputForm form) {
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
   // Liveness inside the body, by the rule of the frame's graph: every call stays but the
@@ -587,6 +588,9 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
     }
     PyTuple_SET_ITEM(outs.get(), k, it->second.copy().release());
   }
+  if (form == OutputForm::Single && outputs.size() == 1) outs = Ref::borrow(PyTuple_GET_ITEM(outs.get(), 0));
+  else if (form == OutputForm::List) outs = Ref::steal(PySequence_List(outs.get()));
+  if (!outs) return Ref();
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
   if (!out) return Ref();
   return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));

@@ -158,18 +158,83 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
 
 Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
                             const std::vector<int>& lifted, const std::string& base,
-                            const std::function<std::string(int)>& lifted_suffix) {
+                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
+                            const std::vector<std::string>* input_names) {
   std::vector<int> all = inputs;
   all.insert(all.end(), lifted.begin(), lifted.end());
   std::vector<std::string> names;
-  for (size_t k = 0; k < all.size(); ++k)
-    names.push_back(inputName(t, all[k], k) + (k >= inputs.size() ? lifted_suffix(all[k]) : ""));
-  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs);
+  for (size_t k = 0; k < all.size(); ++k) {
+    if (k < inputs.size() && input_names) names.push_back((*input_names)[k]);
+    else names.push_back(inputName(t, all[k], k) + (k >= inputs.size() ? lifted_suffix(all[k]) : ""));
+  }
+  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
   if (!gm) return t.failFromPython(op + ": building its body's graph");
   int id = t.graph().addSubmodule(gm.get(), base);
   if (id < 0) return t.failFromPython(op);
   return id;
 }
+
+Result<ValuePtr> standIn(Tracer& t, const std::string& op, const ValuePtr& v, bool slice) {
+  if (!v->is(Kind::Tensor) || t.graph().isScalar(v->as<Tensor>().node))
+    return t.fail(op + ": its inputs must be tensors (or tuples or lists of them)");
+  Result<ValuePtr> r = Value::constant(Py_None);
+  if (slice) {
+    Ref zero = Ref::steal(PyLong_FromLong(0));
+    if (!zero) return t.failFromPython(op);
+    static PyObject* const select = PyUnicode_InternFromString("select");
+    r = recordCall(t, NodeOp::CallMethod, select, {v, Value::constant(zero.get()), Value::constant(zero.get())}, {});
+  } else {
+    static PyObject* const clone = PyUnicode_InternFromString("clone");
+    r = recordCall(t, NodeOp::CallMethod, clone, {v}, {});
+  }
+  if (!r) return r;
+  if (!(*r)->is(Kind::Tensor)) return t.fail(op + ": an input stand-in is not a tensor");
+  t.graph().markBookkeeping((*r)->as<Tensor>().node);
+  return r;
+}
+
+namespace {
+
+// The tensors of a value that is a tensor or a tuple or list of them (a pytree's leaves), in order.
+bool leaves(const ValuePtr& v, std::vector<ValuePtr>* out) {
+  if (v->is(Kind::Tensor)) {
+    out->push_back(v);
+    return true;
+  }
+  if (!v->is(Kind::Tuple) && !v->is(Kind::List)) return false;
+  for (const ValuePtr& item : *v->elements())
+    if (!leaves(item, out)) return false;
+  return true;
+}
+
+// Stand-ins for every leaf of `v`, in `v`'s shape; their nodes appended to *nodes.
+Result<ValuePtr> standInsLike(Tracer& t, const std::string& op, const ValuePtr& v, bool slice, std::vector<int>* nodes) {
+  std::vector<ValuePtr> in, out;
+  if (!leaves(v, &in)) return t.fail(op + ": its inputs must be tensors (or tuples or lists of them)");
+  for (const ValuePtr& leaf : in) {
+    Result<ValuePtr> s = standIn(t, op, leaf, slice);
+    if (!s) return s;
+    nodes->push_back((*s)->as<Tensor>().node);
+    out.push_back(*s);
+  }
+  size_t next = 0;
+  return reshapeLike(v, out, &next);
+}
+
+std::vector<std::string> childNames(size_t n, size_t first = 0) {
+  std::vector<std::string> names;
+  for (size_t k = first; k < first + n; ++k) names.push_back(k == 0 ? std::string("child") : "child_" + std::to_string(k));
+  return names;
+}
+
+std::vector<int> unionOf(const std::vector<int>& a, const std::vector<int>& b) {
+  std::vector<int> out = a;
+  for (int n : b)
+    if (std::find(out.begin(), out.end(), n) == out.end()) out.push_back(n);
+  return out;
+}
+
+}  // namespace
 
 // torch.cond(pred, true_fn, false_fn, operands): torch.ops.higher_order.cond(pred,
 // cond_true_k, cond_false_k, (*operands, *lifted)), both branches taking the same inputs
@@ -221,9 +286,7 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   if (Done d = speculate(t, op + " (false branch)", parts[2], operands, {}, inputs, &fb); !d) return d.stop();
   if (shapeOf(tb.result) != shapeOf(fb.result))
     return t.fail(op + ": Expected branches to return the same pytree structure.");
-  std::vector<int> lifted = tb.lifted;
-  for (int n : fb.lifted)
-    if (std::find(lifted.begin(), lifted.end(), n) == lifted.end()) lifted.push_back(n);
+  std::vector<int> lifted = unionOf(tb.lifted, fb.lifted);
   // A free value's placeholder says which branch read it (the true branch's name when both did).
   auto branch = [&](int n) {
     return std::find(tb.lifted.begin(), tb.lifted.end(), n) != tb.lifted.end() ? std::string("_true_branch")
@@ -240,6 +303,29 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   Args call_args = {pred, Value::tensor(*true_id), Value::tensor(*false_id), Value::tuple(std::move(all))};
   return recordOp(t, op, target, call_args, {}, tb.result, tb.outputs.size());
 }
+
+namespace {
+
+// A higher-order op that runs its body once, with `body_args`/`body_kwargs`:
+// target(wrap_body_k, *tensor_args, *lifted, **own), reshaped as the body's result.
+Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, const ValuePtr& fn, Args body_args,
+                             Kwargs body_kwargs, const Kwargs& own) {
+  std::vector<int> inputs;
+  for (const ValuePtr& a : body_args)
+    if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
+  Subgraph body;
+  if (Done d = speculate(t, op, fn, std::move(body_args), std::move(body_kwargs), inputs, &body); !d) return d.stop();
+  Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "wrap_body", [](int) { return std::string(); });
+  if (!gm_id) return gm_id.stop();
+  PyObject* target = lookup(target_obj);
+  if (!target) return t.failFromPython(op);
+  Args call_args = {Value::tensor(*gm_id)};
+  for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
+  return recordOp(t, op, target, call_args, own, body.result, body.outputs.size());
+}
+
+}  // namespace
 
 // torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=..., **kwargs):
 // torch.ops.higher_order.tag_activation_checkpoint(wrap_body_k, *tensor_args, *lifted,
@@ -263,24 +349,154 @@ Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, K
       if (kv.second->real() == noop) continue;  // the default: nothing to pass
       return t.fail(op + " with a context_fn (selective checkpointing) is not supported yet");
     }
-    if (!kv.second->is(Kind::Constant)) return t.fail(op + ": its keyword " + PyUnicode_AsUTF8(kv.first.get()) +
-                                                      " must be a constant");
+    if (!kv.second->is(Kind::Constant))
+      return t.fail(op + ": its keyword " + PyUnicode_AsUTF8(kv.first.get()) + " must be a constant");
     own.emplace_back(kv.first.copy(), kv.second);
   }
-  Args body_args(args.begin() + 1, args.end());
+  return callWrapped(t, op, Obj::torch_ops_higher_order_tag_activation_checkpoint, args[0],
+                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own);
+}
+
+// torch._higher_order_ops.wrap.wrap(fn, *args, **kwargs): torch.ops.higher_order.wrap(wrap_body_k, ...).
+Result<ValuePtr> callWrap(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch.ops.higher_order.wrap";
+  if (args.empty()) return t.fail(op + " needs a function");
+  Kwargs body_kwargs;
+  for (const auto& kv : kwargs) body_kwargs.emplace_back(kv.first.copy(), kv.second);
+  return callWrapped(t, op, Obj::torch_ops_higher_order_wrap, args[0], Args(args.begin() + 1, args.end()),
+                     std::move(body_kwargs), {});
+}
+
+// while_loop(cond_fn, body_fn, carried_inputs): torch.ops.higher_order.while_loop(cond_fn_k,
+// body_fn_k, (*carried,), (*lifted,)). Both bodies take stand-ins of the carried values (the body
+// sees each iteration's values, not the frame's: a frame value it reads is lifted apart even when
+// it is a carried input too), then the free values of either.
+Result<ValuePtr> callWhileLoop(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch.while_loop";
+  if (args.size() != 3 || !kwargs.empty()) return t.fail(op + " takes 3 arguments: while_loop(cond_fn, body_fn, carried_inputs)");
+  if (!args[2]->is(Kind::Tuple) && !args[2]->is(Kind::List))
+    return t.fail(op + ": carried_inputs must be a tuple or a list of tensors");
+  std::vector<ValuePtr> carried = *args[2]->elements();
   std::vector<int> inputs;
-  for (const ValuePtr& a : body_args)
-    if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
-  Subgraph body;
-  if (Done d = speculate(t, op, args[0], body_args, std::move(body_kwargs), inputs, &body); !d) return d.stop();
-  Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "wrap_body", [](int) { return std::string(); });
-  if (!gm_id) return gm_id.stop();
-  PyObject* target = lookup(Obj::torch_ops_higher_order_tag_activation_checkpoint);
+  std::vector<ValuePtr> stand;
+  for (const ValuePtr& c : carried) {
+    Result<ValuePtr> s = standIn(t, op, c, false);
+    if (!s) return s;
+    inputs.push_back((*s)->as<Tensor>().node);
+    stand.push_back(*s);
+  }
+  Subgraph cg, bg;
+  if (Done d = speculate(t, op + " (cond_fn)", args[0], stand, {}, inputs, &cg); !d) return d.stop();
+  if (!cg.result->is(Kind::Tensor)) return t.fail(op + ": cond_fn must return a boolean tensor with a single item");
+  if (Done d = speculate(t, op + " (body_fn)", args[1], stand, {}, inputs, &bg); !d) return d.stop();
+  if (bg.outputs.size() != carried.size() || bg.result->is(Kind::Tensor))
+    return t.fail(op + ": body_fn must return a tuple of tensors like carried_inputs");
+  std::vector<int> lifted = unionOf(cg.lifted, bg.lifted);
+  std::vector<std::string> cond_names = childNames(inputs.size());
+  std::vector<std::string> body_names = childNames(inputs.size(), inputs.size());
+  auto suffix = [](int) { return std::string("_body_fn"); };
+  Result<int> cond_id = installSubgraph(t, op, cg, inputs, lifted, "cond_fn", suffix,
+                                        graph::GraphBuilder::OutputForm::Single, &cond_names);
+  if (!cond_id) return cond_id.stop();
+  Result<int> body_id = installSubgraph(t, op, bg, inputs, lifted, "body_fn", suffix,
+                                        graph::GraphBuilder::OutputForm::Tuple, &body_names);
+  if (!body_id) return body_id.stop();
+  PyObject* target = lookup(Obj::torch_ops_higher_order_while_loop);
   if (!target) return t.failFromPython(op);
-  Args call_args = {Value::tensor(*gm_id)};
-  for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
-  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
-  return recordOp(t, op, target, call_args, own, body.result, body.outputs.size());
+  Args call_args = {Value::tensor(*cond_id), Value::tensor(*body_id), Value::tuple(carried),
+                    Value::tuple(tensorValues(lifted))};
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, call_args, {});
+  if (!r) return r;
+  const std::vector<ValuePtr>* items = (*r)->elements();
+  if (!items || items->size() != carried.size()) return t.fail(op + ": the op's result does not match carried_inputs");
+  return Value::tuple(*items);
+}
+
+// map(f, xs, *args): torch.ops.higher_order.map_impl(map_body_k, [*xs leaves], [*args, *lifted]),
+// the body taking a slice of each xs leaf (item 0 along dim 0) then the args' tensors and the
+// lifted values.
+Result<ValuePtr> callMap(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch.ops.higher_order.map";
+  if (args.size() < 2 || !kwargs.empty()) return t.fail(op + " takes map(f, xs, *args)");
+  std::vector<ValuePtr> xs_leaves;
+  if (!leaves(args[1], &xs_leaves)) return t.fail(op + ": xs must be tensors (or tuples or lists of them)");
+  std::vector<int> inputs;
+  Result<ValuePtr> xs_stand = standInsLike(t, op, args[1], true, &inputs);
+  if (!xs_stand) return xs_stand;
+  std::vector<ValuePtr> extra;
+  Args body_args = {*xs_stand};
+  for (size_t i = 2; i < args.size(); ++i) {
+    body_args.push_back(args[i]);
+    if (!leaves(args[i], &extra)) return t.fail(op + ": its args must be tensors (or tuples or lists of them)");
+  }
+  std::vector<int> extra_nodes;
+  for (const ValuePtr& e : extra) extra_nodes.push_back(e->as<Tensor>().node);
+  std::vector<int> all_inputs = inputs;
+  all_inputs.insert(all_inputs.end(), extra_nodes.begin(), extra_nodes.end());
+  Subgraph body;
+  if (Done d = speculate(t, op, args[0], body_args, {}, all_inputs, &body); !d) return d.stop();
+  std::vector<std::string> names = childNames(inputs.size());
+  for (size_t k = 0; k < extra_nodes.size(); ++k) names.push_back(inputName(t, extra_nodes[k], inputs.size() + k));
+  Result<int> gm_id = installSubgraph(t, op, body, all_inputs, body.lifted, "map_body", [](int) { return std::string(); },
+                                      graph::GraphBuilder::OutputForm::Tuple, &names);
+  if (!gm_id) return gm_id.stop();
+  PyObject* target = lookup(Obj::torch_ops_higher_order_map_impl);
+  if (!target) return t.failFromPython(op);
+  std::vector<ValuePtr> rest = extra;
+  for (ValuePtr& v : tensorValues(body.lifted)) rest.push_back(std::move(v));
+  Args call_args = {Value::tensor(*gm_id), Value::list(xs_leaves), Value::list(std::move(rest))};
+  return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+// scan(combine_fn, init, xs, dim=0, reverse=False): torch.ops.higher_order.scan(
+// scan_combine_fn_k, [*init leaves], [*xs leaves], [*lifted]); combine_fn takes stand-ins of
+// the carry and a slice of each xs leaf, and returns (next carry, this step's output).
+Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch._higher_order_ops.scan";
+  static const char* const kNames[] = {"combine_fn", "init", "xs", "dim", "reverse"};
+  ValuePtr parts[5];
+  if (args.size() > 5) return t.fail(op + " takes scan(combine_fn, init, xs, dim=0, reverse=False)");
+  for (size_t i = 0; i < args.size(); ++i) parts[i] = args[i];
+  for (const auto& [k, v] : kwargs) {
+    bool known = false;
+    for (int i = 0; i < 5; ++i)
+      if (PyUnicode_CompareWithASCIIString(k.get(), kNames[i]) == 0 && !parts[i]) {
+        parts[i] = v;
+        known = true;
+      }
+    if (!known) return t.fail(op + ": unexpected keyword argument " + PyUnicode_AsUTF8(k.get()));
+  }
+  if (!parts[0] || !parts[1] || !parts[2]) return t.fail(op + " needs combine_fn, init and xs");
+  // The other dims and the reversed order are the Python function's moves of xs around the
+  // op: not modelled here yet.
+  if ((parts[3] && !(parts[3]->is(Kind::Constant) && PyLong_CheckExact(parts[3]->constant()) &&
+                     PyLong_AsLong(parts[3]->constant()) == 0)) ||
+      (parts[4] && parts[4]->constant() != Py_False))
+    return t.fail(op + " over a dim other than 0 or reversed is not supported yet");
+  std::vector<ValuePtr> init_leaves, xs_leaves;
+  if (!leaves(parts[1], &init_leaves) || !leaves(parts[2], &xs_leaves) || xs_leaves.empty())
+    return t.fail(op + ": init and xs must be tensors (or tuples or lists of them)");
+  std::vector<int> inputs;
+  Result<ValuePtr> carry = standInsLike(t, op, parts[1], false, &inputs);
+  if (!carry) return carry;
+  Result<ValuePtr> x = standInsLike(t, op, parts[2], true, &inputs);
+  if (!x) return x;
+  Subgraph body;
+  if (Done d = speculate(t, op, parts[0], {*carry, *x}, {}, inputs, &body); !d) return d.stop();
+  const std::vector<ValuePtr>* pair = body.result->elements();
+  std::vector<ValuePtr> carry_out;
+  if (body.result->is(Kind::Tensor) || !pair || pair->size() != 2 || !leaves((*pair)[0], &carry_out) ||
+      carry_out.size() != init_leaves.size())
+    return t.fail(op + ": combine_fn must return (next carry like init, output)");
+  std::vector<std::string> names = childNames(inputs.size());
+  Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "scan_combine_fn",
+                                      [](int) { return std::string(); }, graph::GraphBuilder::OutputForm::List, &names);
+  if (!gm_id) return gm_id.stop();
+  PyObject* target = lookup(Obj::torch_ops_higher_order_scan);
+  if (!target) return t.failFromPython(op);
+  Args call_args = {Value::tensor(*gm_id), Value::list(init_leaves), Value::list(xs_leaves),
+                    Value::list(tensorValues(body.lifted))};
+  return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
 }
 
 }  // namespace cdynamo::trace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/graph_builder.h"
 #include "trace/engine/result.h"
 #include "trace/protocol/callables.h"
 #include "trace/values/value.h"
@@ -37,9 +38,18 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
 // The subgraph's GraphModule installed in the frame's graph (a get_attr node named
 // `base`_0, _1, ...), its placeholders `inputs` then `lifted` (named from the frame's
 // nodes, a lifted one with lifted_suffix(node) added). The get_attr's node id.
+// `input_names`: the names of the `inputs` placeholders (null: named from the frame's nodes).
 Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& g, const std::vector<int>& inputs,
                             const std::vector<int>& lifted, const std::string& base,
-                            const std::function<std::string(int)>& lifted_suffix);
+                            const std::function<std::string(int)>& lifted_suffix,
+                            graph::GraphBuilder::OutputForm form = graph::GraphBuilder::OutputForm::Tuple,
+                            const std::vector<std::string>* input_names = nullptr);
+
+// A body input that is not one of the frame's values but stands for each of its values in turn
+// (a while_loop's carried value, a slice map and scan take of their inputs): a node made from
+// `v` (a copy of it, or with `slice`, its item 0 along dim 0) that the frame's graph drops
+// unless it reads it itself. Its fake has the metadata the body sees.
+Result<ValuePtr> standIn(Tracer& t, const std::string& op, const ValuePtr& v, bool slice);
 
 // The value shaped as `like` (a body's result) with its tensors replaced, in order, by `items`.
 ValuePtr reshapeLike(const ValuePtr& like, const std::vector<ValuePtr>& items, size_t* next);
@@ -47,5 +57,9 @@ ValuePtr reshapeLike(const ValuePtr& like, const std::vector<ValuePtr>& items, s
 // The rows' handlers (special_callables.cpp lists them).
 Result<ValuePtr> callCond(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callCheckpoint(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callWrap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callWhileLoop(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callMap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callScan(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 
 }  // namespace cdynamo::trace

@@ -327,6 +327,10 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::torch_cond, false, {"torch.cond", callCond, false}},
     {Obj::torch_ops_higher_order_cond, false, {"torch.ops.higher_order.cond", callCond, false}},
     {Obj::torch_utils_checkpoint_checkpoint, false, {"torch.utils.checkpoint.checkpoint", callCheckpoint, false}},
+    {Obj::torch_ops_higher_order_wrap, false, {"torch.ops.higher_order.wrap", callWrap, false}},
+    {Obj::torch_while_loop, false, {"torch._higher_order_ops.while_loop", callWhileLoop, false}},
+    {Obj::torch_hop_map, false, {"torch._higher_order_ops.map", callMap, false}},
+    {Obj::torch_hop_scan, false, {"torch._higher_order_ops.scan", callScan, false}},
 };
 
 }  // namespace
