@@ -390,3 +390,52 @@ def test_a_constant_predicate_takes_one_branch_with_the_warning():
         torch.testing.assert_close(cdynamo.compile(f, backend=cnt, fullgraph=True)(x), x.sin())
     assert any("Pred is a Python constant" in str(w.message) for w in caught)
     assert cnt.frame_count == 1 and cnt.op_count == 1
+
+
+# The body's own values may change (a list it fills, its own cells); what existed before it
+# may not: the op runs the body apart from the frame (cond speculates both branches).
+
+
+@case(tensors((4,)))
+def body_filling_its_own_list_and_cells(x):
+    def body(y):
+        out = []
+        z = y * 2
+
+        def add_z(v):
+            return v + z
+
+        out.append(add_z(y).sin())
+        out.append(y.cos())
+        return out
+
+    return wrap(body, x)
+
+
+@pytest.mark.parametrize("what", ["outer_list", "outer_iterator", "nonlocal", "outer_object", "outer_generator"])
+def test_a_body_changing_what_existed_before_it_is_unsupported(what):
+    class Box:
+        pass
+
+    def f(p, x):
+        lst, it, box, gen = [1], iter([1, 2, 3]), Box(), (i for i in range(3))
+        n = 0
+
+        def t(y):
+            nonlocal n
+            if what == "outer_list":
+                lst.append(2)
+            elif what == "outer_iterator":
+                next(it)
+            elif what == "nonlocal":
+                n = 1
+            elif what == "outer_object":
+                box.a = 1
+            else:
+                next(gen)
+            return y.sin()
+
+        return torch.cond(p, t, lambda y: y.cos(), (x,)), lst, list(it), n, list(gen)
+
+    with pytest.raises(cdynamo.Unsupported, match="its body changes state outside it"):
+        cdynamo.compile(f, backend="eager", fullgraph=True)(torch.tensor(False), torch.randn(4))

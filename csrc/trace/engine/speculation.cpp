@@ -40,6 +40,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <unordered_set>
 
 #include "support/lookup.h"
 #include "trace/engine/graph_calls.h"
@@ -121,8 +122,12 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
                const std::vector<int>& inputs, Subgraph* out) {
   graph::GraphBuilder& g = t.graph();
   const int first = g.numNodes();
-  const uint64_t changes = t.effects().changesBesideMoves();
+  // Changes to what existed before the call are the body's side effects; what the body makes
+  // and changes (a list it fills, its own cells, iterators over its values) is its own.
+  const uint64_t changes = t.effects().outsideChanges();
+  const uint64_t outer_scope = t.effects().openScope();
   Result<ValuePtr> r = call(t, fn, std::move(args), std::move(kwargs));
+  t.effects().closeScope(outer_scope);
   if (!r) {
     if (r.outcome() == Outcome::Raised) {
       t.takePendingException();
@@ -131,7 +136,7 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
     if (r.outcome() == Outcome::Unsupported) t.prefixFailure(op + ": its body cannot be captured as one graph: ");
     return r.stop();
   }
-  if (t.effects().changesBesideMoves() != changes)
+  if (t.effects().outsideChanges() != changes)
     return t.fail(op + ": its body changes state outside it (a side effect), which a subgraph cannot capture");
   for (int i = first; i < g.numNodes(); ++i) {
     const graph::Node& n = g.node(i);
@@ -166,6 +171,13 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg
   for (size_t k = 0; k < all.size(); ++k) {
     if (k < inputs.size() && input_names) names.push_back((*input_names)[k]);
     else names.push_back(inputName(t, all[k], k) + (k >= inputs.size() ? lifted_suffix(all[k]) : ""));
+  }
+  // Placeholder names are the forward's parameter names: two inputs read from one source
+  // (an argument and the same frame value lifted again) get _1, _2, ...
+  std::unordered_set<std::string> used;
+  for (std::string& n : names) {
+    std::string base = n;
+    for (int k = 1; !used.insert(n).second; ++k) n = base + "_" + std::to_string(k);
   }
   Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
   if (!gm) return t.failFromPython(op + ": building its body's graph");

@@ -86,6 +86,7 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
   if (is("close") && args.empty()) {
     Result<ValuePtr> r = t.closeGenerator(self);
     if (r) t.effects().noteMutation();
+    t.effects().noteChangeOf(self.get());
     return r;
   }
   return t.fail(std::string("generator.") + n + "() is not supported yet");
