@@ -293,7 +293,7 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
       PyErr_Clear();
       PyErr_Restore(type, value, tb);
     }
-    return t.failFromPython("running " + what + " on fake tensors");
+    return t.failFakeCall("running " + what + " on fake tensors");
   }
   PyObject* fake = t.graph().fake(node);
   if (isTensor(fake)) return Value::tensor(node);
