@@ -88,6 +88,8 @@ struct Node {
   // nodes the graph had then; hint_at -1: never stored.
   std::string hint;
   int hint_at = -1;
+  bool submodule = false;  // a GetAttr of a subgraph's GraphModule (real and fake are that module)
+  bool moved = false;      // part of a subgraph's body (moveToSubgraph): never emitted in this graph
 };
 
 // How the trace makes input sizes symbolic (GraphBuilder::setDynamic, before begin()).
@@ -219,6 +221,29 @@ class GraphBuilder {
   // at that point of the trace. Inputs keep their source's name, and a symbolic number's
   // node is not renamed (torch._dynamo renames tensors only).
   void nameHint(int id, const std::string& name);
+
+  // ---- subgraphs (Note [Subgraph speculation] in trace/engine/speculation.cpp) ----
+  // A get_attr node of GraphModule `gm`, held by the graph module as its submodule `name`
+  // (made unique with _0, _1, ... per base name, as torch._dynamo's install_subgraph does);
+  // its fake is `gm` itself, so a higher-order op run on fakes runs the body. The node id or -1.
+  int addSubmodule(PyObject* gm, const std::string& base);
+  // Takes the nodes recorded from `first` on that compute something (calls, and the get_attr
+  // nodes of nested subgraphs) out of this graph: they become the body of a subgraph and are
+  // listed in *body. Placeholders and tensor attributes made meanwhile (a tensor the body read
+  // from the program) stay: the body receives them as inputs.
+  void moveToSubgraph(int first, std::vector<int>* body);
+  // The nodes of this graph that `body` (or `outputs`) reads, in order of first use, leaving
+  // out those in `skip`; false with an error set when one of them is part of another body.
+  bool bodyInputs(const std::vector<int>& body, const std::vector<int>& outputs, const std::vector<int>& skip,
+                  std::vector<int>* out) const;
+  // The GraphModule of `body` (moveToSubgraph), its placeholders `inputs` (named `names`) and
+  // its output `outputs` as a tuple, a list, or (one output) the value itself, as the op that
+  // calls it expects (torch._dynamo's forms: while_loop's cond_fn returns the tensor, scan's
+  // combine_fn a list). Null with an error set.
+  enum class OutputForm { Tuple, List, Single };
+  Ref buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
+                    const std::vector<std::string>& names, const std::vector<int>& outputs,
+                    OutputForm form = OutputForm::Tuple);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or
@@ -410,6 +435,7 @@ class GraphBuilder {
   PyObject* stackTrace(int loc);
   std::vector<Ref> stack_traces_;
   std::string uniqueInputName(const std::string& name);
+  std::map<std::string, int> submodule_counts_;  // addSubmodule: base name -> the next suffix
 };
 
 }  // namespace cdynamo::graph

@@ -177,6 +177,39 @@ bool plainArg(const Arg& a, const TorchRefs* t) {
   return true;
 }
 
+// The FX node of call or get_attr node `n` (materialize(arg): its FX form), as
+// Graph.create_node makes it. A get_attr's object (a tensor, or a subgraph's GraphModule)
+// becomes an attribute of `root`, which GraphModule copies over (a Parameter as a parameter,
+// another tensor as a buffer, a module as a submodule), the same object: the graph reads it live.
+template <class Materialize>
+Ref emitNode(FxNodeMaker& maker, const Node& n, const TorchRefs* t, PyObject* root, PyObject* no_args,
+             PyObject* fx_name, Materialize&& materialize) {
+  if (n.op == NodeOp::GetAttr) {
+    Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+    Ref kw = Ref::steal(PyDict_New());
+    if (!name || !kw || PyObject_SetAttr(root, name.get(), n.real.get()) < 0) return Ref();
+    return maker.make(Str::get_attr, name.get(), no_args, kw.get(), false, fx_name);
+  }
+  Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
+  if (!fargs) return Ref();
+  bool plain = true;
+  for (size_t k = 0; k < n.args.size(); ++k) {
+    Ref v = materialize(n.args[k]);
+    if (!v) return Ref();
+    PyTuple_SET_ITEM(fargs.get(), k, v.release());
+    plain = plain && plainArg(n.args[k], t);
+  }
+  Ref fkwargs = Ref::steal(PyDict_New());
+  if (!fkwargs) return Ref();
+  for (const auto& [k, v] : n.kwargs) {
+    Ref val = materialize(v);
+    if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
+    plain = plain && plainArg(v, t);
+  }
+  return maker.make(n.op == NodeOp::CallMethod ? Str::call_method : Str::call_function, n.target.get(), fargs.get(),
+                    fkwargs.get(), plain, fx_name);
+}
+
 }  // namespace
 
 bool GraphBuilder::keepAssertedReads(std::vector<int>* uses) {
@@ -220,7 +253,8 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
     for (const Arg& a : n.args) countArg(a, delta, countArg);
     for (const auto& kv : n.kwargs) countArg(kv.second, delta, countArg);
   };
-  for (const Node& n : nodes_) countNode(n, 1);
+  for (const Node& n : nodes_)
+    if (!n.moved) countNode(n, 1);  // a subgraph's body is not this graph's
   for (int o : outputs) ++uses[o];
   if (has_unbacked_ && !keepAssertedReads(&uses)) return false;
   PyObject* getitem = lookup(Obj::operator_getitem);
@@ -250,6 +284,7 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
   live.assign(nodes_.size(), 0);
   for (int i = numNodes() - 1; i >= 0; --i) {
     const Node& n = nodes_[i];
+    if (n.moved) continue;
     if (n.op == NodeOp::Placeholder) {
       live[i] = uses[i] > 0;
     } else if (uses[i] == 0 && (readsOnly(n) || bookkeeping_.count(i))) {
@@ -268,7 +303,9 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
 
 bool GraphBuilder::setNodeMeta(PyObject* fxn, const Node& n) {
   Ref meta = Ref::steal(PyObject_GetAttr(fxn, interned(Str::meta)));
-  if (!meta || PyDict_SetItem(meta.get(), interned(Str::example_value), n.fake.get()) < 0) return false;
+  if (!meta) return false;
+  // A subgraph's get_attr has no example value (torch._dynamo sets none).
+  if (!n.submodule && PyDict_SetItem(meta.get(), interned(Str::example_value), n.fake.get()) < 0) return false;
   if (n.unbacked_bindings && PyDict_SetItemString(meta.get(), "unbacked_bindings", n.unbacked_bindings.get()) < 0)
     return false;
   if (n.real) {
@@ -290,6 +327,28 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   if (!t) return Ref();
   std::vector<char> live;
   if (!liveNodes(outputs, t, &live)) return Ref();
+  // A value computed inside a subgraph exists only there: the graph may read it only
+  // through the higher-order op's outputs. Reaching it otherwise (a body that left a tensor
+  // in a container the trace made) has no graph to compute it in.
+  auto escapes = [&](const Arg& a, auto&& self) -> bool {
+    if (a.kind == Arg::Kind::Node && nodes_[a.node].moved) return true;
+    for (const Arg& i : a.items)
+      if (self(i, self)) return true;
+    return false;
+  };
+  bool escaped = false;
+  for (int o : outputs) escaped = escaped || nodes_[o].moved;
+  for (int i = 0; i < numNodes() && !escaped; ++i) {
+    if (!live[i]) continue;
+    for (const Arg& a : nodes_[i].args) escaped = escaped || escapes(a, escapes);
+    for (const auto& kv : nodes_[i].kwargs) escaped = escaped || escapes(kv.second, escapes);
+  }
+  if (escaped) {
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "a value computed inside the body of a higher-order op (torch.cond, checkpoint, ...) is used "
+                    "outside it other than through the op's outputs");
+    return Ref();
+  }
 
   Ref graph = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_fx_Graph)));
   if (!graph) return Ref();
@@ -314,7 +373,10 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       node_names[i] = Ref::steal(PyUnicode_FromStringAndSize(made.data(), static_cast<Py_ssize_t>(made.size())));
       return static_cast<bool>(node_names[i]);
     };
-    auto named = [&](int i) { return nodes_[i].op != NodeOp::Placeholder && (live[i] || !bookkeeping_.count(i)); };
+    // A subgraph body's nodes (moved) are named in the body's own graph, not here.
+    auto named = [&](int i) {
+      return nodes_[i].op != NodeOp::Placeholder && !nodes_[i].moved && (live[i] || !bookkeeping_.count(i));
+    };
     // The renames in the order they were made (hint_at grows with the trace).
     std::vector<int> renames;
     for (int i = 0; i < numNodes(); ++i)
@@ -379,33 +441,10 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
       if (!name || !kw) return Ref();
       fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true, node_names[i].get());
       inputs_used->push_back(i);
-    } else if (n.op == NodeOp::GetAttr) {
-      // The root holds the tensor; GraphModule copies it over (a Parameter as a parameter,
-      // another tensor as a buffer), the same object, so the graph reads it live.
-      Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
-      Ref kw = Ref::steal(PyDict_New());
-      if (!name || !kw || PyObject_SetAttr(root.get(), name.get(), n.real.get()) < 0) return Ref();
-      fxn = maker.make(Str::get_attr, name.get(), no_args.get(), kw.get(), false, node_names[i].get());
     } else {
-      Ref fargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(n.args.size())));
-      if (!fargs) return Ref();
-      bool plain = true;
-      for (size_t k = 0; k < n.args.size(); ++k) {
-        Ref v = materialize(n.args[k], true, &fx_nodes);
-        if (!v) return Ref();
-        PyTuple_SET_ITEM(fargs.get(), k, v.release());
-        plain = plain && plainArg(n.args[k], t);
-      }
-      Ref fkwargs = Ref::steal(PyDict_New());
-      if (!fkwargs) return Ref();
-      for (const auto& [k, v] : n.kwargs) {
-        Ref val = materialize(v, true, &fx_nodes);
-        if (!val || PyDict_SetItem(fkwargs.get(), k.get(), val.get()) < 0) return Ref();
-        plain = plain && plainArg(v, t);
-      }
-      fxn = maker.make(n.op == NodeOp::CallMethod ? Str::call_method : Str::call_function, n.target.get(), fargs.get(),
-                       fkwargs.get(), plain, node_names[i].get());
-      ++*op_count;
+      fxn = emitNode(maker, n, t, root.get(), no_args.get(), node_names[i].get(),
+                     [&](const Arg& a) { return materialize(a, true, &fx_nodes); });
+      if (n.op != NodeOp::GetAttr) ++*op_count;
     }
     if (!fxn) return Ref();
     if (!setNodeMeta(fxn.get(), n)) return Ref();
@@ -424,6 +463,155 @@ Ref GraphBuilder::buildGraphModule(const std::vector<int>& outputs, std::vector<
   Ref code = fxcodegen::precompute(graph.get(), order);
   if (code) return fxcodegen::construct(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), code.get());
   if (PyErr_Occurred()) return Ref();
+  return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));
+}
+
+int GraphBuilder::addSubmodule(PyObject* gm, const std::string& base) {
+  int& count = submodule_counts_[base];
+  Node n{NodeOp::GetAttr};
+  n.name = base + "_" + std::to_string(count++);
+  n.real = Ref::borrow(gm);
+  n.fake = Ref::borrow(gm);
+  n.submodule = true;
+  if (location_source_) n.loc = location_source_();
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
+void GraphBuilder::moveToSubgraph(int first, std::vector<int>* body) {
+  body->clear();
+  for (int i = first; i < numNodes(); ++i) {
+    Node& n = nodes_[static_cast<size_t>(i)];
+    if (n.moved || n.op == NodeOp::Placeholder || (n.op == NodeOp::GetAttr && !n.submodule)) continue;
+    n.moved = true;
+    body->push_back(i);
+  }
+}
+
+bool GraphBuilder::bodyInputs(const std::vector<int>& body, const std::vector<int>& outputs,
+                              const std::vector<int>& skip, std::vector<int>* out) const {
+  std::unordered_set<int> inside(body.begin(), body.end());
+  std::unordered_set<int> seen(skip.begin(), skip.end());
+  bool ok = true;
+  auto visit = [&](int id) {
+    if (inside.count(id) || seen.count(id)) return;
+    if (nodes_[id].moved) ok = false;  // computed inside another subgraph
+    seen.insert(id);
+    out->push_back(id);
+  };
+  auto visitArg = [&](const Arg& a, auto&& self) -> void {
+    if (a.kind == Arg::Kind::Node) visit(a.node);
+    for (const Arg& i : a.items) self(i, self);
+  };
+  for (int b : body) {
+    for (const Arg& a : nodes_[b].args) visitArg(a, visitArg);
+    for (const auto& kv : nodes_[b].kwargs) visitArg(kv.second, visitArg);
+  }
+  for (int o : outputs) visit(o);
+  if (!ok)
+    PyErr_SetString(PyExc_NotImplementedError,
+                    "the body of a higher-order op reads a value computed inside another one's body");
+  return ok;
+}
+
+Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
+                                const std::vector<std::string>& names, const std::vector<int>& outputs,
+                                OutputForm form) {
+  const TorchRefs* t = torchRefs();
+  if (!t) return Ref();
+  // Liveness inside the body, by the rule of the frame's graph: every call stays but the
+  // unused reads of another node's parts (getitem) and the trace's bookkeeping.
+  PyObject* getitem = lookup(Obj::operator_getitem);
+  if (!getitem) return Ref();
+  std::unordered_map<int, int> uses;
+  auto countArg = [&](const Arg& a, int delta, auto&& self) -> void {
+    if (a.kind == Arg::Kind::Node) uses[a.node] += delta;
+    for (const Arg& i : a.items) self(i, delta, self);
+  };
+  auto countNode = [&](const Node& n, int delta) {
+    for (const Arg& a : n.args) countArg(a, delta, countArg);
+    for (const auto& kv : n.kwargs) countArg(kv.second, delta, countArg);
+  };
+  for (int b : body) countNode(nodes_[b], 1);
+  for (int o : outputs) ++uses[o];
+  std::unordered_set<int> dead;
+  for (auto it = body.rbegin(); it != body.rend(); ++it) {
+    const Node& n = nodes_[*it];
+    bool reads_only = n.op == NodeOp::CallFunction && n.target.get() == getitem;
+    if (uses[*it] == 0 && !n.impure && (reads_only || bookkeeping_.count(*it))) {
+      countNode(n, -1);
+      dead.insert(*it);
+    }
+  }
+
+  Ref graph = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_fx_Graph)));
+  if (!graph) return Ref();
+  FxNodeMaker maker;
+  if (!maker.init(graph.get())) return Ref();
+  Ref no_args = Ref::steal(PyTuple_New(0));
+  Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
+  if (!no_args || !root) return Ref();
+  std::unordered_map<int, Ref> fx;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    Ref name = Ref::steal(PyUnicode_FromStringAndSize(names[k].data(), static_cast<Py_ssize_t>(names[k].size())));
+    Ref kw = Ref::steal(PyDict_New());
+    if (!name || !kw) return Ref();
+    Ref fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true);
+    if (!fxn) return Ref();
+    Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), interned(Str::meta)));
+    if (!meta || PyDict_SetItem(meta.get(), interned(Str::example_value), nodes_[inputs[k]].fake.get()) < 0) return Ref();
+    fx[inputs[k]] = std::move(fxn);
+  }
+  auto mat = [&](const Arg& a, auto&& self) -> Ref {
+    if (a.kind == Arg::Kind::Node) {
+      auto it = fx.find(a.node);
+      if (it != fx.end()) return it->second.copy();
+      PyErr_SetString(PyExc_RuntimeError, "a subgraph reads a node it has no input for");
+      return Ref();
+    }
+    if (a.kind == Arg::Kind::Const) return a.constant.copy();
+    if (a.kind == Arg::Kind::Slice) {
+      Ref parts[3];
+      for (int i = 0; i < 3; ++i)
+        if (!(parts[i] = self(a.items[static_cast<size_t>(i)], self))) return Ref();
+      return Ref::steal(PySlice_New(parts[0].get(), parts[1].get(), parts[2].get()));
+    }
+    Py_ssize_t n = static_cast<Py_ssize_t>(a.items.size());
+    Ref seq = Ref::steal(a.kind == Arg::Kind::Tuple ? PyTuple_New(n) : PyList_New(n));
+    if (!seq) return Ref();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      Ref item = self(a.items[static_cast<size_t>(i)], self);
+      if (!item) return Ref();
+      if (a.kind == Arg::Kind::Tuple) PyTuple_SET_ITEM(seq.get(), i, item.release());
+      else PyList_SET_ITEM(seq.get(), i, item.release());
+    }
+    return seq;
+  };
+  for (int b : body) {
+    if (dead.count(b)) continue;
+    const Node& n = nodes_[b];
+    // A body's nodes are named by FX (null name) in the subgraph's own namespace.
+    Ref fxn = emitNode(maker, n, t, root.get(), no_args.get(), nullptr, [&](const Arg& a) { return mat(a, mat); });
+    if (!fxn || !setNodeMeta(fxn.get(), n)) return Ref();
+    fx[b] = std::move(fxn);
+  }
+  FxNamespace body_names(nullptr);  // FX named the body's nodes itself
+  if (!maker.finish(body_names)) return Ref();
+  Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
+  if (!outs) return Ref();
+  for (size_t k = 0; k < outputs.size(); ++k) {
+    auto it = fx.find(outputs[k]);
+    if (it == fx.end()) {
+      PyErr_SetString(PyExc_RuntimeError, "a subgraph's output is not computed in it");
+      return Ref();
+    }
+    PyTuple_SET_ITEM(outs.get(), k, it->second.copy().release());
+  }
+  if (form == OutputForm::Single && outputs.size() == 1) outs = Ref::borrow(PyTuple_GET_ITEM(outs.get(), 0));
+  else if (form == OutputForm::List) outs = Ref::steal(PySequence_List(outs.get()));
+  if (!outs) return Ref();
+  Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
+  if (!out) return Ref();
   return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));
 }
 

@@ -101,6 +101,11 @@ class Tracer {
   // failFromPython for an operation that raised while it ran on fake tensors.
   Stop failFakeCall(const std::string& what);
   bool failed() const { return failed_; }
+  // Puts `prefix` in front of the recorded reason (a higher-order op naming itself in front
+  // of what stopped its body).
+  void prefixFailure(const std::string& prefix) {
+    if (failed_ && !user_error_) unsupported_.reason = prefix + unsupported_.reason;
+  }
 
   // ---- exceptions of the traced program (exceptions.cpp; modelled, never real errors) ----
   // Raises the pending Python error as an exception of the traced program.

@@ -284,9 +284,14 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     std::string what = op == NodeOp::CallMethod ? std::string("Tensor.") + PyUnicode_AsUTF8(target)
                                                 : std::string("a call of ") + Py_TYPE(target)->tp_name;
     if (op != NodeOp::CallMethod) {
+      // The op's error is kept aside while its name is read: __name__ may be Python code
+      // (a higher-order op's property), which must not run with an error set.
+      PyObject *type, *value, *tb;
+      PyErr_Fetch(&type, &value, &tb);
       Ref name = Ref::steal(PyObject_GetAttrString(target, "__name__"));
       if (name && PyUnicode_Check(name.get())) what = PyUnicode_AsUTF8(name.get());
-      else PyErr_Clear();
+      PyErr_Clear();
+      PyErr_Restore(type, value, tb);
     }
     return t.failFakeCall("running " + what + " on fake tensors");
   }

@@ -148,6 +148,8 @@ Result<Next> opStoreDeref(Tracer& t, SymbolicFrame& f, const bytecode::Instructi
   const int arg = ins.arg;
   t.effects().noteMutation();
   ValuePtr slot = f.locals[arg];
+  // A cell made in the trace changes (one of the program's changes through setCell below).
+  if (slot && slot->is(Kind::Cell) && !slot->as<Cell>().outer) t.effects().noteChangeOf(slot.get());
   PyObject* real_cell = nullptr;  // a cell of a function outside the trace (nonlocal)
   if (slot && slot->is(Kind::Cell)) {
     real_cell = slot->as<Cell>().outer.get();
@@ -341,6 +343,7 @@ Done Tracer::resumeGenerator(const ValuePtr& it, const ValuePtr& sent, ValuePtr*
   item->reset();
   Iterator& iter = it->as<Iterator>();
   if (iter.ended || !iter.gen || iter.gen->finished) return {};
+  effects().noteChangeOf(it.get());
   std::shared_ptr<GeneratorState> gen = iter.gen;  // kept while it runs
   if (gen->running) return raiseNew(PyExc_ValueError, "generator already executing");
   SymbolicFrame& f = gen->frame;

@@ -7,6 +7,7 @@ namespace cdynamo::trace {
 
 Done SideEffects::record(Effect e) {
   ++mutations_;
+  noteChangeOf(nullptr);  // a store to the program's own state
   effects_.push_back(std::move(e));
   return {};
 }
@@ -44,6 +45,7 @@ Done SideEffects::noteContainerMutation(const ValuePtr& c) {
   if (c->is(Kind::Dict) && c->as<Dict>().type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type))
     return t_.raiseNew(PyExc_TypeError, "'mappingproxy' object does not support item assignment");
   ++mutations_;
+  noteChangeOf(c.get());
   if (c->reg < 0) return {};  // made in the trace: nothing to replay
   if (!c->is(Kind::List) && !c->is(Kind::Dict) && !c->is(Kind::Set))
     return t_.fail(std::string("mutating ") + describe(c) + " from outside the trace is not supported yet");

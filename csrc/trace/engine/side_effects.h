@@ -95,6 +95,22 @@ class SideEffects {
     ++moves_;
   }
   uint64_t changesBesideMoves() const { return mutations_ - moves_; }
+
+  // A scope of values (a higher-order op's body, engine/speculation.cpp): from openScope on,
+  // every change to what existed before it (the program's state, and values the trace made
+  // earlier) is counted in outsideChanges(), changes to values made inside it are not.
+  // Scopes nest: openScope returns the enclosing one's floor, closeScope takes it back.
+  uint64_t openScope() {
+    uint64_t old = floor_;
+    floor_ = Value::clock() + 1;
+    return old;
+  }
+  void closeScope(uint64_t old) { floor_ = old; }
+  uint64_t outsideChanges() const { return outside_; }
+  // Value `v` changes (null: something of the program's).
+  void noteChangeOf(const Value* v) {
+    if (floor_ && (!v || v->reg >= 0 || v->born < floor_)) ++outside_;
+  }
   // The values the recorded effects store (attribute, global and cell stores, the
   // containers from the program that are replaced): what the program keeps after the frame.
   std::vector<ValuePtr> storedValues() const;
@@ -112,6 +128,8 @@ class SideEffects {
   std::unordered_map<PyObject*, ValuePtr> cell_overlay_;  // real cell -> value stored in the trace
   uint64_t mutations_ = 0;
   uint64_t moves_ = 0;
+  uint64_t floor_ = 0;    // see openScope: 0 outside any scope
+  uint64_t outside_ = 0;
 };
 
 }  // namespace cdynamo::trace

@@ -132,6 +132,7 @@ Done stepSequence(Tracer& t, const ValuePtr& it, ValuePtr* item) {
   };
   if (!seq) return end();
   t.effects().noteIteratorMove();
+  t.effects().noteChangeOf(it.get());
   if (const List* l = seq->get<List>()) {
     const size_t n = l->items.size();
     if (l->deque && l->state != iter.seq_state) {  // any change CPython's deque counts, even of the same size

@@ -31,6 +31,7 @@ Done Iterators::advance(const ValuePtr& it, size_t pos, bool ended) {
   if (Done d = usable(it.get()); !d) return d;
   // One passed in moves the program's own iterator (replayed); one made in the trace moves
   // only what its holders see.
+  t_.effects().noteChangeOf(it.get());
   if (it->reg >= 0) t_.effects().noteMutation();
   else t_.effects().noteIteratorMove();
   for (auto& [derived, link] : links_) {

@@ -86,6 +86,7 @@ Result<ValuePtr> generatorMethod(Tracer& t, const ValuePtr& self, PyObject* name
   if (is("close") && args.empty()) {
     Result<ValuePtr> r = t.closeGenerator(self);
     if (r) t.effects().noteMutation();
+    t.effects().noteChangeOf(self.get());
     return r;
   }
   return t.fail(std::string("generator.") + n + "() is not supported yet");
@@ -226,7 +227,8 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
     case Kind::NewObject: {
       // An operator of torch.ops reached as an object (self inside one of its methods):
       // the operator, not its Python __call__.
-      if (fn->is(Kind::Object) && fn->real() && isOperatorObject(fn->real()))
+      // So is an object a table row names (a higher-order op instance: torch.ops.higher_order.wrap).
+      if (fn->is(Kind::Object) && fn->real() && (isOperatorObject(fn->real()) || findCallable(fn->real())))
         return callCallable(t, Value::callable(fn->real(), fn->reg), std::move(args), std::move(kwargs));
       Result<ValuePtr> r = callDunder(t, fn, interned(Str::dunder_call), std::move(args));
       if (!r.notHandled()) return r;

@@ -11,6 +11,7 @@
 #include "support/torch_types.h"
 #include "trace/call_rules.h"
 #include "trace/engine/scalars.h"
+#include "trace/engine/speculation.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/namespace.h"
 #include "trace/kinds/object.h"
@@ -322,6 +323,14 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::sys_getrecursionlimit, false, {"sys.getrecursionlimit", foldStateReader, false}},
     {Obj::sys_exc_info, false, {"sys.exc_info", handledExceptionQuery, false}},
     {Obj::sys_exception, false, {"sys.exception", handledExceptionQuery, false}},
+    // Higher-order ops: their callables traced as subgraphs (engine/speculation.cpp).
+    {Obj::torch_cond, false, {"torch.cond", callCond, false}},
+    {Obj::torch_ops_higher_order_cond, false, {"torch.ops.higher_order.cond", callCond, false}},
+    {Obj::torch_utils_checkpoint_checkpoint, false, {"torch.utils.checkpoint.checkpoint", callCheckpoint, false}},
+    {Obj::torch_ops_higher_order_wrap, false, {"torch.ops.higher_order.wrap", callWrap, false}},
+    {Obj::torch_while_loop, false, {"torch._higher_order_ops.while_loop", callWhileLoop, false}},
+    {Obj::torch_hop_map, false, {"torch._higher_order_ops.map", callMap, false}},
+    {Obj::torch_hop_scan, false, {"torch._higher_order_ops.scan", callScan, false}},
 };
 
 }  // namespace

@@ -256,6 +256,13 @@ struct Value {
 
   Payload payload;
   int reg = -1;
+  // When the value was made, on a clock every Value::of ticks: a step can tell the values
+  // made after a point (a higher-order op's body, SideEffects::openScope) from those before.
+  uint64_t born = 0;
+  static uint64_t& clock() {
+    static uint64_t ticks = 0;
+    return ticks;
+  }
 
   Kind kind() const { return static_cast<Kind>(payload.index()); }
   bool is(Kind k) const { return kind() == k; }
@@ -300,6 +307,7 @@ struct Value {
     auto v = std::make_shared<Value>();
     v->payload = std::move(payload);
     v->reg = reg;
+    v->born = ++clock();
     return v;
   }
   static ValuePtr null() { return of(Null{}); }
