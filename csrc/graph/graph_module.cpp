@@ -556,7 +556,7 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
     Ref name = Ref::steal(PyUnicode_FromStringAndSize(names[k].data(), static_cast<Py_ssize_t>(names[k].size())));
     Ref kw = Ref::steal(PyDict_New());
     if (!name || !kw) return Ref();
-    Ref fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true);
+    Ref fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true, nullptr);
     if (!fxn) return Ref();
     Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), interned(Str::meta)));
     if (!meta || PyDict_SetItem(meta.get(), interned(Str::example_value), nodes_[inputs[k]].fake.get()) < 0) return Ref();
