@@ -203,7 +203,7 @@ class GraphBuilder {
 
   // A call kept for its effect on global state (grad mode, autocast): always recorded,
   // never removed as dead, whatever it returns. Returns the node id or -1.
-  int addEffect(PyObject* target, std::vector<Arg> args);
+  int addEffect(PyObject* target, std::vector<Arg> args, std::vector<std::pair<Ref, Arg>> kwargs = {});
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or

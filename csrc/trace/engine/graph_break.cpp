@@ -148,6 +148,9 @@ Done Tracer::breakArguments(SymbolicFrame& f, PyCodeObject* orig, bool in_resume
 Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   if (pending_exc_ || current_exc_) return fail("graph break while an exception is being handled");
   if (contexts_.anyOpen()) return fail("graph break inside inference_mode or autocast");
+  if (contexts_.functorchLevelPushed())
+    return fail("graph break while a functorch transform's level is pushed (the frame runs natively, so no "
+                "graph leaves a level pushed for the rest of the frame)");
   // The code the generated functions copy: the original, also when this frame is a
   // resume function (its instructions past the prologue are the original's, shifted).
   PyCodeObject* orig = f.code;

@@ -52,6 +52,18 @@ class Contexts {
   // so fake tensors see it, undone when the trace ends. NotHandled for other callables.
   Result<ValuePtr> callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs);
+  // A reader of functorch's state (get_dynamic_layer_stack_depth, maybe_current_level,
+  // current_level, get_inplace_requires_grad_allowed, torch._C._is_fwd_grad_enabled): its
+  // answer now, folded. NotHandled for other callables.
+  Result<ValuePtr> readFunctorchState(PyObject* f, std::vector<ValuePtr>& args);
+  // Guards the functorch state the frame runs under (the interpreter stack and its two
+  // switches), once per trace; called before the trace first reads or changes it, and at
+  // the start of a frame called inside a transform. False with an error set on failure.
+  bool noteFunctorchState();
+  // Whether a functorch level the trace pushed is still on the stack: a graph break there
+  // would resume with the level pushed by a graph, which nothing pops if the resumed code
+  // fails, so the frame runs natively instead.
+  bool functorchLevelPushed() const;
   // torch._C._autograd._saved_tensors_hooks_get_disabled_error_message(): the message in
   // force, guarded as a state query unless the trace itself set it. NotHandled for others.
   Result<ValuePtr> readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args);
@@ -93,7 +105,15 @@ class Contexts {
   std::unordered_set<int> grad_mode_nodes_;
   std::vector<ValuePtr> program_exits_;
   // What restore() calls, in reverse, to undo the state setters the trace applied.
-  std::vector<std::pair<Ref, Ref>> undo_;  // (function, argument tuple)
+  struct Undo_ {
+    Ref fn;              // called with `args` when the trace ends
+    Ref args;
+    Ref kwargs;          // a dict, or null
+    int family = 0;      // the transform of a functorch level, 0 for other state
+    bool pushed = false;  // a level the trace pushed (a later pop of it cancels this entry)
+  };
+  std::vector<Undo_> undo_;
+  bool functorch_guarded_ = false;  // noteFunctorchState() has guarded the state
   bool hooks_message_set_ = false;         // the trace changed the saved-tensors-hooks switch
 };
 
