@@ -337,6 +337,7 @@ class GraphBuilder {
                bool input_requires_grad = false);
   bool templateDictOk(PyObject* dict, bool allow_param) const;
   Ref inputFake(PyObject* real, bool force_static = false);
+  Ref inputFakeNow(PyObject* real, bool force_static);
   // A placeholder for `real` with static sizes (its fake from inputFake); the node id or -1.
   int addStaticPlaceholder(PyObject* real, const std::string& name);
   int addSymbolicInput(PyObject* real, const std::string& name, const std::string& source);  // dynamic_shapes.cpp

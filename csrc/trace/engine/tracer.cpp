@@ -312,7 +312,10 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     PyObject* peek_fn = lookup(Obj::functorch_peek_interpreter_stack);
     Ref peek = peek_fn ? Ref::steal(PyObject_Call(peek_fn, no_args.get(), nullptr)) : Ref();
     if (!peek) return failFromPython("torch._C._functorch.peek_interpreter_stack()");
-    if (peek.get() != Py_None && !contexts_.noteFunctorchState()) return failFromPython("functorch's interpreter stack");
+    if (peek.get() != Py_None) {
+      if (!contexts_.noteFunctorchState()) return failFromPython("functorch's interpreter stack");
+      contexts_.noteCalledInsideTransform();
+    }
     // Autocast: an entry traced under it casts in its graph (AOT autograd bakes the casts
     // in), one traced without it does not; a call under another autocast state is not this
     // entry's. One query when autocast is off (the usual case), the devices' state when on.

@@ -64,6 +64,11 @@ class Contexts {
   // would resume with the level pushed by a graph, which nothing pops if the resumed code
   // fails, so the frame runs natively instead.
   bool functorchLevelPushed() const;
+  // The frame was called inside a transform (functorch's stack not empty at its start):
+  // torch._dynamo runs such a frame natively rather than break its graph, as the resumed
+  // code would be compiled again on the transform's wrapped tensors.
+  void noteCalledInsideTransform() { inside_transform_ = true; }
+  bool calledInsideTransform() const { return inside_transform_; }
   // torch._C._autograd._saved_tensors_hooks_get_disabled_error_message(): the message in
   // force, guarded as a state query unless the trace itself set it. NotHandled for others.
   Result<ValuePtr> readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args);
@@ -113,7 +118,8 @@ class Contexts {
     bool pushed = false;  // a level the trace pushed (a later pop of it cancels this entry)
   };
   std::vector<Undo_> undo_;
-  bool functorch_guarded_ = false;  // noteFunctorchState() has guarded the state
+  bool functorch_guarded_ = false;
+  bool inside_transform_ = false;  // noteFunctorchState() has guarded the state
   bool hooks_message_set_ = false;         // the trace changed the saved-tensors-hooks switch
 };
 
