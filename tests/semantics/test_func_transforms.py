@@ -152,20 +152,49 @@ def test_func_transform_graph_is_torch_dynamos(fn, make_args, expect_graphs):
     assert ours == theirs
 
 
-def test_module_parameter_swapped_through_its_dict_is_read_back():
-    # A store into module._parameters (functional_call's accessor does it) is what a later
-    # self.weight in forward reads: the graph must use the stored tensor, not the parameter.
-    lin = torch.nn.Linear(3, 2)
+class _WithBuffer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sub = torch.nn.Linear(3, 3)
+        self.register_buffer("b", torch.ones(3))
 
-    def f(w, x):
-        orig = lin._parameters["weight"]
-        lin._parameters["weight"] = w
+    def forward(self, x):
+        return self.sub(x) + self.b
+
+
+def test_module_state_swapped_through_its_dicts_is_read_back():
+    # A store into module._parameters / _buffers / _modules (functional_call's accessor does
+    # it) is what a later attribute read in forward sees: the graph must use what was stored,
+    # not the module's own parameter, buffer or submodule.
+    m = _WithBuffer()
+
+    def param(w, x):
+        orig = m.sub._parameters["weight"]
+        m.sub._parameters["weight"] = w
         try:
-            return lin(x)
+            return m(x)
         finally:
-            lin._parameters["weight"] = orig
+            m.sub._parameters["weight"] = orig
 
-    check(f, tensors((2, 3), (3,)))
+    def buffer(b, x):
+        orig = m._buffers["b"]
+        m._buffers["b"] = b
+        try:
+            return m(x)
+        finally:
+            m._buffers["b"] = orig
+
+    def submodule(x):
+        orig = m._modules["sub"]
+        m._modules["sub"] = torch.nn.Identity()
+        try:
+            return m(x)
+        finally:
+            m._modules["sub"] = orig
+
+    check(param, tensors((3, 3), (3,)))
+    check(buffer, tensors((3,), (3,)))
+    check(submodule, tensors((3,)))
 
 
 def test_backward_through_a_vmapped_function_with_aot_eager():
