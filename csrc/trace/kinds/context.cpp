@@ -4,6 +4,7 @@
 
 
 #include "support/lookup.h"
+#include "trace/engine/scalars.h"
 #include "trace/kinds/context.h"
 #include "trace/tracer.h"
 
@@ -384,8 +385,17 @@ Result<ValuePtr> Contexts::callStateSetter(PyObject* f, std::vector<ValuePtr>& a
   std::vector<graph::Arg> gargs;
   for (const ValuePtr& a : args) {
     PyObject* c = a->constant();
-    if (!c) return t_.fail(name + "() of something other than a constant");
-    gargs.push_back(graph::Arg::ofConst(c));
+    if (c) {
+      gargs.push_back(graph::Arg::ofConst(c));
+      continue;
+    }
+    // A vmap level's batch size may be symbolic (a size under dynamic shapes): functorch
+    // takes a SymInt, and the node takes the size's graph value.
+    if (row->family == kVmap && row->undo == Undo::Push && isScalarValue(t_, a)) {
+      gargs.push_back(graph::Arg::ofNode(a->as<Tensor>().node));
+      continue;
+    }
+    return t_.fail(name + "() of something other than a constant");
   }
   // Keyword arguments: only _exit_dual_level(level=) takes one.
   std::vector<std::pair<Ref, graph::Arg>> gkwargs;
@@ -519,6 +529,18 @@ void Contexts::restore() {
     undo_.pop_back();
     Ref r = Ref::steal(PyObject_Call(u.fn.get(), u.args.get(), u.kwargs.get()));
     if (!r) PyErr_Clear();
+  }
+  if (functorch_depth_at_start_ >= 0) {
+    PyObject* depth_fn = lookup(Obj::functorch_stack_depth);
+    PyObject* undo_to = lookup(Obj::functorch_undo_to_depth);
+    Ref depth = depth_fn ? Ref::steal(PyObject_CallNoArgs(depth_fn)) : Ref();
+    long now = depth ? PyLong_AsLong(depth.get()) : -1;
+    if (now > functorch_depth_at_start_ && undo_to) {
+      Ref to = Ref::steal(PyLong_FromLong(functorch_depth_at_start_));
+      Ref r = to ? Ref::steal(PyObject_CallOneArg(undo_to, to.get())) : Ref();
+      if (!r) PyErr_Clear();
+    }
+    if (!depth || !undo_to) PyErr_Clear();
   }
   while (!open_.empty()) {
     Open c = std::move(open_.back());

@@ -76,6 +76,9 @@ class Contexts {
   bool gradMode();
   // The grad mode the trace started with (restored at the end).
   void setGradModeAtStart(bool enabled) { grad_mode_at_start_ = enabled; }
+  // The depth of functorch's interpreter stack when the trace started: restore() pops what
+  // is above it, whatever pushed it (the last line of defence against a level left pushed).
+  void setFunctorchDepthAtStart(long depth) { functorch_depth_at_start_ = depth; }
   // Whether an inference_mode or autocast block entered in the trace is still open.
   bool anyOpen() const { return !open_.empty(); }
   // The __exit__ that BEFORE_WITH pushed for a context manager the program defines (a
@@ -119,7 +122,8 @@ class Contexts {
   };
   std::vector<Undo_> undo_;
   bool functorch_guarded_ = false;
-  bool inside_transform_ = false;  // noteFunctorchState() has guarded the state
+  bool inside_transform_ = false;
+  long functorch_depth_at_start_ = -1;  // noteFunctorchState() has guarded the state
   bool hooks_message_set_ = false;         // the trace changed the saved-tensors-hooks switch
 };
 

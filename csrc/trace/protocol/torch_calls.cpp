@@ -142,6 +142,10 @@ bool isFunctorchWrapper(PyObject* f) {
 // decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
   PyObject* f = fn->real();
+  // A state setter first, whatever its arguments: a symbolic size is a Tensor-kind value,
+  // and vmap's batch size may be one; recorded as an op, the level it pushes would not be
+  // popped when the trace ends.
+  if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
   if (anyTensor(args, kwargs)) {
     switch (torchKindOf(f)) {
       case TorchKind::PythonHelper:
@@ -199,7 +203,6 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
     }
     return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
   }
-  if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = t.contexts().readSavedTensorsHooksMessage(f, args); !r.notHandled()) return r;
   if (Result<ValuePtr> r = t.contexts().readFunctorchState(f, args); !r.notHandled()) return r;
   switch (torchKindOf(f)) {
