@@ -376,11 +376,13 @@ bool GraphBuilder::isScalar(int id) const {
   return t && f && isSymScalar(f, t);
 }
 
-int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args, bool located) {
+int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args, bool located,
+                            std::vector<std::pair<Ref, Arg>> kwargs) {
   Node n{NodeOp::CallFunction};
   if (located && location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
+  n.kwargs = std::move(kwargs);
   n.impure = true;
   // An effect changes global state that fake results depend on (grad mode, autocast).
   if (memo_) PyDict_Clear(memo_.get());
@@ -392,7 +394,16 @@ int GraphBuilder::addEffect(PyObject* target, std::vector<Arg> args, bool locate
     if (!v) return -1;
     PyTuple_SET_ITEM(fargs.get(), i, v.release());
   }
-  n.fake = Ref::steal(PyObject_Call(target, fargs.get(), nullptr));
+  Ref fkwargs;
+  if (!n.kwargs.empty()) {
+    fkwargs = Ref::steal(PyDict_New());
+    if (!fkwargs) return -1;
+    for (const auto& [name, a] : n.kwargs) {
+      Ref v = materialize(a, false, nullptr);
+      if (!v || PyDict_SetItem(fkwargs.get(), name.get(), v.get()) < 0) return -1;
+    }
+  }
+  n.fake = Ref::steal(PyObject_Call(target, fargs.get(), fkwargs.get()));
   if (!n.fake) return -1;
   nodes_.push_back(std::move(n));
   return numNodes() - 1;

@@ -213,7 +213,8 @@ class GraphBuilder {
   // never removed as dead, whatever it returns. Returns the node id or -1. `located`
   // false: the node has no meta["stack_trace"], as torch._dynamo's context managers make
   // theirs (print_readable groups such nodes apart from the program's lines).
-  int addEffect(PyObject* target, std::vector<Arg> args, bool located = true);
+  int addEffect(PyObject* target, std::vector<Arg> args, bool located = true,
+                std::vector<std::pair<Ref, Arg>> kwargs = {});
 
   // The program stored node `id`'s tensor into local `name`. The first such store names the
   // node (as torch._dynamo renames a tensor's node on its first STORE_FAST, and on a store
@@ -377,6 +378,7 @@ class GraphBuilder {
                bool input_requires_grad = false);
   bool templateDictOk(PyObject* dict, bool allow_param) const;
   Ref inputFake(PyObject* real, bool force_static = false);
+  Ref inputFakeNow(PyObject* real, bool force_static);
   // A placeholder for `real` with static sizes (its fake from inputFake); the node id or -1.
   int addStaticPlaceholder(PyObject* real, const std::string& name);
   int addSymbolicInput(PyObject* real, const std::string& name, const std::string& source);  // dynamic_shapes.cpp

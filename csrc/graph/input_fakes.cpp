@@ -57,7 +57,64 @@ void GraphBuilder::afterConversion(const std::vector<const void*>& related) {
 // FakeTensorMode.from_tensor(real), or the same made directly (the input shortcut; see the
 // header). from_tensor converts each real tensor once and returns that fake for it again;
 // the shortcut keeps the same identity for what it makes.
+namespace {
+
+// functorch's interpreter stack taken off for the span of a scope, and put back after. A
+// frame called inside an eager transform (an eager grad calling a compiled function) runs
+// with the transform's level active: the ops that make a plain input's fake would run under
+// it, and a grad level wraps every result. A plain input is plain whatever the stack; a
+// functorch-wrapped one is converted with the stack in place (the converter takes it off
+// and puts the levels back on the fake itself).
+class FunctorchStackAside {
+ public:
+  explicit FunctorchStackAside(PyObject* real) {
+    PyObject* peek = lookup(Obj::functorch_peek_interpreter_stack);
+    PyObject* is_wrapped = lookup(Obj::functorch_is_wrapped);
+    PyObject* pop = lookup(Obj::functorch_pop_layer);
+    if (!peek || !is_wrapped || !pop) { ok_ = false; return; }
+    Ref top = Ref::steal(PyObject_CallNoArgs(peek));
+    if (!top) { ok_ = false; return; }
+    if (top.get() == Py_None) return;
+    Ref wrapped = Ref::steal(PyObject_CallOneArg(is_wrapped, real));
+    if (!wrapped) { ok_ = false; return; }
+    if (wrapped.get() == Py_True) return;
+    for (;;) {
+      Ref t = Ref::steal(PyObject_CallNoArgs(peek));
+      if (!t) { ok_ = false; return; }
+      if (t.get() == Py_None) break;
+      Ref layer = Ref::steal(PyObject_CallNoArgs(pop));
+      if (!layer) { ok_ = false; return; }
+      layers_.push_back(std::move(layer));
+    }
+  }
+  ~FunctorchStackAside() {
+    if (layers_.empty()) return;
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyObject* push = lookup(Obj::functorch_push_layer);
+    while (push && !layers_.empty()) {
+      Ref r = Ref::steal(PyObject_CallOneArg(push, layers_.back().get()));
+      if (!r) PyErr_Clear();
+      layers_.pop_back();
+    }
+    PyErr_Restore(type, value, tb);
+  }
+  bool ok() const { return ok_; }
+
+ private:
+  std::vector<Ref> layers_;  // innermost first
+  bool ok_ = true;
+};
+
+}  // namespace
+
 Ref GraphBuilder::inputFake(PyObject* real, bool force_static) {
+  FunctorchStackAside aside(real);
+  if (!aside.ok()) return Ref();
+  return inputFakeNow(real, force_static);
+}
+
+Ref GraphBuilder::inputFakeNow(PyObject* real, bool force_static) {
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
   auto seen = input_fakes_.find(real);

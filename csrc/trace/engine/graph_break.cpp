@@ -148,6 +148,11 @@ Done Tracer::breakArguments(SymbolicFrame& f, PyCodeObject* orig, bool in_resume
 Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   if (pending_exc_ || current_exc_) return fail("graph break while an exception is being handled");
   if (contexts_.anyOpen()) return fail("graph break inside inference_mode or autocast");
+  if (contexts_.functorchLevelPushed())
+    return fail("graph break while a functorch transform's level is pushed (the frame runs natively, so no "
+                "graph leaves a level pushed for the rest of the frame)");
+  if (contexts_.calledInsideTransform())
+    return fail("graph break in a frame called inside a functorch transform (torch._dynamo runs it natively too)");
   // The code the generated functions copy: the original, also when this frame is a
   // resume function (its instructions past the prologue are the original's, shifted).
   PyCodeObject* orig = f.code;

@@ -313,6 +313,20 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
       if (key.get() == Py_None) return fail("a TorchFunctionMode other than torch.device is active (not modelled)");
       guards().checkStateQuery(key_fn, no_args.get(), nullptr, key.get());
     }
+    // Called inside a functorch transform (an eager vmap or grad calling a compiled
+    // function): its inputs are that transform's wrapped tensors and the levels are baked
+    // into the graph, so the entry holds only under the same interpreter stack.
+    PyObject* depth_fn = lookup(Obj::functorch_stack_depth);
+    Ref depth_now = depth_fn ? Ref::steal(PyObject_Call(depth_fn, no_args.get(), nullptr)) : Ref();
+    if (!depth_now) return failFromPython("torch._C._functorch.get_dynamic_layer_stack_depth()");
+    contexts_.setFunctorchDepthAtStart(PyLong_AsLong(depth_now.get()));
+    PyObject* peek_fn = lookup(Obj::functorch_peek_interpreter_stack);
+    Ref peek = peek_fn ? Ref::steal(PyObject_Call(peek_fn, no_args.get(), nullptr)) : Ref();
+    if (!peek) return failFromPython("torch._C._functorch.peek_interpreter_stack()");
+    if (peek.get() != Py_None) {
+      if (!contexts_.noteFunctorchState()) return failFromPython("functorch's interpreter stack");
+      contexts_.noteCalledInsideTransform();
+    }
     // Autocast: an entry traced under it casts in its graph (AOT autograd bakes the casts
     // in), one traced without it does not; a call under another autocast state is not this
     // entry's. One query when autocast is off (the usual case), the devices' state when on.

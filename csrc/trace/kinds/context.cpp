@@ -4,6 +4,7 @@
 
 
 #include "support/lookup.h"
+#include "trace/engine/scalars.h"
 #include "trace/kinds/context.h"
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"
@@ -383,7 +384,10 @@ Done Contexts::setSdpaBackends(PyObject* backends, bool priority) {
   Ref prev_list = Ref::steal(PySequence_List(prev->get()));
   Ref undo_args = prev_list ? Ref::steal(PyTuple_Pack(2, prev_list.get(), priority ? Py_True : Py_False)) : Ref();
   if (!undo_args) return t_.failFromPython("sdpa_kernel");
-  undo_.emplace_back(Ref::borrow(setter), std::move(undo_args));
+  Undo_ undo;
+  undo.fn = Ref::borrow(setter);
+  undo.args = std::move(undo_args);
+  undo_.push_back(std::move(undo));
   sdpa_set_ = true;
   return {};
 }
@@ -525,65 +529,194 @@ Result<ValuePtr> Contexts::exit(const ValuePtr& value) {
   return t_.fail("leaving an unknown context manager");
 }
 
+namespace {
+
+// What undoes a setter the trace applied, when the trace ends: the state before it, read
+// now (autocast's is restored after every translation already, with grad mode).
+//  * Push: a level pushed on functorch's interpreter stack, popped by `pair`;
+//  * Pop: a level popped; it cancels the innermost level the trace pushed, or (a level the
+//    frame was called under) is pushed again by `pair`, which needs no arguments;
+//  * Switch: a flag set; `pair` reads it, and the setter is called again with what it read;
+//  * Once: a loader that does its work the first time only (the node is still recorded).
+enum class Undo { None, DefaultDtype, HooksMessage, Push, Pop, Switch, Once, Opposite };
+// Which transform a functorch level belongs to (a Pop of a vmap level pushed outside the
+// frame cannot be undone: pushing it again needs the batch size it had).
+// A forward-AD dual level (kDual) is not on functorch's stack but leaks the same way.
+enum Family : int { kNoFamily = 0, kGrad, kJvp, kVmap, kDual };
+
+struct SetterRow {
+  Obj fn;
+  Undo undo;
+  Obj pair;
+  int family;
+  const char* name;
+  // `located`: the node has the program's stack trace (torch._dynamo records some of these
+  // through handlers of their own that give none; print_readable shows which). `returns`:
+  // what it returns is the program's value (autocast's nesting depth), else None.
+  bool located = true;
+  bool returns = false;
+};
+
+constexpr Obj kNoObj = Obj::torch_set_default_dtype;  // `pair` of the rows that have none
+
+const SetterRow kSetters[] = {
+    {Obj::torch_set_default_dtype, Undo::DefaultDtype, kNoObj, kNoFamily, "torch.set_default_dtype"},
+    {Obj::torch_saved_tensors_hooks_disable, Undo::HooksMessage, kNoObj, kNoFamily, "the saved-tensors-hooks switch"},
+    {Obj::torch_saved_tensors_hooks_enable, Undo::HooksMessage, kNoObj, kNoFamily, "the saved-tensors-hooks switch"},
+    {Obj::torch_set_autocast_enabled, Undo::None, kNoObj, kNoFamily, "torch.set_autocast_enabled", false},
+    {Obj::torch_set_autocast_dtype, Undo::None, kNoObj, kNoFamily, "torch.set_autocast_dtype"},
+    {Obj::torch_set_autocast_cache_enabled, Undo::None, kNoObj, kNoFamily, "torch.set_autocast_cache_enabled", false},
+    {Obj::torch_clear_autocast_cache, Undo::None, kNoObj, kNoFamily, "torch.clear_autocast_cache"},
+    // The autocast nesting depth: undone by the other call of the pair.
+    {Obj::torch_autocast_increment_nesting, Undo::Opposite, Obj::torch_autocast_decrement_nesting, kNoFamily,
+     "torch.autocast_increment_nesting", false, true},
+    {Obj::torch_autocast_decrement_nesting, Undo::Opposite, Obj::torch_autocast_increment_nesting, kNoFamily,
+     "torch.autocast_decrement_nesting", false, true},
+    // functorch's transforms, as torch/_functorch's Python drives them (the predispatch
+    // wrappers are what torch._dynamo's graphs call for vmap and jvp; grad calls the
+    // bindings themselves).
+    {Obj::functorch_grad_increment, Undo::Push, Obj::functorch_grad_decrement, kGrad, "_grad_increment_nesting"},
+    {Obj::functorch_grad_decrement, Undo::Pop, Obj::functorch_grad_increment, kGrad, "_grad_decrement_nesting"},
+    {Obj::functorch_jvp_increment, Undo::Push, Obj::functorch_jvp_decrement, kJvp, "_jvp_increment_nesting"},
+    {Obj::functorch_jvp_decrement, Undo::Pop, Obj::functorch_jvp_increment, kJvp, "_jvp_decrement_nesting"},
+    {Obj::functorch_pd_jvp_increment, Undo::Push, Obj::functorch_jvp_decrement, kJvp, "_jvp_increment_nesting"},
+    {Obj::functorch_pd_jvp_decrement, Undo::Pop, Obj::functorch_jvp_increment, kJvp, "_jvp_decrement_nesting"},
+    {Obj::functorch_vmap_increment, Undo::Push, Obj::functorch_vmap_decrement, kVmap, "_vmap_increment_nesting"},
+    {Obj::functorch_vmap_decrement, Undo::Pop, kNoObj, kVmap, "_vmap_decrement_nesting"},
+    {Obj::functorch_pd_vmap_increment, Undo::Push, Obj::functorch_vmap_decrement, kVmap, "_vmap_increment_nesting"},
+    {Obj::functorch_pd_vmap_decrement, Undo::Pop, kNoObj, kVmap, "_vmap_decrement_nesting"},
+    {Obj::functorch_pd_enter_dual_level, Undo::Push, Obj::torch_C_exit_dual_level, kDual, "_enter_dual_level"},
+    {Obj::functorch_pd_exit_dual_level, Undo::Pop, kNoObj, kDual, "_exit_dual_level"},
+    {Obj::torch_C_enter_dual_level, Undo::Push, Obj::torch_C_exit_dual_level, kDual, "_enter_dual_level"},
+    {Obj::torch_C_exit_dual_level, Undo::Pop, kNoObj, kDual, "_exit_dual_level"},
+    {Obj::functorch_set_inplace_requires_grad_allowed, Undo::Switch, Obj::functorch_get_inplace_requires_grad_allowed,
+     kNoFamily, "set_inplace_requires_grad_allowed"},
+    {Obj::torch_C_set_fwd_grad_enabled, Undo::Switch, Obj::torch_C_is_fwd_grad_enabled, kNoFamily,
+     "torch._C._set_fwd_grad_enabled"},
+    {Obj::functorch_pd_lazy_load_decompositions, Undo::Once, kNoObj, kNoFamily, "lazy_load_decompositions"},
+    {Obj::forward_ad_maybe_load_decompositions, Undo::Once, kNoObj, kNoFamily, "_maybe_load_decompositions"},
+};
+
+bool isFunctorchRow(const SetterRow& r) {
+  return r.family != kNoFamily || r.undo == Undo::Switch || r.undo == Undo::Once;
+}
+
+}  // namespace
+
+bool Contexts::noteFunctorchState() {
+  if (functorch_guarded_) return true;
+  PyObject* state_fn = lookup(Obj::cdynamo_state_functorch_state);
+  Ref no_args = Ref::steal(PyTuple_New(0));
+  Ref state = state_fn && no_args ? Ref::steal(PyObject_Call(state_fn, no_args.get(), nullptr)) : Ref();
+  if (!state) return false;
+  t_.guards().checkStateQuery(state_fn, no_args.get(), nullptr, state.get());
+  functorch_guarded_ = true;
+  return true;
+}
+
+bool Contexts::functorchLevelPushed() const {
+  for (const Undo_& u : undo_)
+    if (u.family != kNoFamily && u.pushed) return true;
+  return false;
+}
+
 Result<ValuePtr> Contexts::callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
                                            std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool program_call) {
-  // What undoes each setter: the state before it, read now (autocast's is restored after
-  // every translation already, with grad mode), or the opposite call (autocast's nesting
-  // depth). `located`: the node has the program's stack trace (torch._dynamo records some
-  // of these through handlers of their own that give none; print_readable shows which).
-  // `returns`: what it returns is the program's value (the nesting depth), else None.
-  enum class Undo { None, DefaultDtype, HooksMessage, Opposite };
-  static const struct {
-    Obj fn;
-    Undo undo;
-    bool located;
-    bool returns;
-    Obj opposite;
-  } kSetters[] = {{Obj::torch_set_default_dtype, Undo::DefaultDtype, true, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_saved_tensors_hooks_disable, Undo::HooksMessage, true, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_saved_tensors_hooks_enable, Undo::HooksMessage, true, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_set_autocast_enabled, Undo::None, false, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_set_autocast_dtype, Undo::None, true, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_set_autocast_cache_enabled, Undo::None, false, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_clear_autocast_cache, Undo::None, true, false, Obj::torch_set_default_dtype},
-                  {Obj::torch_autocast_increment_nesting, Undo::Opposite, false, true, Obj::torch_autocast_decrement_nesting},
-                  {Obj::torch_autocast_decrement_nesting, Undo::Opposite, false, true, Obj::torch_autocast_increment_nesting}};
-  const auto* row = [&]() -> decltype(&kSetters[0]) {
-    for (const auto& r : kSetters) {
-      PyObject* o = lookup(r.fn);
-      if (!o) PyErr_Clear();
-      if (o && o == f) return &r;
+  const SetterRow* row = nullptr;
+  for (const SetterRow& r : kSetters) {
+    PyObject* o = lookup(r.fn);
+    if (!o) PyErr_Clear();
+    if (o && o == f) {
+      row = &r;
+      break;
     }
-    return nullptr;
-  }();
+  }
   if (!row) return notHandled();
-  const std::string name = row->fn == Obj::torch_set_default_dtype ? "torch.set_default_dtype" : "a torch state setter";
-  if (!kwargs.empty()) return t_.fail(name + "() with keyword arguments");
+  const std::string name = row->name;
   std::vector<graph::Arg> gargs;
   for (const ValuePtr& a : args) {
     PyObject* c = a->constant();
-    if (!c) return t_.fail(name + "() of something other than a constant");
-    gargs.push_back(graph::Arg::ofConst(c));
+    if (c) {
+      gargs.push_back(graph::Arg::ofConst(c));
+      continue;
+    }
+    // A vmap level's batch size may be symbolic (a size under dynamic shapes): functorch
+    // takes a SymInt, and the node takes the size's graph value.
+    if (row->family == kVmap && row->undo == Undo::Push && isScalarValue(t_, a)) {
+      gargs.push_back(graph::Arg::ofNode(a->as<Tensor>().node));
+      continue;
+    }
+    return t_.fail(name + "() of something other than a constant");
   }
-  Ref undo_fn, undo_args;
-  if (row->undo == Undo::DefaultDtype) {
-    Ref prev = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_get_default_dtype)));
-    if (!prev) return t_.failFromPython("torch.get_default_dtype");
-    undo_fn = Ref::borrow(f);
-    undo_args = Ref::steal(PyTuple_Pack(1, prev.get()));
-  } else if (row->undo == Undo::HooksMessage) {
-    PyObject* query = lookup(Obj::torch_saved_tensors_hooks_message);
-    Ref prev = query ? Ref::steal(PyObject_CallNoArgs(query)) : Ref();
-    if (!prev) return t_.failFromPython("the saved-tensors-hooks switch");
-    undo_fn = Ref::borrow(lookup(prev.get() == Py_None ? Obj::torch_saved_tensors_hooks_enable
-                                                       : Obj::torch_saved_tensors_hooks_disable));
-    undo_args = prev.get() == Py_None ? Ref::steal(PyTuple_New(0)) : Ref::steal(PyTuple_Pack(1, prev.get()));
-    hooks_message_set_ = true;
-  } else if (row->undo == Undo::Opposite) {
-    undo_fn = Ref::borrow(lookup(row->opposite));
-    undo_args = Ref::steal(PyTuple_New(0));
+  // Keyword arguments: only _exit_dual_level(level=) takes one.
+  std::vector<std::pair<Ref, graph::Arg>> gkwargs;
+  for (auto& [k, v] : kwargs) {
+    PyObject* c = v->constant();
+    if (!c || row->family != kDual) return t_.fail(name + "() with keyword arguments");
+    gkwargs.emplace_back(Ref::borrow(k.get()), graph::Arg::ofConst(c));
   }
-  if (row->undo != Undo::None && (!undo_fn || !undo_args)) return t_.failFromPython(name);
+  // The functorch state the frame was called under is the graph's (the levels it numbers,
+  // the switches it flips back): guarded once, before the trace changes it.
+  if (isFunctorchRow(*row) && !noteFunctorchState()) return t_.failFromPython("functorch's interpreter stack");
+  Undo_ undo;
+  undo.family = row->family;
+  size_t cancels = SIZE_MAX;  // the undo entry of the level a Pop takes off
+  switch (row->undo) {
+    case Undo::None:
+    case Undo::Once:
+      break;
+    case Undo::DefaultDtype: {
+      Ref prev = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_get_default_dtype)));
+      if (!prev) return t_.failFromPython("torch.get_default_dtype");
+      undo.fn = Ref::borrow(f);
+      undo.args = Ref::steal(PyTuple_Pack(1, prev.get()));
+      break;
+    }
+    case Undo::HooksMessage: {
+      PyObject* query = lookup(Obj::torch_saved_tensors_hooks_message);
+      Ref prev = query ? Ref::steal(PyObject_CallNoArgs(query)) : Ref();
+      if (!prev) return t_.failFromPython("the saved-tensors-hooks switch");
+      undo.fn = Ref::borrow(lookup(prev.get() == Py_None ? Obj::torch_saved_tensors_hooks_enable
+                                                         : Obj::torch_saved_tensors_hooks_disable));
+      undo.args = prev.get() == Py_None ? Ref::steal(PyTuple_New(0)) : Ref::steal(PyTuple_Pack(1, prev.get()));
+      hooks_message_set_ = true;
+      break;
+    }
+    case Undo::Push:
+      undo.fn = Ref::borrow(lookup(row->pair));
+      undo.args = Ref::steal(PyTuple_New(0));
+      undo.pushed = true;
+      break;
+    case Undo::Pop: {
+      // The innermost level the trace pushed, if any: popping it needs no undo of its own.
+      for (size_t i = undo_.size(); i > 0; --i)
+        if (undo_[i - 1].pushed) {
+          cancels = i - 1;
+          break;
+        }
+      if (cancels == SIZE_MAX) {
+        if (row->pair == kNoObj)
+          return t_.fail(name + "() popping a vmap level pushed before the frame started (it could not be "
+                                "pushed again when the trace ends)");
+        undo.fn = Ref::borrow(lookup(row->pair));
+        undo.args = Ref::steal(PyTuple_New(0));
+      }
+      break;
+    }
+    case Undo::Opposite:  // autocast's nesting depth: the other call of the pair
+      undo.fn = Ref::borrow(lookup(row->pair));
+      undo.args = Ref::steal(PyTuple_New(0));
+      break;
+    case Undo::Switch: {
+      Ref prev = Ref::steal(PyObject_CallNoArgs(lookup(row->pair)));
+      if (!prev) return t_.failFromPython(name);
+      undo.fn = Ref::borrow(f);
+      undo.args = Ref::steal(PyTuple_Pack(1, prev.get()));
+      break;
+    }
+  }
+  const bool needs_undo = row->undo != Undo::None && row->undo != Undo::Once && cancels == SIZE_MAX;
+  if (needs_undo && (!undo.fn || !undo.args)) return t_.failFromPython(name);
   if (row->returns && !nesting_changed_) {
     // The depth the trace answers with depends on the caller's: guarded, as read before
     // the trace's first change of it.
@@ -595,16 +728,44 @@ Result<ValuePtr> Contexts::callStateSetter(PyObject* f, std::vector<ValuePtr>& a
     nesting_changed_ = true;
   }
   // addEffect runs the setter for real (its result is the node's value): applied now.
-  int node = t_.graph().addEffect(f, std::move(gargs), program_call && row->located);
+  int node = t_.graph().addEffect(f, std::move(gargs), program_call && row->located, std::move(gkwargs));
   if (node < 0) return t_.raisePython();
-  if (undo_fn) undo_.emplace_back(std::move(undo_fn), std::move(undo_args));
+  if (row->family == kDual && row->undo == Undo::Push) {
+    // The dual level is left by its number: _exit_dual_level(level=n).
+    undo.kwargs = Ref::steal(PyDict_New());
+    if (!undo.kwargs || PyDict_SetItemString(undo.kwargs.get(), "level", t_.graph().fake(node)) < 0)
+      return t_.failFromPython(name);
+  }
+  if (cancels != SIZE_MAX) undo_.erase(undo_.begin() + static_cast<std::ptrdiff_t>(cancels));
+  if (needs_undo) undo_.push_back(std::move(undo));
   PyObject* result = t_.graph().fake(node);
-  // The nesting depth is what the trace saw; torch._dynamo answers with it too. The graph
-  // changes the depth by one each time it runs, from the depth the caller has, so a program
-  // that branches on it is answered as of the trace.
-  if (row->returns && PyLong_CheckExact(result)) return Value::constant(result);
-  if (result != Py_None) return t_.fail(name + "() returned something other than None");
-  return Value::constant(Py_None);
+  // The nesting bindings answer the level they pushed or popped, autocast's the depth: a
+  // constant of this entry (the state it runs under is guarded). torch._dynamo answers with
+  // what the trace saw too: a program that branches on it is answered as of the trace.
+  if (result != Py_None && !((row->family != kNoFamily || row->returns) && PyLong_CheckExact(result)))
+    return t_.fail(name + "() returned something other than None");
+  return Value::constant(result);
+}
+
+Result<ValuePtr> Contexts::readFunctorchState(PyObject* f, std::vector<ValuePtr>& args) {
+  static const Obj kReaders[] = {Obj::functorch_stack_depth, Obj::functorch_maybe_current_level,
+                                 Obj::functorch_current_level, Obj::functorch_get_inplace_requires_grad_allowed,
+                                 Obj::torch_C_is_fwd_grad_enabled};
+  bool known = false;
+  for (Obj o : kReaders) {
+    PyObject* r = lookup(o);
+    if (!r) PyErr_Clear();
+    if (r && r == f) known = true;
+  }
+  if (!known) return notHandled();
+  if (!args.empty()) return t_.fail("a functorch state reader called with arguments");
+  // What these answer follows from the state the frame started with (guarded as a whole)
+  // and the changes the trace made since: folded without a guard of their own, which would
+  // compare the state at the frame's start with what the trace made of it.
+  if (!noteFunctorchState()) return t_.failFromPython("functorch's interpreter stack");
+  Ref r = Ref::steal(PyObject_CallNoArgs(f));
+  if (!r) return t_.raisePython();
+  return Value::constant(r.get());
 }
 
 Result<ValuePtr> Contexts::readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args) {
@@ -647,11 +808,25 @@ Done Contexts::setHooksMessage(PyObject* message) {
 void Contexts::restore() {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);  // kept across the calls below, restored at the end
+  // In reverse: a functorch level the trace left pushed (it ended early, or the program
+  // does not pop it) is popped here, or every later op of the process would run under it.
   while (!undo_.empty()) {
-    auto [undo_fn, undo_args] = std::move(undo_.back());
+    Undo_ u = std::move(undo_.back());
     undo_.pop_back();
-    Ref r = Ref::steal(PyObject_Call(undo_fn.get(), undo_args.get(), nullptr));
+    Ref r = Ref::steal(PyObject_Call(u.fn.get(), u.args.get(), u.kwargs.get()));
     if (!r) PyErr_Clear();
+  }
+  if (functorch_depth_at_start_ >= 0) {
+    PyObject* depth_fn = lookup(Obj::functorch_stack_depth);
+    PyObject* undo_to = lookup(Obj::functorch_undo_to_depth);
+    Ref depth = depth_fn ? Ref::steal(PyObject_CallNoArgs(depth_fn)) : Ref();
+    long now = depth ? PyLong_AsLong(depth.get()) : -1;
+    if (now > functorch_depth_at_start_ && undo_to) {
+      Ref to = Ref::steal(PyLong_FromLong(functorch_depth_at_start_));
+      Ref r = to ? Ref::steal(PyObject_CallOneArg(undo_to, to.get())) : Ref();
+      if (!r) PyErr_Clear();
+    }
+    if (!depth || !undo_to) PyErr_Clear();
   }
   while (!open_.empty()) {
     Open c = std::move(open_.back());

@@ -61,6 +61,23 @@ class Contexts {
   // `program_call` false: a context modelled here sets the state (its node has no stack trace).
   Result<ValuePtr> callStateSetter(PyObject* f, std::vector<ValuePtr>& args,
                                    std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool program_call = true);
+  // A reader of functorch's state (get_dynamic_layer_stack_depth, maybe_current_level,
+  // current_level, get_inplace_requires_grad_allowed, torch._C._is_fwd_grad_enabled): its
+  // answer now, folded. NotHandled for other callables.
+  Result<ValuePtr> readFunctorchState(PyObject* f, std::vector<ValuePtr>& args);
+  // Guards the functorch state the frame runs under (the interpreter stack and its two
+  // switches), once per trace; called before the trace first reads or changes it, and at
+  // the start of a frame called inside a transform. False with an error set on failure.
+  bool noteFunctorchState();
+  // Whether a functorch level the trace pushed is still on the stack: a graph break there
+  // would resume with the level pushed by a graph, which nothing pops if the resumed code
+  // fails, so the frame runs natively instead.
+  bool functorchLevelPushed() const;
+  // The frame was called inside a transform (functorch's stack not empty at its start):
+  // torch._dynamo runs such a frame natively rather than break its graph, as the resumed
+  // code would be compiled again on the transform's wrapped tensors.
+  void noteCalledInsideTransform() { inside_transform_ = true; }
+  bool calledInsideTransform() const { return inside_transform_; }
   // torch._C._autograd._saved_tensors_hooks_get_disabled_error_message(): the message in
   // force, guarded as a state query unless the trace itself set it. NotHandled for others.
   Result<ValuePtr> readSavedTensorsHooksMessage(PyObject* f, std::vector<ValuePtr>& args);
@@ -77,6 +94,9 @@ class Contexts {
   bool gradMode();
   // The grad mode the trace started with (restored at the end).
   void setGradModeAtStart(bool enabled) { grad_mode_at_start_ = enabled; }
+  // The depth of functorch's interpreter stack when the trace started: restore() pops what
+  // is above it, whatever pushed it (the last line of defence against a level left pushed).
+  void setFunctorchDepthAtStart(long depth) { functorch_depth_at_start_ = depth; }
   // Whether an inference_mode or autocast block entered in the trace is still open.
   bool anyOpen() const { return !open_.empty(); }
   // The __exit__ that BEFORE_WITH pushed for a context manager the program defines (a
@@ -114,7 +134,17 @@ class Contexts {
   std::unordered_set<int> grad_mode_nodes_;
   std::vector<ValuePtr> program_exits_;
   // What restore() calls, in reverse, to undo the state setters the trace applied.
-  std::vector<std::pair<Ref, Ref>> undo_;  // (function, argument tuple)
+  struct Undo_ {
+    Ref fn;              // called with `args` when the trace ends
+    Ref args;
+    Ref kwargs;          // a dict, or null
+    int family = 0;      // the transform of a functorch level, 0 for other state
+    bool pushed = false;  // a level the trace pushed (a later pop of it cancels this entry)
+  };
+  std::vector<Undo_> undo_;
+  bool functorch_guarded_ = false;
+  bool inside_transform_ = false;
+  long functorch_depth_at_start_ = -1;  // noteFunctorchState() has guarded the state
   bool hooks_message_set_ = false;         // the trace changed the saved-tensors-hooks switch
   bool sdpa_set_ = false;                  // the trace set the attention backends
   bool nesting_changed_ = false;           // the trace changed autocast's nesting depth (guarded before)

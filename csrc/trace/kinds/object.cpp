@@ -457,8 +457,9 @@ Result<ValuePtr> genericGetAttr(Tracer& t, const ValuePtr& self, PyObject* name,
     if (!r.notHandled()) return r;
     guardNotInInstance(t, self, name);
     static const Str kDicts[] = {Str::underscore_parameters, Str::underscore_buffers, Str::underscore_modules};
-    for (Str d : kDicts) {  // absent from each, guarded
-      if (!instanceDictItem(self->real(), PyUnicode_AsUTF8(interned(d)))) continue;
+    for (Str d : kDicts) {  // absent from each, guarded (a dict the trace holds guards its own keys)
+      PyObject* dict = instanceDictItem(self->real(), PyUnicode_AsUTF8(interned(d)));
+      if (!dict || t.wrappedValueOf(dict)) continue;
       int dreg = t.load(LoadKind::InstanceDict, self->reg, 0, interned(d),
                         t.guards().sourceName(self->reg) + "." + PyUnicode_AsUTF8(interned(d)));
       t.guards().checkNoInstanceAttr(dreg, name);
@@ -630,6 +631,16 @@ Result<ValuePtr> moduleDictsAttr(Tracer& t, const ValuePtr& obj, PyObject* name)
     const char* dname = PyUnicode_AsUTF8(interned(d));
     PyObject* dict = instanceDictItem(m, dname);
     if (!dict || !PyDict_Check(dict)) continue;
+    // The program has read this dict as a dict (functional_call's accessor swaps tensors in
+    // through module._parameters[name] = t): the trace's value holds its items now, which a
+    // read of the real dict would miss.
+    if (ValuePtr traced = t.wrappedValueOf(dict); traced && traced->is(Kind::Dict)) {
+      const Dict& items = traced->as<Dict>();
+      int k = items.findKey(name);
+      if (k == -2) return t.failFromPython("module attribute");
+      if (k >= 0) return items.values[static_cast<size_t>(k)];
+      continue;
+    }
     PyObject* v = PyDict_GetItemWithError(dict, name);
     if (!v) {
       if (PyErr_Occurred()) return t.failFromPython("module attribute");

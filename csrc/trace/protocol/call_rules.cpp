@@ -256,7 +256,8 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     return makeException(t, f, args, std::move(kwargs));
   }
   if (PyType_Check(f) && (reinterpret_cast<PyTypeObject*>(f)->tp_flags & Py_TPFLAGS_HEAPTYPE) &&
-      (!isTorchFunction(f) || isStructureHelper(f) || isModuleClass(f)))  // torch.nn.Softmax(dim=-1)
+      (!isTorchFunction(f) || isStructureHelper(f) || isTransformInternals(f) ||
+       isModuleClass(f)))  // torch.nn.Softmax(dim=-1)
     return newObject(t, f, std::move(args), std::move(kwargs));
   if (isCacheWrapper(f)) return callCacheWrapper(t, fn, args, kwargs);
   if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && PyType_Check(PyCFunction_GET_SELF(f)) &&

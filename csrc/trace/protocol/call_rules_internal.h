@@ -49,6 +49,13 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
 // and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual): pure Python
 // over Python structures, traced like user code, as TorchDynamo inlines these modules.
 bool isStructureHelper(PyObject* f);
+// A Python function or class of the transforms' implementation (torch._functorch, and the
+// forward-AD API it drives, torch.autograd.forward_ad): traced like user code, as
+// torch._dynamo inlines them, so the bindings they call are modelled one by one (the levels
+// they push, the wrappers they make) and the graph holds those, not a function that reads
+// the transform's state when the graph runs. Not the predispatch wrappers nor the two
+// functions torch._dynamo records as graph calls (_set_tensor_requires_grad, _autograd_grad).
+bool isTransformInternals(PyObject* f);
 
 // A function of the math module on a symbolic number (a size, a symbolic int argument, a
 // value read from a tensor): a node, as torch._dynamo records it, so the number stays

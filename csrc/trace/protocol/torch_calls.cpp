@@ -122,12 +122,30 @@ bool reachableByName(PyObject* f) {
 }
 
 
+// functorch's bindings that wrap a tensor for a transform's level or unwrap it
+// (_add_batch_dim, _remove_batch_dim, _wrap_for_grad, _unwrap_for_grad): graph calls, as
+// torch._dynamo records them, whose example values are what the binding makes of the fake
+// tensors under the levels the trace pushed (a batched or grad-tracking fake).
+bool isFunctorchWrapper(PyObject* f) {
+  for (Obj o : {Obj::functorch_add_batch_dim, Obj::functorch_remove_batch_dim, Obj::functorch_wrap_for_grad,
+                Obj::functorch_unwrap_for_grad}) {
+    PyObject* b = lookup(o);
+    if (!b) PyErr_Clear();
+    if (b && b == f) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // A torch callable: recorded in the graph when it has tensor arguments; without them,
 // decided by what it is (torchKindOf).
 Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& kwargs) {
   PyObject* f = fn->real();
+  // A state setter first, whatever its arguments: a symbolic size is a Tensor-kind value,
+  // and vmap's batch size may be one; recorded as an op, the level it pushes would not be
+  // popped when the trace ends.
+  if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
   if (anyTensor(args, kwargs)) {
     switch (torchKindOf(f)) {
       case TorchKind::PythonHelper:
@@ -135,14 +153,14 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
         // can take its arguments; one that takes callables or objects (torch.utils._pytree
         // .tree_map, torch.fx map_aggregate) is traced like user code, as are the helpers of
         // torch.utils and torch.fx, which build structures, not tensors (tree_flatten).
-        if (!graphArguments(args, kwargs) || isStructureHelper(f) || !reachableByName(f))
+        if (!graphArguments(args, kwargs) || isStructureHelper(f) || isTransformInternals(f) || !reachableByName(f))
           return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
         break;
       case TorchKind::Binding:
         // Neither an aten operator nor a reader: a binding of unknown effect
         // (torch._C._dynamo.eval_frame.unsupported). Aten ops of torch._C._VariableFunctions
         // without a schema of that name (torch.from_numpy) are not module bindings.
-        if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f))
+        if (PyCFunction_Check(f) && PyCFunction_GET_SELF(f) && !isFunctorchWrapper(f))
           return t.fail("call of " + torchName(f) + "(), a torch binding that is not an operator");
         break;
       case TorchKind::DispatchQuery:
@@ -185,8 +203,8 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
     }
     return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
   }
-  if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = t.contexts().readSavedTensorsHooksMessage(f, args); !r.notHandled()) return r;
+  if (Result<ValuePtr> r = t.contexts().readFunctorchState(f, args); !r.notHandled()) return r;
   switch (torchKindOf(f)) {
     case TorchKind::PythonHelper:
       return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
@@ -222,6 +240,26 @@ bool isStructureHelper(PyObject* f) {
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
          strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
          strncmp(name, "torch.distributions.", 20) == 0;
+}
+
+bool isTransformInternals(PyObject* f) {
+  PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
+                : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
+                    ? PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(f)->tp_dict, "__module__")
+                    : nullptr;
+  if (!m || !PyUnicode_Check(m)) return false;
+  const char* name = PyUnicode_AsUTF8(m);
+  if (!name) return PyErr_Clear(), false;
+  if (strcmp(name, "torch.autograd.forward_ad") == 0) return true;
+  // functional_call's accessor of a module's named members (swapped in, then back).
+  if (PyType_Check(f) && strcmp(name, "torch.nn.utils._named_member_accessor") == 0) return true;
+  if (strncmp(name, "torch._functorch.", 17) != 0 || strcmp(name, "torch._functorch.predispatch") == 0) return false;
+  for (Obj o : {Obj::functorch_set_tensor_requires_grad, Obj::functorch_autograd_grad}) {
+    PyObject* g = lookup(o);
+    if (!g) PyErr_Clear();
+    if (g && g == f) return false;
+  }
+  return true;
 }
 
 // A function of the math module on a symbolic number (a size, a symbolic int argument, a

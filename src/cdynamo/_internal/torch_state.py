@@ -125,3 +125,17 @@ def mode_refusal():
         return ("a TorchDispatchMode is active (not an infra mode, and it does not ignore compile "
                 "internals): the frame runs natively under it, as with torch._dynamo", False)
     return None
+
+
+def functorch_state():
+    """What a graph that uses functorch's transforms was traced under, as a constant a guard
+    compares: the interpreter stack (each level's kind, number and what it was pushed with)
+    and the two switches the transforms flip. A level number is baked into the graph
+    (_add_batch_dim(x, 0, 1)), and a frame called from inside an eager transform traces on
+    that transform's wrapped tensors: another stack is another graph."""
+    from torch._functorch.pyfunctorch import coerce_cinterpreter
+
+    stack = torch._C._functorch.get_interpreter_stack() or ()
+    return (tuple(coerce_cinterpreter(ci).get_state() for ci in stack),
+            torch._C._functorch.get_inplace_requires_grad_allowed(),
+            torch._C._is_fwd_grad_enabled())
