@@ -208,9 +208,11 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
 // and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual), of
 // torch.distributions (Normal(loc, scale) is an object holding tensors, its log_prob tensor
 // code; no graph op makes a distribution), or of the third-party code torch vendors
-// (torch._vendor.packaging's Version, which torch.__version__ compares through): Python
-// over Python structures and tensors, traced like user code, as TorchDynamo inlines these
-// modules.
+// (torch._vendor.packaging's Version, which torch.__version__ compares through), or of
+// torch.optim (an optimizer's update functions, _single_tensor_sgd and the like, change
+// their tensor arguments in place, fill the lists they are given and return None: one node
+// for such a call would have no result anyone reads and be dropped): Python over Python
+// structures and tensors, traced like user code, as TorchDynamo inlines these modules.
 bool isStructureHelper(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
@@ -221,7 +223,7 @@ bool isStructureHelper(PyObject* f) {
   if (!name) return PyErr_Clear(), false;
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
          strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
-         strncmp(name, "torch.distributions.", 20) == 0;
+         strncmp(name, "torch.distributions.", 20) == 0 || strncmp(name, "torch.optim.", 12) == 0;
 }
 
 // A function of the math module on a symbolic number (a size, a symbolic int argument, a

@@ -72,3 +72,30 @@ def _torch_addcmul(*args, **kwargs):
     if len(args) == 3 and value is not None:
         return args[0] + value * args[1] * args[2]
     return torch.addcmul(*args, **kwargs)
+
+
+# addcdiv: self + value * tensor1 / tensor2 (the kernel's order: value times tensor1, then the
+# division). An optimizer whose step count is a tensor while compiling (Adam's bias
+# corrections: torch.optim reads the step with .item() only eagerly) passes its step size so.
+@polyfill(torch.Tensor.addcdiv_)
+def _addcdiv_(self, *args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self.add_(value * args[0] / args[1])
+    return self.addcdiv_(*args, **kwargs)
+
+
+@polyfill(torch.Tensor.addcdiv)
+def _addcdiv(self, *args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self + value * args[0] / args[1]
+    return self.addcdiv(*args, **kwargs)
+
+
+@polyfill(torch.addcdiv)
+def _torch_addcdiv(*args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 3 and value is not None:
+        return args[0] + value * args[1] / args[2]
+    return torch.addcdiv(*args, **kwargs)
