@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/call_rules.h"
@@ -183,7 +184,16 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
         return recordCall(t, NodeOp::CallFunction, refs_tensor, args, kwargs);
       }
     }
-    return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    // A Python function of torch given tensors that returns None was called for what it
+    // does to them or to other objects (torch.nn.utils.vector_to_parameters assigns each
+    // parameter's .data): no node is recorded for a result without tensors, so the call
+    // would vanish. It runs natively instead (a graph break there), its effects real.
+    if (r && PyFunction_Check(f) && !graph::isMutating(NodeOp::CallFunction, f) && (*r)->is(Kind::Constant) &&
+        (*r)->constant() == Py_None)
+      return t.fail("call of " + torchName(f) + "(), a torch function that returned None for tensor arguments: "
+                    "what it changed is not a graph value");
+    return r;
   }
   if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = t.contexts().readSavedTensorsHooksMessage(f, args); !r.notHandled()) return r;
