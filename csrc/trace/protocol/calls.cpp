@@ -612,6 +612,24 @@ PyObject* unwrapDynamoGenerationTagging(PyObject* func) {
   return original && PyFunction_Check(original) ? original : func;
 }
 
+// torch._dynamo, on its first compile, wraps every torch.optim optimizer's _init_group in
+// its disable (TorchPatcher.patch), and then never honours that wrapper itself: it runs
+// _init_group eagerly while tracing the step instead of calling it. cdynamo traces the
+// original (the state it creates on the first step is made in the graph and stored in
+// opt.state by the replay), so a process that used torch.compile once traces steps as one
+// that did not, instead of breaking the graph at every param group's _init_group.
+PyObject* unwrapOptimizerInitGroupDisable(PyObject* func) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  if (!isDisabledCodeObject(fo->func_code) || !fo->func_dict) return func;
+  PyObject* original = PyDict_GetItemString(fo->func_dict, "__wrapped__");
+  if (!original || !PyFunction_Check(original)) return func;
+  PyFunctionObject* of = reinterpret_cast<PyFunctionObject*>(original);
+  if (!of->func_name || PyUnicode_CompareWithASCIIString(of->func_name, "_init_group") != 0) return func;
+  const char* module = of->func_module && PyUnicode_Check(of->func_module) ? PyUnicode_AsUTF8(of->func_module) : nullptr;
+  if (!module) return PyErr_Clear(), func;
+  return strncmp(module, "torch.optim.", 12) == 0 ? original : func;
+}
+
 }  // namespace
 
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
@@ -623,6 +641,10 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
   if (PyObject* original = unwrapDynamoGenerationTagging(func); original != func) {
     func = original;
     func_reg = -1;  // the wrapper's closure holds it for as long as the wrapper is installed
+  }
+  if (PyObject* original = unwrapOptimizerInitGroupDisable(func); original != func) {
+    func = original;
+    func_reg = -1;  // as above: the wrapper, guarded as the class attribute, holds it
   }
   if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = foldPurePythonFunction(*this, func, args, kwargs); !r.notHandled()) return r;

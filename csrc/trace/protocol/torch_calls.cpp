@@ -233,7 +233,8 @@ bool isStructureHelper(PyObject* f) {
   if (!name) return PyErr_Clear(), false;
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
          strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
-         strncmp(name, "torch.distributions.", 20) == 0 || strncmp(name, "torch.optim.", 12) == 0;
+         strncmp(name, "torch.distributions.", 20) == 0 || strncmp(name, "torch.optim.", 12) == 0 ||
+         strncmp(name, "torch.nn.utils.clip_grad", 24) == 0;
 }
 
 // A function of the math module on a symbolic number (a size, a symbolic int argument, a
