@@ -121,17 +121,21 @@ def test_optimizer_step_matches_eager(name):
     # The third step is a cache hit: the second one compiled what the state read back needs.
     assert counts[2] == counts[1]
 
-    # torch._dynamo on the same steps: its result is the same, and cdynamo uses at most two
-    # graphs more: the first step's graph, where cdynamo traces the state's creation
-    # (torch._dynamo runs _init_group for real while tracing), and the grad-mode restore
-    # that follows the step's second deliberate graph break (torch._dynamo skips that
-    # wrapper's frame, which holds no tensor).
+    # The state the first step creates is made for real before the step is traced (as
+    # torch._dynamo runs _init_group), so the second step finds what the first one's graph
+    # read: no recompile, but for SGD's momentum buffers, which the step itself stores.
+    if "momentum" not in name:
+        assert cdynamo.stats()["recompile_reasons"] == []
+
+    # torch._dynamo on the same steps: its result is the same, and cdynamo uses at most one
+    # graph more: the grad-mode restore that follows the step's second deliberate graph
+    # break (torch._dynamo skips that wrapper's frame, which holds no tensor).
     torch._dynamo.reset()
     dcnt = torch._dynamo.testing.CompileCounter()
     m_d, _, _ = _run_steps(name, lambda step: torch.compile(step, backend=dcnt))
     for a, b in zip(m_d.parameters(), m_c.parameters()):
         torch.testing.assert_close(b, a, **TOL)
-    assert cnt.frame_count <= dcnt.frame_count + 2, (cnt.frame_count, dcnt.frame_count)
+    assert cnt.frame_count <= dcnt.frame_count + 1, (cnt.frame_count, dcnt.frame_count)
 
 
 def test_step_functions_of_torch_optim_are_traced_not_one_node():

@@ -630,6 +630,39 @@ PyObject* unwrapOptimizerInitGroupDisable(PyObject* func) {
   return strncmp(module, "torch.optim.", 12) == 0 ? original : func;
 }
 
+// A torch.optim optimizer's _init_group on its first step creates the state it reads
+// (exp_avg, step, ...) and appends it to the lists it is given. Traced, that state would be
+// made in the graph and the next step would compile again for the state it then finds. As
+// torch._dynamo does, _init_group runs for real instead, for every param group, when some
+// parameter with a gradient has no state yet (eagerly the step makes the same state before
+// it updates anything: it reads only shapes, dtypes and the group's settings), and the
+// frame is traced again, now reading that state as inputs. Only torch.optim's own
+// _init_group (making missing state is all it does for the effect); the lists given must
+// be empty lists made in the trace, as every torch.optim step passes them.
+Result<ValuePtr> createOptimizerStateForReal(Tracer& t, PyObject* func, const std::vector<ValuePtr>& args,
+                                            const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  if (!fo->func_name || PyUnicode_CompareWithASCIIString(fo->func_name, "_init_group") != 0) return notHandled();
+  const char* module = fo->func_module && PyUnicode_Check(fo->func_module) ? PyUnicode_AsUTF8(fo->func_module) : nullptr;
+  if (!module) return PyErr_Clear(), notHandled();
+  if (strncmp(module, "torch.optim.", 12) != 0 || !kwargs.empty() || args.size() < 2) return notHandled();
+  const Object* self = args[0]->get<Object>();
+  PyObject* optimizer_type = lookup(Obj::torch_optim_Optimizer);
+  if (!optimizer_type) return PyErr_Clear(), notHandled();
+  if (!self || self->owned || PyObject_IsInstance(self->obj.get(), optimizer_type) != 1) return PyErr_Clear(), notHandled();
+  for (size_t i = 2; i < args.size(); ++i) {
+    const List* l = args[i]->get<List>();
+    if (!l || !l->items.empty() || args[i]->reg >= 0) return notHandled();
+  }
+  PyObject* helper = lookup(Obj::cdynamo_create_optimizer_state);
+  if (!helper) return t.failFromPython("cdynamo._internal.optimizer_state");
+  Ref ran = Ref::steal(PyObject_CallFunction(helper, "OOn", func, self->obj.get(), static_cast<Py_ssize_t>(args.size() - 2)));
+  if (!ran) return t.failFromPython("the optimizer's _init_group, run to create its state");
+  if (ran.get() != Py_True) return notHandled();
+  t.retrace_requested = true;
+  return t.fail("the optimizer's state was created by its _init_group, run for real; the frame is traced again");
+}
+
 }  // namespace
 
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
@@ -646,6 +679,7 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
     func = original;
     func_reg = -1;  // as above: the wrapper, guarded as the class attribute, holds it
   }
+  if (Result<ValuePtr> r = createOptimizerStateForReal(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = foldPurePythonFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
