@@ -189,8 +189,18 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
     // does to them or to other objects (torch.nn.utils.vector_to_parameters assigns each
     // parameter's .data): no node is recorded for a result without tensors, so the call
     // would vanish. It runs natively instead (a graph break there), its effects real.
-    if (r && PyFunction_Check(f) && !graph::isMutating(NodeOp::CallFunction, f) && (*r)->is(Kind::Constant) &&
-        (*r)->constant() == Py_None)
+    // (Given only numbers read from tensors or sizes, such a function is a check whose
+    // effect is the ShapeEnv's: torch._check(n > 0) records an assertion.)
+    auto realTensor = [&](const ValuePtr& v) {
+      if (const std::vector<ValuePtr>* items = v->elements())  // a list of tensors
+        return std::any_of(items->begin(), items->end(),
+                           [&](const ValuePtr& i) { return i->is(Kind::Tensor) && !isScalarValue(t, i); });
+      return v->is(Kind::Tensor) && !isScalarValue(t, v);
+    };
+    bool tensors = std::any_of(args.begin(), args.end(), realTensor) ||
+                   std::any_of(kwargs.begin(), kwargs.end(), [&](const auto& kv) { return realTensor(kv.second); });
+    if (r && tensors && PyFunction_Check(f) && !graph::isMutating(NodeOp::CallFunction, f) &&
+        (*r)->is(Kind::Constant) && (*r)->constant() == Py_None)
       return t.fail("call of " + torchName(f) + "(), a torch function that returned None for tensor arguments: "
                     "what it changed is not a graph value");
     return r;
