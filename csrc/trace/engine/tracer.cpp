@@ -1,7 +1,6 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "graph/fake_autograd.h"
-#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/stats.h"
 #include "support/torch_types.h"
@@ -130,28 +129,6 @@ static bool forgetSourceOnDeath(PyObject* gm) {
   return Ref::steal(PyObject_CallMethod(eval_frame, "forget_source_on_death", "O", gm)).get() != nullptr;
 }
 
-// Whether every call of the graph module is torch._C._set_grad_enabled (the grad-mode
-// restore a wrapper does on its way out: torch.optim's _use_grad after its last graph
-// break). -1: an error is set.
-static int onlyGradModeSetters(PyObject* gm) {
-  PyObject* setter = lookup(Obj::torch_set_grad_enabled_C);
-  Ref graph = Ref::steal(PyObject_GetAttrString(gm, "graph"));
-  Ref nodes = graph ? Ref::steal(PyObject_GetAttrString(graph.get(), "nodes")) : Ref();
-  Ref it = nodes ? Ref::steal(PyObject_GetIter(nodes.get())) : Ref();
-  if (!setter || !it) return -1;
-  while (Ref node = Ref::steal(PyIter_Next(it.get()))) {
-    Ref op = Ref::steal(PyObject_GetAttrString(node.get(), "op"));
-    if (!op) return -1;
-    if (PyUnicode_CompareWithASCIIString(op.get(), "placeholder") == 0 ||
-        PyUnicode_CompareWithASCIIString(op.get(), "output") == 0)
-      continue;
-    Ref target = Ref::steal(PyObject_GetAttrString(node.get(), "target"));
-    if (!target) return -1;
-    if (PyUnicode_CompareWithASCIIString(op.get(), "call_function") != 0 || target.get() != setter) return 0;
-  }
-  return PyErr_Occurred() ? -1 : 1;
-}
-
 Done Tracer::compileGraph(bool compile_empty) {
   std::vector<int> inputs_used;
   int op_count = 0;
@@ -176,20 +153,6 @@ Done Tracer::compileGraph(bool compile_empty) {
   // (torch._dynamo compiles no graph there either).
   const bool passthrough = op_count == 0 && !compile_empty && !outputs_.graphOutputs().empty();
   entry_->no_ops = op_count == 0 && !compile_empty && !stopped_at_break_;
-  // A frame that only sets the grad mode and returns: no graph either, when such a frame
-  // is left to run natively (not under fullgraph=True, nor with allow_empty_graphs, where
-  // its entry would be used and must keep the change). Natively the frame sets the mode
-  // itself; torch._dynamo never compiles the optimizer wrapper's frame that does this.
-  if (op_count > 0 && !compile_empty && !stopped_at_break_ && outputs_.graphOutputs().empty()) {
-    Ref fullgraph = Ref::steal(PyObject_GetAttrString(config_, "fullgraph"));
-    int allow_empty = fullgraph ? graph::configFlag("allow_empty_graphs") : -1;
-    int only = allow_empty == 0 && fullgraph.get() != Py_True ? onlyGradModeSetters(gm.get()) : 0;
-    if (allow_empty < 0 || only < 0) return failFromPython("reading the graph's calls");
-    if (only) {
-      entry_->no_ops = true;
-      return {};
-    }
-  }
   if (op_count == 0 && !compile_empty && !passthrough) return {};
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");
