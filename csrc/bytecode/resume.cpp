@@ -589,6 +589,56 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
   return code;
 }
 
+Ref emptyBreakCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
+  Registry& r = registry();
+  PerOriginal* memo = perOriginal(orig);
+  if (!memo) {
+    PyErr_Clear();
+    return fail(error, "the code object cannot be weakly referenced"), Ref();
+  }
+  std::string key = "E/" + at.key();
+  auto it = memo->codes.find(key);
+  if (it != memo->codes.end()) return it->second.copy();
+  Original o;
+  if (!loadOriginal(orig, &o, error)) return Ref();
+  if (at.index <= o.resumeIndex || at.index >= static_cast<int>(o.asm_.instrs.size()))
+    return fail(error, "break point outside the function body"), Ref();
+  if (static_cast<int>(at.unbound.size()) != o.nvarnames) return fail(error, "layout does not match co_varnames"), Ref();
+  Layout layout;
+  std::vector<int> slotLocal = addStackArgs(o, at, &layout);
+  const int continuationLocal = o.nvarnames + static_cast<int>(layout.extraNames.size());
+  layout.extraNames.push_back("___continuation");
+  layout.argcount = o.nvarnames + static_cast<int>(layout.extraNames.size());
+  std::vector<int> temp(at.stack_null.size());
+  for (size_t s = 0; s < temp.size(); ++s) {
+    temp[s] = o.nvarnames + static_cast<int>(layout.extraNames.size());
+    layout.extraNames.push_back("___tmp" + std::to_string(s));
+  }
+  const int noneConst = static_cast<int>(PyTuple_GET_SIZE(orig->co_consts));
+  layout.extraConsts.push_back(Py_None);
+  Ref k0 = Ref::steal(PyLong_FromLong(0));
+  if (!k0) return fail(error, "out of memory"), Ref();
+  layout.extraConsts.push_back(k0.get());
+  Position pos = o.asm_.instrs[static_cast<size_t>(at.index)].pos;
+  // The prologue rebuilds the stack, and the epilogue of the one successor (the same
+  // instruction, the same layout) hands it on at once; the copied body after it is never
+  // reached, but keeps the code's names, constants and line table those of the original.
+  Assembly out = copyWithInsertions(
+      o, static_cast<int>(layout.extraNames.size()), at.index, -1, false,
+      [&](Assembly& dst, int) {
+        const int handOn = dst.newLabel();
+        emitPrologue(dst, at, slotLocal, handOn, pos);
+        dst.bind(handOn);
+        emitBreakEpilogue(dst, at, 0, temp, continuationLocal, noneConst, pos);
+      },
+      [](Assembly&) {}, [](Assembly&, int) {}, [](Assembly&, const AsmInstr&) {});
+  Ref code = makeCode(o, out, layout, utf8(orig->co_name), utf8(orig->co_qualname), error);
+  if (!code) return Ref();
+  r.breaks.insert(reinterpret_cast<PyCodeObject*>(code.get()));
+  memo->codes.emplace(key, code.copy());
+  return code;
+}
+
 const ResumeOrigin* resumeOrigin(PyCodeObject* code) {
   Registry& r = registry();
   if (r.origins.empty()) return nullptr;

@@ -65,6 +65,12 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error);
 Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::vector<FrameLayout>& successors,
               std::string* error);
 
+// The break code of a break before instruction `at.index` that runs nothing natively: it
+// calls the continuation at once, for the resume function at `at` (same layout). Used
+// where the instruction itself cannot run as a break (a BEFORE_WITH, a FOR_ITER): the graph
+// of what came before is kept, and the rest of the frame goes on from there.
+Ref emptyBreakCode(PyCodeObject* orig, const FrameLayout& at, std::string* error);
+
 // The origin of a resume code, or null for any other code object.
 const ResumeOrigin* resumeOrigin(PyCodeObject* code);
 // Whether `code` is a generated break code (never traced: it is the native part).

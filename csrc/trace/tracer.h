@@ -48,6 +48,10 @@ struct Unsupported {
   int line = 0;
   std::string function;
   std::string user_stack;  // innermost last: "file:line in fn" per inlined frame
+  // The trace stopped because an operation of the program raised on fake tensors (its
+  // shapes, dtypes or devices do not fit): eager raises there too. Under fullgraph that
+  // is cdynamo.exc.TorchRuntimeError (torch._dynamo's class for it), not Unsupported.
+  bool fake_call_raised = false;
 };
 
 struct TranslateResult {
@@ -98,6 +102,8 @@ class Tracer {
   Stop fail(std::string reason);
   // Turns the pending Python error into an unsupported reason (and clears it).
   Stop failFromPython(const std::string& what);
+  // failFromPython for an operation that raised while it ran on fake tensors.
+  Stop failFakeCall(const std::string& what);
   bool failed() const { return failed_; }
 
   // ---- exceptions of the traced program (exceptions.cpp; modelled, never real errors) ----

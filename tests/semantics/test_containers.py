@@ -684,6 +684,62 @@ def deque_refuses_a_slice(x, items):
     return x + 1, out, d[-1]
 
 
+class LyingDict(dict):
+    # dict(d), d2.update(d) and {**d} read a dict subclass's storage when it keeps dict's
+    # __iter__: these overrides are not called.
+    def keys(self):
+        return ["nope"]
+
+    def __getitem__(self, k):
+        return "overridden"
+
+
+class OwnIterDict(dict):
+    # With its own __iter__, the subclass is read as a mapping: keys() and __getitem__.
+    def __iter__(self):
+        return iter(sorted(super().keys()))
+
+    def keys(self):
+        return sorted(super().keys())
+
+    def __getitem__(self, k):
+        return dict.__getitem__(self, k) * 10
+
+
+class NamedOrderedDict(OrderedDict):
+    pass
+
+
+@case(T4)
+def dict_of_a_dict_subclass_made_in_the_trace(x):
+    d = LyingDict(a=x, b=2)
+    e = dict(d)
+    f = {"z": 0}
+    f.update(d)
+    return e["a"] + 1, e["b"], sorted(f), {**d}["a"] * 2
+
+
+@case(T4)
+def dict_of_a_subclass_with_its_own_iteration(x):
+    d = OwnIterDict(b=x, a=x + 1)
+    e = dict(d)
+    return list(e), e["a"], e["b"]
+
+
+@case(T4)
+def dict_of_an_ordered_dict_subclass(x):
+    d = NamedOrderedDict(b=x, a=x + 1)
+    d.move_to_end("b")
+    e = dict(d)
+    return list(e), e["a"] - e["b"]
+
+
+@case(lambda: (torch.randn(4), LyingDict(w=torch.ones(4), n=3)))
+def dict_of_a_dict_subclass_argument(x, d):
+    e = dict(d)
+    return x * e["w"] + e["n"], sorted(e)
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_containers(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -729,3 +729,47 @@ def test_context_of_the_callers_handled_exception():
             assert any("exception(...) == None" in r["reason"] for r in st["recompile_reasons"])
         reasons = [nf.get("reason") or "" for nf in st.get("native_frames", [])]
         assert any("caller handles another" in r for r in reasons), reasons
+
+
+def _shape_error_after_finally(t):
+    try:
+        t.expand_as(torch.randn(2))  # raises on the fake tensors as it does eagerly
+    finally:
+        t.sin()
+    return t.cos()
+
+
+def _shape_error_plain(t):
+    y = t * 2
+    return torch.mm(y, y)  # (2, 3) @ (2, 3)
+
+
+@pytest.mark.parametrize("fn", [_shape_error_after_finally, _shape_error_plain])
+def test_op_failing_on_fake_tensors_under_fullgraph(fn):
+    # The program's own error, not a construct cdynamo cannot capture: under fullgraph it is
+    # torch._dynamo's TorchRuntimeError class (a RuntimeError), as torch.compile raises it,
+    # on every call; without fullgraph the op runs eagerly and raises eager's error itself.
+    import torch._dynamo.exc
+
+    t = torch.randn(2, 3)
+    with pytest.raises(RuntimeError) as eager:
+        fn(t)
+    cdynamo.reset()
+    opt = cdynamo.compile(fn, backend="eager", fullgraph=True)
+    for _ in range(2):
+        with pytest.raises(cdynamo.exc.TorchRuntimeError) as info:
+            opt(t)
+        assert isinstance(info.value, torch._dynamo.exc.TorchRuntimeError)
+        assert not isinstance(info.value, cdynamo.Unsupported)
+        assert str(info.value).startswith("RuntimeError when making fake tensor call")
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.TorchRuntimeError, match="RuntimeError when making fake tensor call"):
+        torch.compile(fn, backend="eager", fullgraph=True)(t)
+    cdynamo.reset()
+    counter = cdynamo.testing.CompileCounter()
+    relaxed = cdynamo.compile(fn, backend=counter)
+    for _ in range(2):
+        with pytest.raises(type(eager.value)) as info:
+            relaxed(t)
+        assert str(info.value) == str(eager.value)
+    assert counter.frame_count >= 1  # the ops before the failing one are a graph

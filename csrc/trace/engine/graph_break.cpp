@@ -165,7 +165,23 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   std::string why;
   if (!bytecode::canResume(orig, &why)) return fail(why);
   BreakShape shape;
-  if (!shapeOf(f, f.pc, &shape, &why)) return fail(why);
+  // Note [A break before an instruction that cannot break]: an instruction that cannot run
+  // natively on its own as a break (BEFORE_WITH of a context the trace cannot enter, FOR_ITER
+  // of an iterator it cannot step, ...) still ends the graph there: the graph of what came
+  // before is kept and the frame goes on at that instruction in a resume function, run
+  // natively when its own trace fails at the same place (as torch._dynamo compiles the
+  // partial graph and jumps into the original bytecode). Without an op before it there is
+  // nothing to keep: the frame runs natively, as before.
+  bool empty_break = false;
+  if (!shapeOf(f, f.pc, &shape, &why)) {
+    bool any_op = false;
+    for (int i = 0; i < graph_.numNodes() && !any_op; ++i)
+      any_op = graph_.node(i).op != graph::NodeOp::Placeholder;
+    if (!any_op) return fail(why);
+    empty_break = true;
+    shape.first = static_cast<int>(f.pc);
+    shape.successors = {Successor{static_cast<int>(f.pc), 0, 0}};
+  }
   for (const Successor& s : shape.successors)
     if (s.index < shift) return fail("graph break jumping into a resume function's prologue");
 
@@ -192,7 +208,8 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
     successors.push_back(std::move(l));
   }
   const int last = static_cast<int>(f.pc) - shift;
-  Ref break_code = bytecode::breakCode(orig, at, last, successors, &why);
+  Ref break_code = empty_break ? bytecode::emptyBreakCode(orig, at, &why)
+                               : bytecode::breakCode(orig, at, last, successors, &why);
   if (!break_code) return fail("generating the break code: " + why);
   auto plan = std::make_shared<runtime::BreakPlan>();
   plan->break_code = std::move(break_code);
@@ -233,13 +250,17 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     // may be the cause, the retry with them specialized decides (it raises again if not).
     bool retry_ints = !ints.empty() && shape_memory;
     if (retry_ints && first.error) {
-      // Only a cdynamo.Unsupported error is retried. The lookup may import: not with the
+      // Only a failure of the trace is retried (cdynamo.Unsupported, or an op that raised on
+      // fake tensors, which symbolic sizes may cause). The lookups may import: not with the
       // error pending (a backend's failure would become a SystemError).
       FetchedError pending = FetchedError::fetch();
       PyObject* unsupported_exc = lookup(Obj::cdynamo_exc_Unsupported);
       if (!unsupported_exc) PyErr_Clear();
+      PyObject* fake_call_exc = lookup(Obj::cdynamo_exc_TorchRuntimeError);
+      if (!fake_call_exc) PyErr_Clear();
       pending.restore();
-      retry_ints = unsupported_exc && PyErr_ExceptionMatches(unsupported_exc);
+      retry_ints = (unsupported_exc && PyErr_ExceptionMatches(unsupported_exc)) ||
+                   (fake_call_exc && PyErr_ExceptionMatches(fake_call_exc));
     }
     if (first.error && !retry_ints) return first;
     target = tracer.failedAt();

@@ -288,7 +288,7 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
       if (name && PyUnicode_Check(name.get())) what = PyUnicode_AsUTF8(name.get());
       else PyErr_Clear();
     }
-    return t.failFromPython("running " + what + " on fake tensors");
+    return t.failFakeCall("running " + what + " on fake tensors");
   }
   PyObject* fake = t.graph().fake(node);
   if (isTensor(fake)) return Value::tensor(node);

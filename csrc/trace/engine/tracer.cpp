@@ -61,6 +61,13 @@ Stop Tracer::fail(std::string reason) {
   return Stop{Outcome::Unsupported};
 }
 
+Stop Tracer::failFakeCall(const std::string& what) {
+  const bool first = !failed_;
+  Stop stop = failFromPython(what);
+  if (first) unsupported_.fake_call_raised = true;
+  return stop;
+}
+
 BreakTarget Tracer::failedAt() const {
   BreakTarget t;
   t.index = fail_index_;
@@ -712,7 +719,8 @@ TranslateResult Tracer::report() {
     std::string msg = unsupported_.reason + "\n  at " + unsupported_.filename + ":" + std::to_string(unsupported_.line) +
                       " in " + unsupported_.function + "\n" + sourceLine(unsupported_.filename, unsupported_.line) +
                       "  inlined call stack:\n" + unsupported_.user_stack;
-    raiseChained(Obj::cdynamo_exc_Unsupported, msg);
+    if (unsupported_.fake_call_raised) msg = "RuntimeError when making fake tensor call: " + msg;
+    raiseChained(unsupported_.fake_call_raised ? Obj::cdynamo_exc_TorchRuntimeError : Obj::cdynamo_exc_Unsupported, msg);
     result.error = true;
   }
   return result;

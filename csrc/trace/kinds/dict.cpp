@@ -13,6 +13,7 @@
 #include "trace/kinds/dict.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/object.h"
+#include "trace/kinds/object_internal.h"
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/calls.h"
@@ -137,7 +138,14 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
     return raiseArgumentError(t, type ? type : &PyDict_Type, interned(Str::update), args, kwargs);
   }
   for (const ValuePtr& other : args) {
-    if (const Dict* from = other->get<Dict>()) {
+    const Dict* from = other->get<Dict>();
+    ValuePtr part = from ? nullptr : basePart(other);
+    // A dict subclass instance that keeps dict's own iteration is merged from its storage,
+    // as CPython's dict_merge does (its keys() and __getitem__ are not called); one that
+    // overrides __iter__ (OrderedDict's subclasses too) is read as a mapping, below.
+    if (part && part->get<Dict>() && reinterpret_cast<PyTypeObject*>(classOf(other))->tp_iter == PyDict_Type.tp_iter)
+      from = part->get<Dict>();
+    if (from) {
       for (size_t i = 0; i < from->keys.size(); ++i) {
         Result<ValuePtr> k = keyValueOf(t, from->keys[i].get());
         if (!k) return k;
@@ -145,7 +153,7 @@ Result<ValuePtr> dictUpdate(Tracer& t, const ValuePtr& self, std::vector<ValuePt
       }
       continue;
     }
-    if (isUserObject(other) && !basePart(other)) {
+    if (isUserObject(other) && (!part || part->get<Dict>())) {
       // A mapping object (dict(m), d.update(m), {**m}, f(**m)): Python reads it through its
       // keys() and m[key] when it has a keys attribute, else as a sequence of pairs.
       Result<ValuePtr> keys_fn = getAttr(t, other, interned(Str::keys));
