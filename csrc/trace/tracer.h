@@ -91,6 +91,10 @@ class Tracer {
   // After a failed run(): the root instruction the failure happened in (index -1 when it
   // did not happen inside an instruction of the root frame).
   BreakTarget failedAt() const;
+  // Set when the trace changed the program's state for real so that tracing the frame
+  // again from its start sees it (an optimizer's state created on its first step): the
+  // failed run is dropped and the frame translated once more.
+  bool retrace_requested = false;
 
   // ---- failure (tracer.cpp) ----
   // Stops the trace: records the reason (the first one wins) and where the trace was;

@@ -71,7 +71,16 @@ def ensure_torch_rules():
 
     _rules[decorators.graph_break] = GRAPH_BREAK
     # Every recursive disable wrapper runs the same code (DisableContext's inner _fn).
-    _C.mark_disabled(torch._dynamo.disable(_probe).__code__, True)
+    # (decorators.disable: the module attribute torch._dynamo.disable may have been replaced,
+    # by a test shim routing it to cdynamo.disable; torch's own wrappers, TorchPatcher's
+    # included, still run DisableContext's code)
+    _C.mark_disabled(decorators.disable(_probe).__code__, True)
+    # torch._disable_dynamo (torch's own decorator: Optimizer.zero_grad, state_dict, manual_seed,
+    # ...) wraps each function in one shared `inner` that makes a torch._dynamo.disable wrapper
+    # on first use and caches it on the function: a call of it stops the trace and the call
+    # runs natively, nothing under it traced, as under torch._dynamo.
+    import torch._compile
+    _C.mark_disabled(torch._compile._disable_dynamo(_probe).__code__, True)
     nonrecursive = getattr(decorators, "_nonrecursive_disable_wrapper_code", None)
     if nonrecursive is not None:
         _C.mark_disabled(nonrecursive)

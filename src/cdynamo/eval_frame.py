@@ -131,6 +131,12 @@ def _file_rules():
         (torch_dir, False),  # torch internals run natively (their ops are recorded when called from traced code)
         (os.path.join(torch_dir, "nn", "modules") + os.sep, True),  # nn.Module.forward code is user-level code
         (os.path.join(torch_dir, "nn", "modules", "module.py"), False),  # Module.__call__ machinery
+        # An optimizer's step is program-level code too (torch._dynamo compiles torch.optim's
+        # frames): its wrappers' frames, resumed after their graph breaks, are captured, so the
+        # step's tensor math becomes one graph. The LR schedulers are not (their step reads and
+        # writes Python floats only; torch._dynamo skips that file as well).
+        (os.path.join(torch_dir, "optim") + os.sep, True),
+        (os.path.join(torch_dir, "optim", "lr_scheduler.py"), False),
         (here, False),  # cdynamo itself
         (os.path.join(here, "_toplevel.py"), True),  # but the frame of a compiled C callable
     ]

@@ -232,6 +232,11 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   return {};
 }
 
+// How deep translate() is in the retries Tracer::retrace_requested asks for: one is
+// enough (what the first run changed is in place for the second); translations run under
+// the compile lock, one at a time.
+static int retrace_depth = 0;
+
 TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory) {
   TranslateResult first;
   BreakTarget target;
@@ -239,6 +244,13 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     Tracer tracer(frame, config, {}, shape_memory);
     first = tracer.run();
     if (first.entry) return first;
+    if (tracer.retrace_requested && retrace_depth < 1) {
+      if (first.error) PyErr_Clear();  // fullgraph's Unsupported for the dropped run
+      ++retrace_depth;
+      TranslateResult again = translate(frame, config, shape_memory);
+      --retrace_depth;
+      return again;
+    }
     const std::vector<std::string>& ints = tracer.graph().symbolicIntSources();
     // With fullgraph=True the failure is raised as cdynamo.Unsupported: when symbolic ints
     // may be the cause, the retry with them specialized decides (it raises again if not).

@@ -252,6 +252,22 @@ PyObject* dictKeyOf(Tracer& t, const ValuePtr& v) {
     t.keyObjects().emplace(key, std::make_pair(std::move(fs), v));
     return key;
   }
+  if (const Tuple* tup = v->get<Tuple>(); tup && !tup->namedtuple) {
+    // A plain tuple made in the trace of keys ((device, dtype) pairs the foreach helpers
+    // group by): a real tuple of the items' key objects, equal to and hashed as the
+    // program's, kept alive with the trace's key objects like a frozenset's.
+    Ref tuple = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(tup->items.size())));
+    if (!tuple) return PyErr_Clear(), nullptr;
+    for (size_t i = 0; i < tup->items.size(); ++i) {
+      PyObject* k = dictKeyOf(t, tup->items[i]);
+      if (!k) return nullptr;
+      PyTuple_SET_ITEM(tuple.get(), static_cast<Py_ssize_t>(i), Py_NewRef(k));
+    }
+    if (PyObject_Hash(tuple.get()) == -1) return PyErr_Clear(), nullptr;
+    PyObject* key = tuple.get();
+    t.keyObjects().emplace(key, std::make_pair(std::move(tuple), v));
+    return key;
+  }
   PyObject* obj = nullptr;
   int reg = v->reg;
   if (const Tensor* tensor = v->get<Tensor>()) {

@@ -46,6 +46,21 @@ Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       return t.fail(std::string("Tensor.") + n + " of the result of min()/max() over tensors (the state of the item "
                     "that won, which the trace computes as a new tensor)");
   }
+  // The gradient of a tensor the program passed in (a parameter's .grad, read by an
+  // optimizer step or clip_grad_norm_): an input of its own, loaded and guarded like the
+  // tensor (None guarded to stay None), as torch._dynamo makes it. A getattr node would
+  // read the attribute of what the backend gives the graph: AOT autograd's functional
+  // wrappers of the inputs have no .grad.
+  if (strcmp(n, "grad") == 0) {
+    int node = obj->as<Tensor>().node;
+    int reg = t.inputRegOf(node);
+    PyObject* real = reg >= 0 ? t.exampleOf(node) : nullptr;
+    if (real) {
+      Ref grad = Ref::steal(PyObject_GetAttr(real, name));
+      if (!grad) return t.failFromPython("Tensor.grad");
+      return t.wrap(grad.get(), t.load(guards::LoadKind::Attr, reg, 0, name, t.guards().sourceName(reg) + ".grad"));
+    }
+  }
   // Data attributes: metadata (shape, dtype, ...) answer as constants; tensor-valued
   // ones (x.T, x.mT) become getattr nodes.
   PyObject* getattr = lookup(Obj::builtins_getattr);

@@ -612,6 +612,57 @@ PyObject* unwrapDynamoGenerationTagging(PyObject* func) {
   return original && PyFunction_Check(original) ? original : func;
 }
 
+// torch._dynamo, on its first compile, wraps every torch.optim optimizer's _init_group in
+// its disable (TorchPatcher.patch), and then never honours that wrapper itself: it runs
+// _init_group eagerly while tracing the step instead of calling it. cdynamo traces the
+// original (the state it creates on the first step is made in the graph and stored in
+// opt.state by the replay), so a process that used torch.compile once traces steps as one
+// that did not, instead of breaking the graph at every param group's _init_group.
+PyObject* unwrapOptimizerInitGroupDisable(PyObject* func) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  if (!isDisabledCodeObject(fo->func_code) || !fo->func_dict) return func;
+  PyObject* original = PyDict_GetItemString(fo->func_dict, "__wrapped__");
+  if (!original || !PyFunction_Check(original)) return func;
+  PyFunctionObject* of = reinterpret_cast<PyFunctionObject*>(original);
+  if (!of->func_name || PyUnicode_CompareWithASCIIString(of->func_name, "_init_group") != 0) return func;
+  const char* module = of->func_module && PyUnicode_Check(of->func_module) ? PyUnicode_AsUTF8(of->func_module) : nullptr;
+  if (!module) return PyErr_Clear(), func;
+  return strncmp(module, "torch.optim.", 12) == 0 ? original : func;
+}
+
+// A torch.optim optimizer's _init_group on its first step creates the state it reads
+// (exp_avg, step, ...) and appends it to the lists it is given. Traced, that state would be
+// made in the graph and the next step would compile again for the state it then finds. As
+// torch._dynamo does, _init_group runs for real instead, for every param group, when some
+// parameter with a gradient has no state yet (eagerly the step makes the same state before
+// it updates anything: it reads only shapes, dtypes and the group's settings), and the
+// frame is traced again, now reading that state as inputs. Only torch.optim's own
+// _init_group (making missing state is all it does for the effect); the lists given must
+// be empty lists made in the trace, as every torch.optim step passes them.
+Result<ValuePtr> createOptimizerStateForReal(Tracer& t, PyObject* func, const std::vector<ValuePtr>& args,
+                                            const std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  if (!fo->func_name || PyUnicode_CompareWithASCIIString(fo->func_name, "_init_group") != 0) return notHandled();
+  const char* module = fo->func_module && PyUnicode_Check(fo->func_module) ? PyUnicode_AsUTF8(fo->func_module) : nullptr;
+  if (!module) return PyErr_Clear(), notHandled();
+  if (strncmp(module, "torch.optim.", 12) != 0 || !kwargs.empty() || args.size() < 2) return notHandled();
+  const Object* self = args[0]->get<Object>();
+  PyObject* optimizer_type = lookup(Obj::torch_optim_Optimizer);
+  if (!optimizer_type) return PyErr_Clear(), notHandled();
+  if (!self || self->owned || PyObject_IsInstance(self->obj.get(), optimizer_type) != 1) return PyErr_Clear(), notHandled();
+  for (size_t i = 2; i < args.size(); ++i) {
+    const List* l = args[i]->get<List>();
+    if (!l || !l->items.empty() || args[i]->reg >= 0) return notHandled();
+  }
+  PyObject* helper = lookup(Obj::cdynamo_create_optimizer_state);
+  if (!helper) return t.failFromPython("cdynamo._internal.optimizer_state");
+  Ref ran = Ref::steal(PyObject_CallFunction(helper, "OOn", func, self->obj.get(), static_cast<Py_ssize_t>(args.size() - 2)));
+  if (!ran) return t.failFromPython("the optimizer's _init_group, run to create its state");
+  if (ran.get() != Py_True) return notHandled();
+  t.retrace_requested = true;
+  return t.fail("the optimizer's state was created by its _init_group, run for real; the frame is traced again");
+}
+
 }  // namespace
 
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
@@ -624,6 +675,11 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
     func = original;
     func_reg = -1;  // the wrapper's closure holds it for as long as the wrapper is installed
   }
+  if (PyObject* original = unwrapOptimizerInitGroupDisable(func); original != func) {
+    func = original;
+    func_reg = -1;  // as above: the wrapper, guarded as the class attribute, holds it
+  }
+  if (Result<ValuePtr> r = createOptimizerStateForReal(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = foldPurePythonFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);

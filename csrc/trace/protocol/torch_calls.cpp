@@ -6,6 +6,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/torch_types.h"
 #include "trace/call_rules.h"
@@ -201,7 +202,26 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
         return recordCall(t, NodeOp::CallFunction, refs_tensor, args, kwargs);
       }
     }
-    return recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, f, args, kwargs);
+    // A Python function of torch given tensors that returns None was called for what it
+    // does to them or to other objects (torch.nn.utils.vector_to_parameters assigns each
+    // parameter's .data): no node is recorded for a result without tensors, so the call
+    // would vanish. It runs natively instead (a graph break there), its effects real.
+    // (Given only numbers read from tensors or sizes, such a function is a check whose
+    // effect is the ShapeEnv's: torch._check(n > 0) records an assertion.)
+    auto realTensor = [&](const ValuePtr& v) {
+      if (const std::vector<ValuePtr>* items = v->elements())  // a list of tensors
+        return std::any_of(items->begin(), items->end(),
+                           [&](const ValuePtr& i) { return i->is(Kind::Tensor) && !isScalarValue(t, i); });
+      return v->is(Kind::Tensor) && !isScalarValue(t, v);
+    };
+    bool tensors = std::any_of(args.begin(), args.end(), realTensor) ||
+                   std::any_of(kwargs.begin(), kwargs.end(), [&](const auto& kv) { return realTensor(kv.second); });
+    if (r && tensors && PyFunction_Check(f) && !graph::isMutating(NodeOp::CallFunction, f) &&
+        (*r)->is(Kind::Constant) && (*r)->constant() == Py_None)
+      return t.fail("call of " + torchName(f) + "(), a torch function that returned None for tensor arguments: "
+                    "what it changed is not a graph value");
+    return r;
   }
   if (Result<ValuePtr> r = t.contexts().readSavedTensorsHooksMessage(f, args); !r.notHandled()) return r;
   if (Result<ValuePtr> r = t.contexts().readFunctorchState(f, args); !r.notHandled()) return r;
@@ -226,9 +246,11 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
 // and TreeSpec, fx's map_arg, the comparison pairs behind TestCase.assertEqual), of
 // torch.distributions (Normal(loc, scale) is an object holding tensors, its log_prob tensor
 // code; no graph op makes a distribution), or of the third-party code torch vendors
-// (torch._vendor.packaging's Version, which torch.__version__ compares through): Python
-// over Python structures and tensors, traced like user code, as TorchDynamo inlines these
-// modules.
+// (torch._vendor.packaging's Version, which torch.__version__ compares through), or of
+// torch.optim (an optimizer's update functions, _single_tensor_sgd and the like, change
+// their tensor arguments in place, fill the lists they are given and return None: one node
+// for such a call would have no result anyone reads and be dropped): Python over Python
+// structures and tensors, traced like user code, as TorchDynamo inlines these modules.
 bool isStructureHelper(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
@@ -239,7 +261,8 @@ bool isStructureHelper(PyObject* f) {
   if (!name) return PyErr_Clear(), false;
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
          strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
-         strncmp(name, "torch.distributions.", 20) == 0;
+         strncmp(name, "torch.distributions.", 20) == 0 || strncmp(name, "torch.optim.", 12) == 0 ||
+         strncmp(name, "torch.nn.utils.clip_grad", 24) == 0;
 }
 
 bool isTransformInternals(PyObject* f) {

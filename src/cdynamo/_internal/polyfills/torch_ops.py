@@ -72,3 +72,79 @@ def _torch_addcmul(*args, **kwargs):
     if len(args) == 3 and value is not None:
         return args[0] + value * args[1] * args[2]
     return torch.addcmul(*args, **kwargs)
+
+
+# addcdiv: self + value * tensor1 / tensor2 (the kernel's order: value times tensor1, then the
+# division). An optimizer whose step count is a tensor while compiling (Adam's bias
+# corrections: torch.optim reads the step with .item() only eagerly) passes its step size so.
+@polyfill(torch.Tensor.addcdiv_)
+def _addcdiv_(self, *args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self.add_(value * args[0] / args[1])
+    return self.addcdiv_(*args, **kwargs)
+
+
+@polyfill(torch.Tensor.addcdiv)
+def _addcdiv(self, *args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 2 and value is not None:
+        return self + value * args[0] / args[1]
+    return self.addcdiv(*args, **kwargs)
+
+
+@polyfill(torch.addcdiv)
+def _torch_addcdiv(*args, **kwargs):
+    value = _tensor_value(kwargs)
+    if len(args) == 3 and value is not None:
+        return args[0] + value * args[1] / args[2]
+    return torch.addcdiv(*args, **kwargs)
+
+
+@polyfill(torch._C._group_tensors_by_device_and_dtype)
+def _group_tensors_by_device_and_dtype(tensorlistlist, with_indices=False):
+    # The foreach helpers' grouping (clip_grad_norm_, the foreach optimizers eagerly): the
+    # tensors of every list at the positions where the first list's tensor has one device and
+    # dtype, per (device, dtype), with those positions when asked. Groups in the order their
+    # first tensor comes (the C version's order is its hash map's; each group is independent).
+    groups = {}
+    for i, t in enumerate(tensorlistlist[0]):
+        key = (t.device, t.dtype)
+        if key not in groups:
+            groups[key] = ([[] for _ in tensorlistlist], [])
+        lists, indices = groups[key]
+        for lst, src in zip(lists, tensorlistlist):
+            lst.append(src[i] if src else None)
+        if with_indices:
+            indices.append(i)
+    return groups
+
+
+def _scalars_tensor(args, kwargs, at):
+    # the scalars of a foreach addcdiv/addcmul given as one 1-d tensor (torch.optim stacks its
+    # per-tensor step sizes so while compiling): the binding reads it on the host, which a
+    # fake tensor cannot give
+    scalars = args[at] if len(args) > at else kwargs.get("scalars")
+    if len(args) + len(kwargs) != at + 1 or not isinstance(scalars, torch.Tensor) or scalars.dim() != 1:
+        return None
+    return list(scalars.unbind(0))
+
+
+@polyfill(torch._foreach_addcdiv_)
+def _foreach_addcdiv_(*args, **kwargs):
+    scalars = _scalars_tensor(args, kwargs, 3)
+    if scalars is not None:
+        self, tensor1, tensor2 = args[:3]
+        torch._foreach_add_(self, torch._foreach_mul(torch._foreach_div(tensor1, tensor2), scalars))
+        return None
+    return torch._foreach_addcdiv_(*args, **kwargs)
+
+
+@polyfill(torch._foreach_addcmul_)
+def _foreach_addcmul_(*args, **kwargs):
+    scalars = _scalars_tensor(args, kwargs, 3)
+    if scalars is not None:
+        self, tensor1, tensor2 = args[:3]
+        torch._foreach_add_(self, torch._foreach_mul(torch._foreach_mul(tensor1, tensor2), scalars))
+        return None
+    return torch._foreach_addcmul_(*args, **kwargs)
