@@ -251,14 +251,21 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
 // their tensor arguments in place, fill the lists they are given and return None: one node
 // for such a call would have no result anyone reads and be dropped): Python over Python
 // structures and tensors, traced like user code, as TorchDynamo inlines these modules.
-bool isStructureHelper(PyObject* f) {
+// The module a Python function or a Python class is defined in (its __module__), or null.
+static const char* definingModule(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
                     ? PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(f)->tp_dict, "__module__")
                     : nullptr;
-  if (!m || !PyUnicode_Check(m)) return false;
+  if (!m || !PyUnicode_Check(m)) return nullptr;
   const char* name = PyUnicode_AsUTF8(m);
-  if (!name) return PyErr_Clear(), false;
+  if (!name) PyErr_Clear();
+  return name;
+}
+
+bool isStructureHelper(PyObject* f) {
+  const char* name = definingModule(f);
+  if (!name) return false;
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
          strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
          strncmp(name, "torch.distributions.", 20) == 0 || strncmp(name, "torch.optim.", 12) == 0 ||
@@ -266,13 +273,8 @@ bool isStructureHelper(PyObject* f) {
 }
 
 bool isTransformInternals(PyObject* f) {
-  PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
-                : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
-                    ? PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(f)->tp_dict, "__module__")
-                    : nullptr;
-  if (!m || !PyUnicode_Check(m)) return false;
-  const char* name = PyUnicode_AsUTF8(m);
-  if (!name) return PyErr_Clear(), false;
+  const char* name = definingModule(f);
+  if (!name) return false;
   if (strcmp(name, "torch.autograd.forward_ad") == 0) return true;
   // functional_call's accessor of a module's named members (swapped in, then back).
   if (PyType_Check(f) && strcmp(name, "torch.nn.utils._named_member_accessor") == 0) return true;
