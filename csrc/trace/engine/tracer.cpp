@@ -80,7 +80,11 @@ Stop Tracer::failFromPython(const std::string& what) {
   PyObject *type, *value, *tb;
   PyErr_Fetch(&type, &value, &tb);
   Ref type_ref = Ref::steal(type), value_ref = Ref::steal(value), tb_ref = Ref::steal(tb);
-  std::string msg = what;
+  // A Python MemoryError is the tracer running out of memory as much as a std::bad_alloc
+  // is (compile_miss.cpp): said the same way.
+  std::string msg = type && PyErr_GivenExceptionMatches(type, PyExc_MemoryError)
+                        ? "out of memory while tracing (" + what + ")"
+                        : what;
   if (type) {
     msg += ": ";
     msg += reinterpret_cast<PyTypeObject*>(type)->tp_name;

@@ -256,8 +256,10 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
 Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
   PyObject* f = fn->real();
   // Before anything that looks at the callable's name or module: functools.wraps gives a
-  // disabled wrapper the __module__ of what it wraps (a torch function, say).
-  if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)))
+  // disabled wrapper the __module__ of what it wraps (a torch function, say). A disabled
+  // function the table models itself (torch.utils.checkpoint.checkpoint, which torch wraps
+  // in torch._disable_dynamo) goes to its row instead.
+  if (PyFunction_Check(f) && isDisabledCodeObject(PyFunction_GET_CODE(f)) && !findCallable(f))
     return t.fail(disabledReason(reinterpret_cast<PyFunctionObject*>(f)->func_qualname));
   // A context the trace models may be a Python function (a contextlib one): before the
   // rules that would inline it.
