@@ -210,6 +210,18 @@ Ref emitNode(FxNodeMaker& maker, const Node& n, const TorchRefs* t, PyObject* ro
                     fkwargs.get(), plain, fx_name);
 }
 
+// Adds `delta` to uses[m] for every node m that node `n` reads (its arguments, nested in
+// tuples and lists, and its keyword arguments): the use counts of the liveness passes.
+template <class Uses>
+void countUses(const Node& n, int delta, Uses& uses) {
+  auto countArg = [&](const Arg& a, auto&& self) -> void {
+    if (a.kind == Arg::Kind::Node) uses[a.node] += delta;
+    for (const Arg& i : a.items) self(i, self);
+  };
+  for (const Arg& a : n.args) countArg(a, countArg);
+  for (const auto& kv : n.kwargs) countArg(kv.second, countArg);
+}
+
 }  // namespace
 
 bool GraphBuilder::keepAssertedReads(std::vector<int>* uses) {
@@ -245,14 +257,7 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
   // (item() read only by unused arithmetic) goes as a whole. Placeholders are kept when a
   // kept node or an output uses them.
   std::vector<int> uses(nodes_.size(), 0);
-  auto countArg = [&](const Arg& a, int delta, auto&& self) -> void {
-    if (a.kind == Arg::Kind::Node) uses[a.node] += delta;
-    for (const Arg& i : a.items) self(i, delta, self);
-  };
-  auto countNode = [&](const Node& n, int delta) {
-    for (const Arg& a : n.args) countArg(a, delta, countArg);
-    for (const auto& kv : n.kwargs) countArg(kv.second, delta, countArg);
-  };
+  auto countNode = [&](const Node& n, int delta) { countUses(n, delta, uses); };
   for (const Node& n : nodes_)
     if (!n.moved) countNode(n, 1);  // a subgraph's body is not this graph's
   for (int o : outputs) ++uses[o];
@@ -524,14 +529,7 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   PyObject* getitem = lookup(Obj::operator_getitem);
   if (!getitem) return Ref();
   std::unordered_map<int, int> uses;
-  auto countArg = [&](const Arg& a, int delta, auto&& self) -> void {
-    if (a.kind == Arg::Kind::Node) uses[a.node] += delta;
-    for (const Arg& i : a.items) self(i, delta, self);
-  };
-  auto countNode = [&](const Node& n, int delta) {
-    for (const Arg& a : n.args) countArg(a, delta, countArg);
-    for (const auto& kv : n.kwargs) countArg(kv.second, delta, countArg);
-  };
+  auto countNode = [&](const Node& n, int delta) { countUses(n, delta, uses); };
   for (int b : body) countNode(nodes_[b], 1);
   for (int o : outputs) ++uses[o];
   std::unordered_set<int> dead;

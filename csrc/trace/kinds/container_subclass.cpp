@@ -67,6 +67,16 @@ ValuePtr basePart(const ValuePtr& v) {
   return nullptr;
 }
 
+// A class's Python __init__ run on `obj`, as type.__call__ runs it after __new__: inlined
+// with `obj` first; a result other than None is CPython's TypeError, refused here.
+static Done inlinePythonInit(Tracer& t, PyObject* init, const ValuePtr& obj, Args args, Kwargs kwargs) {
+  args.insert(args.begin(), obj);
+  Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
+  if (!r) return r.stop();
+  if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+  return {};
+}
+
 // cls(*args) for a subclass of a builtin container (or a namedtuple class) with its own
 // Python __new__: that __new__ inlined (its super().__new__ reaches the base's C __new__ or
 // the namedtuple's generated one), then a Python __init__ when the result is an instance.
@@ -82,10 +92,7 @@ Result<ValuePtr> newThroughOwnNew(Tracer& t, PyObject* cls, PyObject* own_new, A
   const bool instance = made_cls && PyType_Check(made_cls) &&
                         PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(made_cls), reinterpret_cast<PyTypeObject*>(cls));
   if (instance && init && PyFunction_Check(init)) {
-    args.insert(args.begin(), *made);
-    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
-    if (!r) return r;
-    if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+    if (Done d = inlinePythonInit(t, init, *made, std::move(args), std::move(kwargs)); !d) return d.stop();
   } else if (instance && init && init != objectSlot("__init__")) {
     // The C __init__ of a list, dict or set base fills what the class's __new__ made
     // (list.__init__(iterable), dict.__init__(mapping, **kw), set.__init__(iterable)).
@@ -136,10 +143,7 @@ Result<ValuePtr> newSetSubclassInstance(Tracer& t, PyObject* cls, bool frozen, A
   ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), part});
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
   if (init && PyFunction_Check(init)) {
-    args.insert(args.begin(), obj);
-    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
-    if (!r) return r;
-    if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+    if (Done d = inlinePythonInit(t, init, obj, std::move(args), std::move(kwargs)); !d) return d.stop();
     return obj;
   }
   if (init != lookupInMro(reinterpret_cast<PyObject*>(frozen ? &PyFrozenSet_Type : &PySet_Type), interned(Str::dunder_init),
@@ -210,10 +214,7 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
     if (!made) return made;
     PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
     if (init && PyFunction_Check(init)) {
-      args.insert(args.begin(), *made);
-      Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
-      if (!r) return r;
-      if (!(*r)->isNone()) return t.fail("__init__() should return None (TypeError)");
+      if (Done d = inlinePythonInit(t, init, *made, std::move(args), std::move(kwargs)); !d) return d.stop();
     } else if (init && init != objectSlot("__init__")) {
       return t.fail(std::string("creating an instance of ") + tn + ": __init__ is a " + Py_TYPE(init)->tp_name);
     }
@@ -227,11 +228,7 @@ Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
   ValuePtr obj = Value::of(NewObject{Ref::borrow(cls), Value::emptyDict(), part});
   PyObject* init = lookupInMro(cls, interned(Str::dunder_init), nullptr);
   if (init && PyFunction_Check(init)) {
-    args.insert(args.begin(), obj);
-    Result<ValuePtr> r = t.inlineFunction(init, -1, std::move(args), std::move(kwargs));
-    if (!r) return r;
-    if (!(*r)->isNone())
-      return t.fail("__init__() should return None (TypeError)");
+    if (Done d = inlinePythonInit(t, init, obj, std::move(args), std::move(kwargs)); !d) return d.stop();
   } else if (part && init == lookupInMro(reinterpret_cast<PyObject*>(base), interned(Str::dunder_init), nullptr)) {
     if (!args.empty() || !kwargs.empty()) {  // dict.__init__(mapping, **kw): update; list.__init__(iterable): extend
       if (part->is(Kind::List) && (args.size() != 1 || !kwargs.empty()))
