@@ -15,29 +15,15 @@ import cdynamo
 import cdynamo.testing
 
 from .harness import Cases, check
+from .test_context_managers import GradModeSwitch, grad_mode_switch
 
 case = Cases()
 
 
-class GradSwitch:
-    def __init__(self, mode):
-        self.prev = torch.is_grad_enabled()
-        self.mode = mode
-
-    def __enter__(self):
-        torch._C._set_grad_enabled(self.mode)
-
-    def __exit__(self, *exc):
-        torch._C._set_grad_enabled(self.prev)
-
-
-@contextlib.contextmanager
-def grad_switch(mode):
-    prev = torch.is_grad_enabled()
-    try:
-        yield torch._C._set_grad_enabled(mode)
-    finally:
-        torch._C._set_grad_enabled(prev)
+# The program's own grad-mode contexts (a class, a contextlib generator), shared with the
+# context-manager corpus.
+GradSwitch = GradModeSwitch
+grad_switch = grad_mode_switch
 
 
 def break_in_no_grad_of_a_callee(x, z):
