@@ -290,17 +290,19 @@ void GraphBuilder::rememberResult(NodeOp op, PyObject* target, PyObject* key, co
 }
 
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep) {
+                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep,
+                          PyObject* known_fake) {
   Node n{op};
   if (location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
   if (rejectChoiceMutation(op, target, n) < 0) return -1;
+  if (known_fake) n.fake = Ref::borrow(known_fake);
 
   // The memo first: an identical op on identically shaped inputs makes its result directly.
   std::vector<bool> in_rg;
-  Ref key = memoKey(op, target, n.args, n.kwargs, &in_rg);
+  Ref key = known_fake ? Ref() : memoKey(op, target, n.args, n.kwargs, &in_rg);
   Ref memo_result;  // with config.memo_check: the memo's result, checked against the op's own
   if (key && fromMemo(key.get(), in_rg, &n, &memo_result) < 0) return -1;
 

@@ -173,9 +173,12 @@ class GraphBuilder {
   // the graph yet, and dropping them could hide an error eager execution raises.
   // `keep`: recorded and kept whatever it returns (a function the program allows in the
   // graph: what it does when the graph runs is the point, as with a mutation).
+  // `known_fake`: the result's fake as the caller already knows it (a higher-order op whose
+  // result is its body's, speculated just before): neither the memo nor a run on fakes.
   static constexpr int kNoTensorResult = -2;
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep = false);
+              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep = false,
+              PyObject* known_fake = nullptr);
 
   // Node `id` stands for a value eager picks among its arguments by their values: the
   // result of max(a, b) over tensors is a or b itself, computed here as a new tensor (for

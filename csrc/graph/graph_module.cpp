@@ -550,12 +550,14 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
   if (!no_args || !root) return Ref();
   std::unordered_map<int, Ref> fx;
+  std::vector<PyObject*> order;  // the FX nodes in graph order, for the forward's source (fx_codegen.h)
   for (size_t k = 0; k < inputs.size(); ++k) {
     Ref name = Ref::steal(PyUnicode_FromStringAndSize(names[k].data(), static_cast<Py_ssize_t>(names[k].size())));
     Ref kw = Ref::steal(PyDict_New());
     if (!name || !kw) return Ref();
     Ref fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true, nullptr);
     if (!fxn) return Ref();
+    order.push_back(fxn.get());
     Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), interned(Str::meta)));
     if (!meta || PyDict_SetItem(meta.get(), interned(Str::example_value), nodes_[inputs[k]].fake.get()) < 0) return Ref();
     fx[inputs[k]] = std::move(fxn);
@@ -591,6 +593,7 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
     // A body's nodes are named by FX (null name) in the subgraph's own namespace.
     Ref fxn = emitNode(maker, n, t, root.get(), no_args.get(), nullptr, [&](const Arg& a) { return mat(a, mat); });
     if (!fxn || !setNodeMeta(fxn.get(), n)) return Ref();
+    order.push_back(fxn.get());
     fx[b] = std::move(fxn);
   }
   FxNamespace body_names(nullptr);  // FX named the body's nodes itself
@@ -610,6 +613,12 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   if (!outs) return Ref();
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
   if (!out) return Ref();
+  order.push_back(out.get());
+  // The forward's source generated here, as for the frame's graph (a checkpointed model has a
+  // body per layer: FX's own generation was a quarter of its tracing).
+  Ref code = fxcodegen::precompute(graph.get(), order);
+  if (code) return fxcodegen::construct(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), code.get());
+  if (PyErr_Occurred()) return Ref();
   return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));
 }
 

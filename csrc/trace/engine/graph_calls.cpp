@@ -207,7 +207,8 @@ static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObjec
 }
 
 Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
-                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool keep) {
+                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool keep,
+                                    PyObject* known_fake) {
   // The autograd engine (Tensor.backward(), torch.autograd.backward/grad, which reach
   // Variable._execution_engine.run_backward) works on the real tensors' autograd graph and
   // sets .grad: nothing a graph node can do (its None result made it a dead query). A graph
@@ -245,7 +246,7 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
     gkwargs.emplace_back(k.copy(), std::move(a));
   }
   Ref plain;
-  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain, keep);
+  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain, keep, known_fake);
   if (node == graph::GraphBuilder::kNoTensorResult) {
     if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor)) {
       // Only a size or stride query can be asked again item by item (once every tuple

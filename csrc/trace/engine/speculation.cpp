@@ -24,7 +24,10 @@
 //    passes them as extra operands, in that order, as torch._dynamo lifts free variables.
 //  * The op's node is then recorded like any torch call: run on fakes, torch's own fake
 //    implementation of the op runs the body GraphModule, so the result's metadata (and the
-//    check that cond's branches agree) is torch's.
+//    check that cond's branches agree) is torch's. An op that runs its body once and returns
+//    its result (checkpoint, wrap) takes fresh fakes like the body's outputs instead
+//    (cdynamo/_internal/hop_results.py says when it cannot): running the body on fakes
+//    again cost most of the tracing of a checkpointed model.
 //
 // What a body may not do, because the op runs it apart from the frame (never, once, twice,
 // in the backward) while the trace would replay its effects once after the graph: change
@@ -99,8 +102,8 @@ std::vector<ValuePtr> tensorValues(const std::vector<int>& nodes) {
 // The op's node over `args` (its result a tuple of tensors, one getitem each), reshaped as
 // the body's result `like`.
 Result<ValuePtr> recordOp(Tracer& t, const std::string& op, PyObject* target, const Args& args, const Kwargs& kwargs,
-                          const ValuePtr& like, size_t noutputs) {
-  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, args, kwargs);
+                          const ValuePtr& like, size_t noutputs, PyObject* known_fake = nullptr) {
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, args, kwargs, false, known_fake);
   if (!r) return r;
   const std::vector<ValuePtr>* items = (*r)->elements();
   if (!items || items->size() != noutputs) return t.fail(op + ": the op's result does not match its body's outputs");
@@ -334,7 +337,18 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
   Args call_args = {Value::tensor(*gm_id)};
   for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
   for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
-  return recordOp(t, op, target, call_args, own, body.result, body.outputs.size());
+  // The op returns what its body returned: fresh fakes like the body's outputs are its
+  // result, without running the whole body on fakes a second time (None: run it).
+  PyObject* fresh_like = lookup(Obj::cdynamo_hop_fresh_like);
+  if (!fresh_like) return t.failFromPython(op);
+  Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(body.outputs.size())));
+  if (!outs) return t.failFromPython(op);
+  for (size_t i = 0; i < body.outputs.size(); ++i)
+    PyTuple_SET_ITEM(outs.get(), static_cast<Py_ssize_t>(i), Ref::borrow(t.graph().fake(body.outputs[i])).release());
+  Ref known = Ref::steal(PyObject_CallOneArg(fresh_like, outs.get()));
+  if (!known) return t.failFromPython(op + ": the fake result of its body");
+  return recordOp(t, op, target, call_args, own, body.result, body.outputs.size(),
+                  known.get() == Py_None ? nullptr : known.get());
 }
 
 }  // namespace
