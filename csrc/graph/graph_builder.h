@@ -97,6 +97,7 @@ struct DynamicConfig {
   int mode = -1;             // compile(dynamic=): 1 True, 0 False, -1 None (automatic)
   PyObject* memory = nullptr;  // the code object's size memory (a dict, see cdynamo/_internal/symbolic_shapes.py), or null
   bool marked_inputs = false;  // a frame input carries torch._dynamo.mark_dynamic marks
+  bool shape_env = false;      // a ShapeEnv even with static sizes (an op's fake implementation needs one)
 };
 
 class GraphBuilder {

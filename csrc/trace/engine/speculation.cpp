@@ -389,6 +389,13 @@ Result<ValuePtr> callWhileLoop(Tracer& t, PyObject*, const char*, Args& args, Kw
   if (!args[2]->is(Kind::Tuple) && !args[2]->is(Kind::List))
     return t.fail(op + ": carried_inputs must be a tuple or a list of tensors");
   std::vector<ValuePtr> carried = *args[2]->elements();
+  if (!t.graph().shapeEnv()) {
+    // The op's fake implementation makes (and ignores) unbacked symbols of the trace's
+    // ShapeEnv: a trace made without one is made again with one, static sizes kept.
+    t.retrace_requested = true;
+    t.retrace_with_shape_env = true;
+    return t.fail(op + " needs a ShapeEnv for its fake implementation: the frame is traced again with one");
+  }
   std::vector<int> inputs;
   std::vector<ValuePtr> stand;
   for (const ValuePtr& c : carried) {
