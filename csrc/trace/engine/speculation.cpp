@@ -318,10 +318,45 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
 
 namespace {
 
+// The real object a callable value of the program stands for, guarded by identity (a
+// function read from the program is otherwise guarded by its code and globals, which another
+// closure of the same code passes); a functools.partial made in the trace is made for real
+// from such parts and constants. Null when some part exists only in the trace.
+Ref realCallable(Tracer& t, const ValuePtr& v) {
+  if (v->is(Kind::Constant)) return Ref::borrow(v->constant());
+  if (v->is(Kind::Callable) && v->reg >= 0) {
+    t.guards().checkIdentity(v->reg, v->real());
+    return Ref::borrow(v->real());
+  }
+  const Partial* part = v->get<Partial>();
+  if (!part || part->context) return Ref();
+  Ref fn = realCallable(t, part->fn);
+  if (!fn || !part->args->is(Kind::Tuple) || !part->kwargs->is(Kind::Dict)) return Ref();
+  const std::vector<ValuePtr>& items = *part->args->elements();
+  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(items.size() + 1)));
+  if (!pargs) return PyErr_Clear(), Ref();
+  PyTuple_SET_ITEM(pargs.get(), 0, fn.release());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Ref item = realCallable(t, items[i]);
+    if (!item) return Ref();
+    PyTuple_SET_ITEM(pargs.get(), static_cast<Py_ssize_t>(i + 1), item.release());
+  }
+  const Dict& d = part->kwargs->as<Dict>();
+  Ref kw = Ref::steal(PyDict_New());
+  if (!kw) return PyErr_Clear(), Ref();
+  for (size_t i = 0; i < d.keys.size(); ++i) {
+    Ref value = realCallable(t, d.values[i]);
+    if (!value || PyDict_SetItem(kw.get(), d.keys[i].get(), value.get()) < 0) return PyErr_Clear(), Ref();
+  }
+  Ref made = Ref::steal(PyObject_Call(lookup(Obj::functools_partial), pargs.get(), kw.get()));
+  if (!made) PyErr_Clear();
+  return made;
+}
+
 // A higher-order op that runs its body once, with `body_args`/`body_kwargs`:
 // target(wrap_body_k, *tensor_args, *lifted, **own), reshaped as the body's result.
 Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, const ValuePtr& fn, Args body_args,
-                             Kwargs body_kwargs, const Kwargs& own) {
+                             Kwargs body_kwargs, const Kwargs& own, PyObject* context_fn = nullptr) {
   std::vector<int> inputs;
   for (const ValuePtr& a : body_args)
     if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
@@ -329,6 +364,12 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
   if (Done d = speculate(t, op, fn, std::move(body_args), std::move(body_kwargs), inputs, &body); !d) return d.stop();
   Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "wrap_body", [](int) { return std::string(); });
   if (!gm_id) return gm_id.stop();
+  if (context_fn) {
+    static PyObject* const key = PyUnicode_InternFromString("_checkpoint_context_fn");
+    Ref meta = Ref::steal(PyObject_GetAttrString(t.graph().node(*gm_id).real.get(), "meta"));
+    if (!meta || PyObject_SetItem(meta.get(), key, context_fn) < 0)
+      return t.failFromPython(op + ": passing its context_fn");
+  }
   PyObject* target = lookup(target_obj);
   if (!target) return t.failFromPython(op);
   Args call_args = {Value::tensor(*gm_id)};
@@ -345,6 +386,7 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
 Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
   const std::string op = "torch.utils.checkpoint.checkpoint";
   if (args.empty()) return t.fail(op + " needs a function");
+  Ref context_fn;
   static const char* const kOwn[] = {"use_reentrant", "context_fn", "determinism_check", "debug", "early_stop",
                                      "preserve_rng_state"};
   Kwargs own, body_kwargs;
@@ -359,14 +401,21 @@ Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, K
       PyObject* noop = lookup(Obj::torch_utils_checkpoint_noop_context_fn);
       if (!noop) return t.failFromPython(op);
       if (kv.second->real() == noop) continue;  // the default: nothing to pass
-      return t.fail(op + " with a context_fn (selective checkpointing) is not supported yet");
+      // Selective checkpointing: the context_fn is no graph value but the policy AOT
+      // autograd applies when it lowers the op, read from the body's GraphModule meta (as
+      // torch._dynamo passes it); so it must be a real object, the same on every hit.
+      context_fn = realCallable(t, kv.second);
+      if (!context_fn)
+        return t.fail(op + ": its context_fn must be a function or a functools.partial of functions and "
+                      "constants read from the program, not one made in the compiled code");
+      continue;
     }
     if (!kv.second->is(Kind::Constant))
       return t.fail(op + ": its keyword " + PyUnicode_AsUTF8(kv.first.get()) + " must be a constant");
     own.emplace_back(kv.first.copy(), kv.second);
   }
   return callWrapped(t, op, Obj::torch_ops_higher_order_tag_activation_checkpoint, args[0],
-                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own);
+                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own, context_fn.get());
 }
 
 // torch._higher_order_ops.wrap.wrap(fn, *args, **kwargs): torch.ops.higher_order.wrap(wrap_body_k, ...).
