@@ -103,6 +103,14 @@ class Tracer {
   bool retrace_with_shape_env = false;
   // Whether this trace was asked for such a ShapeEnv (the retry of the above).
   bool withShapeEnv() const { return with_shape_env_; }
+  // The bodies of nested compile regions installed so far (invoke_subgraph, speculation.cpp):
+  // a later call whose body has the same key names the same subgraph.
+  struct RegionBody {
+    Ref key;   // cdynamo._internal.subgraph_reuse.body_key of its GraphModule
+    int node;  // its get_attr node
+    std::string name;  // the attribute, the op's identifier argument
+  };
+  std::vector<RegionBody> region_bodies;
 
   // ---- failure (tracer.cpp) ----
   // Stops the trace: records the reason (the first one wins) and where the trace was;

@@ -161,10 +161,9 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
   return {};
 }
 
-Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
-                            const std::vector<int>& lifted, const std::string& base,
-                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
-                            const std::vector<std::string>* input_names) {
+Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                    const std::vector<int>& lifted, const std::function<std::string(int)>& lifted_suffix,
+                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names) {
   std::vector<int> all = inputs;
   all.insert(all.end(), lifted.begin(), lifted.end());
   std::vector<std::string> names;
@@ -180,7 +179,16 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg
     for (int k = 1; !used.insert(n).second; ++k) n = base + "_" + std::to_string(k);
   }
   Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
-  if (!gm) return t.failFromPython(op + ": building its body's graph");
+  if (!gm) (void)t.failFromPython(op + ": building its body's graph");
+  return gm;
+}
+
+Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                            const std::vector<int>& lifted, const std::string& base,
+                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
+                            const std::vector<std::string>* input_names) {
+  Ref gm = buildBodyModule(t, op, sg, inputs, lifted, lifted_suffix, form, input_names);
+  if (!gm) return Stop{Outcome::Unsupported};
   int id = t.graph().addSubmodule(gm.get(), base);
   if (id < 0) return t.failFromPython(op);
   return id;
@@ -564,6 +572,66 @@ Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   if (!target) return t.failFromPython(op);
   Args call_args = {Value::tensor(*gm_id), Value::list(init_leaves), Value::list(xs_leaves),
                     Value::list(tensorValues(body.lifted))};
+  return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+}  // namespace cdynamo::trace
+
+namespace cdynamo::trace {
+
+// A call of a function marked torch.compiler.nested_compile_region reaches the placeholder
+// its wrapper calls, invoke_subgraph_placeholder(fn, *args, **kwargs):
+// torch.ops.higher_order.invoke_subgraph(subgraph_k, 'subgraph_k', *tensor_args, *lifted), its
+// body returning a tuple. Each call is traced (its guards are the frame's); a body equal to one
+// installed before (subgraph_reuse.body_key: same structure over inputs of the same metadata)
+// is not installed again: the op names the earlier one, so every call of the region runs one
+// compiled body, as torch._dynamo reuses it.
+Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch.compiler.nested_compile_region";
+  if (args.empty()) return t.fail(op + ": the region's function is missing");
+  std::vector<int> inputs;
+  auto note = [&](const ValuePtr& a) {
+    if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
+  };
+  for (size_t i = 1; i < args.size(); ++i) note(args[i]);
+  Kwargs body_kwargs;
+  for (const auto& kv : kwargs) {
+    note(kv.second);
+    body_kwargs.emplace_back(kv.first.copy(), kv.second);
+  }
+  Subgraph body;
+  if (Done d = speculate(t, op, args[0], Args(args.begin() + 1, args.end()), std::move(body_kwargs), inputs, &body); !d)
+    return d.stop();
+  auto none = [](int) { return std::string(); };
+  Ref gm = buildBodyModule(t, op, body, inputs, body.lifted, none, graph::GraphBuilder::OutputForm::Tuple, nullptr);
+  if (!gm) return Stop{Outcome::Unsupported};
+  PyObject* key_of = lookup(Obj::cdynamo_subgraph_body_key);
+  Ref key = key_of ? Ref::steal(PyObject_CallOneArg(key_of, gm.get())) : Ref();
+  if (!key) return t.failFromPython(op + ": comparing its body with the region's earlier ones");
+  int gm_id = -1;
+  std::string name;
+  for (const Tracer::RegionBody& earlier : t.region_bodies) {
+    int same = PyObject_RichCompareBool(earlier.key.get(), key.get(), Py_EQ);
+    if (same < 0) return t.failFromPython(op + ": comparing its body with the region's earlier ones");
+    if (same) {
+      gm_id = t.graph().addSubmoduleAlias(earlier.node, "subgraph");
+      name = earlier.name;
+      break;
+    }
+  }
+  if (gm_id < 0) {
+    gm_id = t.graph().addSubmodule(gm.get(), "subgraph");
+    if (gm_id < 0) return t.failFromPython(op);
+    name = t.graph().node(gm_id).name;
+    t.region_bodies.push_back({std::move(key), gm_id, name});
+  }
+  PyObject* target = lookup(Obj::torch_ops_higher_order_invoke_subgraph);
+  if (!target) return t.failFromPython(op);
+  Ref identifier = Ref::steal(PyUnicode_FromStringAndSize(name.data(), static_cast<Py_ssize_t>(name.size())));
+  if (!identifier) return t.failFromPython(op);
+  Args call_args = {Value::tensor(gm_id), Value::constant(identifier.get())};
+  for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
   return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
 }
 
