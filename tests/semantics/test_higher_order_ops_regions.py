@@ -248,3 +248,29 @@ def test_nested_compile_region_backward(backend):
     for _ in range(2):
         torch.testing.assert_close(run(cf), expected)
     assert cnt.frame_count == 1
+
+
+def test_another_policy_of_the_same_code_compiles_again():
+    # A function argument is otherwise guarded by its code and globals; the policy a closure
+    # holds is the graph's (in its meta), so another closure must not hit this entry.
+    def policy_saving(save):
+        def policy(ctx, op, *args, **kwargs):
+            if save and op == torch.ops.aten.mm.default:
+                return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+
+        return policy
+
+    def f(x, y, policy):
+        ctx = functools.partial(create_selective_checkpoint_contexts, policy)
+        return checkpoint(_mm_chain, x, y, use_reentrant=False, context_fn=ctx)
+
+    cnt = torch._dynamo.testing.CompileCounterWithBackend("aot_eager")
+    cf = cdynamo.compile(f, backend=cnt)
+    x, y = torch.randn(4, 4, requires_grad=True), torch.randn(4, 4)
+    save, recompute = policy_saving(True), policy_saving(False)
+    for p in (save, save, recompute):
+        out = cf(x, y, p)
+        out.sum().backward()
+        torch.testing.assert_close(out, f(x, y, p))
+    assert cnt.frame_count == 2
