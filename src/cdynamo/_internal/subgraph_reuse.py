@@ -16,7 +16,8 @@ from torch.fx.node import map_aggregate
 
 def _value_key(v):
     if isinstance(v, torch.Tensor):
-        return ("T", tuple(v.shape), tuple(v.stride()), v.dtype, v.device, v.requires_grad)
+        # Sizes as text: comparing symbolic sizes with == would ask the ShapeEnv (a guard).
+        return ("T", tuple(map(str, v.shape)), tuple(map(str, v.stride())), v.dtype, v.device, v.requires_grad)
     if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         return ("S", type(v).__name__)
     return ("C", type(v).__name__, repr(v))
