@@ -67,6 +67,7 @@ struct Node {
   NodeOp op;
   Ref target;          // callable (CallFunction) or method name str (CallMethod); null for inputs
   std::string name;    // placeholder name
+  std::string attr;    // GetAttr of a subgraph: the attribute it reads when not its own name (a reused body)
   std::vector<Arg> args;
   std::vector<std::pair<Ref, Arg>> kwargs;  // name (str) -> value
   Ref fake;            // fake result (FakeTensor, or a tuple of them)
@@ -97,6 +98,7 @@ struct DynamicConfig {
   int mode = -1;             // compile(dynamic=): 1 True, 0 False, -1 None (automatic)
   PyObject* memory = nullptr;  // the code object's size memory (a dict, see cdynamo/_internal/symbolic_shapes.py), or null
   bool marked_inputs = false;  // a frame input carries torch._dynamo.mark_dynamic marks
+  bool shape_env = false;      // a ShapeEnv even with static sizes (an op's fake implementation needs one)
 };
 
 class GraphBuilder {
@@ -231,6 +233,9 @@ class GraphBuilder {
   // (made unique with _0, _1, ... per base name, as torch._dynamo's install_subgraph does);
   // its fake is `gm` itself, so a higher-order op run on fakes runs the body. The node id or -1.
   int addSubmodule(PyObject* gm, const std::string& base);
+  // Another get_attr node of the submodule node `of` installed (a body two calls share): named
+  // `base`_k as a new one would be, reading `of`'s attribute.
+  int addSubmoduleAlias(int of, const std::string& base);
   // Takes the nodes recorded from `first` on that compute something (calls, and the get_attr
   // nodes of nested subgraphs) out of this graph: they become the body of a subgraph and are
   // listed in *body. Placeholders and tensor attributes made meanwhile (a tensor the body read

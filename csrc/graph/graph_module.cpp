@@ -185,7 +185,8 @@ template <class Materialize>
 Ref emitNode(FxNodeMaker& maker, const Node& n, const TorchRefs* t, PyObject* root, PyObject* no_args,
              PyObject* fx_name, Materialize&& materialize) {
   if (n.op == NodeOp::GetAttr) {
-    Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+    const std::string& attr = n.attr.empty() ? n.name : n.attr;
+    Ref name = Ref::steal(PyUnicode_FromStringAndSize(attr.data(), static_cast<Py_ssize_t>(attr.size())));
     Ref kw = Ref::steal(PyDict_New());
     if (!name || !kw || PyObject_SetAttr(root, name.get(), n.real.get()) < 0) return Ref();
     return maker.make(Str::get_attr, name.get(), no_args, kw.get(), false, fx_name);
@@ -477,6 +478,19 @@ int GraphBuilder::addSubmodule(PyObject* gm, const std::string& base) {
   n.name = base + "_" + std::to_string(count++);
   n.real = Ref::borrow(gm);
   n.fake = Ref::borrow(gm);
+  n.submodule = true;
+  if (location_source_) n.loc = location_source_();
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
+int GraphBuilder::addSubmoduleAlias(int of, const std::string& base) {
+  const Node& target = nodes_[static_cast<size_t>(of)];
+  Node n{NodeOp::GetAttr};
+  n.name = base + "_" + std::to_string(submodule_counts_[base]++);
+  n.attr = target.attr.empty() ? target.name : target.attr;
+  n.real = target.real.copy();
+  n.fake = target.fake.copy();
   n.submodule = true;
   if (location_source_) n.loc = location_source_();
   nodes_.push_back(std::move(n));

@@ -81,8 +81,10 @@ struct BreakTarget {
 
 class Tracer {
  public:
-  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr)
-      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)) {
+  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr,
+         bool with_shape_env = false)
+      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)),
+        with_shape_env_(with_shape_env) {
     graph_.setLocationSource([this] { return locationId(current_); });
   }
   Tracer(const Tracer&) = delete;
@@ -95,6 +97,20 @@ class Tracer {
   // again from its start sees it (an optimizer's state created on its first step): the
   // failed run is dropped and the frame translated once more.
   bool retrace_requested = false;
+  // Set with retrace_requested by an op whose fake implementation needs a ShapeEnv (the
+  // while_loop op makes unbacked symbols) in a trace made without one: the frame is traced
+  // again with a ShapeEnv of static shapes, as torch._dynamo's traces always have one.
+  bool retrace_with_shape_env = false;
+  // Whether this trace was asked for such a ShapeEnv (the retry of the above).
+  bool withShapeEnv() const { return with_shape_env_; }
+  // The bodies of nested compile regions installed so far (invoke_subgraph, speculation.cpp):
+  // a later call whose body has the same key names the same subgraph.
+  struct RegionBody {
+    Ref key;   // cdynamo._internal.subgraph_reuse.body_key of its GraphModule
+    int node;  // its get_attr node
+    std::string name;  // the attribute, the op's identifier argument
+  };
+  std::vector<RegionBody> region_bodies;
 
   // ---- failure (tracer.cpp) ----
   // Stops the trace: records the reason (the first one wins) and where the trace was;
@@ -343,6 +359,7 @@ class Tracer {
   bool user_error_ = false;
   Unsupported unsupported_;
   BreakTarget break_target_;
+  bool with_shape_env_ = false;
   std::vector<int> root_visits_;  // root instruction index -> times reached
   int fail_index_ = -1;           // root instruction running when fail() was first called
   int fail_visit_ = 0;

@@ -164,10 +164,9 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
   return {};
 }
 
-Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
-                            const std::vector<int>& lifted, const std::string& base,
-                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
-                            const std::vector<std::string>* input_names) {
+Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                    const std::vector<int>& lifted, const std::function<std::string(int)>& lifted_suffix,
+                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names) {
   std::vector<int> all = inputs;
   all.insert(all.end(), lifted.begin(), lifted.end());
   std::vector<std::string> names;
@@ -183,7 +182,16 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg
     for (int k = 1; !used.insert(n).second; ++k) n = base + "_" + std::to_string(k);
   }
   Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
-  if (!gm) return t.failFromPython(op + ": building its body's graph");
+  if (!gm) (void)t.failFromPython(op + ": building its body's graph");
+  return gm;
+}
+
+Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                            const std::vector<int>& lifted, const std::string& base,
+                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
+                            const std::vector<std::string>* input_names) {
+  Ref gm = buildBodyModule(t, op, sg, inputs, lifted, lifted_suffix, form, input_names);
+  if (!gm) return Stop{Outcome::Unsupported};
   int id = t.graph().addSubmodule(gm.get(), base);
   if (id < 0) return t.failFromPython(op);
   return id;
@@ -321,10 +329,45 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
 
 namespace {
 
+// The real object a callable value of the program stands for, guarded by identity (a
+// function read from the program is otherwise guarded by its code and globals, which another
+// closure of the same code passes); a functools.partial made in the trace is made for real
+// from such parts and constants. Null when some part exists only in the trace.
+Ref realCallable(Tracer& t, const ValuePtr& v) {
+  if (v->is(Kind::Constant)) return Ref::borrow(v->constant());
+  if (v->is(Kind::Callable) && v->reg >= 0) {
+    t.guards().checkIdentity(v->reg, v->real());
+    return Ref::borrow(v->real());
+  }
+  const Partial* part = v->get<Partial>();
+  if (!part || part->context) return Ref();
+  Ref fn = realCallable(t, part->fn);
+  if (!fn || !part->args->is(Kind::Tuple) || !part->kwargs->is(Kind::Dict)) return Ref();
+  const std::vector<ValuePtr>& items = *part->args->elements();
+  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(items.size() + 1)));
+  if (!pargs) return PyErr_Clear(), Ref();
+  PyTuple_SET_ITEM(pargs.get(), 0, fn.release());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Ref item = realCallable(t, items[i]);
+    if (!item) return Ref();
+    PyTuple_SET_ITEM(pargs.get(), static_cast<Py_ssize_t>(i + 1), item.release());
+  }
+  const Dict& d = part->kwargs->as<Dict>();
+  Ref kw = Ref::steal(PyDict_New());
+  if (!kw) return PyErr_Clear(), Ref();
+  for (size_t i = 0; i < d.keys.size(); ++i) {
+    Ref value = realCallable(t, d.values[i]);
+    if (!value || PyDict_SetItem(kw.get(), d.keys[i].get(), value.get()) < 0) return PyErr_Clear(), Ref();
+  }
+  Ref made = Ref::steal(PyObject_Call(lookup(Obj::functools_partial), pargs.get(), kw.get()));
+  if (!made) PyErr_Clear();
+  return made;
+}
+
 // A higher-order op that runs its body once, with `body_args`/`body_kwargs`:
 // target(wrap_body_k, *tensor_args, *lifted, **own), reshaped as the body's result.
 Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, const ValuePtr& fn, Args body_args,
-                             Kwargs body_kwargs, const Kwargs& own) {
+                             Kwargs body_kwargs, const Kwargs& own, PyObject* context_fn = nullptr) {
   std::vector<int> inputs;
   for (const ValuePtr& a : body_args)
     if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
@@ -332,6 +375,12 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
   if (Done d = speculate(t, op, fn, std::move(body_args), std::move(body_kwargs), inputs, &body); !d) return d.stop();
   Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "wrap_body", [](int) { return std::string(); });
   if (!gm_id) return gm_id.stop();
+  if (context_fn) {
+    static PyObject* const key = PyUnicode_InternFromString("_checkpoint_context_fn");
+    Ref meta = Ref::steal(PyObject_GetAttrString(t.graph().node(*gm_id).real.get(), "meta"));
+    if (!meta || PyObject_SetItem(meta.get(), key, context_fn) < 0)
+      return t.failFromPython(op + ": passing its context_fn");
+  }
   PyObject* target = lookup(target_obj);
   if (!target) return t.failFromPython(op);
   Args call_args = {Value::tensor(*gm_id)};
@@ -359,6 +408,7 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
 Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
   const std::string op = "torch.utils.checkpoint.checkpoint";
   if (args.empty()) return t.fail(op + " needs a function");
+  Ref context_fn;
   static const char* const kOwn[] = {"use_reentrant", "context_fn", "determinism_check", "debug", "early_stop",
                                      "preserve_rng_state"};
   Kwargs own, body_kwargs;
@@ -373,14 +423,21 @@ Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, K
       PyObject* noop = lookup(Obj::torch_utils_checkpoint_noop_context_fn);
       if (!noop) return t.failFromPython(op);
       if (kv.second->real() == noop) continue;  // the default: nothing to pass
-      return t.fail(op + " with a context_fn (selective checkpointing) is not supported yet");
+      // Selective checkpointing: the context_fn is no graph value but the policy AOT
+      // autograd applies when it lowers the op, read from the body's GraphModule meta (as
+      // torch._dynamo passes it); so it must be a real object, the same on every hit.
+      context_fn = realCallable(t, kv.second);
+      if (!context_fn)
+        return t.fail(op + ": its context_fn must be a function or a functools.partial of functions and "
+                      "constants read from the program, not one made in the compiled code");
+      continue;
     }
     if (!kv.second->is(Kind::Constant))
       return t.fail(op + ": its keyword " + PyUnicode_AsUTF8(kv.first.get()) + " must be a constant");
     own.emplace_back(kv.first.copy(), kv.second);
   }
   return callWrapped(t, op, Obj::torch_ops_higher_order_tag_activation_checkpoint, args[0],
-                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own);
+                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own, context_fn.get());
 }
 
 // torch._higher_order_ops.wrap.wrap(fn, *args, **kwargs): torch.ops.higher_order.wrap(wrap_body_k, ...).
@@ -403,6 +460,13 @@ Result<ValuePtr> callWhileLoop(Tracer& t, PyObject*, const char*, Args& args, Kw
   if (!args[2]->is(Kind::Tuple) && !args[2]->is(Kind::List))
     return t.fail(op + ": carried_inputs must be a tuple or a list of tensors");
   std::vector<ValuePtr> carried = *args[2]->elements();
+  if (!t.graph().shapeEnv()) {
+    // The op's fake implementation makes (and ignores) unbacked symbols of the trace's
+    // ShapeEnv: a trace made without one is made again with one, static sizes kept.
+    t.retrace_requested = true;
+    t.retrace_with_shape_env = true;
+    return t.fail(op + " needs a ShapeEnv for its fake implementation: the frame is traced again with one");
+  }
   std::vector<int> inputs;
   std::vector<ValuePtr> stand;
   for (const ValuePtr& c : carried) {
@@ -522,6 +586,66 @@ Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   if (!target) return t.failFromPython(op);
   Args call_args = {Value::tensor(*gm_id), Value::list(init_leaves), Value::list(xs_leaves),
                     Value::list(tensorValues(body.lifted))};
+  return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+}  // namespace cdynamo::trace
+
+namespace cdynamo::trace {
+
+// A call of a function marked torch.compiler.nested_compile_region reaches the placeholder
+// its wrapper calls, invoke_subgraph_placeholder(fn, *args, **kwargs):
+// torch.ops.higher_order.invoke_subgraph(subgraph_k, 'subgraph_k', *tensor_args, *lifted), its
+// body returning a tuple. Each call is traced (its guards are the frame's); a body equal to one
+// installed before (subgraph_reuse.body_key: same structure over inputs of the same metadata)
+// is not installed again: the op names the earlier one, so every call of the region runs one
+// compiled body, as torch._dynamo reuses it.
+Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch.compiler.nested_compile_region";
+  if (args.empty()) return t.fail(op + ": the region's function is missing");
+  std::vector<int> inputs;
+  auto note = [&](const ValuePtr& a) {
+    if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
+  };
+  for (size_t i = 1; i < args.size(); ++i) note(args[i]);
+  Kwargs body_kwargs;
+  for (const auto& kv : kwargs) {
+    note(kv.second);
+    body_kwargs.emplace_back(kv.first.copy(), kv.second);
+  }
+  Subgraph body;
+  if (Done d = speculate(t, op, args[0], Args(args.begin() + 1, args.end()), std::move(body_kwargs), inputs, &body); !d)
+    return d.stop();
+  auto none = [](int) { return std::string(); };
+  Ref gm = buildBodyModule(t, op, body, inputs, body.lifted, none, graph::GraphBuilder::OutputForm::Tuple, nullptr);
+  if (!gm) return Stop{Outcome::Unsupported};
+  PyObject* key_of = lookup(Obj::cdynamo_subgraph_body_key);
+  Ref key = key_of ? Ref::steal(PyObject_CallOneArg(key_of, gm.get())) : Ref();
+  if (!key) return t.failFromPython(op + ": comparing its body with the region's earlier ones");
+  int gm_id = -1;
+  std::string name;
+  for (const Tracer::RegionBody& earlier : t.region_bodies) {
+    int same = PyObject_RichCompareBool(earlier.key.get(), key.get(), Py_EQ);
+    if (same < 0) return t.failFromPython(op + ": comparing its body with the region's earlier ones");
+    if (same) {
+      gm_id = t.graph().addSubmoduleAlias(earlier.node, "subgraph");
+      name = earlier.name;
+      break;
+    }
+  }
+  if (gm_id < 0) {
+    gm_id = t.graph().addSubmodule(gm.get(), "subgraph");
+    if (gm_id < 0) return t.failFromPython(op);
+    name = t.graph().node(gm_id).name;
+    t.region_bodies.push_back({std::move(key), gm_id, name});
+  }
+  PyObject* target = lookup(Obj::torch_ops_higher_order_invoke_subgraph);
+  if (!target) return t.failFromPython(op);
+  Ref identifier = Ref::steal(PyUnicode_FromStringAndSize(name.data(), static_cast<Py_ssize_t>(name.size())));
+  if (!identifier) return t.failFromPython(op);
+  Args call_args = {Value::tensor(gm_id), Value::constant(identifier.get())};
+  for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
   return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
 }
 

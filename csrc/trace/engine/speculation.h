@@ -44,6 +44,10 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& g,
                             const std::function<std::string(int)>& lifted_suffix,
                             graph::GraphBuilder::OutputForm form = graph::GraphBuilder::OutputForm::Tuple,
                             const std::vector<std::string>* input_names = nullptr);
+// The GraphModule installSubgraph installs, not installed yet (null with the failure recorded).
+Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                    const std::vector<int>& lifted, const std::function<std::string(int)>& lifted_suffix,
+                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names);
 
 // A body input that is not one of the frame's values but stands for each of its values in turn
 // (a while_loop's carried value, a slice map and scan take of their inputs): a node made from
@@ -61,5 +65,6 @@ Result<ValuePtr> callWrap(Tracer& t, PyObject* f, const char* name, Args& args, 
 Result<ValuePtr> callWhileLoop(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callMap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callScan(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 
 }  // namespace cdynamo::trace

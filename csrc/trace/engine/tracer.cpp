@@ -272,6 +272,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   if (!dynamic) return failFromPython("the compile's dynamic setting");
   dyn.mode = dynamic.get() == Py_None ? -1 : PyObject_IsTrue(dynamic.get()) == 1 ? 1 : 0;
   dyn.memory = shape_memory_;
+  dyn.shape_env = with_shape_env_;
   static PyObject* const kMarks[] = {PyUnicode_InternFromString("_dynamo_dynamic_indices"),
                                      PyUnicode_InternFromString("_dynamo_weak_dynamic_indices")};
   for (int i = 0; i < root_view_.nfast && !dyn.marked_inputs; ++i) {
