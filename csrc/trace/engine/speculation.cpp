@@ -43,6 +43,7 @@
 #include <unordered_set>
 
 #include "support/lookup.h"
+#include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/protocol/calls.h"
 #include "trace/tracer.h"
@@ -509,6 +510,55 @@ Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   Args call_args = {Value::tensor(*gm_id), Value::list(init_leaves), Value::list(xs_leaves),
                     Value::list(tensorValues(body.lifted))};
   return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+// t.register_hook(hook) on a tensor the graph computes: torch.ops.higher_order.register_hook(
+// t, hook_body_k, *lifted), as torch._dynamo records it. The op registers the body as the
+// tensor's hook when the graph runs (on the real tensor, or on AOT autograd's tracing tensor,
+// whose backward then runs it), so the gradient of every use of t passes through it, the uses
+// traced before the call included. The body is the hook over a stand-in of the gradient (one
+// returning None keeps the gradient). Later reads of t go through the op's result, so the
+// call is never dead code. The handle the call returns is not modelled: the call must discard
+// it. A hook on a graph input, a hook the body cannot capture (a side effect, a graph break)
+// and a used handle are Unsupported: the call runs natively at a graph break.
+Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, Args& args, Kwargs& kwargs) {
+  const std::string op = "Tensor.register_hook";
+  if (args.size() != 1 || !kwargs.empty()) return t.fail(op + " takes one hook");
+  graph::GraphBuilder& g = t.graph();
+  const int node = self->as<Tensor>().node;
+  if (g.isScalar(node)) return t.fail(op + " on a number read from a tensor");
+  if (g.node(node).op == NodeOp::Placeholder || g.node(node).op == NodeOp::GetAttr)
+    return t.fail(op + " on a tensor the graph takes as input (its hook stays on the caller's tensor) is not "
+                  "captured yet");
+  Ref rg = Ref::steal(PyObject_GetAttrString(g.fake(node), "requires_grad"));
+  if (!rg) return t.failFromPython(op);
+  if (rg.get() != Py_True) return t.fail(op + " on a tensor that does not require grad (eager raises)");
+  SymbolicFrame* f = t.current();
+  if (!f || f->pc + 1 >= f->instrs.size() || f->instrs[f->pc + 1].op != bytecode::Op::POP_TOP)
+    return t.fail(op + ": the handle it returns is used, which is not modelled");
+  PyObject* wrapper = lookup(Obj::cdynamo_hook_or_grad);
+  PyObject* target = lookup(Obj::torch_ops_higher_order_register_hook);
+  if (!wrapper || !target) return t.failFromPython(op);
+  Result<ValuePtr> grad = standIn(t, op, self, false);
+  if (!grad) return grad;
+  std::vector<int> inputs = {(*grad)->as<Tensor>().node};
+  Subgraph body;
+  if (Done d = speculate(t, op + " (its hook)", Value::callable(wrapper), {args[0], *grad}, {}, inputs, &body); !d)
+    return d.stop();
+  if (body.outputs.size() != 1 || !body.result->is(Kind::Tensor))
+    return t.fail(op + ": the hook must return a tensor or None");
+  std::vector<std::string> names = {"grad"};
+  Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "hook_body", [](int) { return std::string(); },
+                                      graph::GraphBuilder::OutputForm::Single, &names);
+  if (!gm_id) return gm_id.stop();
+  Args call_args = {self, Value::tensor(*gm_id)};
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, call_args, {}, true);
+  if (!r) return r;
+  if (!(*r)->is(Kind::Tensor)) return t.fail(op + ": the op's result is not a tensor");
+  // Every holder of this tensor value (locals, containers) reads the hooked node from here on.
+  const_cast<Value&>(*self).as<Tensor>().node = (*r)->as<Tensor>().node;
+  return Value::constant(Py_None);
 }
 
 }  // namespace cdynamo::trace

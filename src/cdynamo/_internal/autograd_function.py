@@ -8,6 +8,15 @@ instead.
 import torch
 
 
+# ---- Tensor.register_hook on a tensor the graph computes ----------------------------------
+
+def hook_or_grad(hook, grad):
+    # The body the trace speculates for `t.register_hook(hook)`: what autograd passes on
+    # (a hook returning None leaves the gradient as it is).
+    r = hook(grad)
+    return grad if r is None else r
+
+
 # ---- torch.autograd.Function.apply without autograd ----------------------------------------
 
 class _FunctionCtx:
