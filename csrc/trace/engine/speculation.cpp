@@ -519,23 +519,39 @@ Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
 // traced before the call included. The body is the hook over a stand-in of the gradient (one
 // returning None keeps the gradient). Later reads of t go through the op's result, so the
 // call is never dead code. The handle the call returns is not modelled: the call must discard
-// it. A hook on a graph input, a hook the body cannot capture (a side effect, a graph break)
-// and a used handle are Unsupported: the call runs natively at a graph break.
-Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, Args& args, Kwargs& kwargs) {
-  const std::string op = "Tensor.register_hook";
+// it. On a tensor the caller passed in (and register_post_accumulate_grad_hook, which only a
+// leaf takes) the call is a side effect replayed on the real tensor after the graph: the hook
+// stays on it after the frame, as eager leaves it. A hook the body cannot capture (a side
+// effect, a graph break) and a used handle are Unsupported: the call runs natively at a
+// graph break.
+Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, PyObject* method, Args& args, Kwargs& kwargs) {
+  const bool post_accumulate = PyUnicode_CompareWithASCIIString(method, "register_post_accumulate_grad_hook") == 0;
+  const std::string op = std::string("Tensor.") + PyUnicode_AsUTF8(method);
   if (args.size() != 1 || !kwargs.empty()) return t.fail(op + " takes one hook");
   graph::GraphBuilder& g = t.graph();
   const int node = self->as<Tensor>().node;
   if (g.isScalar(node)) return t.fail(op + " on a number read from a tensor");
-  if (g.node(node).op == NodeOp::Placeholder || g.node(node).op == NodeOp::GetAttr)
-    return t.fail(op + " on a tensor the graph takes as input (its hook stays on the caller's tensor) is not "
-                  "captured yet");
   Ref rg = Ref::steal(PyObject_GetAttrString(g.fake(node), "requires_grad"));
   if (!rg) return t.failFromPython(op);
   if (rg.get() != Py_True) return t.fail(op + " on a tensor that does not require grad (eager raises)");
   SymbolicFrame* f = t.current();
   if (!f || f->pc + 1 >= f->instrs.size() || f->instrs[f->pc + 1].op != bytecode::Op::POP_TOP)
     return t.fail(op + ": the handle it returns is used, which is not modelled");
+  if (g.node(node).op == NodeOp::Placeholder || g.node(node).op == NodeOp::GetAttr) {
+    // A tensor the caller passed in keeps the hook after the frame (a backward outside it
+    // runs it): the call is replayed on it after the graph, with the hook the program made.
+    int reg = t.inputRegOf(node);
+    if (reg < 0 || !t.exampleOf(node)) return t.fail(op + " on a tensor the graph reads as a constant");
+    if (post_accumulate) {
+      Ref leaf = Ref::steal(PyObject_GetAttrString(t.exampleOf(node), "is_leaf"));
+      if (!leaf) return t.failFromPython(op);
+      if (leaf.get() != Py_True) return t.fail(op + " on a tensor that is not a leaf (eager raises)");
+    }
+    if (Done d = t.effects().callMethod(reg, method, args[0]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  // A hook after a leaf's .grad is accumulated: only leaves take one (eager raises on others).
+  if (post_accumulate) return t.fail(op + " on a tensor the graph computes (eager raises: not a leaf)");
   PyObject* wrapper = lookup(Obj::cdynamo_hook_or_grad);
   PyObject* target = lookup(Obj::torch_ops_higher_order_register_hook);
   if (!wrapper || !target) return t.failFromPython(op);

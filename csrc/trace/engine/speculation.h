@@ -60,8 +60,9 @@ Result<ValuePtr> callCheckpoint(Tracer& t, PyObject* f, const char* name, Args& 
 Result<ValuePtr> callWrap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callWhileLoop(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callMap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
-// t.register_hook(hook) on a tensor value `self` (speculation.cpp says when it is captured).
-Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, Args& args, Kwargs& kwargs);
+// t.register_hook(hook) (or register_post_accumulate_grad_hook, `method`) on a tensor value
+// `self` (speculation.cpp says when it is captured).
+Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, PyObject* method, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callScan(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 
 }  // namespace cdynamo::trace

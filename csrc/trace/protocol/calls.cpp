@@ -109,7 +109,9 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
   if (!self->is(Kind::Tensor)) return callContainerMethod(t, self, m.name.get(), args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "numpy") == 0) return tensorAsNdarray(t, self, args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "as_subclass") == 0) return tensorAsSubclass(t, self, args, std::move(kwargs));
-  if (PyUnicode_CompareWithASCIIString(m.name.get(), "register_hook") == 0) return tensorRegisterHook(t, self, args, kwargs);
+  if (PyUnicode_CompareWithASCIIString(m.name.get(), "register_hook") == 0 ||
+      PyUnicode_CompareWithASCIIString(m.name.get(), "register_post_accumulate_grad_hook") == 0)
+    return tensorRegisterHook(t, self, m.name.get(), args, kwargs);
   // Reading the tensor's value into Python: stops the trace, or (with
   // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
   static const char* const kValueReads[][2] = {
