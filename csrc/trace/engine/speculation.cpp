@@ -119,10 +119,11 @@ ValuePtr reshapeLike(const ValuePtr& like, const std::vector<ValuePtr>& items, s
   return Value::of(Tuple{std::move(out), like->as<Tuple>().namedtuple.copy(), nullptr});
 }
 
-Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
-               const std::vector<int>& inputs, Subgraph* out) {
+Done speculateCall(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs, int* first_out,
+                   ValuePtr* result) {
   graph::GraphBuilder& g = t.graph();
   const int first = g.numNodes();
+  *first_out = first;
   // Changes to what existed before the call are the body's side effects; what the body makes
   // and changes (a list it fills, its own cells, iterators over its values) is its own.
   const uint64_t changes = t.effects().outsideChanges();
@@ -150,7 +151,17 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
       return t.fail(op + ": its body changes a tensor from outside it in place (or torch's global state), "
                     "which a subgraph cannot capture");
   }
-  out->result = *r;
+  *result = *r;
+  return {};
+}
+
+Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
+               const std::vector<int>& inputs, Subgraph* out) {
+  graph::GraphBuilder& g = t.graph();
+  int first = 0;
+  ValuePtr r;
+  if (Done d = speculateCall(t, op, fn, std::move(args), std::move(kwargs), &first, &r); !d) return d;
+  out->result = r;
   out->outputs.clear();
   if (!flattenOutputs(t, out->result, &out->outputs))
     return t.fail(op + ": its body must return a tensor or a tuple or list of tensors");
@@ -165,7 +176,7 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
 Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
                             const std::vector<int>& lifted, const std::string& base,
                             const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
-                            const std::vector<std::string>* input_names) {
+                            const std::vector<std::string>* input_names, size_t split) {
   std::vector<int> all = inputs;
   all.insert(all.end(), lifted.begin(), lifted.end());
   std::vector<std::string> names;
@@ -180,7 +191,7 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg
     std::string base = n;
     for (int k = 1; !used.insert(n).second; ++k) n = base + "_" + std::to_string(k);
   }
-  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
+  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form, split);
   if (!gm) return t.failFromPython(op + ": building its body's graph");
   int id = t.graph().addSubmodule(gm.get(), base);
   if (id < 0) return t.failFromPython(op);
