@@ -249,10 +249,13 @@ class GraphBuilder {
   // its output `outputs` as a tuple, a list, or (one output) the value itself, as the op that
   // calls it expects (torch._dynamo's forms: while_loop's cond_fn returns the tensor, scan's
   // combine_fn a list). Null with an error set.
-  enum class OutputForm { Tuple, List, Single };
+  // Split: two tuples, the first `split` outputs then the rest (autograd_function_apply's
+  // forward: its results, then what it saves for the backward). An output of -1 is None (a
+  // backward's gradient for an input that gets none).
+  enum class OutputForm { Tuple, List, Single, Split };
   Ref buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
                     const std::vector<std::string>& names, const std::vector<int>& outputs,
-                    OutputForm form = OutputForm::Tuple);
+                    OutputForm form = OutputForm::Tuple, size_t split = 0);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or

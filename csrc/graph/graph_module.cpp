@@ -261,7 +261,8 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
   auto countNode = [&](const Node& n, int delta) { countUses(n, delta, uses); };
   for (const Node& n : nodes_)
     if (!n.moved) countNode(n, 1);  // a subgraph's body is not this graph's
-  for (int o : outputs) ++uses[o];
+  for (int o : outputs)
+    if (o >= 0) ++uses[o];
   if (has_unbacked_ && !keepAssertedReads(&uses)) return false;
   PyObject* getitem = lookup(Obj::operator_getitem);
   if (!getitem) return false;
@@ -535,7 +536,7 @@ bool GraphBuilder::bodyInputs(const std::vector<int>& body, const std::vector<in
 
 Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
                                 const std::vector<std::string>& names, const std::vector<int>& outputs,
-                                OutputForm form) {
+                                OutputForm form, size_t split) {
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
   // Liveness inside the body, by the rule of the frame's graph: every call stays but the
@@ -545,7 +546,8 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   std::unordered_map<int, int> uses;
   auto countNode = [&](const Node& n, int delta) { countUses(n, delta, uses); };
   for (int b : body) countNode(nodes_[b], 1);
-  for (int o : outputs) ++uses[o];
+  for (int o : outputs)
+    if (o >= 0) ++uses[o];
   std::unordered_set<int> dead;
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Node& n = nodes_[*it];
@@ -615,6 +617,10 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
   if (!outs) return Ref();
   for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k] < 0) {
+      PyTuple_SET_ITEM(outs.get(), k, Py_NewRef(Py_None));
+      continue;
+    }
     auto it = fx.find(outputs[k]);
     if (it == fx.end()) {
       PyErr_SetString(PyExc_RuntimeError, "a subgraph's output is not computed in it");
@@ -622,7 +628,12 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
     }
     PyTuple_SET_ITEM(outs.get(), k, it->second.copy().release());
   }
-  if (form == OutputForm::Single && outputs.size() == 1) outs = Ref::borrow(PyTuple_GET_ITEM(outs.get(), 0));
+  if (form == OutputForm::Split) {
+    Ref first = Ref::steal(PyTuple_GetSlice(outs.get(), 0, static_cast<Py_ssize_t>(split)));
+    Ref rest = Ref::steal(PyTuple_GetSlice(outs.get(), static_cast<Py_ssize_t>(split), PY_SSIZE_T_MAX));
+    if (!first || !rest) return Ref();
+    outs = Ref::steal(PyTuple_Pack(2, first.get(), rest.get()));
+  } else if (form == OutputForm::Single && outputs.size() == 1) outs = Ref::borrow(PyTuple_GET_ITEM(outs.get(), 0));
   else if (form == OutputForm::List) outs = Ref::steal(PySequence_List(outs.get()));
   if (!outs) return Ref();
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));

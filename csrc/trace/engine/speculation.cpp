@@ -46,6 +46,7 @@
 #include <unordered_set>
 
 #include "support/lookup.h"
+#include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/protocol/calls.h"
 #include "trace/tracer.h"
@@ -121,10 +122,11 @@ ValuePtr reshapeLike(const ValuePtr& like, const std::vector<ValuePtr>& items, s
   return Value::of(Tuple{std::move(out), like->as<Tuple>().namedtuple.copy(), nullptr});
 }
 
-Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
-               const std::vector<int>& inputs, Subgraph* out) {
+Done speculateCall(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs, int* first_out,
+                   ValuePtr* result) {
   graph::GraphBuilder& g = t.graph();
   const int first = g.numNodes();
+  *first_out = first;
   // Changes to what existed before the call are the body's side effects; what the body makes
   // and changes (a list it fills, its own cells, iterators over its values) is its own.
   const uint64_t changes = t.effects().outsideChanges();
@@ -152,7 +154,17 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
       return t.fail(op + ": its body changes a tensor from outside it in place (or torch's global state), "
                     "which a subgraph cannot capture");
   }
-  out->result = *r;
+  *result = *r;
+  return {};
+}
+
+Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
+               const std::vector<int>& inputs, Subgraph* out) {
+  graph::GraphBuilder& g = t.graph();
+  int first = 0;
+  ValuePtr r;
+  if (Done d = speculateCall(t, op, fn, std::move(args), std::move(kwargs), &first, &r); !d) return d;
+  out->result = r;
   out->outputs.clear();
   if (!flattenOutputs(t, out->result, &out->outputs))
     return t.fail(op + ": its body must return a tensor or a tuple or list of tensors");
@@ -166,7 +178,7 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
 
 Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
                     const std::vector<int>& lifted, const std::function<std::string(int)>& lifted_suffix,
-                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names) {
+                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names, size_t split) {
   std::vector<int> all = inputs;
   all.insert(all.end(), lifted.begin(), lifted.end());
   std::vector<std::string> names;
@@ -181,7 +193,7 @@ Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const 
     std::string base = n;
     for (int k = 1; !used.insert(n).second; ++k) n = base + "_" + std::to_string(k);
   }
-  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
+  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form, split);
   if (!gm) (void)t.failFromPython(op + ": building its body's graph");
   return gm;
 }
@@ -189,8 +201,8 @@ Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const 
 Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
                             const std::vector<int>& lifted, const std::string& base,
                             const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
-                            const std::vector<std::string>* input_names) {
-  Ref gm = buildBodyModule(t, op, sg, inputs, lifted, lifted_suffix, form, input_names);
+                            const std::vector<std::string>* input_names, size_t split) {
+  Ref gm = buildBodyModule(t, op, sg, inputs, lifted, lifted_suffix, form, input_names, split);
   if (!gm) return Stop{Outcome::Unsupported};
   int id = t.graph().addSubmodule(gm.get(), base);
   if (id < 0) return t.failFromPython(op);
@@ -587,6 +599,71 @@ Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   Args call_args = {Value::tensor(*gm_id), Value::list(init_leaves), Value::list(xs_leaves),
                     Value::list(tensorValues(body.lifted))};
   return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+// t.register_hook(hook) on a tensor the graph computes: torch.ops.higher_order.register_hook(
+// t, hook_body_k, *lifted), as torch._dynamo records it. The op registers the body as the
+// tensor's hook when the graph runs (on the real tensor, or on AOT autograd's tracing tensor,
+// whose backward then runs it), so the gradient of every use of t passes through it, the uses
+// traced before the call included. The body is the hook over a stand-in of the gradient (one
+// returning None keeps the gradient). Later reads of t go through the op's result, so the
+// call is never dead code. The handle the call returns is not modelled: the call must discard
+// it. On a tensor the caller passed in (and register_post_accumulate_grad_hook, which only a
+// leaf takes) the call is a side effect replayed on the real tensor after the graph: the hook
+// stays on it after the frame, as eager leaves it. A hook the body cannot capture (a side
+// effect, a graph break) and a used handle are Unsupported: the call runs natively at a
+// graph break.
+Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, PyObject* method, Args& args, Kwargs& kwargs) {
+  const bool post_accumulate = PyUnicode_CompareWithASCIIString(method, "register_post_accumulate_grad_hook") == 0;
+  const std::string op = std::string("Tensor.") + PyUnicode_AsUTF8(method);
+  if (args.size() != 1 || !kwargs.empty()) return t.fail(op + " takes one hook");
+  graph::GraphBuilder& g = t.graph();
+  const int node = self->as<Tensor>().node;
+  if (g.isScalar(node)) return t.fail(op + " on a number read from a tensor");
+  Ref rg = Ref::steal(PyObject_GetAttrString(g.fake(node), "requires_grad"));
+  if (!rg) return t.failFromPython(op);
+  if (rg.get() != Py_True) return t.fail(op + " on a tensor that does not require grad (eager raises)");
+  SymbolicFrame* f = t.current();
+  if (!f || f->pc + 1 >= f->instrs.size() || f->instrs[f->pc + 1].op != bytecode::Op::POP_TOP)
+    return t.fail(op + ": the handle it returns is used, which is not modelled");
+  if (g.node(node).op == NodeOp::Placeholder || g.node(node).op == NodeOp::GetAttr) {
+    // A tensor the caller passed in keeps the hook after the frame (a backward outside it
+    // runs it): the call is replayed on it after the graph, with the hook the program made.
+    int reg = t.inputRegOf(node);
+    if (reg < 0 || !t.exampleOf(node)) return t.fail(op + " on a tensor the graph reads as a constant");
+    if (post_accumulate) {
+      Ref leaf = Ref::steal(PyObject_GetAttrString(t.exampleOf(node), "is_leaf"));
+      if (!leaf) return t.failFromPython(op);
+      if (leaf.get() != Py_True) return t.fail(op + " on a tensor that is not a leaf (eager raises)");
+    }
+    if (Done d = t.effects().callMethod(reg, method, args[0]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  // A hook after a leaf's .grad is accumulated: only leaves take one (eager raises on others).
+  if (post_accumulate) return t.fail(op + " on a tensor the graph computes (eager raises: not a leaf)");
+  PyObject* wrapper = lookup(Obj::cdynamo_hook_or_grad);
+  PyObject* target = lookup(Obj::torch_ops_higher_order_register_hook);
+  if (!wrapper || !target) return t.failFromPython(op);
+  Result<ValuePtr> grad = standIn(t, op, self, false);
+  if (!grad) return grad;
+  std::vector<int> inputs = {(*grad)->as<Tensor>().node};
+  Subgraph body;
+  if (Done d = speculate(t, op + " (its hook)", Value::callable(wrapper), {args[0], *grad}, {}, inputs, &body); !d)
+    return d.stop();
+  if (body.outputs.size() != 1 || !body.result->is(Kind::Tensor))
+    return t.fail(op + ": the hook must return a tensor or None");
+  std::vector<std::string> names = {"grad"};
+  Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "hook_body", [](int) { return std::string(); },
+                                      graph::GraphBuilder::OutputForm::Single, &names);
+  if (!gm_id) return gm_id.stop();
+  Args call_args = {self, Value::tensor(*gm_id)};
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, call_args, {}, true);
+  if (!r) return r;
+  if (!(*r)->is(Kind::Tensor)) return t.fail(op + ": the op's result is not a tensor");
+  // Every holder of this tensor value (locals, containers) reads the hooked node from here on.
+  const_cast<Value&>(*self).as<Tensor>().node = (*r)->as<Tensor>().node;
+  return Value::constant(Py_None);
 }
 
 }  // namespace cdynamo::trace

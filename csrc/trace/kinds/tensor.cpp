@@ -56,6 +56,8 @@ Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
     int reg = t.inputRegOf(node);
     PyObject* real = reg >= 0 ? t.exampleOf(node) : nullptr;
     if (real) {
+      if (ValuePtr stored = t.effects().overlayAttr(reg, name)) return stored;  // set earlier in the trace
+
       Ref grad = Ref::steal(PyObject_GetAttr(real, name));
       if (!grad) return t.failFromPython("Tensor.grad");
       return t.wrap(grad.get(), t.load(guards::LoadKind::Attr, reg, 0, name, t.guards().sourceName(reg) + ".grad"));
@@ -66,6 +68,36 @@ Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   PyObject* getattr = lookup(Obj::builtins_getattr);
   if (!getattr) return t.failFromPython("builtins.getattr");
   return recordCall(t, NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
+}
+
+// x.grad = value (None or a tensor) on a tensor the program passed in: replayed after the graph
+// with setattr, as any attribute store on an object of the program; reads of x.grad later in
+// the trace see it (tensorAttr). The checks the setter makes on the new gradient (same
+// sizes, dtype and device) are made here, so the replay cannot raise where eager would have
+// raised at the store: a mismatch is left to eager at a graph break.
+Done storeTensorGrad(Tracer& t, const ValuePtr& obj, const ValuePtr& value) {
+  int node = obj->as<Tensor>().node;
+  int reg = t.inputRegOf(node);
+  if (reg < 0 || !t.exampleOf(node))
+    return t.fail("setting .grad of a tensor the trace computes is not supported yet");
+  if (!value->isNone()) {
+    if (!value->is(Kind::Tensor) || isScalarValue(t, value))
+      return t.fail("setting .grad to something other than a tensor or None");
+    PyObject* mine = t.graph().fake(node);
+    PyObject* theirs = t.graph().fake(value->as<Tensor>().node);
+    static const char* const kSame[] = {"shape", "dtype", "device", "layout"};
+    for (const char* a : kSame) {
+      Ref x = Ref::steal(PyObject_GetAttrString(mine, a));
+      Ref y = Ref::steal(PyObject_GetAttrString(theirs, a));
+      int same = x && y ? PyObject_RichCompareBool(x.get(), y.get(), Py_EQ) : -1;
+      if (same != 1) {
+        PyErr_Clear();
+        return t.fail(std::string("setting .grad to a tensor of another ") + a + " (the setter checks it)");
+      }
+    }
+  }
+  static PyObject* const grad = PyUnicode_InternFromString("grad");
+  return t.effects().setAttr(reg, grad, value);
 }
 
 }  // namespace cdynamo::trace

@@ -10,6 +10,7 @@
 #include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/engine/speculation.h"
 #include "trace/kinds/exception.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/ndarray.h"
@@ -108,6 +109,9 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
   if (!self->is(Kind::Tensor)) return callContainerMethod(t, self, m.name.get(), args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "numpy") == 0) return tensorAsNdarray(t, self, args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "as_subclass") == 0) return tensorAsSubclass(t, self, args, std::move(kwargs));
+  if (PyUnicode_CompareWithASCIIString(m.name.get(), "register_hook") == 0 ||
+      PyUnicode_CompareWithASCIIString(m.name.get(), "register_post_accumulate_grad_hook") == 0)
+    return tensorRegisterHook(t, self, m.name.get(), args, kwargs);
   // Reading the tensor's value into Python: stops the trace, or (with
   // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
   static const char* const kValueReads[][2] = {
@@ -228,7 +232,9 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
       // An operator of torch.ops reached as an object (self inside one of its methods):
       // the operator, not its Python __call__.
       // So is an object a table row names (a higher-order op instance: torch.ops.higher_order.wrap).
-      if (fn->is(Kind::Object) && fn->real() && (isOperatorObject(fn->real()) || findCallable(fn->real())))
+      // And an object a call rule names (one torch._dynamo.allow_in_graph marked).
+      if (fn->is(Kind::Object) && fn->real() &&
+          (isOperatorObject(fn->real()) || findCallable(fn->real()) || callRuleOf(fn->real()) != CallRule::None))
         return callCallable(t, Value::callable(fn->real(), fn->reg), std::move(args), std::move(kwargs));
       Result<ValuePtr> r = callDunder(t, fn, interned(Str::dunder_call), std::move(args));
       if (!r.notHandled()) return r;
