@@ -278,6 +278,9 @@ class Tracer {
   // An instance of a torch.Tensor subclass (torch_function.cpp's SubclassTensor): a graph
   // input of its plain tensor, guarded by its exact class and its __torch_function__.
   Result<ValuePtr> wrapSubclassTensor(PyObject* obj, int reg);
+  Result<ValuePtr> wrapWrapperSubclassInput(PyObject* obj, int reg);
+  // The guards of a traceable wrapper subclass instance in `reg` (and of its inner tensors).
+  Done guardWrapperSubclass(PyObject* obj, int reg, int depth);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);
 
   FrameView root_view_;
