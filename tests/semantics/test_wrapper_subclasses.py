@@ -182,3 +182,24 @@ def test_subclass_returned_with_plain_outputs():
     x, y = two(2, 3), torch.randn(2, 3)
     for got, want in zip(c(x, y), f(x, y)):
         same(got, want)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_made_inside_the_trace_and_returned(backend):
+    def f(a, b):
+        return TwoTensor(a, b).cos() + 1
+
+    args = (torch.randn(3), torch.randn(3))
+    for _ in range(2):
+        same(cdynamo.compile(f, backend=backend, fullgraph=True)(*args), f(*args))
+    counter = run(f, [args, args], fullgraph=True)
+    ref = dynamo_frames(f, [args, args])
+    assert (counter.frame_count, counter.op_count) == (ref.frame_count, ref.op_count) == (1, 3)
+
+
+def test_made_with_a_context_inside_the_trace():
+    def f(x, tag):
+        return Tagged(x, tag) * Tagged(x, tag)
+
+    counter = run(f, [(torch.ones(2), 3), (torch.ones(2), 3)], fullgraph=True)
+    assert counter.frame_count == 1
