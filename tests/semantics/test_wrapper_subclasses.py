@@ -229,3 +229,35 @@ def test_inner_tensor_read_after_an_in_place_op_on_the_outer():
         want = f(y)
         same(got, want)
         same(x, y)
+
+
+def test_inner_tensor_passed_again_and_mutated_is_not_compiled_wrong():
+    # f(t, t.a): the graph's in-place op on the second input must be seen through the
+    # first; a functionalizing backend would not see that aliasing through the subclass.
+    def f(t, a):
+        a.add_(1)
+        return t * 2
+
+    for backend in ("eager", "aot_eager"):
+        x = TwoTensor(torch.zeros(3), torch.zeros(3))
+        y = TwoTensor(torch.zeros(3), torch.zeros(3))
+        c = cdynamo.compile(f, backend=backend)
+        same(c(x, x.a), f(y, y.a))
+        same(x, y)
+
+
+def test_aliasing_that_appears_later_recompiles():
+    def f(t, a):
+        a.add_(1)
+        return t * 2
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter)
+    x = TwoTensor(torch.ones(3), torch.ones(3))
+    y = TwoTensor(torch.ones(3), torch.ones(3))
+    same(c(x, torch.zeros(3)), f(y, torch.zeros(3)))
+    assert counter.frame_count == 1
+    x = TwoTensor(torch.zeros(3), torch.zeros(3))
+    y = TwoTensor(torch.zeros(3), torch.zeros(3))
+    same(c(x, x.a), f(y, y.a))  # the entry's storage guard fails: not run with the aliasing
+    same(x, y)

@@ -137,7 +137,7 @@ Result<ValuePtr> Tracer::wrapWrapperSubclassInput(PyObject* obj, int reg) {
     return same->second;
   }
   if (markIs(staticMark(obj), "guarded")) return fail("a static tensor subclass instance is not supported yet");
-  if (Done d = guardWrapperSubclass(obj, reg, 0); !d) return d.stop();
+  if (Done d = guardWrapperSubclass(obj, reg, reg, 0); !d) return d.stop();
   int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)), guards().sourceName(reg));
   if (node < 0) return failFromPython("making a fake tensor for a tensor subclass input");
   input_reg_of_node_[node] = reg;
@@ -148,7 +148,7 @@ Result<ValuePtr> Tracer::wrapWrapperSubclassInput(PyObject* obj, int reg) {
   return v;
 }
 
-Done Tracer::guardWrapperSubclass(PyObject* obj, int reg, int depth) {
+Done Tracer::guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth) {
   if (depth > 8) return fail("tensor subclasses nested more than 8 levels deep are not supported");
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
   if (!wrapperSubclassModelled(cls))
@@ -173,8 +173,9 @@ Done Tracer::guardWrapperSubclass(PyObject* obj, int reg, int depth) {
     if (ireg < 0) return failFromPython("guarding an inner tensor");
     if (isPlainTensorOrParameter(inner.get())) {
       guards().checkTensor(ireg, inner.get());
+      wrapper_inners_[outer_reg].emplace_back(ireg, inner.copy());
     } else if (wrapperSubclass(reinterpret_cast<PyObject*>(Py_TYPE(inner.get())))) {
-      if (Done d = guardWrapperSubclass(inner.get(), ireg, depth + 1); !d) return d;
+      if (Done d = guardWrapperSubclass(inner.get(), ireg, outer_reg, depth + 1); !d) return d;
     } else {
       return fail(std::string("an inner tensor of ") + Py_TYPE(obj)->tp_name + " of type " +
                   Py_TYPE(inner.get())->tp_name + " is not supported yet");
