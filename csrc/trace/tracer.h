@@ -279,6 +279,7 @@ class Tracer {
   // input of its plain tensor, guarded by its exact class and its __torch_function__.
   Result<ValuePtr> wrapSubclassTensor(PyObject* obj, int reg);
   Result<ValuePtr> wrapWrapperSubclassInput(PyObject* obj, int reg);
+  Result<ValuePtr> subclassInputAgain(PyObject* obj, int reg);
   // The guards of a traceable wrapper subclass instance in `reg` (and of its inner tensors).
   Done guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);

@@ -88,11 +88,9 @@ bool markIs(PyObject* mark, const char* text) {
 
 }  // namespace
 
-Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
-  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
-  if (!subclassModelled(cls))
-    return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
-                " (an nn.Parameter subclass, or one with its own __torch_dispatch__) is not supported yet");
+// What every tensor subclass input starts with: one reached again through another source
+// is the same value (the guard checks the two stay one object); NotHandled for a new one.
+Result<ValuePtr> Tracer::subclassInputAgain(PyObject* obj, int reg) {
   if (reg < 0) return fail("a tensor subclass instance without a source is not supported yet");
   if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
     guards().checkAliasing(same->second->reg, reg, true);
@@ -100,6 +98,15 @@ Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
     return same->second;
   }
   if (markIs(staticMark(obj), "guarded")) return fail("a static tensor subclass instance is not supported yet");
+  return notHandled();
+}
+
+Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  if (!subclassModelled(cls))
+    return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
+                " (an nn.Parameter subclass, or one with its own __torch_dispatch__) is not supported yet");
+  if (Result<ValuePtr> again = subclassInputAgain(obj, reg); !again.notHandled()) return again;
   // The graph and its backend see the plain tensor of its data (what the default
   // __torch_function__ runs functions on); the guards check the object itself, its class
   // exactly (tensor guards do) and the __torch_function__ its class resolves to.
@@ -130,13 +137,7 @@ Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
 // attribute), and the flatten context (a predicate: equal, or the class's
 // __metadata_guard__). Sizes stay static (symbolic_shapes.py _can_be_dynamic).
 Result<ValuePtr> Tracer::wrapWrapperSubclassInput(PyObject* obj, int reg) {
-  if (reg < 0) return fail("a tensor subclass instance without a source is not supported yet");
-  if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
-    guards().checkAliasing(same->second->reg, reg, true);
-    wrapped_[reg] = same->second;
-    return same->second;
-  }
-  if (markIs(staticMark(obj), "guarded")) return fail("a static tensor subclass instance is not supported yet");
+  if (Result<ValuePtr> again = subclassInputAgain(obj, reg); !again.notHandled()) return again;
   if (Done d = guardWrapperSubclass(obj, reg, reg, 0); !d) return d.stop();
   int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)), guards().sourceName(reg));
   if (node < 0) return failFromPython("making a fake tensor for a tensor subclass input");

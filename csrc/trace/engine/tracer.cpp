@@ -234,6 +234,20 @@ Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
   std::vector<const void*> storages;
   bool any_mutated = false;
   std::vector<uint8_t> inner;  // an inner tensor of a wrapper subclass input
+  // One tensor of the check, in the group of the first one of its storage.
+  auto add = [&](int reg, const void* storage, bool was_mutated, bool is_inner) {
+    int group = static_cast<int>(storages.size());
+    for (size_t k = 0; k < storages.size(); ++k)
+      if (storage && storages[k] == storage) {
+        group = groups[k];
+        break;
+      }
+    regs.push_back(reg);
+    groups.push_back(group);
+    mutated.push_back(was_mutated ? 1 : 0);
+    storages.push_back(storage);
+    inner.push_back(is_inner ? 1 : 0);
+  };
   PyObject* parameter_type = lookup(Obj::torch_nn_Parameter);
   for (int node : inputs_used) {
     PyObject* real = exampleOf(node);
@@ -253,34 +267,10 @@ Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
       // instance itself has no storage of its own). Each takes part as mutated: what the
       // subclass's ops do to them is not in the fakes' counters the graph sees.
       any_mutated = any_mutated || was_mutated;
-      for (const auto& [ireg, itensor] : w->second) {
-        const void* storage = graph::torchimpl::storageId(itensor.get());
-        int group = static_cast<int>(storages.size());
-        for (size_t k = 0; k < storages.size(); ++k)
-          if (storage && storages[k] == storage) {
-            group = groups[k];
-            break;
-          }
-        regs.push_back(ireg);
-        groups.push_back(group);
-        mutated.push_back(1);
-        storages.push_back(storage);
-        inner.push_back(1);
-      }
+      for (const auto& [ireg, itensor] : w->second) add(ireg, graph::torchimpl::storageId(itensor.get()), true, true);
       continue;
     }
-    const void* storage = graph::torchimpl::storageId(real);
-    int group = static_cast<int>(storages.size());
-    for (size_t k = 0; k < storages.size(); ++k)
-      if (storage && storages[k] == storage) {
-        group = groups[k];
-        break;
-      }
-    regs.push_back(reg);
-    groups.push_back(group);
-    mutated.push_back(was_mutated ? 1 : 0);
-    storages.push_back(storage);
-    inner.push_back(0);
+    add(reg, graph::torchimpl::storageId(real), was_mutated, false);
     any_mutated = any_mutated || was_mutated;
   }
   // An inner tensor that shares its storage with another input while the graph mutates
