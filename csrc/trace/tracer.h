@@ -294,6 +294,10 @@ class Tracer {
   // An instance of a torch.Tensor subclass (torch_function.cpp's SubclassTensor): a graph
   // input of its plain tensor, guarded by its exact class and its __torch_function__.
   Result<ValuePtr> wrapSubclassTensor(PyObject* obj, int reg);
+  Result<ValuePtr> wrapWrapperSubclassInput(PyObject* obj, int reg);
+  Result<ValuePtr> subclassInputAgain(PyObject* obj, int reg);
+  // The guards of a traceable wrapper subclass instance in `reg` (and of its inner tensors).
+  Done guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);
 
   FrameView root_view_;
@@ -324,6 +328,9 @@ class Tracer {
   std::unordered_set<PyObject*> wrapping_;
   std::unordered_set<int> module_regs_;                      // registers holding an nn.Module
   std::unordered_map<int, Ref> subclass_input_nodes_;        // placeholder of a tensor subclass instance -> it
+  // register of a wrapper subclass input -> its plain inner tensors (at every nesting
+  // level), each with the register it is guarded through (guardInputStorages)
+  std::unordered_map<int, std::vector<std::pair<int, Ref>>> wrapper_inners_;
   // A parameter, or a tensor read from a module's attributes, is marked a static input
   // (tensor._dynamo_static_input_type = "unguarded", unless marked already), as torch._dynamo
   // marks them: backends (cudagraphs) read the mark from the placeholder's meta["tensor_dict"].

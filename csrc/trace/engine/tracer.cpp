@@ -233,6 +233,21 @@ Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
   std::vector<uint8_t> mutated;
   std::vector<const void*> storages;
   bool any_mutated = false;
+  std::vector<uint8_t> inner;  // an inner tensor of a wrapper subclass input
+  // One tensor of the check, in the group of the first one of its storage.
+  auto add = [&](int reg, const void* storage, bool was_mutated, bool is_inner) {
+    int group = static_cast<int>(storages.size());
+    for (size_t k = 0; k < storages.size(); ++k)
+      if (storage && storages[k] == storage) {
+        group = groups[k];
+        break;
+      }
+    regs.push_back(reg);
+    groups.push_back(group);
+    mutated.push_back(was_mutated ? 1 : 0);
+    storages.push_back(storage);
+    inner.push_back(is_inner ? 1 : 0);
+  };
   PyObject* parameter_type = lookup(Obj::torch_nn_Parameter);
   for (int node : inputs_used) {
     PyObject* real = exampleOf(node);
@@ -247,19 +262,27 @@ Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
     // its aliasing guard: a model's parameters do not become views of its inputs, and a
     // large model's would make the check slow.
     if (!was_mutated && reinterpret_cast<PyObject*>(Py_TYPE(real)) == parameter_type) continue;
-    const void* storage = graph::torchimpl::storageId(real);
-    int group = static_cast<int>(storages.size());
-    for (size_t k = 0; k < storages.size(); ++k)
-      if (storage && storages[k] == storage) {
-        group = groups[k];
-        break;
-      }
-    regs.push_back(reg);
-    groups.push_back(group);
-    mutated.push_back(was_mutated ? 1 : 0);
-    storages.push_back(storage);
+    if (auto w = wrapper_inners_.find(reg); w != wrapper_inners_.end()) {
+      // A wrapper subclass input: what can alias another input is its inner tensors (the
+      // instance itself has no storage of its own). Each takes part as mutated: what the
+      // subclass's ops do to them is not in the fakes' counters the graph sees.
+      any_mutated = any_mutated || was_mutated;
+      for (const auto& [ireg, itensor] : w->second) add(ireg, graph::torchimpl::storageId(itensor.get()), true, true);
+      continue;
+    }
+    add(reg, graph::torchimpl::storageId(real), was_mutated, false);
     any_mutated = any_mutated || was_mutated;
   }
+  // An inner tensor that shares its storage with another input while the graph mutates
+  // something: a backend that functionalizes the graph (AOT autograd) does not see that
+  // aliasing through the subclass, and writes the mutation back where the other reads it
+  // too late (f(t, t.a) doing a.add_(1) then reading t). Not compiled.
+  if (any_mutated)
+    for (size_t i = 0; i < regs.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (groups[i] == groups[j] && (inner[i] || inner[j]))
+          return fail("an inner tensor of a tensor subclass input that shares its storage with another input, in a "
+                      "graph that mutates an input, is not supported");
   if (any_mutated && regs.size() > 1) guards().checkStorages(std::move(regs), std::move(groups), std::move(mutated));
   return {};
 }

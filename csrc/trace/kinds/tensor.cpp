@@ -7,6 +7,7 @@
 #include "trace/protocol/attributes.h"
 #include "trace/protocol/constants.h"
 #include "trace/engine/scalars.h"
+#include "trace/kinds/tensor_subclass.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -29,7 +30,24 @@ Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   PyObject* tt = lookup(Obj::torch_Tensor);
   if (!tt) return t.failFromPython("torch.Tensor");
   PyObject* descr = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(tt), name);
-  if (!descr) return t.fail(std::string("Tensor has no attribute '") + n + "'");
+  if (!descr) {
+    // An inner tensor of a traceable wrapper subclass (t.a of a TwoTensor): a getattr node,
+    // so it is read where the program reads it. Not an input of its own: an in-place op on
+    // the instance before the read (t.add_(1); t.a) changes it, and a backend that
+    // functionalizes the graph (AOT autograd) writes input mutations back at its end only.
+    PyObject* fake = t.graph().fake(obj->as<Tensor>().node);
+    if (fake && wrapperSubclass(reinterpret_cast<PyObject*>(Py_TYPE(fake))) &&
+        PyObject_HasAttr(reinterpret_cast<PyObject*>(Py_TYPE(fake)), name) == 0) {
+      Ref flat = Ref::steal(PyObject_CallMethod(fake, "__tensor_flatten__", nullptr));
+      if (!flat) return t.failFromPython("__tensor_flatten__ of a tensor subclass value");
+      PyObject* names = PyTuple_Check(flat.get()) && PyTuple_GET_SIZE(flat.get()) == 2 ? PyTuple_GET_ITEM(flat.get(), 0) : nullptr;
+      int found = names ? PySequence_Contains(names, name) : 0;
+      if (found < 0) return t.failFromPython("__tensor_flatten__ of a tensor subclass value");
+      PyObject* getattr = found == 1 ? lookup(Obj::builtins_getattr) : nullptr;
+      if (getattr) return recordCall(t, NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
+    }
+    return t.fail(std::string("Tensor has no attribute '") + n + "'");
+  }
   if (Py_TYPE(descr)->tp_descr_set == nullptr || PyFunction_Check(descr))
     return Value::namedMethod(obj, name);  // methods: called later as call_method
   // The result of min()/max() over tensors stands for the item that won (markChoice):
