@@ -205,6 +205,16 @@ class GraphBuilder {
       bookkeeping_.insert(i);
     }
   }
+  // Whether some node is kept for its effect and every such node is one of `ids`.
+  bool onlyEffectsOf(const std::unordered_set<int>& ids) const {
+    bool any = false;
+    for (int i = 0; i < numNodes(); ++i) {
+      if (!nodes_[i].impure) continue;
+      if (!ids.count(i)) return false;
+      any = true;
+    }
+    return any;
+  }
   // The choice node `id` stands for: by node, or by fake (an op that returned its receiver,
   // m.float() of a float m, is the same object); null when none.
   const Choice* choiceOf(int id) const;
