@@ -110,7 +110,10 @@ class GraphBuilder {
   // cdynamo.config.capture_scalar_outputs set (read here, once per trace) the mode gets a
   // ShapeEnv, so that Tensor.item() gives an unbacked SymInt/SymFloat/SymBool as in
   // torch._dynamo; shapes stay static (static_shapes=True) either way.
-  bool begin();
+  // `fullgraph`: the compile asked for one graph; Tensor.item() is then captured whatever
+  // the option says (torch._dynamo turns capture_scalar_outputs on under fullgraph=True:
+  // a break would be an error there, and a symbolic scalar the graph can hold is not).
+  bool begin(bool fullgraph = false);
   bool capturesScalars() const { return capture_scalars_; }
   // Leaves the fake mode (idempotent). Must run before calling a backend.
   void finish();

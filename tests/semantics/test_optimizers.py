@@ -353,3 +353,32 @@ def test_frame_that_only_switches_grad_mode_runs_natively(dynamo_skips_empty_fra
         assert not tails
         native = [n["reason"] for n in cdynamo.stats()["native_frames"]]
         assert any("no op traced" in r for r in native), native
+
+
+def test_item_is_captured_under_fullgraph():
+    # torch._dynamo keeps Tensor.item() in the graph under fullgraph=True whatever
+    # capture_scalar_outputs says (a break would be an error there): an optimizer that reads
+    # its step count with .item() (Adafactor) compiles as one graph.
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adafactor(m.parameters(), lr=0.01)
+    m_e = torch.nn.Linear(4, 4)
+    m_e.load_state_dict(m.state_dict())
+    opt_e = torch.optim.Adafactor(m_e.parameters(), lr=0.01)
+    cnt = CompileCounter()
+    # (the step without its wrapper's deliberate graph breaks, as torch._dynamo's tests take it)
+    unwrapped = opt.step.__wrapped__
+    full = cdynamo.compile(lambda: unwrapped(opt), backend=cnt, fullgraph=True)
+    for i in range(3):
+        for a, b in ((m_e, m), ):
+            g = torch.Generator().manual_seed(i)
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                pa.grad = torch.randn(pa.shape, generator=g)
+                pb.grad = pa.grad.clone()
+        opt_e.step()
+        with torch.no_grad():
+            full()
+    for a, b in zip(m_e.parameters(), m.parameters()):
+        torch.testing.assert_close(b, a, **TOL)
+    assert cnt.frame_count == 1
+    assert any("item" in _targets(g) for g in cnt.graphs)

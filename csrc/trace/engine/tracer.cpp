@@ -285,7 +285,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     PyErr_Clear();
   }
   graph_.setDynamic(dyn);
-  if (!graph_.begin()) return failFromPython("starting fake tensor mode");
+  if (!graph_.begin(fullgraph())) return failFromPython("starting fake tensor mode");
   // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
   PyObject* is_grad_enabled = lookup(Obj::torch_is_grad_enabled);
   Ref enabled = is_grad_enabled ? Ref::steal(PyObject_CallNoArgs(is_grad_enabled)) : Ref();
