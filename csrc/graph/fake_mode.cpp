@@ -28,12 +28,12 @@ Ref savedTensorsHooksSetTracing() {
 }
 }  // namespace
 
-bool GraphBuilder::begin() {
+bool GraphBuilder::begin(bool fullgraph) {
   const TorchRefs* t = torchRefs();
   if (!t) return false;
   int capture = configFlag("capture_scalar_outputs");
   if (capture < 0) return false;
-  capture_scalars_ = capture == 1;
+  capture_scalars_ = capture == 1 || fullgraph;
   // Sizes may be symbolic: dynamic=True, marked inputs, or a recompile under automatic
   // dynamic (the code object has seen sizes before: its memory is not empty).
   int automatic = configFlag("automatic_dynamic_shapes");

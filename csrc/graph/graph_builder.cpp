@@ -289,6 +289,15 @@ void GraphBuilder::rememberResult(NodeOp op, PyObject* target, PyObject* key, co
   if (key_after) memoStore(key_after.get(), n.fake.get(), n, versions_before, std::move(rg_after));
 }
 
+// torch.maximum(a, b, out=c): the call writes into c, whatever reads its result.
+static bool writesOut(const Node& n) {
+  for (const auto& [name, a] : n.kwargs)
+    if (PyUnicode_Check(name.get()) && PyUnicode_CompareWithASCIIString(name.get(), "out") == 0 &&
+        !(a.kind == Arg::Kind::Const && a.constant.get() == Py_None))
+      return true;
+  return false;
+}
+
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
                           std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep,
                           PyObject* known_fake) {
@@ -326,7 +335,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
   // made by running the op every time (each run binds symbols of its own).
   if (ran && key && !n.unbacked_bindings) rememberResult(op, target, key.get(), n, versions_before, std::move(in_rg));
-  n.impure = keep || isMutating(op, target);
+  n.impure = keep || isMutating(op, target) || writesOut(n);
   if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar

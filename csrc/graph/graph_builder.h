@@ -112,7 +112,10 @@ class GraphBuilder {
   // cdynamo.config.capture_scalar_outputs set (read here, once per trace) the mode gets a
   // ShapeEnv, so that Tensor.item() gives an unbacked SymInt/SymFloat/SymBool as in
   // torch._dynamo; shapes stay static (static_shapes=True) either way.
-  bool begin();
+  // `fullgraph`: the compile asked for one graph; Tensor.item() is then captured whatever
+  // the option says (torch._dynamo turns capture_scalar_outputs on under fullgraph=True:
+  // a break would be an error there, and a symbolic scalar the graph can hold is not).
+  bool begin(bool fullgraph = false);
   bool capturesScalars() const { return capture_scalars_; }
   // Leaves the fake mode (idempotent). Must run before calling a backend.
   void finish();
@@ -209,6 +212,16 @@ class GraphBuilder {
       n.impure = false;
       bookkeeping_.insert(i);
     }
+  }
+  // Whether some node is kept for its effect and every such node is one of `ids`.
+  bool onlyEffectsOf(const std::unordered_set<int>& ids) const {
+    bool any = false;
+    for (int i = 0; i < numNodes(); ++i) {
+      if (!nodes_[i].impure) continue;
+      if (!ids.count(i)) return false;
+      any = true;
+    }
+    return any;
   }
   // The choice node `id` stands for: by node, or by fake (an op that returned its receiver,
   // m.float() of a float m, is the same object); null when none.

@@ -271,6 +271,7 @@ class Tracer {
   // items they yield), or fails where that would not be the program's result.
   Done settleGenerators(SymbolicFrame& root, const ValuePtr& ret);
   bool fullgraph();  // the compile asked for fullgraph=True
+  bool onlySwitchesGradMode();  // see finishEntry
   Done compileGraph(bool compile_empty);
   // The guard on how the graph's tensor inputs share storages, when it mutates one of them
   // (GuardProgram::checkStorages). tracer.cpp.

@@ -1,6 +1,7 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "graph/fake_autograd.h"
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/stats.h"
 #include "support/torch_types.h"
@@ -308,7 +309,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     PyErr_Clear();
   }
   graph_.setDynamic(dyn);
-  if (!graph_.begin()) return failFromPython("starting fake tensor mode");
+  if (!graph_.begin(fullgraph())) return failFromPython("starting fake tensor mode");
   // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
   PyObject* is_grad_enabled = lookup(Obj::torch_is_grad_enabled);
   Ref enabled = is_grad_enabled ? Ref::steal(PyObject_CallNoArgs(is_grad_enabled)) : Ref();
@@ -616,6 +617,7 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     }
   } else if (ret.ok()) {
     if (settleGenerators(root, *ret) && outputs_.plan(*ret, &plan)) (void)effects();
+    if (!failed_ && onlySwitchesGradMode()) graph_.dropTrailing(contexts_.gradModeNodes());
   } else {
     (void)fail("internal: the trace ended without a result");
   }
@@ -651,6 +653,20 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   iterators_.guardInputs(*entry_);
   (void)addShapeGuards();
   guards().finish();
+}
+
+// A frame that returns and whose graph would do nothing but switch grad mode (the tail of
+// torch.optim's step wrapper after its last deliberate graph break: restore the mode and
+// return) is not worth a graph: with the switches dropped the trace has no op, and the
+// frame runs natively, which switches the mode itself (torch._dynamo skips such a frame:
+// it holds no tensor). Not where an entry with no op is used all the same (fullgraph=True,
+// allow_empty_graphs): that entry must still switch the mode, so its graph keeps them.
+bool Tracer::onlySwitchesGradMode() {
+  if (!graph_.onlyEffectsOf(contexts_.gradModeNodes()) || !outputs_.graphOutputs().empty()) return false;
+  if (fullgraph()) return false;
+  int allow_empty = graph::configFlag("allow_empty_graphs");
+  if (allow_empty < 0) return PyErr_Clear(), false;
+  return allow_empty == 0;
 }
 
 Done Tracer::addShapeGuards() {

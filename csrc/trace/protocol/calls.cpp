@@ -671,6 +671,27 @@ Result<ValuePtr> createOptimizerStateForReal(Tracer& t, PyObject* func, const st
   return t.fail("the optimizer's state was created by its _init_group, run for real; the frame is traced again");
 }
 
+// torch.optim's update functions have two variants, picked by their `capturable` keyword.
+// The other one is written for eager steps: it reads the step count as a Python number
+// (`_get_value`, which keeps it a tensor while compiling) and then branches on it (RAdam's
+// rectification, `if rho_t > 5.0`) or passes it where a Python scalar is needed (ASGD's
+// `alpha=-eta`): graph breaks inside the loop over the parameters. The capturable variant
+// computes the same update with tensor ops only (torch.where for the branch), so a traced
+// step passes capturable=True wherever the program passes False to a function of
+// torch.optim, as torch._dynamo does (it reads every param group's "capturable" as True).
+// The device checks of that variant run only eagerly; the param groups themselves are not
+// touched, so eager steps before and after a compiled one are unchanged.
+void traceOptimizerUpdateAsCapturable(PyObject* func, std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  if (kwargs.empty()) return;
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  const char* module = fo->func_module && PyUnicode_Check(fo->func_module) ? PyUnicode_AsUTF8(fo->func_module) : nullptr;
+  if (!module) return PyErr_Clear();
+  if (strncmp(module, "torch.optim.", 12) != 0) return;
+  for (auto& [name, value] : kwargs)
+    if (PyUnicode_CompareWithASCIIString(name.get(), "capturable") == 0 && value && value->constant() == Py_False)
+      value = Value::constant(Py_True);
+}
+
 }  // namespace
 
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
@@ -688,6 +709,7 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
     func_reg = -1;  // as above: the wrapper, guarded as the class attribute, holds it
   }
   if (Result<ValuePtr> r = createOptimizerStateForReal(*this, func, args, kwargs); !r.notHandled()) return r;
+  traceOptimizerUpdateAsCapturable(func, kwargs);
   if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = foldPurePythonFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
