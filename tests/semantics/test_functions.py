@@ -356,6 +356,23 @@ def function_attributes_read(x):
     return x * len(add.__name__)
 
 
+@case(T4)
+def made_function_annotations_read(x):
+    # The annotations a def gives are read back (not an empty dict), the same dict on every read.
+    def g(a: int, b: "torch.Tensor" = None) -> float:
+        return a
+    ann = g.__annotations__
+    ann["extra"] = 3
+    return x + 1, g.__annotations__, g.__annotations__ is ann, sorted(g.__annotations__)
+
+
+@case(T4)
+def made_function_without_annotations(x):
+    def h():
+        return 1
+    return x + 1, h.__annotations__, h.__annotations__ is h.__annotations__
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_functions(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -183,7 +183,7 @@ Result<Next> opMakeFunction(Tracer& t, SymbolicFrame& f, const bytecode::Instruc
   Function fn;
   if (arg & 0x01) fn.defaults = io[next++];
   if (arg & 0x02) fn.kwdefaults = io[next++];
-  if (arg & 0x04) ++next;  // annotations: not needed to run the function
+  if (arg & 0x04) fn.annotations = io[next++];  // not needed to run it, but the program may read them
   if (arg & 0x08) fn.closure = io[next++]->as<Tuple>().items;
   PyObject* c = io[next]->constant();
   if (!c || !PyCode_Check(c)) return t.fail("MAKE_FUNCTION without a code object");

@@ -267,7 +267,7 @@ Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {
   namespace P = runtime::plan;
   const Function& fp = fv->as<Function>();
   // A function made in the trace: cdynamo._internal.frame_rebuild.make_function(code, globals,
-  // qualname, defaults, kwdefaults, closure, attrs, self_cells), its cells shared through
+  // qualname, defaults, kwdefaults, closure, attrs, self_cells, annotations), its cells shared through
   // the memo. A cell not built yet that holds the function itself (`def g(): return g`)
   // is made empty and filled by make_function once the function exists (self_cells).
   PyObject* helper = lookup(Obj::cdynamo_resume_make_function);
@@ -282,7 +282,7 @@ Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {
     Ref index = Ref::steal(PyLong_FromSize_t(i));
     if (!index || PyList_Append(self_cells.get(), index.get()) < 0) return t_.failFromPython("a function's closure");
   }
-  std::vector<runtime::OutputPlan> args(8);
+  std::vector<runtime::OutputPlan> args(9);
   auto optional = [&](size_t i, const ValuePtr& part) -> Done {
     if (part) return plan(part, &args[i]);
     args[i] = runtime::OutputPlan::constant(Py_None);
@@ -300,6 +300,7 @@ Done OutputPlanner::planFunction(const ValuePtr& fv, runtime::OutputPlan* out) {
   Ref cells_tuple = Ref::steal(PyList_AsTuple(self_cells.get()));
   if (!cells_tuple) return t_.failFromPython("a function's closure");
   args[7] = runtime::OutputPlan::constant(cells_tuple.get());
+  if (Done d = optional(8, fp.annotations); !d) return d;
   out->step = P::Call{Ref::borrow(helper), std::move(args)};
   return {};
 }

@@ -431,6 +431,7 @@ std::unordered_set<const Value*> reachableFrom(const std::vector<ValuePtr>& root
       children.push_back(fn->defaults);
       children.push_back(fn->kwdefaults);
       children.push_back(fn->attrs);
+      children.push_back(fn->annotations);
     }
     for (auto c = children.rbegin(); c != children.rend(); ++c) todo.push_back(*c);
   }

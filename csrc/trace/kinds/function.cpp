@@ -28,6 +28,26 @@ Result<ValuePtr> guardedFunctionAttr(Tracer& t, const ValuePtr& fn, PyObject* na
   return t.raiseNew(PyExc_AttributeError, std::string("'function' object has no attribute '") + n + "'");
 }
 
+// A made function's __annotations__: the dict CPython's getter makes on first read from the
+// (name, value, ...) tuple MAKE_FUNCTION was given, kept so later reads see the same dict.
+static Result<ValuePtr> functionAnnotations(Tracer& t, Function& p) {
+  if (p.annotations && p.annotations->is(Kind::Dict)) return p.annotations;
+  std::vector<Ref> keys;
+  std::vector<ValuePtr> values;
+  if (p.annotations) {
+    const Tuple* pairs = p.annotations->get<Tuple>();
+    if (!pairs || pairs->items.size() % 2) return t.fail("a function's annotations are not name, value pairs");
+    for (size_t i = 0; i < pairs->items.size(); i += 2) {
+      PyObject* key = pairs->items[i]->constant();
+      if (!key || !PyUnicode_Check(key)) return t.fail("a function's annotation name is not a constant string");
+      keys.push_back(Ref::borrow(key));
+      values.push_back(pairs->items[i + 1]);
+    }
+  }
+  p.annotations = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
+  return p.annotations;
+}
+
 Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
   Function& p = fn->as<Function>();
   if (!p.attrs) p.attrs = Value::emptyDict();
@@ -49,7 +69,7 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
   if (strcmp(n, "__code__") == 0) return Value::constant(p.code.get());  // immutable; what it was made from
   if (strcmp(n, "__defaults__") == 0) return p.defaults ? p.defaults : Value::constant(Py_None);
   if (strcmp(n, "__kwdefaults__") == 0) return p.kwdefaults ? p.kwdefaults : Value::constant(Py_None);
-  if (strcmp(n, "__annotations__") == 0) return Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), {}, {});
+  if (strcmp(n, "__annotations__") == 0) return functionAnnotations(t, p);
   // Every function has what its type defines (__globals__, __closure__, __get__, ...): not
   // modelled here, which is no AttributeError the program could catch.
   if (_PyType_Lookup(&PyFunction_Type, name))

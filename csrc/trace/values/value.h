@@ -174,6 +174,9 @@ struct Function {
   ValuePtr kwdefaults;            // Dict, or null
   std::vector<ValuePtr> closure;  // Cell values
   ValuePtr attrs;                 // Dict of attributes set in the trace (functools.wraps), or null
+  // __annotations__: MAKE_FUNCTION's operand (a Tuple of name, value pairs) until first read,
+  // then the Dict every read returns (one object, as CPython's getter makes it once); or null.
+  ValuePtr annotations;
 };
 // A user object read from the program (attributes read live, guarded), or an object the
 // trace made for real (an exception instance).

@@ -70,17 +70,22 @@ def state_exit(kind, target, prev):
     return StateExit(kind, target, prev).__exit__
 
 
-def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs, self_cells=()):
+def make_function(code, globals, qualname, defaults, kwdefaults, closure, attrs, self_cells=(), annotations=None):
     """A function made by the traced program (MAKE_FUNCTION), rebuilt at a graph break with
     the same code, defaults and closure cells (shared with the frame and other closures).
     The cells at the indices `self_cells` were made empty: they hold the function itself
-    (a function that refers to itself), filled here once it exists."""
+    (a function that refers to itself), filled here once it exists. `annotations` is what
+    MAKE_FUNCTION was given (a tuple of name, value pairs) or the dict the trace read."""
     fn = types.FunctionType(code, globals, code.co_name, defaults, closure or None)
     fn.__qualname__ = qualname
     if kwdefaults:
         fn.__kwdefaults__ = kwdefaults
     if attrs:
         fn.__dict__.update(attrs)
+    if annotations is not None:
+        if isinstance(annotations, tuple):
+            annotations = dict(zip(annotations[::2], annotations[1::2]))
+        fn.__annotations__ = annotations
     for i in self_cells:
         closure[i].cell_contents = fn
     return fn
