@@ -120,6 +120,71 @@ def test_global_function_identity_is_guarded():
         activation = saved
 
 
+def scaled_by_defaults(x, cfg={"k": 2}, extra=[1], *, shift={"s": 0.5}):  # noqa: B006 - mutated below
+    return x * cfg["k"] + len(extra) + shift["s"]
+
+
+def calls_with_defaults(x):
+    return scaled_by_defaults(x)
+
+
+def test_defaults_of_an_inlined_function_are_guarded():
+    # A mutable default changed between calls, or the defaults replaced: the entry must not
+    # keep the values the first trace saw.
+    cf, cnt = compiled(calls_with_defaults)
+    x = torch.randn(3)
+    saved = scaled_by_defaults.__defaults__, scaled_by_defaults.__kwdefaults__
+    try:
+        for change in (lambda: None,
+                       lambda: scaled_by_defaults.__defaults__[0].__setitem__("k", 5),
+                       lambda: scaled_by_defaults.__defaults__[1].append(7),
+                       lambda: scaled_by_defaults.__kwdefaults__["shift"].__setitem__("s", 2.0),
+                       lambda: setattr(scaled_by_defaults, "__defaults__", ({"k": 10}, [])),
+                       lambda: setattr(scaled_by_defaults, "__defaults__", (None, {"k": 3}, [1, 2]))):
+            change()
+            expected = calls_with_defaults(x)
+            torch.testing.assert_close(cf(x), expected)
+            torch.testing.assert_close(cf(x), expected)  # and its hit
+        assert cnt.frame_count == 6
+    finally:
+        scaled_by_defaults.__defaults__, scaled_by_defaults.__kwdefaults__ = saved
+
+
+def test_a_function_made_again_each_call_hits_across_a_break():
+    # The function made before the break is a new object on every call: the resume
+    # function's entry is guarded by its code, not its identity, and the defaults it
+    # runs with are guarded through it.
+    def f(x, k):
+        g = lambda a, b=k: a * b  # noqa: E731
+        y = x + 1
+        torch._dynamo.graph_break()
+        return g(y)
+
+    cf, cnt = compiled(f)
+    x = torch.randn(3)
+    for k in (2, 2, 2, 3, 3):
+        torch.testing.assert_close(cf(x, k), f(x, k))
+    st = cdynamo.stats()
+    assert cnt.frame_count <= 4, cnt.frame_count  # frame + resume, then k=3 once more each
+    assert st["frames_native"] == 0
+
+
+def test_is_between_functions_passed_in_is_guarded():
+    # A function argument is guarded by its code; `is` against another function depends on
+    # its identity, so another function of the same code takes the other branch.
+    import types
+
+    def f(x, fn):
+        return x + 1 if fn is activation else x - 1
+
+    cf, cnt = compiled(f)
+    x = torch.randn(3)
+    clone = types.FunctionType(activation.__code__, globals())
+    for fn in (activation, clone, activation, clone):
+        torch.testing.assert_close(cf(x, fn), f(x, fn))
+    assert cnt.frame_count == 2
+
+
 def test_closure_variable_is_guarded():
     factor = 3
 

@@ -373,6 +373,16 @@ def made_function_without_annotations(x):
     return x + 1, h.__annotations__, h.__annotations__ is h.__annotations__
 
 
+@case(T4, expect_graphs=2)
+def made_function_annotations_after_break(x):
+    # The function crosses a graph break: the rebuilt function keeps what the def gave it.
+    def g(a: torch.Tensor) -> int:
+        return a
+    y = x + 1
+    torch._dynamo.graph_break()
+    return y * 2, g.__annotations__
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_functions(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

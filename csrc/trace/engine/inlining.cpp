@@ -275,12 +275,36 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
                                          ? static_cast<Py_ssize_t>(defaults_value->as<Tuple>().items.size())
                                          : 0);
   if (defaults_value && defaults_value->constant()) ndefaults = PyTuple_GET_SIZE(defaults_value->constant());
+  // A default of a function the program holds is read through the function (its
+  // __defaults__ / __kwdefaults__, guarded as any input): the program may change what a
+  // mutable default holds, or assign other defaults, between calls.
+  int defaults_reg = -1, kwdefaults_reg = -1;
+  auto guardedDefault = [&](int fn_reg, int* holder, Py_ssize_t index, PyObject* name) {
+    const std::string fn_name = guards().sourceName(fn_reg);
+    if (*holder < 0) {
+      *holder = name ? load(guards::LoadKind::Attr, fn_reg, 0, interned(Str::dunder_kwdefaults), fn_name + ".__kwdefaults__")
+                     : load(guards::LoadKind::Attr, fn_reg, 0, interned(Str::dunder_defaults), fn_name + ".__defaults__");
+      if (name) {
+        guards().checkType(*holder, &PyDict_Type);
+      } else {
+        guards().checkType(*holder, &PyTuple_Type);
+        guards().checkLength(*holder, ndefaults);
+      }
+    }
+    if (name)
+      return load(guards::LoadKind::DictItem, *holder, 0, name,
+                  guards().sourceName(*holder) + "['" + PyUnicode_AsUTF8(name) + "']");
+    return load(guards::LoadKind::TupleItem, *holder, static_cast<int>(index),
+                nullptr, guards().sourceName(*holder) + "[" + std::to_string(index) + "]");
+  };
   for (int i = 0; i < nparams; ++i) {
     if (f.locals[i]) continue;
     Py_ssize_t d = i - (nparams - ndefaults);
     if (d < 0) return fail("missing a required argument (TypeError)");
     Result<ValuePtr> v = Stop{Outcome::NotHandled};
-    if (defaults) {
+    if (defaults && func_reg >= 0) {
+      v = wrap(PyTuple_GET_ITEM(defaults, d), guardedDefault(func_reg, &defaults_reg, d, nullptr));
+    } else if (defaults) {
       v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
     } else if (defaults_value->is(Kind::Constant)) {
       v = Value::constant(PyTuple_GET_ITEM(defaults_value->constant(), d));
@@ -296,7 +320,7 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
     Result<ValuePtr> v = notHandled();
     if (kwdefaults) {
       PyObject* d = PyDict_GetItemWithError(kwdefaults, name);
-      if (d) v = wrap(d, -1);
+      if (d) v = wrap(d, func_reg >= 0 ? guardedDefault(func_reg, &kwdefaults_reg, -1, name) : -1);
       else if (PyErr_Occurred()) return failFromPython("keyword-only defaults");
     } else if (kwdefaults_value && kwdefaults_value->is(Kind::Dict)) {
       int k = kwdefaults_value->as<Dict>().findKey(name);

@@ -689,12 +689,15 @@ Result<ValuePtr> Tracer::wrapCallable(PyObject* obj, int reg) {
     Result<ValuePtr> receiver = wrap(self, self_reg);
     if (!receiver) return receiver;
     v = Value::namedMethod(*receiver, mname);
-  } else if (PyFunction_Check(obj) && PyFunction_GET_CLOSURE(obj) && !PyFunction_GET_DEFAULTS(obj) &&
-             !PyFunction_GET_KW_DEFAULTS(obj) && reg >= 0) {
-    // A closure (e.g. made by the frame before a graph break, rebuilt for its resume
-    // function on every call): guarded by its code and globals, not its identity, as
-    // TorchDynamo's CLOSURE_MATCH; the cells' contents are read (and guarded) through
-    // the function's __closure__ when the inlined body reads them.
+  } else if (PyFunction_Check(obj) && reg >= 0 &&
+             (PyFunction_GET_CLOSURE(obj) || guards().kindOf(reg) == LoadKind::Local)) {
+    // A closure, or a function passed in a local (e.g. made by the frame before a graph
+    // break and handed to its resume function, a new one on every call; a lambda passed as
+    // an argument): guarded by its code and globals, not its identity, as TorchDynamo's
+    // CLOSURE_MATCH. What else it runs with is read through it when used, and guarded
+    // then: the cells' contents through __closure__, the defaults through __defaults__
+    // and __kwdefaults__ (Tracer::inlineCode). A function read from a module or a class
+    // keeps its identity guard (one check; such functions are made once).
     guards().checkType(reg, Py_TYPE(obj));
     int code_reg = load(LoadKind::Attr, reg, 0, interned(Str::dunder_code), guards().sourceName(reg) + ".__code__");
     guards().checkIdentity(code_reg, PyFunction_GET_CODE(obj));

@@ -336,7 +336,15 @@ Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr&
 Result<bool> identical(Tracer& t, const ValuePtr& a, const ValuePtr& b) {
   if (a == b) return true;  // the same value: the same object
   if (a->is(Kind::SubclassTensor) || b->is(Kind::SubclassTensor)) return subclassIdentical(t, a, b);
-  if (a->real() && b->real()) return a->real() == b->real();
+  if (a->real() && b->real()) {
+    // A function the program passes in is guarded by its code (Tracer::wrap): on another
+    // call it may be another function of that code, which `is` tells apart. Compared with
+    // another object that is not a constant, its identity is what the answer depends on.
+    if (!a->constant() && !b->constant())
+      for (const ValuePtr* v : {&a, &b})
+        if ((*v)->reg >= 0 && PyFunction_Check((*v)->real())) t.guards().checkIdentity((*v)->reg, (*v)->real());
+    return a->real() == b->real();
+  }
   // An object made in the trace is new: no other value (another one made, or one read from
   // the program) is that object.
   if (madeMutable(a) || madeMutable(b)) return false;
