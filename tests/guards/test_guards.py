@@ -150,6 +150,46 @@ def test_defaults_of_an_inlined_function_are_guarded():
         scaled_by_defaults.__defaults__, scaled_by_defaults.__kwdefaults__ = saved
 
 
+class WithMethodDefaults(nn.Module):
+    def scale(self, x, cfg={"k": 2}):  # noqa: B006 - mutated below
+        return x * cfg["k"]
+
+    def forward(self, x):
+        return self.scale(x)
+
+
+class Counted:
+    def bump(self, x, seen={}):  # noqa: B006 - the cache idiom: a default kept between calls
+        seen["n"] = seen.get("n", 0) + 1
+        return x * seen["n"]
+
+
+def test_defaults_of_a_method_are_guarded_and_kept_between_calls():
+    m = WithMethodDefaults()
+    cm = cdynamo.compile(m, backend=CompileCounter())
+    x = torch.randn(3)
+    saved = WithMethodDefaults.scale.__defaults__
+    try:
+        torch.testing.assert_close(cm(x), m(x))
+        WithMethodDefaults.scale.__defaults__[0]["k"] = 5
+        torch.testing.assert_close(cm(x), m(x))
+        WithMethodDefaults.scale.__defaults__ = ({"k": 7},)
+        torch.testing.assert_close(cm(x), m(x))
+    finally:
+        WithMethodDefaults.scale.__defaults__ = saved
+
+    # A default the method changes: each compiled call changes it as the eager call does.
+    def run(x, obj):
+        return obj.bump(x)
+
+    cf, cnt = compiled(run)
+    obj = Counted()
+    got = [cf(x, obj) for _ in range(3)]
+    assert Counted.bump.__defaults__[0]["n"] == 3
+    for i, g in enumerate(got):
+        torch.testing.assert_close(g, x * (i + 1))
+
+
 def test_a_function_made_again_each_call_hits_across_a_break():
     # The function made before the break is a new object on every call: the resume
     # function's entry is guarded by its code, not its identity, and the defaults it

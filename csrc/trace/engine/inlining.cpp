@@ -297,6 +297,14 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
     return load(guards::LoadKind::TupleItem, *holder, static_cast<int>(index),
                 nullptr, guards().sourceName(*holder) + "[" + std::to_string(index) + "]");
   };
+  // A function reached without a source: a mutable default (a list, dict or set the
+  // function keeps between calls, e.g. a cache) is pinned by the guard program and read
+  // live, as such a function's cells are; an immutable one is a constant.
+  auto pinnedDefault = [&](PyObject* value) {
+    if (!(PyList_CheckExact(value) || PyDict_CheckExact(value) || PySet_CheckExact(value))) return -1;
+    return load(guards::LoadKind::Constant, -1, 0, value,
+                std::string("a default of '") + PyUnicode_AsUTF8(co->co_qualname) + "'");
+  };
   for (int i = 0; i < nparams; ++i) {
     if (f.locals[i]) continue;
     Py_ssize_t d = i - (nparams - ndefaults);
@@ -305,7 +313,7 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
     if (defaults && func_reg >= 0) {
       v = wrap(PyTuple_GET_ITEM(defaults, d), guardedDefault(func_reg, &defaults_reg, d, nullptr));
     } else if (defaults) {
-      v = wrap(PyTuple_GET_ITEM(defaults, d), -1);
+      v = wrap(PyTuple_GET_ITEM(defaults, d), pinnedDefault(PyTuple_GET_ITEM(defaults, d)));
     } else if (defaults_value->is(Kind::Constant)) {
       v = Value::constant(PyTuple_GET_ITEM(defaults_value->constant(), d));
     } else {
@@ -320,7 +328,7 @@ Result<ValuePtr> Tracer::inlineCode(PyCodeObject* co, PyObject* globals, PyObjec
     Result<ValuePtr> v = notHandled();
     if (kwdefaults) {
       PyObject* d = PyDict_GetItemWithError(kwdefaults, name);
-      if (d) v = wrap(d, func_reg >= 0 ? guardedDefault(func_reg, &kwdefaults_reg, -1, name) : -1);
+      if (d) v = wrap(d, func_reg >= 0 ? guardedDefault(func_reg, &kwdefaults_reg, -1, name) : pinnedDefault(d));
       else if (PyErr_Occurred()) return failFromPython("keyword-only defaults");
     } else if (kwdefaults_value && kwdefaults_value->is(Kind::Dict)) {
       int k = kwdefaults_value->as<Dict>().findKey(name);

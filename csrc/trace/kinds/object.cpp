@@ -201,9 +201,11 @@ Result<ValuePtr> bindClassAttr(Tracer& t, const ValuePtr& self, const ValuePtr& 
                                PyObject* after, PyObject* descr) {
   const char* n = PyUnicode_AsUTF8(name);
   if (PyFunction_Check(descr)) {  // a method: bound to the instance; through the class, the function
-    guardClassAttr(t, cls, name, after, descr);
-    if (!self) return Value::callable(descr);
-    return Value::boundMethod(self, descr);
+    // Kept with its register: its defaults are read (and guarded) through it when used.
+    int reg = classAttrReg(t, cls, name, after);
+    if (reg >= 0) t.guards().checkIdentity(reg, descr);
+    if (!self) return Value::callable(descr, reg);
+    return Value::boundMethod(self, descr, reg);
   }
   if (isCacheWrapper(descr)) {  // functools.lru_cache on a method: it binds like the function it wraps
     guardClassAttr(t, cls, name, after, descr);

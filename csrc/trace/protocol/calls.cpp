@@ -205,7 +205,8 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
         }
       }
       args.insert(args.begin(), m.self);
-      if (PyFunction_Check(function)) return t.inlineFunction(function, -1, std::move(args), std::move(kwargs));
+      if (PyFunction_Check(function))
+        return t.inlineFunction(function, m.function_reg, std::move(args), std::move(kwargs));
       return call(t, Value::callable(function), std::move(args), std::move(kwargs));
     }
     case Kind::Function: {

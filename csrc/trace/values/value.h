@@ -120,6 +120,7 @@ struct Callable {
 struct BoundMethod {
   ValuePtr self;
   Ref function;
+  int function_reg = -1;  // guard register of the function (a class attribute), or -1
 };
 // The method `name` of a container, tensor or context value, looked up when called.
 struct NamedMethod {
@@ -329,8 +330,8 @@ struct Value {
   }
   static ValuePtr callable(PyObject* o, int reg = -1) { return of(Callable{Ref::borrow(o), false}, reg); }
   static ValuePtr object(PyObject* o, int reg = -1) { return of(Object{Ref::borrow(o), false}, reg); }
-  static ValuePtr boundMethod(ValuePtr self, PyObject* function) {
-    return of(BoundMethod{std::move(self), Ref::borrow(function)});
+  static ValuePtr boundMethod(ValuePtr self, PyObject* function, int function_reg = -1) {
+    return of(BoundMethod{std::move(self), Ref::borrow(function), function_reg});
   }
   // A method of a container, tensor or context named `name`, called later with the receiver first.
   static ValuePtr namedMethod(ValuePtr self, PyObject* name) { return of(NamedMethod{std::move(self), Ref::borrow(name)}); }
