@@ -462,8 +462,20 @@ def _export_to_torch_ir_with(original):
             warnings.warn(f"cdynamo: torch.export's capture of {reason} is not supported by cdynamo yet; "
                           "torch._dynamo captures this export", RuntimeWarning, stacklevel=3)
             return torch_capture()
+        import dataclasses
+
+        from torch.export._trace import DEFAULT_EXPORT_DYNAMO_CONFIG, _ignore_backend_decomps
+
+        # Under the settings torch's capture runs with: torch._dynamo's export config (the
+        # options cdynamo reads follow it: capture_scalar_outputs, automatic_dynamic_shapes),
+        # and convolution backends that do not depend on sizes (mkldnn picks one by batch
+        # size, a guard the spec's range would not allow).
+        dynamo_cfg = dataclasses.replace(DEFAULT_EXPORT_DYNAMO_CONFIG,
+                                         prefer_deferred_runtime_asserts_over_guards=
+                                         prefer_deferred_runtime_asserts_over_guards)
         try:
-            gm, _ = capture(f, args, kwargs, constraints)
+            with torch._dynamo.config.patch(dataclasses.asdict(dynamo_cfg)), _ignore_backend_decomps():
+                gm, _ = capture(f, args, kwargs, constraints)
         except ConstraintViolationError as e:
             raise UserError(UserErrorType.CONSTRAINT_VIOLATION, str(e)) from None
         if isinstance(f, torch.nn.Module) and restore_fqn:

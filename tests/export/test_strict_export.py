@@ -317,3 +317,51 @@ def test_unsupported_spec_is_handed_to_torch_with_a_warning(captures):
         ep = cdynamo.export(Shifted(), args, dynamic_shapes={"x": {0: d}, "y": {0: d + 1}})
     assert captures["n"] == 0
     _same(ep.module()(*args), Shifted()(*args))
+
+
+class ConvNorm(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv1d(3, 4, 3)
+        self.bn = torch.nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x)).relu()
+
+
+@pytest.mark.parametrize("training", [True, False])
+def test_convolution_and_batch_norm(captures, training):
+    # The convolution's fake picks no backend by batch size (a guard the spec would not
+    # allow); in training the running statistics change (the signature says how, as torch's).
+    torch.manual_seed(0)
+    mod = ConvNorm().train(training)
+    _check(mod, (torch.randn(4, 3, 8),), dynamic_shapes={"x": {0: Dim("b")}},
+           new_inputs=[((torch.randn(20, 3, 8),), {})], captures=captures)
+
+
+class ExportingBranch(torch.nn.Module):
+    def forward(self, x):
+        if torch.compiler.is_exporting():
+            return x + 1
+        return x - 1
+
+
+def test_is_exporting_is_true_in_the_capture(captures):
+    x = torch.randn(3)
+    ep = cdynamo.export(ExportingBranch(), (x,))
+    assert captures["n"] == 1
+    torch.testing.assert_close(ep.module()(x), x + 1)
+
+
+class Scaled(torch.nn.Module):
+    def forward(self, x, y):
+        return x * 2 + y
+
+
+def test_auto_dims_and_a_positional_spec(captures):
+    args = (torch.randn(4, 3), torch.randn(4, 3))
+    new = [((torch.randn(6, 3), torch.randn(6, 3)), {})]
+    _check(Scaled(), args, dynamic_shapes={"x": {0: Dim.AUTO}, "y": {0: Dim.AUTO}}, new_inputs=new,
+           captures=captures)
+    q = Dim("q")
+    _check(Scaled(), args, dynamic_shapes=({0: q}, {0: q}), new_inputs=new, captures=captures)
