@@ -365,3 +365,15 @@ def test_auto_dims_and_a_positional_spec(captures):
            captures=captures)
     q = Dim("q")
     _check(Scaled(), args, dynamic_shapes=({0: q}, {0: q}), new_inputs=new, captures=captures)
+
+
+class Pairwise(torch.nn.Module):
+    def forward(self, xs):
+        return xs[0] + xs[1], len(xs)
+
+
+def test_dims_only_in_nested_inputs(captures):
+    # No argument is itself a tensor with a dynamic dim: the capture still needs its ShapeEnv.
+    b = Dim("b")
+    _check(Pairwise(), ([torch.randn(4, 3), torch.randn(4, 3)],), dynamic_shapes={"xs": [{0: b}, {0: b}]},
+           new_inputs=[(([torch.randn(9, 3), torch.randn(9, 3)],), {})], captures=captures)
