@@ -134,6 +134,7 @@ def split_and_compile(backend, gm, example_inputs, ddp):
             assert not kwargs
             sub = self.fetch_attr(target)
             single = _returns_one(sub)
+            sub.meta.update(gm.meta)  # what the frame's graph tells its backend, each piece tells it too
             compiled = backend(sub, list(args))
             with fake_mode:
                 out = sub(*args)
