@@ -20,9 +20,9 @@ makes of the graph (signature, constants, range constraints, serialization) is t
   checked against them by the ShapeEnv's ``produce_guards``, which raises the same
   ConstraintViolationError torch's capture raises (a branch on a size the range does not
   decide, two Dims the program needs equal);
-* what cdynamo cannot capture raises ``cdynamo.Unsupported`` naming the line (under
-  ``install()``, torch's ``torch._dynamo.exc.Unsupported`` derives from nothing of ours, so
-  both are raised as torch.export raises its UserErrors: the message is cdynamo's).
+* what cdynamo cannot capture raises ``cdynamo.exc.ExportUnsupported``, naming the reason and
+  the line: a ``cdynamo.Unsupported`` that is also torch._dynamo's ``Unsupported``, which code
+  written for torch.export catches.
 
 What this capture does not model yet is handed back to torch._dynamo's capture with a
 RuntimeWarning naming it: retracing a GraphModule, preserve_module_call_signature, derived
@@ -313,6 +313,15 @@ def capture(f, args, kwargs, constraints, *, input_names=None):
     finally:
         _ef.reset()
     guards = entries[0]["guards"] if entries else ""
+    effects = entries[0].get("side_effects", 0) if entries else 0
+    if effects:
+        # The capture ran the program once, so what it changes outside its tensors (attribute
+        # stores, list and dict updates) happened once, as an eager call would do it; torch's
+        # capture drops such changes instead (with a warning too). The exported graph holds
+        # neither.
+        warnings.warn(f"cdynamo: the program's forward changed {effects} object(s) outside its tensors (attribute "
+                      "stores, list or dict updates); the export's one run of it applied them, and the exported "
+                      "program does not make them", UserWarning, stacklevel=2)
     flat_out, out_spec = pytree.tree_flatten(result)
 
     b = _Builder(f, flat_inputs)
@@ -478,6 +487,12 @@ def _export_to_torch_ir_with(original):
                 gm, _ = capture(f, args, kwargs, constraints)
         except ConstraintViolationError as e:
             raise UserError(UserErrorType.CONSTRAINT_VIOLATION, str(e)) from None
+        except Unsupported as e:
+            from . import exc
+
+            if isinstance(e, exc.ExportUnsupported):
+                raise
+            raise exc.ExportUnsupported(str(e)) from None
         if isinstance(f, torch.nn.Module) and restore_fqn:
             from torch.export._trace import _restore_state_dict
 

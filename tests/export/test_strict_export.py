@@ -287,6 +287,7 @@ class Breaks(torch.nn.Module):
 def test_unsupported_construct_names_the_line(captures):
     with pytest.raises(cdynamo.Unsupported) as e:
         cdynamo.export(Breaks(), (torch.randn(3),))
+    assert isinstance(e.value, torch._dynamo.exc.Unsupported)  # what torch's strict export raises
     assert "test_strict_export.py" in str(e.value)
     line = Breaks.forward.__code__.co_firstlineno + 2
     assert f":{line}" in str(e.value)
@@ -377,3 +378,23 @@ def test_dims_only_in_nested_inputs(captures):
     b = Dim("b")
     _check(Pairwise(), ([torch.randn(4, 3), torch.randn(4, 3)],), dynamic_shapes={"xs": [{0: b}, {0: b}]},
            new_inputs=[(([torch.randn(9, 3), torch.randn(9, 3)],), {})], captures=captures)
+
+
+class CountsCalls(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        return x * 2
+
+
+def test_side_effects_are_reported(captures):
+    mod = CountsCalls()
+    with pytest.warns(UserWarning, match="changed 1 object"):
+        ep = cdynamo.export(mod, (torch.randn(3),))
+    assert captures["n"] == 1
+    assert mod.calls == 1  # as one eager call (torch's capture leaves it 0, warning as well)
+    x = torch.randn(3)
+    torch.testing.assert_close(ep.module()(x), x * 2)
