@@ -293,6 +293,15 @@ class _Builder:
         return node
 
 
+def _has_call_hooks(mod):
+    from torch.nn.modules import module as nn_module
+
+    own = (mod._forward_hooks, mod._forward_pre_hooks, mod._backward_hooks, mod._backward_pre_hooks)
+    every = (nn_module._global_forward_hooks, nn_module._global_forward_pre_hooks,
+             nn_module._global_backward_hooks, nn_module._global_backward_pre_hooks)
+    return any(len(h) for h in own + every)
+
+
 def capture(f, args, kwargs, constraints, *, input_names=None):
     """(torch-level GraphModule, guards text) of `f` called on `args`/`kwargs`, captured by
     cdynamo; `constraints` are torch.export's (from the dynamic_shapes spec)."""
@@ -305,11 +314,19 @@ def capture(f, args, kwargs, constraints, *, input_names=None):
     # As torch's capture does: a fresh cache, so the export compiles (and nothing it leaves
     # counts against the recompile limits of later compiles).
     _ef.reset()
-    compiled = _ef.compile(f, backend=backend, fullgraph=True, dynamic=False)
+    target = f
+    if isinstance(f, torch.nn.Module) and _has_call_hooks(f):
+        # The module's own hooks are part of what export captures (as torch's capture traces
+        # them): the traced frame is a call of the module, not its forward.
+        from . import _toplevel
+
+        target = _toplevel.wrap(f)
+    compiled = _ef.compile(target, backend=backend, fullgraph=True, dynamic=False)
     try:
         with _marked(flat_inputs, dims), _compiling_state_context():
             result = compiled(*args, **kwargs)
-        entries = _ef.cache_entries(f) if isinstance(f, torch.nn.Module) or hasattr(f, "__code__") else []
+        entries = _ef.cache_entries(target) if isinstance(target, torch.nn.Module) or hasattr(target, "__code__") \
+            else []
     finally:
         _ef.reset()
     guards = entries[0]["guards"] if entries else ""

@@ -398,3 +398,24 @@ def test_side_effects_are_reported(captures):
     assert mod.calls == 1  # as one eager call (torch's capture leaves it 0, warning as well)
     x = torch.randn(3)
     torch.testing.assert_close(ep.module()(x), x * 2)
+
+
+class Hooked(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.lin(x)
+
+
+def test_hooks_of_the_exported_module_are_captured(captures):
+    # The root module's hooks run around its forward: the exported program has them (as
+    # torch's), not the one capture run alone.
+    torch.manual_seed(0)
+    mod = Hooked()
+    mod.register_forward_pre_hook(lambda m, args: (args[0] * 3,))
+    mod.register_forward_hook(lambda m, args, out: out.relu() + 1)
+    mod.lin.register_forward_hook(lambda m, args, out: out * 2)
+    _check(mod, (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b")}},
+           new_inputs=[((torch.randn(6, 3),), {})], captures=captures)
