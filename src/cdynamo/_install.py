@@ -18,7 +18,8 @@ Installed, these names of torch are cdynamo's (uninstall() puts torch's back):
   ``cache_size_limit``, ``accumulated_recompile_limit``, ``fail_on_recompile_limit_hit``),
   including through ``torch._dynamo.config.patch``, are mirrored into ``cdynamo.config``.
   (The other options both have -- ``capture_scalar_outputs``, ``suppress_errors``,
-  ``automatic_dynamic_shapes``, ``allow_unspec_int_on_nn_module`` -- follow torch's
+  ``automatic_dynamic_shapes``, ``assume_static_by_default``, ``allow_unspec_int_on_nn_module``,
+  and ``optimize_ddp``, read by cdynamo/_internal/ddp.py -- follow torch's
   whether installed or not: see cdynamo/config.py.)
 
 Without install, cdynamo still honours torch's in-code markers (``torch.compiler.disable``,
