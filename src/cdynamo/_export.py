@@ -95,8 +95,10 @@ def _fallback_reason(f, constraints, flat_inputs, preserve_module_call_signature
     return None
 
 
-def _dims_from_constraints(constraints):
-    """symbolic_shapes.export_dims for the spec's constraints (see there)."""
+def _dims_from_constraints(constraints, every_dim_of=()):
+    """symbolic_shapes.export_dims for the spec's constraints (see there); the tensors of
+    `every_dim_of` have every other dim symbolic too (duck-sized, unconstrained: the
+    automatic dims of torch._dynamo.export's assume_static_by_default=False)."""
     from torch.export.dynamic_shapes import _Constraint
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StrictMinMaxConstraint
 
@@ -113,6 +115,11 @@ def _dims_from_constraints(constraints):
         else:  # Dim.AUTO / Dim.DYNAMIC: symbolic, its range and relations inferred
             kind, constraint = DimDynamic.DYNAMIC, None
         dims.setdefault(c.t_id, {})[c.dim] = (kind, constraint, getattr(c, "name", None))
+    for t in every_dim_of:
+        if isinstance(t, torch.Tensor):
+            spec = dims.setdefault(id(t), {})
+            for d in range(t.dim()):
+                spec.setdefault(d, (DimDynamic.DUCK, None, None))
     return dims
 
 
@@ -302,13 +309,13 @@ def _has_call_hooks(mod):
     return any(len(h) for h in own + every)
 
 
-def capture(f, args, kwargs, constraints, *, input_names=None):
+def capture(f, args, kwargs, constraints, *, input_names=None, assume_static_by_default=True):
     """(torch-level GraphModule, guards text) of `f` called on `args`/`kwargs`, captured by
     cdynamo; `constraints` are torch.export's (from the dynamic_shapes spec)."""
     from torch._export.utils import _compiling_state_context
 
     flat_inputs, in_spec = pytree.tree_flatten((args, kwargs))
-    dims = _dims_from_constraints(constraints)
+    dims = _dims_from_constraints(constraints, () if assume_static_by_default else flat_inputs)
     names = input_names or _input_names(f, args, kwargs, in_spec)
     backend = _Capture()
     # As torch's capture does: a fresh cache, so the export compiles (and nothing it leaves
@@ -418,6 +425,9 @@ def capture(f, args, kwargs, constraints, *, input_names=None):
         else:
             returned.append(leaf)
     b.graph.output(tuple(returned))
+    for node in list(b.graph.nodes):  # sizes of symbols the graph took but no longer uses
+        if node.op == "call_function" and node.target is torch.ops.aten.sym_size.int and not node.users:
+            b.graph.erase_node(node)
 
     # Inputs the graph does not read still get a val (torch's AOT step reads every
     # placeholder's): a fake for a tensor (in the capture's fake mode, or a fresh one when the
@@ -545,3 +555,84 @@ def export(mod, args, kwargs=None, *, dynamic_shapes=None, preserve_module_call_
     with routed():
         return torch.export.export(mod, args, kwargs, dynamic_shapes=dynamic_shapes, strict=True,
                                    preserve_module_call_signature=preserve_module_call_signature)
+
+
+class ExportResult(tuple):
+    """(graph_module, guards), as torch._dynamo.export's: the torch-level GraphModule (called
+    with the program's arguments) and the entry's guards, one line each."""
+
+    def __new__(cls, graph_module, guards):
+        return super().__new__(cls, (graph_module, guards))
+
+    @property
+    def graph_module(self):
+        return self[0]
+
+    @property
+    def guards(self):
+        return self[1]
+
+
+def export_graph(f, *, dynamic_shapes=None, assume_static_by_default=False):
+    """``cdynamo.export_graph(f, dynamic_shapes=...)(*args, **kwargs)``: the counterpart of
+    ``torch._dynamo.export``: f (a function or module) captured whole by cdynamo, as the
+    torch-level GraphModule torch.export lowers (flat inputs, get_attr of the module's tensors,
+    the program's input and output structure) and its guards. As torch._dynamo.export,
+    every input size is symbolic unless ``assume_static_by_default`` (then only the spec's)."""
+
+    def inner(*args, **kwargs):
+        from torch._dynamo.exc import UserError, UserErrorType
+        from torch._export.non_strict_utils import _IntWrapper
+        from torch.export.dynamic_shapes import _combine_args, _process_dynamic_shapes
+        from torch.fx.experimental.symbolic_shapes import ConstraintViolationError
+
+        wrapped = pytree.tree_map_only(int, _IntWrapper, (args, kwargs))
+        constraints = _process_dynamic_shapes(_combine_args(f, *wrapped), dynamic_shapes) if dynamic_shapes else []
+        reason = _fallback_reason(f, constraints, pytree.tree_leaves((args, kwargs)), ())
+        if reason is not None:
+            raise Unsupported(f"cdynamo.export_graph: {reason} is not supported yet")
+        try:
+            with _ignore_size_backends():
+                gm, guards = capture(f, args, kwargs, constraints, assume_static_by_default=assume_static_by_default)
+        except ConstraintViolationError as e:
+            raise UserError(UserErrorType.CONSTRAINT_VIOLATION, str(e)) from None
+        return ExportResult(gm, [line for line in guards.splitlines() if line])
+
+    return inner
+
+
+def _ignore_size_backends():
+    from torch.export._trace import _ignore_backend_decomps
+
+    return _ignore_backend_decomps()
+
+
+def _dynamo_export_with(original):
+    """What torch._dynamo.export is under install(): export_graph for what it models, torch's
+    own (with a RuntimeWarning naming why) for the rest."""
+
+    def export(f, *extra_args, aten_graph=False, pre_dispatch=False, decomposition_table=None,
+               tracing_mode="symbolic", dynamic_shapes=None, specialize_float=True, assume_static_by_default=False,
+               same_signature=True, disable_constraint_solver=False,
+               prefer_deferred_runtime_asserts_over_guards=False, _log_export_usage=True, constraints=None,
+               **extra_kwargs):
+        unsupported = [name for name, v in (("aten_graph", aten_graph), ("pre_dispatch", pre_dispatch),
+                                            ("decomposition_table", decomposition_table),
+                                            ("constraints", constraints), ("positional arguments", extra_args),
+                                            ("keyword arguments", extra_kwargs)) if v]
+        if tracing_mode != "symbolic":
+            unsupported.append(f"tracing_mode={tracing_mode!r}")
+        if unsupported:
+            warnings.warn(f"cdynamo: torch._dynamo.export with {', '.join(unsupported)} is not supported by cdynamo "
+                          "yet; torch._dynamo captures it", RuntimeWarning, stacklevel=2)
+            return original(f, *extra_args, aten_graph=aten_graph, pre_dispatch=pre_dispatch,
+                            decomposition_table=decomposition_table, tracing_mode=tracing_mode,
+                            dynamic_shapes=dynamic_shapes, specialize_float=specialize_float,
+                            assume_static_by_default=assume_static_by_default, same_signature=same_signature,
+                            disable_constraint_solver=disable_constraint_solver,
+                            prefer_deferred_runtime_asserts_over_guards=prefer_deferred_runtime_asserts_over_guards,
+                            _log_export_usage=_log_export_usage, constraints=constraints, **extra_kwargs)
+        return export_graph(f, dynamic_shapes=dynamic_shapes, assume_static_by_default=assume_static_by_default)
+
+    export.__wrapped__ = original
+    return export

@@ -8,7 +8,8 @@ Installed, these names of torch are cdynamo's (uninstall() puts torch's back):
   ``dynamic``, ``disable``, ``name``;
 * ``torch._dynamo.optimize`` (and ``torch._dynamo.eval_frame.optimize``);
 * strict ``torch.export.export`` (``strict=True``): its graph capture step
-  (``torch.export._trace._export_to_torch_ir``) is cdynamo's (see cdynamo/_export.py);
+  (``torch.export._trace._export_to_torch_ir``) is cdynamo's, and ``torch._dynamo.export``
+  is ``cdynamo.export_graph`` (see cdynamo/_export.py);
 * ``torch._dynamo.reset`` (so also ``torch.compiler.reset``): resets cdynamo, then torch's;
 * ``torch._dynamo.allow_in_graph`` / ``torch.compiler.allow_in_graph`` and
   ``assume_constant_result``: registered with cdynamo as well;
@@ -241,6 +242,8 @@ def install():
         from . import _export
         # torch.export.export(..., strict=True): the graph capture step is cdynamo's.
         _patch(export_trace, "_export_to_torch_ir", _export._export_to_torch_ir_with(export_trace._export_to_torch_ir))
+        _patch(torch._dynamo, "export", _export._dynamo_export_with(torch._dynamo.export))
+        _patch(dyn_eval_frame, "export", _export._dynamo_export_with(dyn_eval_frame.export))
         _patch(decorators, "_set_stance", _mirror_stance(decorators._set_stance))
         _patch(dyn_eval_frame, "_set_stance", _mirror_stance(dyn_eval_frame._set_stance))
         cfg = torch._dynamo.config

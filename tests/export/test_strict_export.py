@@ -419,3 +419,38 @@ def test_hooks_of_the_exported_module_are_captured(captures):
     mod.lin.register_forward_hook(lambda m, args, out: out * 2)
     _check(mod, (torch.randn(4, 3),), dynamic_shapes={"x": {0: Dim("b")}},
            new_inputs=[((torch.randn(6, 3),), {})], captures=captures)
+
+
+def _call_ops(gm):
+    return sorted(str(n.target) for n in gm.graph.nodes if n.op in ("call_function", "call_method"))
+
+
+class Affine(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 3)
+
+    def forward(self, x, y):
+        return self.lin(x).relu() + y, x.shape[0]
+
+
+def test_export_graph_as_torch_dynamo_export(captures):
+    # torch._dynamo.export's result: a torch-level GraphModule called with the program's
+    # arguments (sizes symbolic unless assume_static_by_default) and the guards.
+    torch.manual_seed(0)
+    mod, x, y = Affine(), torch.randn(5, 4), torch.randn(3)
+    ref, _ = torch._dynamo.export(mod)(x, y)
+    gm, guards = cdynamo.export_graph(mod)(x, y)
+    assert captures["n"] == 1
+    assert _call_ops(gm) == _call_ops(ref)
+    assert any("L['x'].size()[0]" in g for g in guards)
+    for rows in (5, 7, 2):
+        x2 = torch.randn(rows, 4)
+        _same(gm(x2, y), mod(x2, y))
+    static, _ = cdynamo.export_graph(mod, assume_static_by_default=True)(x, y)
+    assert all(not isinstance(n.meta.get("val"), torch.SymInt) for n in static.graph.nodes)
+    assert static(x, y)[1] == 5
+    with cdynamo.installed_scope():
+        routed, _ = torch._dynamo.export(mod)(x, y)
+    assert captures["n"] == 3
+    assert _call_ops(routed) == _call_ops(ref)
