@@ -133,11 +133,11 @@ def _marked(flat_inputs, dims):
             had = x.__dict__.get("_dynamo_dynamic_indices", _MISSING)
             saved.append((x, had))
             x._dynamo_dynamic_indices = set(dims[id(x)]) | (set() if had is _MISSING else set(had))
-    prev, _shapes.export_dims = _shapes.export_dims, dims
+    prev, _shapes.export_dims.dims = _shapes.export_dims.dims, dims
     try:
         yield
     finally:
-        _shapes.export_dims = prev
+        _shapes.export_dims.dims = prev
         for x, had in saved:
             if had is _MISSING:
                 x.__dict__.pop("_dynamo_dynamic_indices", None)

@@ -8,6 +8,8 @@
   0/1 specialization, branches on sizes, mark_dynamic ranges) as flat integer programs the
   C++ guard program evaluates on every call: no Python on the hit path.
 """
+import threading
+
 import sympy
 import torch
 from torch._dynamo.source import ConstantSource
@@ -55,17 +57,26 @@ def marked(real):
     return bool(d) and bool(d.get("_dynamo_dynamic_indices") or d.get("_dynamo_weak_dynamic_indices"))
 
 
-# Set by cdynamo's export while it captures (None otherwise): {id(tensor): {dim: (DimDynamic,
-# constraint or None)}} for the user inputs the dynamic_shapes spec names. Under it the
-# spec alone decides what is symbolic, as torch's strict export assumes static by default:
-# each named dim is its own symbol (DYNAMIC), or one symbol with the dims its Dim names too
-# (DUCK, their sizes being equal), with the Dim's range as the symbol's constraint; every
-# other dim, and every other tensor, is static.
-export_dims = None
+class _ExportDims(threading.local):
+    """Set by cdynamo's export while it captures, on its thread (None otherwise): `dims` is
+    {id(tensor): {dim: (DimDynamic, constraint or None, Dim name)}} for the user inputs the
+    dynamic_shapes spec names. Under it the spec alone decides what is symbolic, as torch's
+    strict export assumes static by default: each named dim is its own symbol (DYNAMIC), or
+    one symbol with the dims its Dim names too (DUCK, their sizes being equal), with the Dim's
+    range as the symbol's constraint; every other dim, and every other tensor, is static. True
+    (the C++ tracer asks) while the thread's export has dims."""
+
+    dims = None
+
+    def __bool__(self):
+        return bool(self.dims)
+
+
+export_dims = _ExportDims()
 
 
 def _export_fake(mode, real, source_name, dims_of=None):
-    dims = (export_dims if dims_of is None else dims_of).get(id(real))
+    dims = (export_dims.dims if dims_of is None else dims_of).get(id(real))
     if not dims:
         return None, []
     n = real.dim()
@@ -85,7 +96,7 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
 
     `dynamic` is the compile's setting (True, False or None); `memory` the code object's
     {source name: sizes seen, None where they differed} (automatic dynamic), updated here."""
-    if export_dims is not None:
+    if export_dims.dims is not None:
         return _export_fake(mode, real, source_name)
     sizes = tuple(real.shape)
     n = len(sizes)
