@@ -210,9 +210,10 @@ PyObject* py_cache_entries(PyObject*, PyObject* code) {
   for (const auto& e : extra->entries) {
     std::string guards = e->guards.describe();
     PyObject* gm = e->graph_module ? e->graph_module.get() : Py_None;
-    Ref d = Ref::steal(Py_BuildValue("{s:s,s:s,s:O,s:n,s:O}", "name", e->name.c_str(), "guards", guards.c_str(),
+    Ref d = Ref::steal(Py_BuildValue("{s:s,s:s,s:O,s:n,s:O,s:n}", "name", e->name.c_str(), "guards", guards.c_str(),
                                      "graph_module", gm, "num_guards", static_cast<Py_ssize_t>(e->guards.numChecks()),
-                                     "backend_config", e->config.get()));
+                                     "backend_config", e->config.get(), "side_effects",
+                                     static_cast<Py_ssize_t>(e->effects.size())));
     if (!d || PyList_Append(list.get(), d.get()) < 0) return nullptr;
   }
   return list.release();

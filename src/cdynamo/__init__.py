@@ -13,6 +13,7 @@ import os as _os
 from . import config, testing
 from ._events import summary
 from ._explain import ExplainOutput, explain
+from ._export import export, export_graph
 from ._install import get_stance, install, installed, installed_scope, set_stance, uninstall
 from ._logging import set_logs
 from ._report import report
@@ -22,7 +23,7 @@ from .eval_frame import (DisabledModule, OptimizedModule, cache_entries, compile
 from .exc import BackendCompilerFailed, CdynamoError, FailOnRecompileLimitHit, Unsupported
 
 __all__ = [
-    "compile", "disable", "reset", "stats", "cache_entries", "explain", "ExplainOutput", "set_logs", "config", "testing",
+    "compile", "export", "export_graph", "disable", "reset", "stats", "cache_entries", "explain", "ExplainOutput", "set_logs", "config", "testing",
     "OptimizedModule", "DisabledModule", "Unsupported", "BackendCompilerFailed", "CdynamoError",
     "FailOnRecompileLimitHit", "mark_dynamic", "mark_static", "maybe_mark_dynamic",
     "install", "uninstall", "installed", "installed_scope", "set_stance", "get_stance", "allow_in_graph",

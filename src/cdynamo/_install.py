@@ -7,6 +7,9 @@ Installed, these names of torch are cdynamo's (uninstall() puts torch's back):
   ``torch._dynamo.register_backend``, or a callable), ``mode``, ``options``, ``fullgraph``,
   ``dynamic``, ``disable``, ``name``;
 * ``torch._dynamo.optimize`` (and ``torch._dynamo.eval_frame.optimize``);
+* strict ``torch.export.export`` (``strict=True``): its graph capture step
+  (``torch.export._trace._export_to_torch_ir``) is cdynamo's, and ``torch._dynamo.export``
+  is ``cdynamo.export_graph`` (see cdynamo/_export.py);
 * ``torch._dynamo.reset`` (so also ``torch.compiler.reset``): resets cdynamo, then torch's;
 * ``torch._dynamo.allow_in_graph`` / ``torch.compiler.allow_in_graph`` and
   ``assume_constant_result``: registered with cdynamo as well;
@@ -16,7 +19,8 @@ Installed, these names of torch are cdynamo's (uninstall() puts torch's back):
   ``cache_size_limit``, ``accumulated_recompile_limit``, ``fail_on_recompile_limit_hit``),
   including through ``torch._dynamo.config.patch``, are mirrored into ``cdynamo.config``.
   (The other options both have -- ``capture_scalar_outputs``, ``suppress_errors``,
-  ``automatic_dynamic_shapes``, ``allow_unspec_int_on_nn_module`` -- follow torch's
+  ``automatic_dynamic_shapes``, ``assume_static_by_default``, ``allow_unspec_int_on_nn_module``,
+  and ``optimize_ddp``, read by cdynamo/_internal/ddp.py -- follow torch's
   whether installed or not: see cdynamo/config.py.)
 
 Without install, cdynamo still honours torch's in-code markers (``torch.compiler.disable``,
@@ -233,6 +237,13 @@ def install():
                _also(_rules.assume_constant_result, torch._dynamo.assume_constant_result))
         _patch(torch.compiler, "assume_constant_result",
                _also(_rules.assume_constant_result, torch.compiler.assume_constant_result))
+        import torch.export._trace as export_trace
+
+        from . import _export
+        # torch.export.export(..., strict=True): the graph capture step is cdynamo's.
+        _patch(export_trace, "_export_to_torch_ir", _export._export_to_torch_ir_with(export_trace._export_to_torch_ir))
+        _patch(torch._dynamo, "export", _export._dynamo_export_with(torch._dynamo.export))
+        _patch(dyn_eval_frame, "export", _export._dynamo_export_with(dyn_eval_frame.export))
         _patch(decorators, "_set_stance", _mirror_stance(decorators._set_stance))
         _patch(dyn_eval_frame, "_set_stance", _mirror_stance(dyn_eval_frame._set_stance))
         cfg = torch._dynamo.config

@@ -3,7 +3,7 @@ import sys as _sys
 import types as _types
 
 # Options that torch._dynamo.config also has (capture_scalar_outputs, suppress_errors,
-# automatic_dynamic_shapes, allow_unspec_int_on_nn_module, force_parameter_static_shapes,
+# automatic_dynamic_shapes, assume_static_by_default, allow_unspec_int_on_nn_module, force_parameter_static_shapes,
 # automatic_dynamic_shapes_mark_as, allow_empty_graphs) are None by default: None means
 # "as torch._dynamo.config's option of that name" (same defaults), read where the option is
 # used, so code written for torch.compile that sets torch's option -- or a test that patches
@@ -57,6 +57,12 @@ automatic_dynamic_shapes = None
 # torch._dynamo.config.allow_unspec_int_on_nn_module (False there too). Read when a frame is
 # traced.
 allow_unspec_int_on_nn_module = None
+
+# Under compile(dynamic=None), the default: True, the first compile of a frame is static and
+# automatic dynamic makes a size symbolic once it changes; False, sizes are symbolic from the
+# first compile, as under dynamic=True (torch._dynamo's compile(dynamic=True) is this setting).
+# As torch._dynamo.config.assume_static_by_default. Read when a frame is traced.
+assume_static_by_default = None
 
 # Whether nn.Parameters keep static sizes (True, torch's default) or take part in dynamic
 # shapes like any tensor input (False: a Parameter argument whose size changed is symbolic

@@ -12,6 +12,7 @@ import weakref
 import torch
 
 from . import _C, _backends, _events, _rules, _toplevel, config as _config
+from ._internal import ddp as _ddp
 
 
 # What a guard_fail_fn receives (torch._dynamo.types.GuardFail's fields).
@@ -62,6 +63,11 @@ class _timed:
         sources = _fx_source_cache()
         known = len(sources) if sources is not None else 0
         try:
+            # A graph traced inside a DDP forward is compiled in pieces, one per gradient
+            # bucket, under torch._dynamo.config.optimize_ddp (cdynamo/_internal/ddp.py).
+            ddp = _ddp.active_module()
+            if ddp is not None:
+                return _ddp.split_and_compile(self.__wrapped__, gm, example_inputs, ddp)
             return self.__wrapped__(gm, example_inputs)
         finally:
             _events.add_backend_time(time.perf_counter_ns() - start)

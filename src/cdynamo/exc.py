@@ -43,4 +43,16 @@ def __getattr__(name):
         TorchRuntimeError.__qualname__ = name
         globals()[name] = TorchRuntimeError
         return TorchRuntimeError
+    if name == "ExportUnsupported":
+        from torch._dynamo.exc import Unsupported as _DynamoUnsupported
+
+        class ExportUnsupported(Unsupported, _DynamoUnsupported):
+            """What torch.export's strict capture by cdynamo raises where the program cannot be
+            captured whole: cdynamo's Unsupported (the reason and the line) that is also
+            torch._dynamo's, which code written for torch.export catches."""
+
+        ExportUnsupported.__module__ = __name__
+        ExportUnsupported.__qualname__ = name
+        globals()[name] = ExportUnsupported
+        return ExportUnsupported
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -135,3 +135,39 @@ def test_mark_as_unbacked_two_inputs_that_must_agree():
         with pytest.raises(RuntimeError, match="must match the size"):
             cf(torch.randn(3), torch.randn(2))
     assert cnt.frame_count <= dynamo
+
+
+def scaled_rows(x):
+    return x * x.shape[0]
+
+
+def row_calls():
+    return [(torch.randn(n, 3),) for n in (2, 5, 7, 7)]
+
+
+@pytest.mark.parametrize("assume_static", [True, False])
+def test_assume_static_by_default(assume_static):
+    # False: the first compile is already symbolic (one graph for every size, as torch._dynamo's
+    # dynamic=True); True (torch's default): static first, then one automatic-dynamic recompile.
+    with patch.object(torch._dynamo.config, "assume_static_by_default", assume_static):
+        cnt, dynamo = counts(scaled_rows, row_calls())
+    assert cnt.frame_count == dynamo == (2 if assume_static else 1)
+    first = cnt.graphs[0]
+    symbolic = any(isinstance(n.meta.get("example_value"), torch.SymInt)
+                   for n in first.graph.nodes if n.op == "placeholder")
+    assert symbolic is (not assume_static)
+
+
+def test_assume_static_by_default_set_on_cdynamo_config():
+    cdynamo.config.assume_static_by_default = False
+    try:
+        cnt, _ = counts(scaled_rows, row_calls())
+        # compile(dynamic=False) still means static sizes
+        static = CompileCounter()
+        f = cdynamo.compile(scaled_rows, backend=static, dynamic=False)
+        for (x,) in row_calls():
+            torch.testing.assert_close(f(x), scaled_rows(x))
+    finally:
+        cdynamo.config.assume_static_by_default = None
+    assert cnt.frame_count == 1
+    assert static.frame_count == 3

@@ -107,6 +107,31 @@ def test_accumulated_limit_counts_every_configuration(policy):
     assert c1.frame_count == 2
 
 
+def test_accumulated_limit_set_on_torch_config_while_installed(policy):
+    # Code written for torch.compile sets torch._dynamo.config's limit: under install() cdynamo
+    # keeps it (a patch applies for its block and is undone after).
+    with cdynamo.installed_scope():
+        with torch._dynamo.config.patch(accumulated_recompile_limit=2):
+            assert cdynamo.config.accumulated_recompile_limit == 2
+            c1, c2 = CompileCounter(), CompileCounter()
+            f1 = torch.compile(add_one, backend=c1, dynamic=False)
+            f2 = torch.compile(add_one, backend=c2, dynamic=False)
+            f1(torch.ones(1))
+            f2(torch.ones(1))
+            with pytest.warns(UserWarning, match=r"accumulated_recompile_limit \(2\)"):
+                torch.testing.assert_close(f1(torch.ones(2)), torch.ones(2) + 1)
+            assert (c1.frame_count, c2.frame_count) == (1, 1)
+        assert cdynamo.config.accumulated_recompile_limit == torch._dynamo.config.accumulated_recompile_limit
+    with torch._dynamo.config.patch(accumulated_recompile_limit=2):
+        dcnt = torch._dynamo.testing.CompileCounter()
+        d1 = torch.compile(add_one, backend=dcnt, dynamic=False)
+        d2 = torch.compile(add_one, backend=torch._dynamo.testing.CompileCounter(), dynamic=False)
+        d1(torch.ones(1))
+        d2(torch.ones(1))
+        d1(torch.ones(2))
+    assert dcnt.frame_count == 1  # torch._dynamo stops at the same count
+
+
 def test_recompile_reasons_in_user_terms_recorded_on_misses_only(policy):
     cnt = CompileCounter()
     cf = cdynamo.compile(add_one, backend=cnt, dynamic=False)

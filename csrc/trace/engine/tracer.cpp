@@ -295,6 +295,13 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   Ref dynamic = Ref::steal(PyObject_GetAttrString(config_, "dynamic"));
   if (!dynamic) return failFromPython("the compile's dynamic setting");
   dyn.mode = dynamic.get() == Py_None ? -1 : PyObject_IsTrue(dynamic.get()) == 1 ? 1 : 0;
+  if (dyn.mode == -1) {
+    // dynamic=None under assume_static_by_default=False: sizes are symbolic from the first
+    // compile, as torch._dynamo's compile(dynamic=True) is that setting.
+    int assume_static = graph::configFlag("assume_static_by_default");
+    if (assume_static < 0) return failFromPython("config.assume_static_by_default");
+    if (assume_static == 0) dyn.mode = 1;
+  }
   dyn.memory = shape_memory_;
   dyn.shape_env = with_shape_env_;
   static PyObject* const kMarks[] = {PyUnicode_InternFromString("_dynamo_dynamic_indices"),
@@ -307,6 +314,15 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     for (PyObject* k : kMarks)
       if (k && PyDict_GetItemWithError(*dictptr, k)) dyn.marked_inputs = true;
     PyErr_Clear();
+  }
+  if (!dyn.marked_inputs) {
+    // An export with a dynamic_shapes spec: the dims it names may be in tensors nested in
+    // the arguments (a list of tensors), which the loop above does not see; the trace needs
+    // its ShapeEnv all the same (symbolic_shapes.export_dims decides each input's fake).
+    PyObject* shapes = lookup(Obj::cdynamo_shapes);
+    Ref dims = shapes ? Ref::steal(PyObject_GetAttrString(shapes, "export_dims")) : Ref();
+    if (!dims) return failFromPython("cdynamo._internal.symbolic_shapes.export_dims");
+    dyn.marked_inputs = dims.get() != Py_None && PyObject_IsTrue(dims.get()) == 1;
   }
   graph_.setDynamic(dyn);
   if (!graph_.begin(fullgraph())) return failFromPython("starting fake tensor mode");

@@ -8,6 +8,8 @@
   0/1 specialization, branches on sizes, mark_dynamic ranges) as flat integer programs the
   C++ guard program evaluates on every call: no Python on the hit path.
 """
+import threading
+
 import sympy
 import torch
 from torch._dynamo.source import ConstantSource
@@ -55,11 +57,47 @@ def marked(real):
     return bool(d) and bool(d.get("_dynamo_dynamic_indices") or d.get("_dynamo_weak_dynamic_indices"))
 
 
+class _ExportDims(threading.local):
+    """Set by cdynamo's export while it captures, on its thread (None otherwise): `dims` is
+    {id(tensor): {dim: (DimDynamic, constraint or None, Dim name)}} for the user inputs the
+    dynamic_shapes spec names. Under it the spec alone decides what is symbolic, as torch's
+    strict export assumes static by default: each named dim is its own symbol (DYNAMIC), or
+    one symbol with the dims its Dim names too (DUCK, their sizes being equal), with the Dim's
+    range as the symbol's constraint; every other dim, and every other tensor, is static. True
+    (the C++ tracer asks) while the thread's export has dims."""
+
+    dims = None
+
+    def __bool__(self):
+        return bool(self.dims)
+
+
+export_dims = _ExportDims()
+
+
+def _export_fake(mode, real, source_name, dims_of=None):
+    dims = (export_dims.dims if dims_of is None else dims_of).get(id(real))
+    if not dims:
+        return None, []
+    n = real.dim()
+    kinds = [DimDynamic.STATIC] * n
+    constraints = [None] * n
+    for i, (kind, constraint, *_) in dims.items():
+        if 0 <= i < n:
+            kinds[i], constraints[i] = kind, constraint
+    ctx = StatelessSymbolicContext(dynamic_sizes=kinds, constraint_sizes=constraints)
+    fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
+    syms = [(i, s) for i, s in enumerate(fake.shape) if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol]
+    return fake, syms
+
+
 def input_fake(mode, real, source_name, dynamic, memory, automatic):
     """(fake, [(dim, SymInt)]) for graph input `real` read from `source_name`.
 
     `dynamic` is the compile's setting (True, False or None); `memory` the code object's
     {source name: sizes seen, None where they differed} (automatic dynamic), updated here."""
+    if export_dims.dims is not None:
+        return _export_fake(mode, real, source_name)
     sizes = tuple(real.shape)
     n = len(sizes)
     dyn = [False] * n
