@@ -168,6 +168,11 @@ class _WrapperModule(torch.nn.Module):
             return getattr(self._modules["_orig_mod"], name)
 
 
+_nn_module = torch.nn.modules.module
+# A compiled module with forward hooks -> the function its calls are traced through.
+_hooked_calls = weakref.WeakKeyDictionary()
+
+
 class OptimizedModule(_WrapperModule):
     """An nn.Module compiled by cdynamo (the counterpart of torch's OptimizedModule).
 
@@ -194,9 +199,32 @@ class OptimizedModule(_WrapperModule):
     # eagerly, on these arguments, as torch's wrapper does: its initialising pre-hook is
     # then gone and what is compiled is the module it has become.
     def __call__(self, *args, **kwargs):
+        if _nn_module._has_any_global_hook():
+            # The wrapper is a module too: nn.Module.__call__ runs the global hooks for it
+            # (once more than for the module alone, as with torch.compile's wrapper), then
+            # forward() runs the compiled module.
+            import warnings
+
+            warnings.warn("Using `torch.compile(module)` when there are global hooks on modules (registered with "
+                          "torch.nn.modules.module.register_module_forward_hook and the like) runs them once more, "
+                          "for the compiled wrapper itself; compile the module with module.compile(), or register "
+                          "hooks on the module, to avoid that", stacklevel=2)
+            return torch.nn.Module.__call__(self, *args, **kwargs)
         mod = self._modules["_orig_mod"]
-        if "_initialize_hook" in mod.__dict__:
+        d = mod.__dict__
+        if "_initialize_hook" in d:
             mod._infer_parameters(mod, args, kwargs)
+        if d.get("_forward_pre_hooks") or d.get("_forward_hooks"):
+            # The module's forward hooks and its forward are one frame, traced through the
+            # call (the trace inlines the hooks as nn.Module.__call__ runs them), as
+            # torch._dynamo captures a compiled module with hooks in one graph; without,
+            # each hook and the forward would be frames of their own. The frame's code is the
+            # wrapper's own: the hook dicts' keys are guarded, and modules with hooks of their
+            # own would otherwise share one code object's recompile limit.
+            call = _hooked_calls.get(self)
+            if call is None:
+                call = _hooked_calls[self] = _toplevel.module_caller()
+            return _C.call_compiled(self._cdynamo_config, call, mod, *args, **kwargs)
         return _C.call_compiled(self._cdynamo_config, mod, *args, **kwargs)
 
     def forward(self, *args, **kwargs):

@@ -393,3 +393,55 @@ def test_modules(fn, make_args, expect_graphs):
         "Heads"])
 def test_compiled_module(factory, shape):
     check(COMPILE_MODULE, lambda: (factory(), torch.randn(*shape)))
+
+
+def test_compiled_module_with_a_forward_pre_hook_is_one_graph():
+    # torch.compile(module) of a module with hooks of its own: the hook and the forward are
+    # traced as one frame (one graph), as torch._dynamo captures it; results and the hook's
+    # effect as eager, and a hit on the second call.
+    import cdynamo
+    import cdynamo.testing
+
+    def make():
+        torch.manual_seed(0)
+        m = nn.Linear(6, 6, bias=False)
+        m.register_forward_pre_hook(lambda mod, inp: (inp[0] + 1,))
+        m.register_forward_hook(lambda mod, inp, out: out * 2)
+        return m
+
+    m = make()
+    counter = cdynamo.testing.CompileCounter()
+    cm = cdynamo.compile(m, backend=counter)
+    x = torch.randn(3, 6)
+    torch.testing.assert_close(cm(x), make()(x))
+    torch.testing.assert_close(cm(x), make()(x))
+    assert (counter.frame_count, counter.op_count) == (1, 3)
+    # A hook removed afterwards: the compiled module follows it.
+    for h in list(m._forward_hooks):
+        del m._forward_hooks[h]
+    want = make()
+    want._forward_hooks.clear()
+    torch.testing.assert_close(cm(x), want(x))
+
+
+def test_global_module_hook_runs_for_the_compiled_wrapper_too():
+    # As with torch.compile's wrapper: the wrapper is a module, so a global forward pre-hook
+    # runs for it and for the module inside (with a warning saying so).
+    import cdynamo
+
+    calls = []
+
+    def hook(mod, args):
+        calls.append(type(mod).__name__)
+        return args
+
+    m = nn.Linear(2, 2)
+    cm = cdynamo.compile(m, backend="eager")
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
+    try:
+        with pytest.warns(UserWarning, match="global hooks"):
+            out = cm(torch.ones(2))
+    finally:
+        handle.remove()
+    torch.testing.assert_close(out, m(torch.ones(2)))
+    assert calls == ["OptimizedModule", "Linear"]
