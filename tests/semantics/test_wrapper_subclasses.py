@@ -384,3 +384,21 @@ def test_isinstance_parameter_of_a_subclass_is_the_flag_the_tensor_carries():
     for w in (m.weight, m.weight, plain):
         same(c(w), f(w))
     assert counter.frame_count == 2  # the answer changes for the plain subclass: a recompile
+
+
+def test_constant_of_an_intermediate_subclass_value_is_read_from_its_context():
+    # y.tag of a value the graph computes: the constant its context carries (guarded through
+    # the input's context: another tag recompiles). Not for a class whose __metadata_guard__
+    # calls different tags equal: the trace refuses rather than bake in the first one.
+    def f(t):
+        y = t * 2
+        return y.sin() * y.tag
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, fullgraph=True)
+    for tag in (3, 3, 5):
+        x = Tagged(torch.ones(2), tag)
+        same(c(x), f(x))
+    assert counter.frame_count == 2
+    with pytest.raises(cdynamo.Unsupported, match="no attribute 'tag'"):
+        cdynamo.compile(f, backend="eager", fullgraph=True)(TaggedByParity(torch.ones(2), 1))
