@@ -214,11 +214,11 @@ class OptimizedModule(_WrapperModule):
         d = mod.__dict__
         if "_initialize_hook" in d:
             mod._infer_parameters(mod, args, kwargs)
-        if d.get("_forward_pre_hooks") or d.get("_forward_hooks"):
+        if (d.get("_forward_pre_hooks") or d.get("_forward_hooks")) and _config.effective("wrap_top_frame"):
             # The module's forward hooks and its forward are one frame, traced through the
             # call (the trace inlines the hooks as nn.Module.__call__ runs them), as
-            # torch._dynamo captures a compiled module with hooks in one graph; without,
-            # each hook and the forward would be frames of their own. The frame's code is the
+            # torch._dynamo's wrap_top_frame captures them in one graph; without it, each hook
+            # and the forward are frames of their own (its default too). The frame's code is the
             # wrapper's own: the hook dicts' keys are guarded, and modules with hooks of their
             # own would otherwise share one code object's recompile limit.
             call = _hooked_calls.get(self)
