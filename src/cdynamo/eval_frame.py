@@ -168,7 +168,6 @@ class _WrapperModule(torch.nn.Module):
             return getattr(self._modules["_orig_mod"], name)
 
 
-_nn_module = torch.nn.modules.module
 # A compiled module with forward hooks -> the function its calls are traced through.
 _hooked_calls = weakref.WeakKeyDictionary()
 
@@ -199,17 +198,6 @@ class OptimizedModule(_WrapperModule):
     # eagerly, on these arguments, as torch's wrapper does: its initialising pre-hook is
     # then gone and what is compiled is the module it has become.
     def __call__(self, *args, **kwargs):
-        if _nn_module._has_any_global_hook():
-            # The wrapper is a module too: nn.Module.__call__ runs the global hooks for it
-            # (once more than for the module alone, as with torch.compile's wrapper), then
-            # forward() runs the compiled module.
-            import warnings
-
-            warnings.warn("Using `torch.compile(module)` when there are global hooks on modules (registered with "
-                          "torch.nn.modules.module.register_module_forward_hook and the like) runs them once more, "
-                          "for the compiled wrapper itself; compile the module with module.compile(), or register "
-                          "hooks on the module, to avoid that", stacklevel=2)
-            return torch.nn.Module.__call__(self, *args, **kwargs)
         mod = self._modules["_orig_mod"]
         d = mod.__dict__
         if "_initialize_hook" in d:

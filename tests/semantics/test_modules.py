@@ -433,25 +433,3 @@ def test_compiled_module_with_forward_hooks_is_one_graph_under_wrap_top_frame():
     finally:
         cdynamo.config.wrap_top_frame = None
 
-
-def test_global_module_hook_runs_for_the_compiled_wrapper_too():
-    # As with torch.compile's wrapper: the wrapper is a module, so a global forward pre-hook
-    # runs for it and for the module inside (with a warning saying so).
-    import cdynamo
-
-    calls = []
-
-    def hook(mod, args):
-        calls.append(type(mod).__name__)
-        return args
-
-    m = nn.Linear(2, 2)
-    cm = cdynamo.compile(m, backend="eager")
-    handle = torch.nn.modules.module.register_module_forward_pre_hook(hook)
-    try:
-        with pytest.warns(UserWarning, match="global hooks"):
-            out = cm(torch.ones(2))
-    finally:
-        handle.remove()
-    torch.testing.assert_close(out, m(torch.ones(2)))
-    assert calls == ["OptimizedModule", "Linear"]
