@@ -39,6 +39,12 @@ int GraphBuilder::addInput(PyObject* real, const std::string& name, const std::s
     Ref shape = Ref::steal(PyObject_GetAttrString(real, "shape"));
     Ref sizes = shape ? Ref::steal(PySequence_List(shape.get())) : Ref();
     if (!sizes || PyDict_SetItemString(dyn_.memory, source.c_str(), sizes.get()) < 0) return -1;
+    if (reinterpret_cast<PyObject*>(Py_TYPE(real)) != lookup(Obj::torch_Tensor)) {
+      // A wrapper subclass's inner tensors are remembered under their own sources too.
+      Ref r = Ref::steal(PyObject_CallMethod(lookup(Obj::cdynamo_shapes), "remember_inner_sizes", "OOs", dyn_.memory,
+                                             real, source.c_str()));
+      if (!r) return -1;
+    }
   }
   return addStaticPlaceholder(real, name);
 }

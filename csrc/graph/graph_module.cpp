@@ -301,10 +301,19 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
     }
   }
   // A symbol's placeholder lives with every live input whose sizes mention it (backends
-  // bind the symbols of the inputs' metadata from those placeholders).
+  // bind the symbols of the inputs' metadata from those placeholders), unless the trace
+  // specialized it to a number (y.view(3, 2, 4) of a symbolic 24): the inputs' sizes no
+  // longer mention it, and torch._dynamo's graphs drop such placeholders too.
   for (int i = 0; i < numNodes(); ++i)
     if (live[i])
-      for (int s : nodes_[i].uses_syms) live[s] = 1;
+      for (int s : nodes_[i].uses_syms) {
+        if (live[s]) continue;
+        Ref node = Ref::steal(PyObject_GetAttrString(nodes_[s].fake.get(), "node"));
+        Ref expr = node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
+        Ref number = expr ? Ref::steal(PyObject_GetAttrString(expr.get(), "is_number")) : Ref();
+        if (!number) return false;
+        if (number.get() != Py_True) live[s] = 1;
+      }
   return true;
 }
 

@@ -298,7 +298,8 @@ class Tracer {
   Result<ValuePtr> wrapWrapperSubclassInput(PyObject* obj, int reg);
   Result<ValuePtr> subclassInputAgain(PyObject* obj, int reg);
   // The guards of a traceable wrapper subclass instance in `reg` (and of its inner tensors).
-  Done guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth);
+  // `fake`: its fake (symbolic sizes leave those dims to the shape guards).
+  Done guardWrapperSubclass(PyObject* obj, PyObject* fake, int reg, int outer_reg, int depth);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);
 
   FrameView root_view_;
@@ -332,6 +333,15 @@ class Tracer {
   // register of a wrapper subclass input -> its plain inner tensors (at every nesting
   // level), each with the register it is guarded through (guardInputStorages)
   std::unordered_map<int, std::vector<std::pair<int, Ref>>> wrapper_inners_;
+  // The symbolic sizes of wrapper subclass inputs below the outer tensor (its inner tensors,
+  // at every nesting level): register, fake, real, for the shape guards to read them there.
+  struct InnerSizes {
+    int reg;
+    Ref fake;
+    Ref real;
+    uint64_t mask;
+  };
+  std::vector<InnerSizes> inner_sizes_;
   // A parameter, or a tensor read from a module's attributes, is marked a static input
   // (tensor._dynamo_static_input_type = "unguarded", unless marked already), as torch._dynamo
   // marks them: backends (cudagraphs) read the mark from the placeholder's meta["tensor_dict"].

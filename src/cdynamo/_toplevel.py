@@ -19,3 +19,15 @@ def wrap(fn):
     call_compiled_callable.__code__ = call_compiled_callable.__code__.replace(
         co_name=call_compiled_callable.__code__.co_name)
     return call_compiled_callable
+
+
+
+def module_caller():
+    """The frame a compiled module with forward hooks is traced as (eval_frame.OptimizedModule):
+    its call, the hooks and the forward inlined; a code object of its own per compiled module."""
+
+    def call_module(module, *args, **kwargs):
+        return module(*args, **kwargs)
+
+    call_module.__code__ = call_module.__code__.replace(co_name=call_module.__code__.co_name)
+    return call_module

@@ -44,6 +44,11 @@ allow_empty_graphs = None
 # backend always propagates as itself; Unsupported under fullgraph=True is never suppressed.
 suppress_errors = None
 
+# cdynamo.compile(module) of a module with forward hooks of its own: with this True its call
+# (hooks and forward) is traced as one frame, one graph; by default the hooks and the forward
+# are frames of their own, as torch._dynamo.config.wrap_top_frame (False there too).
+wrap_top_frame = None
+
 # Automatic dynamic shapes (compile(dynamic=None), the default): the first compile of a
 # frame is static; when a later compile of it sees a tensor dimension with another size
 # than before (or a Python int argument with another value, see allow_unspec_int_on_nn_module), that

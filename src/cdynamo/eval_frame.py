@@ -174,6 +174,10 @@ class _WrapperModule(torch.nn.Module):
             return getattr(self._modules["_orig_mod"], name)
 
 
+# A compiled module with forward hooks -> the function its calls are traced through.
+_hooked_calls = weakref.WeakKeyDictionary()
+
+
 class OptimizedModule(_WrapperModule):
     """An nn.Module compiled by cdynamo (the counterpart of torch's OptimizedModule).
 
@@ -201,8 +205,20 @@ class OptimizedModule(_WrapperModule):
     # then gone and what is compiled is the module it has become.
     def __call__(self, *args, **kwargs):
         mod = self._modules["_orig_mod"]
-        if "_initialize_hook" in mod.__dict__:
+        d = mod.__dict__
+        if "_initialize_hook" in d:
             mod._infer_parameters(mod, args, kwargs)
+        if (d.get("_forward_pre_hooks") or d.get("_forward_hooks")) and _config.effective("wrap_top_frame"):
+            # The module's forward hooks and its forward are one frame, traced through the
+            # call (the trace inlines the hooks as nn.Module.__call__ runs them), as
+            # torch._dynamo's wrap_top_frame captures them in one graph; without it, each hook
+            # and the forward are frames of their own (its default too). The frame's code is the
+            # wrapper's own: the hook dicts' keys are guarded, and modules with hooks of their
+            # own would otherwise share one code object's recompile limit.
+            call = _hooked_calls.get(self)
+            if call is None:
+                call = _hooked_calls[self] = _toplevel.module_caller()
+            return _C.call_compiled(self._cdynamo_config, call, mod, *args, **kwargs)
         return _C.call_compiled(self._cdynamo_config, mod, *args, **kwargs)
 
     def forward(self, *args, **kwargs):

@@ -538,3 +538,26 @@ def test_torch_check_on_a_symbolic_size_is_a_shape_guard():
         cf(torch.randn(2))
     assert str(compiled.value) == str(eager.value)
     check(cf, checked, torch.randn(5))  # the entry still serves
+
+
+def test_symbol_the_trace_specializes_has_no_placeholder():
+    # x.view(3, 2, 4) of a symbolic 24 makes the size 24: the graph keeps no placeholder for
+    # the symbol (torch._dynamo drops it too).
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    def f(x):
+        return x.clone().view(3, 2, 4) * 2
+
+    cf = cdynamo.compile(f, backend=backend, dynamic=True)
+    for n in (24, 24):
+        x = torch.randn(n)
+        torch.testing.assert_close(cf(x), f(x))
+    assert len(graphs) == 1 and sym_placeholders(graphs[0]) == []
+    ref = torch._dynamo.testing.EagerAndRecordGraphs()
+    torch._dynamo.reset()
+    torch.compile(f, backend=ref, dynamic=True)(torch.randn(24))
+    assert sym_placeholders(ref.graphs[0]) == []

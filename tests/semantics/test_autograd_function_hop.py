@@ -303,3 +303,28 @@ def test_torch_dynamo_allow_in_graph_mark_is_one_node():
         assert any("opaque" in t for t in targets), targets
     finally:
         torch._dynamo.disallow_in_graph(opaque)
+
+
+def test_post_accumulate_grad_hook_replayed_on_a_non_leaf_raises_as_eager():
+    # Leaf-ness is not in the tensor check: a non-leaf with the same metadata hits the entry
+    # traced for a leaf. The replayed registration raises there as eager does (before any
+    # effect of the frame is visible), so the hit is never a wrong result.
+    def hook(t):
+        t.grad.mul_(10)
+
+    def f(x, y):
+        x.register_post_accumulate_grad_hook(hook)
+        return x * y
+
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cf = cdynamo.compile(f, backend=cnt, fullgraph=True)
+    y = torch.arange(3.0)
+    cf(torch.ones(3, requires_grad=True), y)
+    non_leaf = torch.ones(3, requires_grad=True) * 1
+    with pytest.raises(RuntimeError, match="non-leaf") as eager:
+        f(non_leaf, y)
+    with pytest.raises(RuntimeError, match="non-leaf") as compiled:
+        cf(non_leaf, y)
+    assert str(compiled.value) == str(eager.value)
+    assert cnt.frame_count == 1

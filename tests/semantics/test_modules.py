@@ -393,3 +393,43 @@ def test_modules(fn, make_args, expect_graphs):
         "Heads"])
 def test_compiled_module(factory, shape):
     check(COMPILE_MODULE, lambda: (factory(), torch.randn(*shape)))
+
+
+def test_compiled_module_with_forward_hooks_is_one_graph_under_wrap_top_frame():
+    # torch.compile(module) of a module with hooks of its own under wrap_top_frame: the hooks
+    # and the forward are traced as one frame (one graph), as torch._dynamo captures them
+    # then; results and the hooks' effects as eager, and a hit on the second call.
+    import cdynamo
+    import cdynamo.testing
+
+    def make():
+        torch.manual_seed(0)
+        m = nn.Linear(6, 6, bias=False)
+        m.register_forward_pre_hook(lambda mod, inp: (inp[0] + 1,))
+        m.register_forward_hook(lambda mod, inp, out: out * 2)
+        return m
+
+    m = make()
+    counter = cdynamo.testing.CompileCounter()
+    cm = cdynamo.compile(m, backend=counter)
+    x = torch.randn(3, 6)
+    # By default (as torch._dynamo) the hooks and the forward are frames of their own.
+    torch.testing.assert_close(cm(x), make()(x))
+    assert counter.frame_count == 3
+    cdynamo.reset()
+    counter = cdynamo.testing.CompileCounter()
+    cm = cdynamo.compile(m, backend=counter)
+    cdynamo.config.wrap_top_frame = True
+    try:
+        torch.testing.assert_close(cm(x), make()(x))
+        torch.testing.assert_close(cm(x), make()(x))
+        assert (counter.frame_count, counter.op_count) == (1, 3)
+    # A hook removed afterwards: the compiled module follows it.
+        for h in list(m._forward_hooks):
+            del m._forward_hooks[h]
+        want = make()
+        want._forward_hooks.clear()
+        torch.testing.assert_close(cm(x), want(x))
+    finally:
+        cdynamo.config.wrap_top_frame = None
+

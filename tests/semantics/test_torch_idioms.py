@@ -362,3 +362,39 @@ def test_is_dynamo_compiling_true_in_trace():
     dcnt = torch._dynamo.testing.CompileCounter()
     assert torch.compile(_dynamo_compiling_probe, backend=dcnt)(x)[1:] == (True, False)
     assert dcnt.frame_count == 1
+
+
+def test_isinstance_buffer_reads_the_flag_of_the_tensor():
+    # torch.nn.Buffer(t) is a plain tensor carrying a flag its metaclass's __instancecheck__
+    # reads: the answer is the object's, guarded, not its type's.
+    def f(b):
+        if isinstance(b, torch.nn.Buffer):
+            return b + 1
+        return b - 1
+
+    check(f, lambda: (torch.nn.Buffer(torch.ones(5)),))
+    check(f, lambda: (torch.ones(5),))
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, fullgraph=True)
+    for b in (torch.nn.Buffer(torch.ones(3)), torch.ones(3), torch.nn.Buffer(torch.ones(3))):
+        torch.testing.assert_close(c(b), f(b))
+    assert counter.frame_count == 2
+
+
+def test_compiled_function_called_inside_a_trace_is_traced_into_it():
+    # As torch._dynamo: the outer compile's backend gets one graph with the inner function's ops.
+    inner_counter = cdynamo.testing.CompileCounter()
+    inner = cdynamo.compile(lambda x: x.sin() + 1, backend=inner_counter)
+
+    def outer(x):
+        return inner(x) * 2
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(outer, backend=counter, fullgraph=True)
+    x = torch.randn(3)
+    torch.testing.assert_close(c(x), outer(x))
+    torch.testing.assert_close(c(x), outer(x))
+    assert (counter.frame_count, counter.op_count) == (1, 3)
+    again = cdynamo.compile(inner, backend=counter, fullgraph=True)
+    torch.testing.assert_close(again(x), x.sin() + 1)
+    assert counter.frame_count == 2

@@ -261,3 +261,142 @@ def test_aliasing_that_appears_later_recompiles():
     y = TwoTensor(torch.zeros(3), torch.zeros(3))
     same(c(x, x.a), f(y, y.a))  # the entry's storage guard fails: not run with the aliasing
     same(x, y)
+
+
+class Doubled(torch.Tensor):
+    """The outer tensor is twice as long as its one inner tensor in dim 0, and ops add 2
+    once the inner length passes 3: the graph depends on an inner size no outer size names."""
+
+    @staticmethod
+    def __new__(cls, inner):
+        shape = (inner.shape[0] * 2,) + tuple(inner.shape[1:])
+        return torch.Tensor._make_wrapper_subclass(cls, shape, inner.stride(), None, None, inner.dtype, inner.layout,
+                                                   inner.device, False, inner.requires_grad)
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def __tensor_flatten__(self):
+        return ["inner"], None
+
+    @staticmethod
+    def __tensor_unflatten__(inner_tensors, ctx, outer_size, outer_stride):
+        return Doubled(inner_tensors["inner"])
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inner_args = pytree.tree_map_only(Doubled, lambda x: x.inner, args)
+        out = func(*inner_args, **kwargs)
+        if inner_args[0].shape[0] > 3:
+            out = out + 2
+        return Doubled(out)
+
+
+def test_symbolic_sizes_of_a_subclass_input_under_dynamic_true():
+    # dynamic=True: the outer and inner sizes are symbols, one graph for every size (as
+    # torch._dynamo), each call's answer the eager one.
+    def f(t):
+        return t.sin() * t.shape[0]
+
+    inputs = [(two(3, 4),), (two(3, 4),), (two(5, 6),), (two(7, 2),)]
+    counter = run(f, inputs, dynamic=True, fullgraph=True)
+    ref = cdynamo.testing.CompileCounter()
+    import torch._dynamo
+    torch._dynamo.reset()
+    c = torch.compile(f, backend=ref, dynamic=True, fullgraph=True)
+    for args in inputs:
+        c(*args)
+    assert counter.frame_count == ref.frame_count == 1
+
+
+def test_symbolic_inner_size_is_guarded_through_its_attribute():
+    # The graph's branch depends on the inner length (> 3): a call that crosses it must not
+    # reuse the graph, one on the same side does.
+    def f(t):
+        return t * t
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, dynamic=True, fullgraph=True)
+    for n in (4, 5, 2, 3):
+        x = Doubled(torch.randn(n, 3))
+        got, want = c(x), f(x)
+        assert type(got) is Doubled and got.shape == want.shape
+        torch.testing.assert_close(got.inner, want.inner)
+    assert counter.frame_count == 2
+
+
+def test_automatic_dynamic_makes_subclass_sizes_symbolic_on_recompile():
+    def f(t):
+        y = t.clone()
+        return y.view(-1) + 1
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, fullgraph=True)
+    for n in (4, 5, 6, 7):
+        x = two(3, n)
+        same(c(x), f(x))
+    assert counter.frame_count == 2
+
+
+def test_subclass_input_with_an_offset_keeps_static_sizes():
+    # Sizes the tensor check cannot derive strides from stay static: every new size compiles.
+    def f(t):
+        return t + 1
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, dynamic=True, fullgraph=True)
+    for n in (4, 5):
+        base = TwoTensor(torch.randn(n + 1), torch.randn(n + 1))
+        x = base[1:]
+        same(c(x), f(x))
+    assert counter.frame_count == 2
+
+
+def test_gradients_with_symbolic_subclass_sizes():
+    def f(t):
+        return (t.sin() * t.shape[1]).sum()
+
+    c = cdynamo.compile(f, backend="aot_eager", dynamic=True, fullgraph=True)
+    for n in (3, 4):
+        a, b = torch.randn(2, n), torch.randn(2, n)
+        t_eager = TwoTensor(a, b).requires_grad_()
+        t_comp = TwoTensor(a.clone(), b.clone()).requires_grad_()
+        f(t_eager).backward()
+        c(t_comp).backward()
+        same(t_comp.grad, t_eager.grad)
+
+
+def test_isinstance_parameter_of_a_subclass_is_the_flag_the_tensor_carries():
+    # nn.Parameter's metaclass answers isinstance from a flag on the tensor: a Parameter of a
+    # wrapper subclass is a Parameter without being of that type.
+    m = torch.nn.Linear(4, 4)
+    m.weight = torch.nn.Parameter(TwoTensor(torch.randn(4, 4), torch.randn(4, 4)))
+
+    def f(w):
+        if isinstance(w, torch.nn.Parameter):
+            return w + 1
+        return w + 2
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, fullgraph=True)
+    plain = two(4, 4).requires_grad_()  # the same tensor check: only the answer tells them apart
+    for w in (m.weight, m.weight, plain):
+        same(c(w), f(w))
+    assert counter.frame_count == 2  # the answer changes for the plain subclass: a recompile
+
+
+def test_constant_of_an_intermediate_subclass_value_is_read_from_its_context():
+    # y.tag of a value the graph computes: the constant its context carries (guarded through
+    # the input's context: another tag recompiles). Not for a class whose __metadata_guard__
+    # calls different tags equal: the trace refuses rather than bake in the first one.
+    def f(t):
+        y = t * 2
+        return y.sin() * y.tag
+
+    counter = cdynamo.testing.CompileCounter()
+    c = cdynamo.compile(f, backend=counter, fullgraph=True)
+    for tag in (3, 3, 5):
+        x = Tagged(torch.ones(2), tag)
+        same(c(x), f(x))
+    assert counter.frame_count == 2

@@ -135,12 +135,15 @@ Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
 // depends on more than the outer tensor's metadata: the class exactly and the outer
 // metadata (the tensor check), the inner tensors' metadata (each guarded through its
 // attribute), and the flatten context (a predicate: equal, or the class's
-// __metadata_guard__). Sizes stay static (symbolic_shapes.py _can_be_dynamic).
+// __metadata_guard__). Sizes are symbolic as for a plain input (the outer tensor's and each
+// inner tensor's, symbolic_shapes.py input_fake), when every level is contiguous from offset
+// 0: the tensor checks leave those dims to the shape guards, which read each inner tensor
+// through its attribute.
 Result<ValuePtr> Tracer::wrapWrapperSubclassInput(PyObject* obj, int reg) {
   if (Result<ValuePtr> again = subclassInputAgain(obj, reg); !again.notHandled()) return again;
-  if (Done d = guardWrapperSubclass(obj, reg, reg, 0); !d) return d.stop();
   int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)), guards().sourceName(reg));
   if (node < 0) return failFromPython("making a fake tensor for a tensor subclass input");
+  if (Done d = guardWrapperSubclass(obj, graph_.fake(node), reg, reg, 0); !d) return d.stop();
   input_reg_of_node_[node] = reg;
   example_of_node_[node] = Ref::borrow(obj);
   ValuePtr v = Value::tensor(node, reg);
@@ -149,13 +152,46 @@ Result<ValuePtr> Tracer::wrapWrapperSubclassInput(PyObject* obj, int reg) {
   return v;
 }
 
-Done Tracer::guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth) {
+namespace {
+
+// The dims of fake tensor `fake` whose sizes are symbolic (bit d: dim d), or -1 (error set).
+// `expressions`: those whose size is an expression of symbols rather than one symbol.
+int64_t symbolicDims(PyObject* fake, int64_t* expressions = nullptr) {
+  Ref shape = Ref::steal(PyObject_GetAttrString(fake, "shape"));
+  Ref seq = shape ? Ref::steal(PySequence_Fast(shape.get(), "shape")) : Ref();
+  if (!seq) return -1;
+  int64_t mask = 0;
+  if (expressions) *expressions = 0;
+  for (Py_ssize_t d = 0; d < PySequence_Fast_GET_SIZE(seq.get()) && d < 63; ++d) {
+    PyObject* size = PySequence_Fast_GET_ITEM(seq.get(), d);
+    if (PyLong_Check(size)) continue;
+    mask |= int64_t{1} << d;
+    if (!expressions) continue;
+    Ref node = Ref::steal(PyObject_GetAttrString(size, "node"));
+    Ref expr = node ? Ref::steal(PyObject_GetAttrString(node.get(), "expr")) : Ref();
+    Ref is_symbol = expr ? Ref::steal(PyObject_GetAttrString(expr.get(), "is_Symbol")) : Ref();
+    if (!is_symbol) return -1;
+    if (is_symbol.get() != Py_True) *expressions |= int64_t{1} << d;
+  }
+  return mask;
+}
+
+}  // namespace
+
+Done Tracer::guardWrapperSubclass(PyObject* obj, PyObject* fake, int reg, int outer_reg, int depth) {
   if (depth > 8) return fail("tensor subclasses nested more than 8 levels deep are not supported");
   PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
   if (!wrapperSubclassModelled(cls))
     return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
                 " with both __torch_dispatch__ and a __torch_function__ of its own is not supported yet");
-  guards().checkTensor(reg, obj);
+  int64_t expressions = 0;
+  int64_t mask = fake ? symbolicDims(fake, &expressions) : 0;
+  if (mask < 0) return failFromPython("the sizes of a tensor subclass input's fake");
+  guards().checkTensor(reg, obj, static_cast<uint64_t>(mask));
+  // The input's own symbols are bound through its placeholder; a size that is an expression
+  // (made from inner sizes) binds the symbol torch made for it here.
+  int64_t bound = depth > 0 ? mask : expressions;
+  if (bound) inner_sizes_.push_back({reg, Ref::borrow(fake), Ref::borrow(obj), static_cast<uint64_t>(bound)});
   PyObject* flatten_check = lookup(Obj::cdynamo_subclass_flatten_check);
   Ref info = flatten_check ? Ref::steal(PyObject_CallOneArg(flatten_check, obj)) : Ref();
   if (!info) return failFromPython(std::string("the __tensor_flatten__ metadata of ") + Py_TYPE(obj)->tp_name);
@@ -172,11 +208,19 @@ Done Tracer::guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int dep
                   Py_TYPE(inner.get())->tp_name + ") is not supported yet");
     int ireg = load(LoadKind::Attr, reg, 0, name, guards().sourceName(reg) + "." + PyUnicode_AsUTF8(name));
     if (ireg < 0) return failFromPython("guarding an inner tensor");
+    Ref inner_fake;
+    if (fake) {
+      inner_fake = Ref::steal(PyObject_GetAttr(fake, name));
+      if (!inner_fake) return failFromPython("an inner tensor of a tensor subclass input's fake");
+    }
     if (isPlainTensorOrParameter(inner.get())) {
-      guards().checkTensor(ireg, inner.get());
+      int64_t imask = inner_fake ? symbolicDims(inner_fake.get()) : 0;
+      if (imask < 0) return failFromPython("the sizes of an inner tensor's fake");
+      guards().checkTensor(ireg, inner.get(), static_cast<uint64_t>(imask));
+      if (imask) inner_sizes_.push_back({ireg, inner_fake.copy(), inner.copy(), static_cast<uint64_t>(imask)});
       wrapper_inners_[outer_reg].emplace_back(ireg, inner.copy());
     } else if (wrapperSubclass(reinterpret_cast<PyObject*>(Py_TYPE(inner.get())))) {
-      if (Done d = guardWrapperSubclass(inner.get(), ireg, outer_reg, depth + 1); !d) return d;
+      if (Done d = guardWrapperSubclass(inner.get(), inner_fake.get(), ireg, outer_reg, depth + 1); !d) return d;
     } else {
       return fail(std::string("an inner tensor of ") + Py_TYPE(obj)->tp_name + " of type " +
                   Py_TYPE(inner.get())->tp_name + " is not supported yet");

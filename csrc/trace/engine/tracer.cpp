@@ -715,6 +715,21 @@ Done Tracer::addShapeGuards() {
       if (!b || PyList_Append(bindings.get(), b.get()) < 0) return failFromPython("shape guards");
     }
   }
+  // The inner tensors of wrapper subclass inputs: their symbols are read there (a symbol
+  // only an inner size has, and the equalities duck sizing made with the outer sizes).
+  for (const InnerSizes& in : inner_sizes_) {
+    if (guards().isDropped(in.reg)) continue;
+    Ref shape = Ref::steal(PyObject_GetAttrString(in.fake.get(), "shape"));
+    if (!shape) return failFromPython("shape guards");
+    for (int d = 0; d < 63; ++d) {
+      if (!((in.mask >> d) & 1u)) continue;
+      Ref sym = Ref::steal(PySequence_GetItem(shape.get(), d));
+      Ref b = sym ? Ref::steal(Py_BuildValue("(OiisO)", sym.get(), in.reg, d, guards().sourceName(in.reg).c_str(),
+                                             in.real.get()))
+                  : Ref();
+      if (!b || PyList_Append(bindings.get(), b.get()) < 0) return failFromPython("shape guards");
+    }
+  }
   PyObject* shapes = lookup(Obj::cdynamo_shapes);
   if (!shapes) return failFromPython("cdynamo._internal.symbolic_shapes");
   Ref compiled = Ref::steal(PyObject_CallMethod(shapes, "compile_guards", "OO", graph_.shapeEnv(), bindings.get()));

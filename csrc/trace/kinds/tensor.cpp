@@ -45,6 +45,16 @@ Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
       if (found < 0) return t.failFromPython("__tensor_flatten__ of a tensor subclass value");
       PyObject* getattr = found == 1 ? lookup(Obj::builtins_getattr) : nullptr;
       if (getattr) return recordCall(t, NodeOp::CallFunction, getattr, {obj, Value::constant(name)}, {});
+      // A constant the instance carries (its flatten context: a scale, a dtype name): what
+      // the fake has, which __tensor_unflatten__ made from the guarded context or the class's
+      // ops made from guarded inputs. Not for a class with its own __metadata_guard__: two
+      // contexts it calls equal may differ in exactly what the program reads.
+      PyObject** dictptr = found == 0 ? _PyObject_GetDictPtr(fake) : nullptr;
+      PyObject* value = dictptr && *dictptr ? PyDict_GetItemWithError(*dictptr, name) : nullptr;
+      if (!value && PyErr_Occurred()) return t.failFromPython("an attribute of a tensor subclass value");
+      if (value && (PyLong_Check(value) || PyFloat_Check(value) || PyUnicode_Check(value) || value == Py_None) &&
+          PyObject_HasAttrString(reinterpret_cast<PyObject*>(Py_TYPE(fake)), "__metadata_guard__") == 0)
+        return Value::constant(value);
     }
     return t.fail(std::string("Tensor has no attribute '") + n + "'");
   }

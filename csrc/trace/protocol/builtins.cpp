@@ -171,6 +171,33 @@ Result<ValuePtr> builtinLen(Tracer& t, PyObject* f, const char* which, Args& arg
   return notHandled();
 }
 
+namespace {
+
+// Whether `cls` (a class or a tuple of them) has one whose metaclass defines its own
+// __instancecheck__ (not type's).
+bool ownInstanceCheck(PyObject* cls) {
+  if (PyTuple_Check(cls)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(cls); ++i)
+      if (ownInstanceCheck(PyTuple_GET_ITEM(cls, i))) return true;
+    return false;
+  }
+  if (!PyType_Check(cls) || Py_TYPE(cls) == &PyType_Type) return false;
+  static PyObject* const name = PyUnicode_InternFromString("__instancecheck__");
+  PyObject* own = _PyType_Lookup(Py_TYPE(cls), name);
+  PyObject* base = _PyType_Lookup(&PyType_Type, name);
+  return own && own != base;
+}
+
+// The program's own object behind a tensor value read from an input (its register holds
+// it), or null (a tensor the graph computes).
+PyObject* instanceFromProgram(Tracer& t, const ValuePtr& v) {
+  if (v->reg < 0) return nullptr;
+  if (const Tensor* x = v->get<Tensor>()) return t.inputRegOf(x->node) == v->reg ? t.exampleOf(x->node) : nullptr;
+  return nullptr;
+}
+
+}  // namespace
+
 // isinstance() / issubclass() against a class or a tuple of them.
 Result<ValuePtr> builtinIsinstance(Tracer& t, PyObject* f, const char* which, Args& args, Kwargs& kwargs) {
   auto is = [which](const char* n) { return strcmp(which, n) == 0; };
@@ -190,10 +217,22 @@ Result<ValuePtr> builtinIsinstance(Tracer& t, PyObject* f, const char* which, Ar
   if (!cls) return t.fail(std::string(which) + "() with a non-class");
   int r;
   if (is("issubclass")) {
-    if (!args[0]->real()) return t.fail("issubclass() of a non-class");
+    if (!args[0]->real()) return t.fail("issubclass() of a value that is not a class is unsupported");
     r = PyObject_IsSubclass(args[0]->real(), cls);
   } else if (args[0]->real()) {
     r = PyObject_IsInstance(args[0]->real(), cls);
+  } else if (PyObject* example = instanceFromProgram(t, args[0]); example && ownInstanceCheck(cls)) {
+    // A metaclass with its own __instancecheck__ may answer from the instance rather than
+    // its type (nn.Parameter and nn.Buffer read a flag the tensor carries): the answer is
+    // the real object's, guarded to stay the same.
+    r = PyObject_IsInstance(example, cls);
+    if (r < 0) return t.failFromPython("isinstance()");
+    PyObject* make = lookup(Obj::cdynamo_instance_check);
+    Ref check = make ? Ref::steal(PyObject_CallFunctionObjArgs(make, cls, r ? Py_True : Py_False, nullptr)) : Ref();
+    if (!check) return t.failFromPython("isinstance()");
+    t.guards().checkPredicate(args[0]->reg, check.get(),
+                              std::string("isinstance(") + t.guards().sourceName(args[0]->reg) + ", ...) is " +
+                                  (r ? "True" : "False"));
   } else {
     PyObject* type = typeOf(t, args[0]);
     if (!type) return t.fail("isinstance() of a value whose type is not known");

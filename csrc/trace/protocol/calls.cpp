@@ -12,6 +12,7 @@
 #include "trace/engine/scalars.h"
 #include "trace/engine/speculation.h"
 #include "trace/kinds/exception.h"
+#include "trace/protocol/attributes.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/ndarray.h"
 #include "trace/kinds/object.h"
@@ -237,6 +238,16 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
       if (fn->is(Kind::Object) && fn->real() &&
           (isOperatorObject(fn->real()) || findCallable(fn->real()) || callRuleOf(fn->real()) != CallRule::None))
         return callCallable(t, Value::callable(fn->real(), fn->reg), std::move(args), std::move(kwargs));
+      // A function compiled on its own, called inside a traced frame: its function is traced
+      // into this frame's graph (the outer compile's backend and settings win, as under
+      // torch._dynamo, where a compiled function reached from a traced one is inlined).
+      if (fn->is(Kind::Object) && fn->real() &&
+          reinterpret_cast<PyObject*>(Py_TYPE(fn->real())) == lookup(Obj::cdynamo_CompiledFunction)) {
+        static PyObject* const orig = PyUnicode_InternFromString("_torchdynamo_orig_callable");
+        Result<ValuePtr> inner = getAttr(t, fn, orig);
+        if (!inner) return inner;
+        return call(t, *inner, std::move(args), std::move(kwargs));
+      }
       Result<ValuePtr> r = callDunder(t, fn, interned(Str::dunder_call), std::move(args));
       if (!r.notHandled()) return r;
       break;

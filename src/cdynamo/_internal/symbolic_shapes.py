@@ -42,13 +42,38 @@ def _can_be_dynamic(real, source_name):
         return False
     if "._buffers[" in source_name:
         return False
-    # A traceable wrapper subclass (tensor_subclass.py) keeps its sizes: its fake would need
-    # symbols for its inner tensors too, which the trace does not make yet.
-    if torch.utils._python_dispatch.is_traceable_wrapper_subclass(real):
-        return False
+    return _checkable_layout(real)
+
+
+def _checkable_layout(real):
+    # Strides the tensor check can derive from symbolic sizes: contiguous from offset 0. A
+    # traceable wrapper subclass (tensor_subclass.py) needs that of every inner tensor too,
+    # each checked through its attribute.
     if real.layout != torch.strided or real.storage_offset() != 0:
         return False
-    return tuple(real.stride()) == _contiguous_strides(tuple(real.shape))
+    if tuple(real.stride()) != _contiguous_strides(tuple(real.shape)):
+        return False
+    if torch.utils._python_dispatch.is_traceable_wrapper_subclass(real):
+        attrs, _ = type(real).__tensor_flatten__(real)
+        for attr in attrs:
+            inner = getattr(real, attr)
+            if not isinstance(inner, torch.Tensor) or not _checkable_layout(inner):
+                return False
+    return True
+
+
+def remember_inner_sizes(memory, real, source_name):
+    """The sizes of a wrapper subclass input's inner tensors, under their sources, for the
+    next compile's automatic dynamic (a static compile records the outer sizes itself)."""
+    if not torch.utils._python_dispatch.is_traceable_wrapper_subclass(real):
+        return
+    attrs, _ = type(real).__tensor_flatten__(real)
+    for attr in attrs:
+        inner = getattr(real, attr)
+        if isinstance(inner, torch.Tensor):
+            name = f"{source_name}.{attr}"
+            memory[name] = list(inner.shape)
+            remember_inner_sizes(memory, inner, name)
 
 
 def marked(real):
@@ -98,6 +123,83 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
     {source name: sizes seen, None where they differed} (automatic dynamic), updated here."""
     if export_dims.dims is not None:
         return _export_fake(mode, real, source_name)
+    if torch.utils._python_dispatch.is_traceable_wrapper_subclass(real):
+        return _wrapper_subclass_fake(mode, real, source_name, dynamic, memory, automatic)
+    dyn, unbacked, sizes = _dims(real, source_name, dynamic, memory, automatic)
+    if not any(dyn):
+        # Every size static (parameters, buffers): the fake torch makes under an all-STATIC
+        # context has plain int sizes, strides and offset and no symbol; made without the
+        # ShapeEnv it is the same fake, without the symbolic machinery's cost per tensor.
+        # None: the graph builder makes it as in a static trace (from_tensor with
+        # static_shapes=True, or its input shortcut).
+        return None, []
+    kinds = _kinds(dyn, unbacked)
+    ctx = StatelessSymbolicContext(dynamic_sizes=kinds,
+                                   constraint_sizes=[None] * len(sizes))
+    fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
+    return fake, _symbols(fake, source_name, dyn, sizes)
+
+
+def _kinds(dyn, unbacked):
+    return [DimDynamic.UNBACKED if u and x else DimDynamic.DUCK if x else DimDynamic.STATIC for x, u in zip(dyn, unbacked)]
+
+
+def _symbols(fake, source_name, dyn, sizes, why=None):
+    syms = [(i, s) for i, s in enumerate(fake.shape) if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol]
+    if _logging.enabled("dynamic"):
+        made = dict(syms)
+        for i in range(len(sizes)):
+            if not dyn[i]:
+                continue
+            if i in made:
+                _logging.emit("dynamic", f"{source_name}.size()[{i}] = {sizes[i]} is symbol {made[i]}")
+            else:
+                _logging.emit("dynamic", f"{source_name}.size()[{i}] = {sizes[i]} stays static (sizes 0 "
+                                         "and 1 are specialized)")
+    return syms
+
+
+def _wrapper_subclass_fake(mode, real, source_name, dynamic, memory, automatic):
+    # A traceable wrapper subclass: the outer tensor and each inner one (reached through its
+    # attribute, as the guards read it) decide their symbolic dims as a plain input would,
+    # and torch's converter makes the fake from the nested contexts, as torch._dynamo asks it
+    # (inner sizes equal to outer ones share their symbols by duck sizing).
+    from torch.fx.experimental.symbolic_shapes import SubclassSymbolicContext
+
+    any_dyn = []
+
+    def context(t, name):
+        dyn, unbacked, sizes = _dims(t, name, dynamic, memory, automatic)
+        any_dyn.append(any(dyn))
+        kinds = _kinds(dyn, unbacked)
+        src = ConstantSource(name)
+        if not torch.utils._python_dispatch.is_traceable_wrapper_subclass(t):
+            return StatelessSymbolicContext(dynamic_sizes=kinds, constraint_sizes=[None] * len(sizes)), dyn, sizes
+        attrs, _ = type(t).__tensor_flatten__(t)
+        inner = {}
+        for attr in attrs:
+            value = getattr(t, attr)
+            if isinstance(value, torch.Tensor):
+                inner[attr] = context(value, f"{name}.{attr}")[0]
+        ctx = SubclassSymbolicContext(dynamic_sizes=kinds, constraint_sizes=[None] * len(sizes),
+                                      tensor_source=src, inner_contexts=inner)
+        return ctx, dyn, sizes
+
+    ctx, dyn, sizes = context(real, source_name)
+    if not any(any_dyn):
+        return None, []
+    if not _can_be_dynamic(real, source_name):
+        if _logging.enabled("dynamic"):
+            _logging.emit("dynamic", f"{source_name} keeps static sizes {list(sizes)}: a parameter, a buffer, or "
+                                     "a tensor subclass whose tensors are not all contiguous from offset 0")
+        return None, []
+    fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
+    return fake, _symbols(fake, source_name, dyn, sizes)
+
+
+def _dims(real, source_name, dynamic, memory, automatic):
+    """([symbolic?], [unbacked?], sizes) of one tensor's dims, as the compile's setting, the
+    marks and the code object's size memory say (updated here)."""
     sizes = tuple(real.shape)
     n = len(sizes)
     dyn = [False] * n
@@ -128,35 +230,17 @@ def input_fake(mode, real, source_name, dynamic, memory, automatic):
     for i in d.get("_dynamo_static_indices", ()):
         if 0 <= i < n:
             dyn[i] = unbacked[i] = False
-    log = _logging.enabled("dynamic")
-    if any(dyn) and not _can_be_dynamic(real, source_name):
-        if log:
+    if any(dyn) and not torch.utils._python_dispatch.is_traceable_wrapper_subclass(real) and \
+            not _can_be_dynamic(real, source_name):
+        if _logging.enabled("dynamic"):
             _logging.emit("dynamic", f"{source_name} keeps static sizes {list(sizes)}: a parameter, a buffer, or not "
                                      "contiguous from offset 0 (symbolic sizes need strides the guard derives)")
         dyn = [False] * n
-    if not any(dyn):
-        # Every size static (parameters, buffers): the fake torch makes under an all-STATIC
-        # context has plain int sizes, strides and offset and no symbol; made without the
-        # ShapeEnv it is the same fake, without the symbolic machinery's cost per tensor.
-        # None: the graph builder makes it as in a static trace (from_tensor with
-        # static_shapes=True, or its input shortcut).
-        return None, []
-    kinds = [DimDynamic.UNBACKED if u and x else DimDynamic.DUCK if x else DimDynamic.STATIC for x, u in zip(dyn, unbacked)]
-    ctx = StatelessSymbolicContext(dynamic_sizes=kinds,
-                                   constraint_sizes=[None] * n)
-    fake = mode.from_tensor(real, source=ConstantSource(source_name), symbolic_context=ctx)
-    syms = [(i, s) for i, s in enumerate(fake.shape) if isinstance(s, torch.SymInt) and s.node.expr.is_Symbol]
-    if log:
-        made = dict(syms)
+    if _logging.enabled("dynamic"):
         for i in range(n):
-            if not dyn[i]:
-                continue
-            if i in made:
-                _logging.emit("dynamic", f"{source_name}.size()[{i}] = {sizes[i]} is symbol {made[i]} ({why[i]})")
-            else:
-                _logging.emit("dynamic", f"{source_name}.size()[{i}] = {sizes[i]} stays static ({why[i]}, but sizes 0 "
-                                         "and 1 are specialized)")
-    return fake, syms
+            if dyn[i]:
+                _logging.emit("dynamic", f"{source_name}.size()[{i}] asked symbolic ({why[i]})")
+    return dyn, unbacked, sizes
 
 
 def int_input(shape_env, value, source_name, memory, always=False):
@@ -327,6 +411,7 @@ def compile_guards(shape_env, bindings):
     graph input, in input order. Raises NotImplementedError for a guard the program cannot
     express (the frame then is not captured, with that reason)."""
     where = {}
+    by_source = {}
     out = []
 
     def size(reg, dim):
@@ -339,6 +424,11 @@ def compile_guards(shape_env, bindings):
         if e is None or not e.is_Symbol:
             e = s.node.expr
         src = f"{name}.size()[{dim}]" if dim >= 0 else name  # dim -1: an int argument itself
+        if not e.is_Symbol:
+            # A size that is an expression of symbols (a wrapper subclass's outer size made
+            # from its inner ones): it binds the symbol torch made for that source, if any.
+            by_source[src] = (reg, dim, src)
+            continue
         if e in where:  # duck sizing: one symbol for equal sizes; the entry needs them equal
             r2, d2, src2 = where[e]
             out.append((f"{src} == {src2}", [size(reg, dim), size(r2, d2), (EQ, 0, 0)]))
@@ -351,6 +441,15 @@ def compile_guards(shape_env, bindings):
                 out.append((f"{src} >= {r.min}", [size(reg, dim), (CONST, 0, int(r.min)), (GE, 0, 0)]))
             if r.max is not None:
                 out.append((f"{src} <= {r.max}", [size(reg, dim), (CONST, 0, int(r.max)), (LE, 0, 0)]))
+    if by_source:
+        for sym, sources in shape_env.var_to_sources.items():
+            if sym in where:
+                continue
+            for source in sources:
+                hit = by_source.get(source.name)
+                if hit is not None:
+                    where[sym] = hit
+                    break
     compile_expr = _Compiler(where)
     names = {e: sympy.Symbol(src) for e, (_, _, src) in where.items()}
     for index, g in enumerate(shape_env.guards):

@@ -40,6 +40,18 @@ def plain_call(compiled):
     return run
 
 
+def instance_check(cls, expected):
+    """The guard on isinstance(x, cls) when cls's metaclass answers from the instance itself
+    (torch.nn.Parameter and Buffer read a flag the instance carries, so a Parameter of a
+    wrapper subclass or a Buffer of a plain tensor is an instance without being of the type):
+    true while isinstance(x, cls) still gives `expected`."""
+
+    def check(x):
+        return isinstance(x, cls) is expected
+
+    return check
+
+
 # ---- traceable wrapper subclasses (__tensor_flatten__ / __torch_dispatch__) ----------------
 #
 # An instance of one is a graph input as it is (torch's fake tensor converter makes a fake of
