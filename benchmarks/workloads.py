@@ -1,5 +1,6 @@
 """The tracing workloads of section 3 (also used by the memory section)."""
 import torch
+import torch.utils.checkpoint
 from torch import nn
 
 
@@ -72,6 +73,20 @@ def make_transformer(layers=12, d_model=64, nhead=4, ff=128):
     return nn.TransformerEncoder(layer, num_layers=layers, enable_nested_tensor=False)
 
 
+class CheckpointedEncoder(nn.Module):
+    """Each layer of a TransformerEncoder under non-reentrant activation checkpointing: one
+    checkpoint higher-order op per layer, whose body is traced as a subgraph."""
+
+    def __init__(self, layers):
+        super().__init__()
+        self.enc = make_transformer(layers)
+
+    def forward(self, x):
+        for layer in self.enc.layers:
+            x = torch.utils.checkpoint.checkpoint(layer, x, use_reentrant=False)
+        return x
+
+
 def tracing_workloads(quick):
     """(label, fn, args, fullgraph, note) for section 3."""
     torch.manual_seed(0)
@@ -85,9 +100,12 @@ def tracing_workloads(quick):
         (f"{chain_calls} calls through a 10-deep function chain", make_chain(chain_calls), (torch.randn(8),), False),
         (f"{tf_layers}-layer nn.TransformerEncoder (d=64, 4 heads, ff=128, dropout=0)", make_transformer(tf_layers),
          (torch.randn(2, 16, 64),), False),
+        (f"{tf_layers}-layer checkpointed nn.TransformerEncoder (each layer under checkpoint)",
+         CheckpointedEncoder(tf_layers), (torch.randn(2, 16, 64, requires_grad=True),), False),
     ]
 
 
 def dynamic_tracing_workloads(quick):
     """The workloads of section 3 traced with dynamic=True: symbolic sizes."""
-    return [w for w in tracing_workloads(quick) if w[0].startswith("loop") or "TransformerEncoder" in w[0]]
+    return [w for w in tracing_workloads(quick)
+            if w[0].startswith("loop") or ("TransformerEncoder" in w[0] and "checkpointed" not in w[0])]

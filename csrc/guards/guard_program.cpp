@@ -360,6 +360,23 @@ void GuardProgram::checkStateQuery(PyObject* fn, PyObject* args, PyObject* kwarg
   Ref name = Ref::steal(PyObject_GetAttrString(fn, "__name__"));
   c.what = name && PyUnicode_Check(name.get()) ? PyUnicode_AsUTF8(name.get()) : "a torch state query";
   PyErr_Clear();
+  // The queries of every entry, with the answer a reader of torch's C++ state confirms.
+  const bool no_args = PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 0 && kwargs == Py_None;
+  if (no_args) {
+    if (fn == lookup(Obj::torch_C_is_torch_function_enabled) && expected == Py_True) {
+      c.native = NativeQuery::TorchFunctionEnabled;
+    } else if (fn == lookup(Obj::torch_C_len_torch_function_stack) && PyLong_CheckExact(expected)) {
+      int overflow = 0;
+      c.native_expected = PyLong_AsLongLongAndOverflow(expected, &overflow);
+      if (!overflow && !PyErr_Occurred()) c.native = NativeQuery::TorchFunctionDepth;
+    } else if (fn == lookup(Obj::torch_C_is_any_autocast_enabled) && expected == Py_False) {
+      c.native = NativeQuery::NoAutocast;
+    } else if (fn == lookup(Obj::torch_get_default_dtype) && dtypeScalarType(expected) >= 0) {
+      c.native = NativeQuery::DefaultDtype;
+      c.native_expected = dtypeScalarType(expected);
+    }
+    PyErr_Clear();
+  }
   if (!c.obj) {  // cannot hold the query: never match
     PyErr_Clear();
     c.kind = CheckKind::Identity;

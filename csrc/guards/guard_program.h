@@ -111,6 +111,10 @@ struct Check {
   Ref obj;       // expected type / object / constant (or weakref to it)
   bool weak = false;
   bool dropped = false;  // removed by dropRegisters
+  // StateQuery: a C++ reader that confirms the expected answer without the Python call
+  // (NativeQuery::None: none), and what it compares against.
+  NativeQuery native = NativeQuery::None;
+  int64_t native_expected = 0;
   // NoHooks (and NoInstanceAttr): the module __dict__ version at the last pass and the four hook dicts it held
   // then (borrowed from it; alive while that version stands). Their sizes are still read on
   // every call, since adding a hook changes a hook dict, not the module's __dict__.

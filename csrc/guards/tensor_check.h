@@ -49,6 +49,25 @@ bool tensorMatches(const TensorSpec& spec, PyObject* obj);
 // torch.is_grad_enabled(), read from c10's thread-local grad mode (what that function
 // returns) without a Python call: every entry's guards ask it.
 bool gradModeEnabled();
+
+// torch state queries that every entry asks (the trace guards each on its answer at frame
+// start), read from torch's thread-local state in C++ instead of through their Python
+// function: four Python calls were a third of a small function's hit. Each reader only
+// ever confirms the answer expected (a fast pass); anything else (another answer, a
+// state it does not read exactly) is left to the Python function, so a reader can make
+// a check pass only where the function would return the same.
+enum class NativeQuery : uint8_t {
+  None,                 // no reader: always the Python call
+  TorchFunctionEnabled, // torch._C._is_torch_function_enabled() is True
+  TorchFunctionDepth,   // torch._C._len_torch_function_stack() == expected
+  NoAutocast,           // torch._C._is_any_autocast_enabled() is False
+  DefaultDtype,         // torch.get_default_dtype() is the dtype whose ScalarType is expected
+};
+// True only when the state certainly gives the answer `expected` (see NativeQuery); false
+// means "ask the Python function". Allocates nothing, never sets a Python error.
+bool nativeQueryHolds(NativeQuery q, int64_t expected);
+// The ScalarType of a torch.dtype object, or -1 when `obj` is not one.
+int dtypeScalarType(PyObject* obj);
 // Size `dim` of tensor `obj` (a THPVariable whose tensor check passed), or -1 when it has
 // no such dim. Allocates nothing.
 int64_t tensorSize(PyObject* obj, int dim);

@@ -1,7 +1,8 @@
 // The tensor guard's hot half, reading at::TensorImpl directly: one of the two files that see
 // torch's C++ headers (with graph/fake_autograd_torch.cpp; docs/design.md), so that a tensor check costs tens of
 // nanoseconds instead of the hundreds the Python API's .shape/.stride() calls cost. It is
-// compiled with torch's include paths and ABI flags (CMakeLists.txt) and links libc10 only.
+// compiled with torch's include paths and ABI flags (CMakeLists.txt) and links libc10 (and libtorch_cpu for
+// the torch-function state that nativeQueryHolds reads).
 //
 // A tensor check is then: exact Python type, one pointer load to the TensorImpl, a compare
 // of dispatch keys / dtype / device, sizes and strides compared in place, and
@@ -11,9 +12,13 @@
 // is a THPVariable (torch/csrc/autograd/python_variable.h). captureTensorSpec verifies the
 // type is such a subclass, and the check compares the exact type first, so the cast below
 // only ever sees THPVariables.
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/Tensor.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/GradMode.h>
 #include <c10/core/TensorImpl.h>
+#include <torch/csrc/Dtype.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/headeronly/version.h>
 
@@ -39,13 +44,6 @@ PyObject* tensorBaseType() {
 
 inline c10::TensorImpl* implOf(PyObject* obj) {
   return reinterpret_cast<THPVariable*>(obj)->cdata.unsafeGetTensorImpl();
-}
-
-inline bool sameInts(c10::IntArrayRef now, const std::vector<int64_t>& expected) {
-  if (now.size() != expected.size()) return false;
-  for (size_t i = 0; i < expected.size(); ++i)
-    if (now[i] != expected[i]) return false;
-  return true;
 }
 
 }  // namespace
@@ -130,8 +128,18 @@ bool tensorMatches(const TensorSpec& spec, PyObject* t) {
     if (impl->key_set().raw_repr() != spec.dispatch_keys) return false;
     if (static_cast<int>(c10::typeMetaToScalarType(impl->dtype())) != spec.scalar_type) return false;
     if (spec.dynamic_mask == 0) {
-      if (!sameInts(impl->sizes(), spec.sizes)) return false;
-      if (!sameInts(impl->strides(), spec.strides)) return false;
+      // Sizes and strides side by side, one pass, no early exit per element: the common
+      // tensors have 1-4 dims and every one is compared anyway on a hit.
+      c10::IntArrayRef sizes = impl->sizes();
+      const size_t n = spec.sizes.size();
+      if (sizes.size() != n) return false;
+      const int64_t* now_sizes = sizes.data();
+      const int64_t* now_strides = impl->strides().data();
+      const int64_t* sizes_then = spec.sizes.data();
+      const int64_t* strides_then = spec.strides.data();
+      int64_t differ = 0;
+      for (size_t i = 0; i < n; ++i) differ |= (now_sizes[i] ^ sizes_then[i]) | (now_strides[i] ^ strides_then[i]);
+      if (differ != 0) return false;
     } else {
       // Symbolic dims: the other sizes as captured, the strides contiguous for the sizes in
       // hand (what the graph's fake strides say in terms of the symbols).
@@ -219,5 +227,39 @@ std::string dispatchKeysText(uint64_t raw) {
 }  // namespace detail
 
 bool gradModeEnabled() { return c10::GradMode::is_enabled(); }
+
+bool nativeQueryHolds(NativeQuery q, int64_t expected) {
+  try {
+    switch (q) {
+      case NativeQuery::None:
+        return false;
+      case NativeQuery::TorchFunctionEnabled:
+        return at::impl::PythonTorchFunctionTLS::get_disabled_state() == at::impl::TorchFunctionDisabledState::ENABLED;
+      case NativeQuery::TorchFunctionDepth:
+        return at::impl::PythonTorchFunctionTLS::stack_len() == expected;
+      case NativeQuery::NoAutocast: {
+        // Autocast on a device is its Autocast key not excluded on this thread: every one
+        // excluded means none is on (what the query answers False to).
+        const c10::DispatchKeySet excluded = c10::impl::tls_local_dispatch_key_set().excluded_;
+        return (excluded & c10::autocast_dispatch_keyset) == c10::autocast_dispatch_keyset;
+      }
+      case NativeQuery::DefaultDtype:
+        return static_cast<int64_t>(c10::get_default_dtype_as_scalartype()) == expected;
+    }
+  } catch (...) {
+  }
+  return false;
+}
+
+int dtypeScalarType(PyObject* obj) {
+  static PyObject* const dtype_type = [] () -> PyObject* {
+    Ref mod = Ref::borrow(lookup(Obj::torch_module));
+    PyObject* r = mod ? PyObject_GetAttrString(mod.get(), "dtype") : nullptr;  // kept for the process
+    if (!r) PyErr_Clear();
+    return r;
+  }();
+  if (!dtype_type || reinterpret_cast<PyObject*>(Py_TYPE(obj)) != dtype_type) return -1;
+  return static_cast<int>(reinterpret_cast<THPDtype*>(obj)->scalar_type);
+}
 
 }  // namespace cdynamo::guards

@@ -24,6 +24,7 @@ struct GradMode {
 
 struct StateQuery {
   static bool run(const Check& c, PyObject* v, PyObject** regs, const GuardProgram& p) {
+    if (c.native != NativeQuery::None && nativeQueryHolds(c.native, c.native_expected)) return true;
     PyObject* q = c.obj.get();
     PyObject* args = PyTuple_GET_ITEM(q, 1);
     PyObject* kw = PyTuple_GET_ITEM(q, 2);
