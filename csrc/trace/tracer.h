@@ -250,6 +250,17 @@ class Tracer {
   OutputPlanner& outputs() { return outputs_; }
   Contexts& contexts() { return contexts_; }
 
+  // ---- TorchFunctionModes entered in the trace (kinds/tensor_subclass.cpp) ----
+  // The modes the traced program pushed (`with Mode():`), innermost last. They exist only
+  // in the trace: torch calls made while one is on it inline its __torch_function__
+  // (torchFunctionDispatch), with it taken off while that runs, as torch does.
+  std::vector<ValuePtr>& functionModes() { return function_modes_; }
+  bool functionModeActive() const { return !function_modes_.empty(); }
+  // The depth of torch's real mode stack when the frame started (guarded; torch.device
+  // contexts only): the program's _len_torch_function_stack() counts those first.
+  long outerFunctionModeDepth() const { return outer_function_mode_depth_; }
+  void setOuterFunctionModeDepth(long n) { outer_function_mode_depth_ = n; }
+
  private:
   // interpreter.cpp: runs `f` until it returns (Ok: its value), raises out of it (Raised)
   // or fails. The root frame reaching the break target returns Ok with the Null value
@@ -383,6 +394,8 @@ class Tracer {
   int fail_visit_ = 0;
   bool stopped_at_break_ = false;
   bool grad_mode_at_break_ = true;
+  std::vector<ValuePtr> function_modes_;
+  long outer_function_mode_depth_ = 0;
 };
 
 }  // namespace cdynamo::trace

@@ -151,6 +151,9 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
   if (contexts_.functorchLevelPushed())
     return fail("graph break while a functorch transform's level is pushed (the frame runs natively, so no "
                 "graph leaves a level pushed for the rest of the frame)");
+  if (functionModeActive())
+    return fail("graph break inside a TorchFunctionMode the frame entered (the native instruction and the resumed "
+                "code would run without it)");
   if (contexts_.calledInsideTransform())
     return fail("graph break in a frame called inside a functorch transform (torch._dynamo runs it natively too)");
   // The code the generated functions copy: the original, also when this frame is a

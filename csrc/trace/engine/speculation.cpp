@@ -48,7 +48,9 @@
 #include "support/lookup.h"
 #include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
+#include "trace/engine/scalars.h"
 #include "trace/protocol/calls.h"
+#include "trace/protocol/constants.h"
 #include "trace/tracer.h"
 
 namespace cdynamo::trace {
@@ -724,6 +726,131 @@ Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject*, const char*, Args& arg
   for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
   for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
   return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+}  // namespace cdynamo::trace
+
+namespace cdynamo::trace {
+
+namespace {
+
+// A 0-d tensor like `like` (of `dtype`, or like's own with null) standing for one of the
+// scalars flex_attention hands its score_mod and mask_mod (the score, b, h, q_idx, kv_idx):
+// a node the frame's graph drops unless it reads it itself.
+Result<ValuePtr> scalarStandIn(Tracer& t, const std::string& op, const ValuePtr& like, PyObject* dtype) {
+  static PyObject* const new_empty = PyUnicode_InternFromString("new_empty");
+  Ref shape = Ref::steal(PyTuple_New(0));
+  if (!shape) return t.failFromPython(op);
+  Kwargs kw;
+  if (dtype) kw.emplace_back(Ref::steal(PyUnicode_FromString("dtype")), Value::constant(dtype));
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallMethod, new_empty, {like, Value::constant(shape.get())}, kw);
+  if (!r) return r;
+  if (!(*r)->is(Kind::Tensor)) return t.fail(op + ": a scalar stand-in is not a tensor");
+  t.graph().markBookkeeping((*r)->as<Tensor>().node);
+  return r;
+}
+
+// One of flex_attention's modification functions traced into a subgraph: called on
+// `scalars`, installed as `base`_k; the free tensors it reads are *lifted, its other
+// buffers. The op runs its bodies under TransformGetItemToIndex (bias[q_idx] with a 0-d
+// index tensor is an index op, not a Python int read from it), so the body's ops run on
+// fakes under that mode too, entered for real around the speculation: the graph records
+// bias[q_idx] as the getitem the program wrote, as torch._dynamo records it.
+Result<int> flexBody(Tracer& t, const std::string& op, const ValuePtr& fn, const std::vector<ValuePtr>& scalars,
+                     const std::string& base, std::vector<int>* lifted) {
+  PyObject* mode_cls = lookup(Obj::transform_getitem_to_index);
+  Ref mode = mode_cls ? Ref::steal(PyObject_CallNoArgs(mode_cls)) : Ref();
+  if (!mode) return t.failFromPython(op + ": TransformGetItemToIndex");
+  std::vector<int> inputs;
+  for (const ValuePtr& s : scalars) inputs.push_back(s->as<Tensor>().node);
+  Subgraph sg;
+  if (t.functionModeActive()) return t.fail(op + " inside a TorchFunctionMode the frame entered is not supported yet");
+  Ref entered = Ref::steal(PyObject_CallMethod(mode.get(), "__enter__", nullptr));
+  if (!entered) return t.failFromPython(op + ": entering TransformGetItemToIndex");
+  Done d = speculate(t, op, fn, scalars, {}, inputs, &sg);
+  {
+    // Left however the speculation ended (an exception of the trace's own is kept).
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    Ref left = Ref::steal(PyObject_CallMethod(mode.get(), "__exit__", "OOO", Py_None, Py_None, Py_None));
+    if (!left) PyErr_Clear();
+    PyErr_Restore(type, value, tb);
+    if (!left) return t.fail(op + ": leaving TransformGetItemToIndex failed");
+  }
+  if (!d) return d.stop();
+  if (!sg.result->is(Kind::Tensor)) return t.fail(op + " must return one tensor");
+  *lifted = sg.lifted;
+  std::vector<std::string> names = childNames(scalars.size());
+  return installSubgraph(t, op, sg, inputs, sg.lifted, base, [](int) { return std::string(); },
+                         graph::GraphBuilder::OutputForm::Single, &names);
+}
+
+}  // namespace
+
+// flex_attention's higher-order op, as torch.nn.attention.flex_attention calls it while
+// compiling: flex_attention(query, key, value, score_mod, block_mask, scale, kernel_options,
+// score_mod_other_buffers, mask_mod_other_buffers). score_mod (the score and b, h, q_idx,
+// kv_idx) and the block mask's mask_mod (its last item; b, h, q_idx, kv_idx) are subgraphs
+// score_mod_k and mask_fn_k over 0-d stand-ins, their free tensors the two buffer tuples, as
+// torch._dynamo records the op; its fake implementation gives the three results.
+Result<ValuePtr> callFlexAttention(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "flex_attention";
+  static const char* const kNames[] = {"query", "key", "value", "score_mod", "block_mask", "scale", "kernel_options",
+                                       "score_mod_other_buffers", "mask_mod_other_buffers"};
+  constexpr size_t kParts = sizeof(kNames) / sizeof(kNames[0]);
+  ValuePtr parts[kParts];
+  if (args.size() > kParts) return t.fail(op + ": too many arguments");
+  for (size_t i = 0; i < args.size(); ++i) parts[i] = args[i];
+  for (const auto& [k, v] : kwargs) {
+    bool known = false;
+    for (size_t i = 0; i < kParts; ++i)
+      if (PyUnicode_CompareWithASCIIString(k.get(), kNames[i]) == 0 && !parts[i]) parts[i] = v, known = true;
+    if (!known) return t.fail(op + ": unexpected keyword argument " + PyUnicode_AsUTF8(k.get()));
+  }
+  for (size_t i = 0; i < 7; ++i)
+    if (!parts[i]) return t.fail(op + ": missing argument " + kNames[i]);
+  for (size_t i = 7; i < kParts; ++i) {
+    const std::vector<ValuePtr>* items = parts[i] ? parts[i]->elements() : nullptr;
+    PyObject* c = parts[i] ? parts[i]->constant() : nullptr;
+    bool empty = !parts[i] || (items && items->empty() && parts[i]->is(Kind::Tuple)) || (c && PyTuple_Check(c) && PyTuple_GET_SIZE(c) == 0);
+    if (!empty) return t.fail(op + ": " + kNames[i] + " given by the caller is not supported yet");
+  }
+  for (size_t i = 0; i < 3; ++i)
+    if (!parts[i]->is(Kind::Tensor) || isScalarValue(t, parts[i])) return t.fail(op + ": query, key and value must be tensors");
+  const std::vector<ValuePtr>* mask_items = parts[4]->is(Kind::Tuple) ? parts[4]->elements() : nullptr;
+  if (!mask_items || mask_items->empty()) return t.fail(op + ": the block mask must be a tuple ending with its mask_mod");
+  if (!parts[5]->is(Kind::Constant) || !parts[6]->is(Kind::Dict)) return t.fail(op + ": scale must be a number and kernel_options a dict");
+  PyObject* torch = lookup(Obj::torch_module);
+  Ref int32 = torch ? Ref::steal(PyObject_GetAttrString(torch, "int32")) : Ref();
+  if (!int32) return t.failFromPython(op);
+  const ValuePtr& q = parts[0];
+  std::vector<ValuePtr> score_in, mask_in;
+  for (int i = 0; i < 5; ++i) {
+    Result<ValuePtr> s = scalarStandIn(t, op, q, i == 0 ? nullptr : int32.get());
+    if (!s) return s;
+    score_in.push_back(s.take());
+  }
+  for (int i = 0; i < 4; ++i) {
+    Result<ValuePtr> s = scalarStandIn(t, op, q, int32.get());
+    if (!s) return s;
+    mask_in.push_back(s.take());
+  }
+  std::vector<int> score_lifted, mask_lifted;
+  Result<int> score_id = flexBody(t, op + " (score_mod)", parts[3], score_in, "score_mod", &score_lifted);
+  if (!score_id) return score_id.stop();
+  Result<int> mask_id = flexBody(t, op + " (mask_mod)", mask_items->back(), mask_in, "mask_fn", &mask_lifted);
+  if (!mask_id) return mask_id.stop();
+  std::vector<ValuePtr> block(mask_items->begin(), mask_items->end() - 1);
+  block.push_back(Value::tensor(*mask_id));
+  PyObject* target = lookup(Obj::torch_ops_higher_order_flex_attention);
+  if (!target) return t.failFromPython(op);
+  // kernel_options is a dict of constants the op reads as it is (the graph holds it whole).
+  Ref options = toPython(t, parts[6]);
+  if (!options) return t.fail(op + ": kernel_options must hold constants");
+  Args call_args = {parts[0], parts[1], parts[2], Value::tensor(*score_id), Value::tuple(std::move(block)),
+                    parts[5], Value::constant(options.get()), Value::tuple(tensorValues(score_lifted)),
+                    Value::tuple(tensorValues(mask_lifted))};
+  return recordCall(t, NodeOp::CallFunction, target, call_args, {});
 }
 
 }  // namespace cdynamo::trace

@@ -76,6 +76,7 @@ Done speculateCall(Tracer& t, const std::string& op, const ValuePtr& fn, Args ar
 // `self` (speculation.cpp says when it is captured).
 Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, PyObject* method, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callScan(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callFlexAttention(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 
 }  // namespace cdynamo::trace

@@ -351,6 +351,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     if (tf_enabled.get() != Py_True) return fail("torch function dispatch is disabled (not modelled)");
     const long n = PyLong_AsLong(depth.get());
     if (n == -1 && PyErr_Occurred()) return failFromPython("torch._C._len_torch_function_stack()");
+    setOuterFunctionModeDepth(n);
     if (n != 0) {
       PyObject* key_fn = lookup(Obj::cdynamo_state_function_mode_key);
       Ref key = key_fn ? Ref::steal(PyObject_Call(key_fn, no_args.get(), nullptr)) : Ref();
@@ -599,6 +600,11 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     return {};
   };
   if (failed_) {
+    return;
+  } else if (functionModeActive() && !stopped_at_break_) {
+    // A mode the program pushed and did not pop (Mode().__enter__() alone) stays on torch's
+    // stack after the call; no entry puts it there.
+    fail("a TorchFunctionMode the frame entered is still active where it ends");
     return;
   } else if (stopped_at_break_) {
     // The grad-mode changes of `with` blocks that end the graph: the entry sets the mode of

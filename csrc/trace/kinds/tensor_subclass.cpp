@@ -13,6 +13,7 @@
 // ops only; the subclass objects are rebuilt where values leave the trace (outputs.cpp).
 #include <cstring>
 #include <string>
+#include <unordered_set>
 
 #include "support/lookup.h"
 #include "support/torch_types.h"
@@ -123,6 +124,42 @@ bool isTensorMethodDescriptor(PyObject* f) {
   PyTypeObject* tt = tensorType();
   if (!tt) return PyErr_Clear(), false;
   return PyType_IsSubtype(tt, PyDescr_TYPE(f));
+}
+
+// Whether torch's argument parser hands `f` to __torch_function__ (torch.overrides'
+// overridable functions: torch.add, F.relu, Tensor.add, ...), read once per process.
+bool isOverridable(PyObject* f) {
+  // Note [Python references in statics] (support/pyref.h): torch's callables live for the process.
+  static auto& known = *new std::unordered_set<PyObject*>();
+  static bool read = false;
+  if (!read) {
+    read = true;
+    PyObject* get = lookup(Obj::torch_overrides_get_overridable_functions);
+    Ref table = get ? Ref::steal(PyObject_CallNoArgs(get)) : Ref();
+    Ref lists = table && PyDict_Check(table.get()) ? Ref::steal(PyDict_Values(table.get())) : Ref();
+    for (Py_ssize_t i = 0; lists && i < PyList_GET_SIZE(lists.get()); ++i) {
+      PyObject* fns = PyList_GET_ITEM(lists.get(), i);
+      if (!PyList_Check(fns)) continue;
+      for (Py_ssize_t j = 0; j < PyList_GET_SIZE(fns); ++j) {
+        PyObject* fn = PyList_GET_ITEM(fns, j);
+        Py_INCREF(fn);
+        known.insert(fn);
+      }
+    }
+    PyErr_Clear();
+  }
+  return known.count(f) != 0;
+}
+
+// An operator of torch.ops (torch.ops.aten.index, or one of its overloads): torch hands it
+// to the modes on the stack too.
+bool isOpsOperator(PyObject* f) {
+  for (Obj o : {Obj::torch_ops_OpOverloadPacket, Obj::torch_ops_OpOverload}) {
+    PyObject* cls = lookup(o);
+    if (!cls) PyErr_Clear();
+    if (cls && PyType_Check(cls) && PyObject_TypeCheck(f, reinterpret_cast<PyTypeObject*>(cls))) return true;
+  }
+  return false;
 }
 
 // The plain tensor of a subclass instance (the same node), and of a tuple or list of them.
@@ -368,7 +405,7 @@ Result<ValuePtr> convertToSubclass(Tracer& t, const ValuePtr& v, PyObject* cls) 
 Result<ValuePtr> torchFunctionDispatch(Tracer& t, PyObject* func, const std::vector<ValuePtr>& relevant, Args args,
                                        Kwargs kwargs, bool kwargs_as_dict) {
   std::vector<PyObject*> types = overloadedTypes(relevant);
-  if (types.empty()) return runWithoutSubclassDispatch(t, func, std::move(args), std::move(kwargs));
+  if (types.empty() && !t.functionModeActive()) return runWithoutSubclassDispatch(t, func, std::move(args), std::move(kwargs));
   std::vector<ValuePtr> type_values;
   for (PyObject* c : types) type_values.push_back(Value::callable(c));
   ValuePtr types_v = Value::tuple(std::move(type_values));
@@ -386,6 +423,20 @@ Result<ValuePtr> torchFunctionDispatch(Tracer& t, PyObject* func, const std::vec
     kwargs_v = Value::dict(reinterpret_cast<PyObject*>(&PyDict_Type), std::move(keys), std::move(values));
   }
   ValuePtr args_v = Value::tuple(args);
+  if (t.functionModeActive()) {
+    // The innermost mode the program entered comes before any subclass: its
+    // __torch_function__ runs with it taken off the stack (what it calls goes to the next
+    // mode, then to the subclasses), and it is put back however that ends, as torch does.
+    ValuePtr mode = t.functionModes().back();
+    t.functionModes().pop_back();
+    Result<ValuePtr> tf = getAttr(t, mode, torchFunctionName());
+    Result<ValuePtr> r = tf ? call(t, tf.take(), {func_v, types_v, args_v, kwargs_v}, {}) : std::move(tf);
+    t.functionModes().push_back(mode);
+    if (!r) return r;
+    if ((*r)->constant() == Py_NotImplemented)
+      return t.fail("a TorchFunctionMode's __torch_function__ returned NotImplemented (not modelled)");
+    return r;
+  }
   PyObject* default_impl = defaultImplFunction();
   if (!default_impl) return t.failFromPython("torch.Tensor.__torch_function__");
   for (PyObject* cls : types) {
@@ -476,6 +527,9 @@ Result<ValuePtr> callWithSubclassArgs(Tracer& t, const ValuePtr& fn, Args& args,
     if (builtin && (strcmp(n, "len") == 0 || strcmp(n, "abs") == 0))
       return callTensorDunder(t, std::string("__") + n + "__", {args[0]});
   }
+  // Under a mode alone, a Python function goes by the ordinary rules (inlined, or a torch
+  // function recorded as one node after the mode is handed it: callTorchFunction).
+  if (PyFunction_Check(f) && !anySubclassTensor(args, kwargs)) return notHandled();
   if (PyFunction_Check(f)) {
     // A Python function of torch (F.sigmoid, Tensor.__rsub__, Tensor.split) is traced: it
     // asks has_torch_function and hands over to handle_torch_function, or calls what
@@ -487,6 +541,24 @@ Result<ValuePtr> callWithSubclassArgs(Tracer& t, const ValuePtr& fn, Args& args,
   if (isTensorMethodDescriptor(f) && PyUnicode_CompareWithASCIIString(PyDescr_NAME(f), "as_subclass") == 0 && !args.empty() &&
       args[0]->is(Kind::SubclassTensor))
     return tensorAsSubclass(t, args[0], Args(args.begin() + 1, args.end()), std::move(kwargs));
+  if (!anySubclassTensor(args, kwargs) && !t.functionModeActive()) {
+    // No mode and no subclass: a tensor method or property getter called as a function on
+    // a tensor (what a mode's __torch_function__ calls) is that tensor's; anything else
+    // goes by the ordinary rules.
+    bool on_tensor = !args.empty() && args[0]->is(Kind::Tensor);
+    if (on_tensor && (propertyGetterName(f) || isTensorMethodDescriptor(f)))
+      return runWithoutSubclassDispatch(t, f, std::move(args), std::move(kwargs));
+    return notHandled();
+  }
+  if (!anySubclassTensor(args, kwargs)) {
+    // Only a mode the program entered is on: torch hands it what its argument parser
+    // dispatches (the overridable functions, the tensor methods and property getters,
+    // torch.ops operators); other bindings (functorch's, the mode stack's own) run as they are.
+    if (!isTensorMethodDescriptor(f) && !propertyGetterName(f) && !isOverridable(f) && !isOpsOperator(f))
+      return notHandled();
+    std::vector<ValuePtr> relevant = relevantOf(args, kwargs);
+    return torchFunctionDispatch(t, f, relevant, std::move(args), std::move(kwargs), false);
+  }
   if (isTensorMethodDescriptor(f) || propertyGetterName(f) || (PyCFunction_Check(f) && isTorchCallable(f))) {
     std::vector<ValuePtr> relevant = relevantOf(args, kwargs);
     return torchFunctionDispatch(t, f, relevant, std::move(args), std::move(kwargs), false);
@@ -498,6 +570,10 @@ Result<ValuePtr> callWithSubclassArgs(Tracer& t, const ValuePtr& fn, Args& args,
 Result<ValuePtr> subclassOperator(Tracer& t, const char* op, Args operands) {
   bool any = false;
   for (const ValuePtr& v : operands) any = any || v->is(Kind::SubclassTensor);
+  // Under a mode the program entered, an operator on a plain tensor is dispatched as well
+  // (torch hands the mode TensorBase.add for x + 1); a symbolic size is a number, not a tensor.
+  if (!any && t.functionModeActive())
+    for (const ValuePtr& v : operands) any = any || (v->is(Kind::Tensor) && !isScalarValue(t, v));
   if (!any) return notHandled();
   std::string name = op;
   if (name.back() == '_') name.pop_back();  // and_, or_
@@ -638,6 +714,70 @@ Done rebuildSubclassTensor(OutputPlanner& p, const ValuePtr& v, runtime::OutputP
   args[1] = runtime::OutputPlan::constant(s.cls.get());
   out->step = P::Call{Ref::borrow(as_subclass), std::move(args)};
   return {};
+}
+
+bool tensorMethodOrGetter(PyObject* f) { return isTensorMethodDescriptor(f) || propertyGetterName(f) != nullptr; }
+
+// ---- TorchFunctionModes the program enters ----
+//
+// `with Mode():` runs TorchFunctionMode.__enter__ (traced), which pushes the mode with
+// torch._C._push_on_torch_function_stack; __exit__ pops it. Those bindings act on the
+// trace's own stack (Tracer::functionModes), never on torch's: nothing real is pushed while
+// tracing, so fake tensor propagation and the graph run without the mode, and the mode's
+// __torch_function__ is inlined wherever torch would call it (torchFunctionDispatch). The
+// readers of the stack answer the real depth at the frame's start (guarded) plus the trace's.
+Result<ValuePtr> callFunctionModeBinding(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs) {
+  auto is = [&](Obj o) {
+    PyObject* b = lookup(o);
+    if (!b) PyErr_Clear();
+    return b && b == f;
+  };
+  std::vector<ValuePtr>& modes = t.functionModes();
+  const long outer = t.outerFunctionModeDepth();
+  if (is(Obj::torch_C_push_on_torch_function_stack)) {
+    if (args.size() != 1 || !kwargs.empty()) return t.fail("torch._C._push_on_torch_function_stack() with these arguments");
+    const ValuePtr& mode = args[0];
+    if (!mode->is(Kind::NewObject) && !mode->is(Kind::Object))
+      return t.fail("pushing something other than a mode object on the TorchFunctionMode stack");
+    modes.push_back(mode);
+    return Value::constant(Py_None);
+  }
+  if (is(Obj::torch_C_pop_torch_function_stack)) {
+    if (!args.empty() || !kwargs.empty()) return t.fail("torch._C._pop_torch_function_stack() with arguments");
+    if (modes.empty()) return t.fail("popping a TorchFunctionMode the frame did not enter (not modelled)");
+    ValuePtr top = modes.back();
+    modes.pop_back();
+    return top;
+  }
+  if (modes.empty()) return notHandled();  // torch's own answer, guarded (the stack at the start)
+  if (is(Obj::torch_C_len_torch_function_stack)) {
+    if (!args.empty() || !kwargs.empty()) return t.fail("torch._C._len_torch_function_stack() with arguments");
+    return Value::constant(Ref::steal(PyLong_FromLong(outer + static_cast<long>(modes.size()))).get());
+  }
+  if (is(Obj::torch_C_is_torch_function_mode_enabled)) return Value::constant(Py_True);
+  if (is(Obj::torch_C_get_function_stack_at)) {
+    PyObject* c = args.size() == 1 && kwargs.empty() ? args[0]->constant() : nullptr;
+    if (!c || !PyLong_Check(c)) return t.fail("torch._C._get_function_stack_at() of a non-constant");
+    long i = PyLong_AsLong(c);
+    if (i >= outer && i < outer + static_cast<long>(modes.size())) return modes[static_cast<size_t>(i - outer)];
+    return t.fail("torch._C._get_function_stack_at() of a mode entered before the frame (not modelled)");
+  }
+  return notHandled();
+}
+
+// A tensor property read under a mode the program entered (x.shape, x.dtype): torch hands
+// the mode the getter (Tensor.shape.__get__). NotHandled when no mode is on or `name` is
+// not one of torch's tensor properties.
+Result<ValuePtr> tensorAttrUnderMode(Tracer& t, const ValuePtr& obj, PyObject* name) {
+  if (!t.functionModeActive() || !obj->is(Kind::Tensor) || isScalarValue(t, obj)) return notHandled();
+  PyTypeObject* tt = tensorType();
+  if (!tt) return t.failFromPython("torch.Tensor");
+  PyObject* descr = _PyType_Lookup(tt, name);
+  if (!descr || !Py_IS_TYPE(descr, &PyGetSetDescr_Type)) return notHandled();
+  Ref hold = Ref::borrow(descr);
+  Ref get = Ref::steal(PyObject_GetAttrString(descr, "__get__"));
+  if (!get) return t.failFromPython("a tensor property's getter");
+  return torchFunctionDispatch(t, get.get(), {obj}, {obj}, {}, false);
 }
 
 }  // namespace cdynamo::trace

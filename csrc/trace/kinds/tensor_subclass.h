@@ -64,6 +64,16 @@ Result<ValuePtr> subclassTensorMethod(Tracer& t, const ValuePtr& self, PyObject*
 Result<ValuePtr> subclassTensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // `a is b` where one of them is a SubclassTensor.
 Result<bool> subclassIdentical(Tracer& t, const ValuePtr& a, const ValuePtr& b);
+// torch._C's bindings of the TorchFunctionMode stack (push, pop, its length and items)
+// acting on the modes the program entered in the trace; NotHandled for other callables,
+// and for the readers while the program has entered none.
+Result<ValuePtr> callFunctionModeBinding(Tracer& t, PyObject* f, Args& args, Kwargs& kwargs);
+// A property of a plain tensor read while a mode the program entered is on: dispatched to
+// it; NotHandled otherwise.
+Result<ValuePtr> tensorAttrUnderMode(Tracer& t, const ValuePtr& obj, PyObject* name);
+// A method of torch's C tensor class (TensorBase.add, TensorBase.__getitem__) or a tensor
+// property's getter (Tensor.shape.__get__): what torch hands a mode for x.add(y) and x.shape.
+bool tensorMethodOrGetter(PyObject* f);
 // A torch callable by its module (torch, torch.nn.functional, torch._tensor; not torch._dynamo).
 bool isTorchCallable(PyObject* fn);
 

@@ -34,6 +34,7 @@ Result<ValuePtr> getAttr(Tracer& t, const ValuePtr& obj, PyObject* name) {
   Result<ValuePtr> r = notHandled();
   switch (obj->kind()) {
     case Kind::Tensor:
+      if (Result<ValuePtr> m = tensorAttrUnderMode(t, obj, name); !m.notHandled()) return m;
       r = tensorAttr(t, obj, name);
       break;
     case Kind::PyModule:

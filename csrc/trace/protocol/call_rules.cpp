@@ -274,6 +274,16 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     return callTorchFunction(t, fn, args, kwargs);
   }
   if (PyFunction_Check(f)) return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+  if (Py_IS_TYPE(f, &Py_GenericAliasType)) {
+    // dict[str, Any]() and list[int](xs): types.GenericAlias calls its origin (and sets
+    // __orig_class__ where the instance takes attributes, which a builtin's does not).
+    Ref origin = Ref::steal(PyObject_GetAttrString(f, "__origin__"));
+    if (!origin) return t.failFromPython("a generic alias's origin");
+    if (PyType_Check(origin.get()) &&
+        PyType_HasFeature(reinterpret_cast<PyTypeObject*>(origin.get()), Py_TPFLAGS_HEAPTYPE))
+      return t.fail("a types.GenericAlias of a Python class called is not supported yet");
+    return call(t, Value::callable(origin.get()), std::move(args), std::move(kwargs));
+  }
   if (PyType_HasFeature(Py_TYPE(f), Py_TPFLAGS_HEAPTYPE)) {
     // A typing alias of a generic class called (Box[int](x)), as typing's __call__ does it:
     // the class called, then the instance's __orig_class__ set to the alias where the

@@ -106,7 +106,8 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
     return t.fail(std::string("context manager method ") + mname + " is not supported");
   }
   if (self->is(Kind::NdArray)) return ndarrayMethod(t, self, m.name.get(), args, kwargs);
-  if (self->is(Kind::SubclassTensor)) return subclassTensorMethod(t, self, m.name.get(), args, kwargs);
+  if (self->is(Kind::SubclassTensor) || (t.functionModeActive() && self->is(Kind::Tensor) && !isScalarValue(t, self)))
+    return subclassTensorMethod(t, self, m.name.get(), args, kwargs);  // torch's dispatch (a mode: x.add(y) too)
   if (!self->is(Kind::Tensor)) return callContainerMethod(t, self, m.name.get(), args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "numpy") == 0) return tensorAsNdarray(t, self, args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "as_subclass") == 0) return tensorAsSubclass(t, self, args, std::move(kwargs));
@@ -294,7 +295,10 @@ Result<ValuePtr> callCallable(Tracer& t, const ValuePtr& fn, Args args, Kwargs k
       return Value::of(Object{r.copy(), true});
     return fromPython(t, r.get());
   }
-  if (anySubclassTensor(args, kwargs)) {  // torch's callables dispatch to the subclass's __torch_function__
+  // torch's callables dispatch to the subclass's __torch_function__, and to a mode the
+  // program entered; a tensor method or property getter called as a function
+  // (TensorBase.ge(x, y), Tensor.shape.__get__(x): what a mode calls) is the tensor's.
+  if (anySubclassTensor(args, kwargs) || t.functionModeActive() || (!args.empty() && args[0]->is(Kind::Tensor) && tensorMethodOrGetter(f))) {
     if (Result<ValuePtr> r = callWithSubclassArgs(t, fn, args, kwargs); !r.notHandled()) return r;
   }
   if (const CallableRow* row = findCallable(f)) {

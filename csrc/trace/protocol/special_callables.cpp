@@ -31,6 +31,32 @@ using graph::NodeOp;
 namespace {
 // ---- the special callables (rows of kSpecialRows) ----
 
+// torch._dynamo.mark_static(t, dim) called in the trace (flex_attention marks its heads and
+// head dims): a size that is static in the trace (an int in its fake) stays so, nothing to
+// do; a symbolic one cannot be made static after the fact here.
+Result<ValuePtr> markStaticInTrace(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  if (args.empty() || !args[0]->is(Kind::Tensor) || !kwargs.empty() || args.size() > 2) return notHandled();
+  PyObject* fake = t.graph().fake(args[0]->as<Tensor>().node);
+  Ref sizes = fake ? Ref::steal(PyObject_GetAttrString(fake, "shape")) : Ref();
+  if (!sizes) return t.failFromPython("torch._dynamo.mark_static(): the tensor's sizes");
+  bool symbolic = false;
+  Ref seq = Ref::steal(PySequence_Tuple(sizes.get()));
+  if (!seq) return t.failFromPython("torch._dynamo.mark_static(): the tensor's sizes");
+  Py_ssize_t n = PyTuple_GET_SIZE(seq.get());
+  PyObject* dim = args.size() == 2 ? args[1]->constant() : nullptr;
+  if (args.size() == 2 && (!dim || !PyLong_Check(dim))) return t.fail("torch._dynamo.mark_static() of a non-constant dim");
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (dim) {
+      long d = PyLong_AsLong(dim);
+      if (d < 0) d += n;
+      if (d != i) continue;
+    }
+    symbolic = symbolic || !PyLong_CheckExact(PyTuple_GET_ITEM(seq.get(), i));
+  }
+  if (symbolic) return t.fail("torch._dynamo.mark_static() inside the trace of a size that is symbolic there is not supported yet");
+  return Value::constant(Py_None);
+}
+
 // object.__init__(self): a no-op on the objects the trace makes.
 Result<ValuePtr> objectInit(Tracer&, PyObject*, const char*, Args&, Kwargs&) { return Value::constant(Py_None); }
 
@@ -328,6 +354,8 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::torch_ops_higher_order_cond, false, {"torch.ops.higher_order.cond", callCond, false}},
     {Obj::torch_utils_checkpoint_checkpoint, false, {"torch.utils.checkpoint.checkpoint", callCheckpoint, false}},
     {Obj::torch_ops_higher_order_wrap, false, {"torch.ops.higher_order.wrap", callWrap, false}},
+    {Obj::torch_ops_higher_order_flex_attention, false, {"torch.ops.higher_order.flex_attention", callFlexAttention, false}},
+    {Obj::torch_dynamo_mark_static, false, {"torch._dynamo.mark_static", markStaticInTrace, false}},
     {Obj::torch_while_loop, false, {"torch._higher_order_ops.while_loop", callWhileLoop, false}},
     {Obj::torch_hop_map, false, {"torch._higher_order_ops.map", callMap, false}},
     {Obj::torch_hop_scan, false, {"torch._higher_order_ops.scan", callScan, false}},

@@ -146,7 +146,11 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
   // A state setter first, whatever its arguments: a symbolic size is a Tensor-kind value,
   // and vmap's batch size may be one; recorded as an op, the level it pushes would not be
   // popped when the trace ends.
+  if (Result<ValuePtr> r = callFunctionModeBinding(t, f, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = t.contexts().callStateSetter(f, args, kwargs); !r.notHandled()) return r;
+  // has_torch_function(...) is True while a mode the program entered is on (torch's Python
+  // functions then hand themselves to handle_torch_function, which reaches the mode).
+  if (t.functionModeActive() && torchKindOf(f) == TorchKind::DispatchQuery) return Value::constant(Py_True);
   if (anyTensor(args, kwargs)) {
     switch (torchKindOf(f)) {
       case TorchKind::PythonHelper:
@@ -156,6 +160,13 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
         // torch.utils and torch.fx, which build structures, not tensors (tree_flatten).
         if (!graphArguments(args, kwargs) || isStructureHelper(f) || isTransformInternals(f) || !reachableByName(f))
           return t.inlineFunction(f, fn->reg, std::move(args), std::move(kwargs));
+        // One node for a function torch hands to a mode (its has_torch_function check): the
+        // mode the program entered is handed it first, as eagerly.
+        if (t.functionModeActive()) {
+          std::vector<ValuePtr> relevant(args.begin(), args.end());
+          for (const auto& kv : kwargs) relevant.push_back(kv.second);
+          return torchFunctionDispatch(t, f, relevant, std::move(args), std::move(kwargs), true);
+        }
         break;
       case TorchKind::Binding:
         // Neither an aten operator nor a reader: a binding of unknown effect
@@ -269,7 +280,11 @@ bool isStructureHelper(PyObject* f) {
   return strncmp(name, "torch.utils.", 12) == 0 || strncmp(name, "torch.fx.", 9) == 0 ||
          strncmp(name, "torch.testing.", 14) == 0 || strncmp(name, "torch._vendor.", 14) == 0 ||
          strncmp(name, "torch.distributions.", 20) == 0 || strncmp(name, "torch.optim.", 12) == 0 ||
-         strncmp(name, "torch.nn.utils.clip_grad", 24) == 0;
+         strncmp(name, "torch.nn.utils.clip_grad", 24) == 0 ||
+         // torch.nn.attention's Python (flex_attention's input checks that return None,
+         // BlockMask and its constructors, create_block_mask's vmap over mask_mod): the op
+         // flex_attention ends in is a row of its own.
+         strncmp(name, "torch.nn.attention.", 19) == 0;
 }
 
 bool isTransformInternals(PyObject* f) {
