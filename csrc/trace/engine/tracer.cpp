@@ -175,6 +175,12 @@ Done Tracer::compileGraph(bool compile_empty) {
   const bool passthrough = op_count == 0 && !compile_empty && !outputs_.graphOutputs().empty();
   entry_->no_ops = op_count == 0 && !compile_empty && !stopped_at_break_;
   if (op_count == 0 && !compile_empty && !passthrough) return {};
+  if (op_count > 0) {
+    // The calls each node sits inside (meta["source_fn_stack"]), higher-order op bodies included.
+    PyObject* annotate = lookup(Obj::cdynamo_source_fn_stack_annotate);
+    Ref done = annotate ? Ref::steal(PyObject_CallOneArg(annotate, gm.get())) : Ref();
+    if (!done) return failFromPython("cdynamo._internal.source_fn_stack.annotate");
+  }
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {
