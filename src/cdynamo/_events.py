@@ -14,6 +14,7 @@ translates it, and each translation of it a frame compile id (``[frame_id/compil
 """
 import collections
 import dataclasses
+import sys
 import time
 import weakref
 
@@ -136,12 +137,31 @@ def _sink(ev):
             setattr(rec, key, ev[key])
     rec.has_graph = rec.graph_module is not None
     records.append(rec)
+    _count_break_for_torch(rec)
     try:
         _notify("end", rec)
     finally:
         # Kept as history only: nothing of the program stays alive through it.
         rec.graph_module = None
         _share_with_previous(rec, code)
+
+
+_NOTHING_TRACED = "no op traced"
+
+
+def _count_break_for_torch(rec):
+    """Counts a graph break (or a frame left to run natively) in torch._dynamo's own
+    counters["graph_break"], keyed by its reason, as torch.compile does: tools and tests
+    written for torch.compile read graph breaks there. Only when torch._dynamo.utils is
+    already imported (importing it costs a second and nobody can read it otherwise)."""
+    info = rec.graph_break or rec.native
+    reason = info.get("reason") if info else None
+    if not reason or (rec.graph_break is None and reason.startswith(_NOTHING_TRACED)):
+        return  # a frame with nothing to compile is skipped, not broken
+    utils = sys.modules.get("torch._dynamo.utils")
+    counters = getattr(utils, "counters", None)
+    if counters is not None:
+        counters["graph_break"][reason] += 1
 
 
 def _site_key(site):

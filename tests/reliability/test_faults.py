@@ -44,6 +44,17 @@ def test_backend_that_raises_gives_backend_compiler_failed_with_the_cause():
         f(torch.ones(2))
 
 
+def test_backend_failure_message_names_the_backends_error():
+    # Code that matches the error's text (as torch.compile's "backend=... raised: T: msg")
+    # must find the backend's own error in it, not only in __cause__.
+    def bad(gm, example_inputs):
+        raise AssertionError("must be two modes")
+
+    f = cdynamo.compile(lambda x: x + 1, backend=bad)
+    with pytest.raises(cdynamo.BackendCompilerFailed, match="AssertionError: must be two modes"):
+        f(torch.ones(2))
+
+
 def test_backend_that_raises_with_suppress_errors_runs_eagerly_with_a_warning(monkeypatch):
     monkeypatch.setattr(cdynamo.config, "suppress_errors", True)
 

@@ -94,6 +94,30 @@ def cond_with_an_in_place_op_on_a_tensor_the_branch_made(p, x):
     return torch.cond(p, t, lambda y: y.cos(), (x,))
 
 
+def _pred_and_nest():
+    return torch.tensor(True), (torch.randn(4), [torch.randn(4)], {"k": torch.randn(4)})
+
+
+@case(_pred_and_nest)
+def cond_of_nested_operands(p, nest):
+    # Operands nest (a tuple holding a list and a dict): the branches get them as written,
+    # the op their tensor leaves.
+    def t(n):
+        a, (b,), d = n
+        return a + b * d["k"]
+
+    def f(n):
+        return n[0] - n[2]["k"]
+
+    return torch.cond(p, t, f, (nest,))
+
+
+@case(tensors((4,)))
+def cond_with_empty_operands_reading_a_closure(x):
+    y = x * 2
+    return torch.cond(x.sum() > 0, lambda: y.sin(), lambda: y.cos(), ())
+
+
 class WithBranches(torch.nn.Module):
     def __init__(self):
         super().__init__()
@@ -477,3 +501,60 @@ def test_a_body_changing_what_existed_before_it_is_unsupported(what):
 
     with pytest.raises(cdynamo.Unsupported, match="its body changes state outside it"):
         cdynamo.compile(f, backend="eager", fullgraph=True)(torch.tensor(False), torch.randn(4))
+
+
+# ---------------------------------------------------------------- what torch.compile's tools read
+
+
+def _source_fn_stacks(gm):
+    out = {}
+    for mod in gm.modules():
+        for n in mod.graph.nodes:
+            if n.op.startswith("call"):
+                out[n.name] = [name for name, _ in n.meta.get("source_fn_stack", [])]
+    return out
+
+
+def test_source_fn_stack_names_the_ops_a_node_sits_inside():
+    def fn(p, x):
+        def t(y):
+            return wrap(lambda z: z.sin(), y) + 1
+
+        return torch.cond(p, t, lambda y: y.cos(), (x,)).neg()
+
+    args = (torch.tensor(True), torch.randn(4))
+    ours, theirs = Recorder(), Recorder()
+    cnt = torch._dynamo.testing.CompileCounterWithBackend(ours)
+    cf = cdynamo.compile(fn, backend=cnt, fullgraph=True)
+    for _ in range(2):  # the first call and a cache hit
+        torch.testing.assert_close(cf(*args), fn(*args))
+    assert cnt.frame_count == 1
+    torch.compile(fn, backend=theirs, fullgraph=True)(*args)
+    mine = _source_fn_stacks(ours.graphs[0])
+    assert mine["sin"] == ["cond", "wrap", "sin"] and mine["neg"] == ["neg"], mine
+    assert mine == _source_fn_stacks(theirs.graphs[0])
+
+
+def test_a_graph_break_in_a_body_is_counted_where_torch_compile_counts_it():
+    # torch._dynamo.utils.counters["graph_break"]: tools and tests written for torch.compile
+    # read graph breaks there, keyed by the reason.
+    from torch._dynamo.utils import counters
+
+    state = {"n": 0}
+
+    def fn(x):
+        def body(y):
+            state["n"] += 1  # a side effect: the body cannot be a subgraph
+            return y.sin()
+
+        return wrap(body, x) * 2
+
+    counters.clear()
+    x = torch.randn(4)
+    cf = cdynamo.compile(fn, backend="eager")
+    for _ in range(2):
+        torch.testing.assert_close(cf(x), fn(x))
+    assert state["n"] == 4
+    reasons = list(counters["graph_break"])
+    assert len(reasons) == 1 and "side effect" in reasons[0], reasons
+    counters.clear()

@@ -96,6 +96,28 @@ std::string inputName(Tracer& t, int id, size_t index) {
   return "arg" + std::to_string(index);
 }
 
+// The tensor leaves of a nest of tuples, lists and dicts (values in key order, as pytree
+// flattens a dict), appended to `out`; false on any other leaf (a number read from a tensor
+// included).
+bool tensorLeaves(Tracer& t, const ValuePtr& v, std::vector<int>* out) {
+  if (v->is(Kind::Tensor)) {
+    if (t.graph().isScalar(v->as<Tensor>().node)) return false;
+    out->push_back(v->as<Tensor>().node);
+    return true;
+  }
+  if (v->is(Kind::Tuple) || v->is(Kind::List)) {
+    for (const ValuePtr& item : *v->elements())
+      if (!tensorLeaves(t, item, out)) return false;
+    return true;
+  }
+  if (v->is(Kind::Dict)) {
+    for (const ValuePtr& item : v->as<Dict>().values)
+      if (!tensorLeaves(t, item, out)) return false;
+    return true;
+  }
+  return false;
+}
+
 std::vector<ValuePtr> tensorValues(const std::vector<int>& nodes) {
   std::vector<ValuePtr> out;
   for (int n : nodes) out.push_back(Value::tensor(n));
@@ -292,7 +314,11 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
     if (!known) return t.fail(op + ": unexpected keyword argument " + PyUnicode_AsUTF8(k.get()));
   }
   if (!parts[0] || !parts[1] || !parts[2]) return t.fail(op + " needs pred, true_fn and false_fn");
-  if (!parts[3]) parts[3] = Value::tuple({});
+  // No operands, or an empty tuple or list written in the program (a constant then).
+  if (!parts[3] || (parts[3]->is(Kind::Constant) && (PyTuple_CheckExact(parts[3]->constant()) ||
+                                                      PyList_CheckExact(parts[3]->constant())) &&
+                    PyObject_Length(parts[3]->constant()) == 0))
+    parts[3] = Value::tuple({});
   const ValuePtr& pred = parts[0];
   if (!parts[3]->is(Kind::Tuple) && !parts[3]->is(Kind::List))
     return t.fail(op + ": operands must be a tuple or a list of tensors");
@@ -312,12 +338,12 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   }
   if (!pred->is(Kind::Tensor))
     return t.fail(op + ": the predicate must be a bool or a boolean tensor with a single item");
+  // The operands may nest (tuples, lists, dicts of tensors): the branches get them as
+  // written, the op and the branch graphs their tensor leaves in pytree order.
   std::vector<int> inputs;
-  for (const ValuePtr& o : operands) {
-    if (!o->is(Kind::Tensor) || t.graph().isScalar(o->as<Tensor>().node))
-      return t.fail(op + ": operands must be a tuple or a list of tensors");
-    inputs.push_back(o->as<Tensor>().node);
-  }
+  for (const ValuePtr& o : operands)
+    if (!tensorLeaves(t, o, &inputs))
+      return t.fail(op + ": operands must be a tuple or a list of tensors (or of tuples, lists and dicts of them)");
   Subgraph tb, fb;
   if (Done d = speculate(t, op + " (true branch)", parts[1], operands, {}, inputs, &tb); !d) return d.stop();
   if (Done d = speculate(t, op + " (false branch)", parts[2], operands, {}, inputs, &fb); !d) return d.stop();
@@ -335,7 +361,7 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   if (!false_id) return false_id.stop();
   PyObject* target = lookup(Obj::torch_ops_higher_order_cond);
   if (!target) return t.failFromPython(op);
-  std::vector<ValuePtr> all = operands;
+  std::vector<ValuePtr> all = tensorValues(inputs);
   for (ValuePtr& v : tensorValues(lifted)) all.push_back(std::move(v));
   Args call_args = {pred, Value::tensor(*true_id), Value::tensor(*false_id), Value::tuple(std::move(all))};
   return recordOp(t, op, target, call_args, {}, tb.result, tb.outputs.size());

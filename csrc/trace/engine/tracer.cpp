@@ -34,12 +34,21 @@ Ref fetchException() {
   return value_ref;
 }
 
-// Raises cdynamo.exc.<cls>(message), chained to the pending exception if any.
-void raiseChained(Obj cls, const std::string& message) {
+// Raises cdynamo.exc.<cls>(message), chained to the pending exception if any. With
+// `name_cause` the message ends with the cause's type and text, so that code matching the
+// error's text (as it would match torch.compile's "backend=... raised:") sees what failed.
+void raiseChained(Obj cls, const std::string& message, bool name_cause = false) {
   Ref cause = fetchException();
   PyObject* exc_type = lookup(cls);
   if (!exc_type) return;
-  Ref exc = Ref::steal(PyObject_CallFunction(exc_type, "s", message.c_str()));
+  std::string text = message;
+  if (name_cause && cause) {
+    Ref str = Ref::steal(PyObject_Str(cause.get()));
+    const char* s = str ? PyUnicode_AsUTF8(str.get()) : nullptr;
+    if (!s) PyErr_Clear();
+    text += " (raised:\n" + std::string(Py_TYPE(cause.get())->tp_name) + ": " + (s ? s : "<unprintable>") + ")";
+  }
+  Ref exc = Ref::steal(PyObject_CallFunction(exc_type, "s", text.c_str()));
   if (!exc) return;
   if (cause) PyException_SetCause(exc.get(), cause.release());
   PyErr_SetObject(exc_type, exc.get());
@@ -166,6 +175,12 @@ Done Tracer::compileGraph(bool compile_empty) {
   const bool passthrough = op_count == 0 && !compile_empty && !outputs_.graphOutputs().empty();
   entry_->no_ops = op_count == 0 && !compile_empty && !stopped_at_break_;
   if (op_count == 0 && !compile_empty && !passthrough) return {};
+  if (op_count > 0) {
+    // The calls each node sits inside (meta["source_fn_stack"]), higher-order op bodies included.
+    PyObject* annotate = lookup(Obj::cdynamo_source_fn_stack_annotate);
+    Ref done = annotate ? Ref::steal(PyObject_CallOneArg(annotate, gm.get())) : Ref();
+    if (!done) return failFromPython("cdynamo._internal.source_fn_stack.annotate");
+  }
   Ref example_inputs = Ref::steal(PyList_New(static_cast<Py_ssize_t>(inputs_used.size())));
   if (!example_inputs) return failFromPython("the graph's example inputs");
   for (size_t i = 0; i < inputs_used.size(); ++i) {
@@ -202,7 +217,8 @@ Done Tracer::compileGraph(bool compile_empty) {
   ++stats().graphs_compiled;
   Ref compiled = graph_.callBackend(backend.get(), gm.get(), example_inputs.get());
   if (!compiled) {
-    raiseChained(Obj::cdynamo_exc_BackendCompilerFailed, "backend compiler failed on the graph of " + entry_->name);
+    raiseChained(Obj::cdynamo_exc_BackendCompilerFailed, "backend compiler failed on the graph of " + entry_->name,
+                 /*name_cause=*/true);
     return userError();
   }
   if (!PyCallable_Check(compiled.get())) {

@@ -18,6 +18,7 @@ channels C++ asks about), _trace (TORCH_TRACE / ``python -m cdynamo --trace``) a
 * torch_state: torch's global state saved and restored around a translation, and what
   TorchFunctionModes allow (the frame hook)
 * node_stack_trace: a graph node's meta["stack_trace"] (the graph builder)
+* source_fn_stack: meta["source_fn_stack"] of a finished graph's nodes (the tracer)
 * polyfills: Python versions of C callables, traced in their place (one module per
   original module, each registered with ``@polyfill(original)``)
 * autograd_function: torch.autograd.Function.apply without autograd, and the check that
