@@ -24,6 +24,7 @@
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -234,7 +235,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (bytecode::BinaryOp op; args.size() == 2 && kwargs.empty() && binaryOperatorOf(f, &op))
     return binaryOp(t, op, args[0], args[1]);
   if (int op; args.size() == 2 && kwargs.empty() && compareOperatorOf(f, &op)) return compareOp(t, op, args[0], args[1]);
-  if (bytecode::Op op; args.size() == 1 && kwargs.empty() && unaryOperatorOf(f, &op)) return unaryOp(t, op, args[0]);
+  if (UnaryOp op; args.size() == 1 && kwargs.empty() && unaryOperatorOf(f, &op)) return unaryOp(t, op, args[0]);
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (Result<ValuePtr> m = callMathOnSymbolic(t, f, args, kwargs); !m.notHandled()) return m;
@@ -278,7 +279,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     // A typing alias of a generic class called (Box[int](x)), as typing's __call__ does it:
     // the class called, then the instance's __orig_class__ set to the alias where the
     // instance takes attributes. The alias's own fields are in its __dict__ (no Python runs).
-    PyObject* module = PyDict_GetItemString(Py_TYPE(f)->tp_dict, "__module__");
+    PyObject* module = PyDict_GetItemString(typeDict(Py_TYPE(f)), "__module__");
     PyObject** dictptr = _PyObject_GetDictPtr(f);
     PyObject* fields = dictptr ? *dictptr : nullptr;
     PyObject* origin = fields && PyDict_Check(fields) ? PyDict_GetItemString(fields, "__origin__") : nullptr;
