@@ -16,6 +16,7 @@
 #include "trace/protocol/operators.h"
 #include "graph/torch_refs.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -29,7 +30,7 @@ PyObject* ownPythonNew(PyObject* cls) {
   PyObject* owner = nullptr;
   PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     if (dict && PyDict_GetItemWithError(dict, interned(Str::dunder_new))) {
       owner = dict;
       break;
@@ -269,7 +270,7 @@ Result<ValuePtr> objectReduceEx(Tracer& t, Args& args, Kwargs& kwargs) {
   }
   PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     for (const char* n : {"__slots__", "__getnewargs_ex__", "__getnewargs__"})
       if (dict && PyDict_GetItemString(dict, n))
         return t.fail(std::string("object.__reduce_ex__() of a class with ") + n);
@@ -491,7 +492,7 @@ namespace {
 Result<ValuePtr> baseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, bool as_operator) {
   if (fn == objectSlot("__reduce_ex__") && !args.empty()) return objectReduceEx(t, args, kwargs);
   if (args.size() == 2 && kwargs.empty() &&
-      fn == PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_dict, "with_traceback")) {
+      fn == PyDict_GetItemString(typeDict(reinterpret_cast<PyTypeObject*>(PyExc_BaseException)), "with_traceback")) {
     // exc.with_traceback(tb) of an exception the trace made (no source: nothing outside saw
     // it yet), with None or a traceback the trace made (a real one, see noteTraceback): done
     // for real; anything else given raises its TypeError for real.
