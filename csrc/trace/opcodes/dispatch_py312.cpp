@@ -87,13 +87,28 @@ Result<Next> opReturnConst(Tracer&, SymbolicFrame& f, const bytecode::Instructio
   return Next::Return;
 }
 
-// The intrinsics 3.11 had opcodes for: +x and the tuple of a starred display; the others
-// (print in the REPL, import *, async generators' wrap, the StopIteration a generator must
-// not raise, type parameters) stop the trace.
+// The intrinsics 3.11 had opcodes for: +x and the tuple of a starred display; and the
+// handler 3.12 puts around every generator body. The others (print in the REPL, import *,
+// async generators' wrap, type parameters) stop the trace.
 Result<Next> opCallIntrinsic1(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
-  constexpr int kUnaryPositive = 5, kListToTuple = 6;
+  constexpr int kStopIterationError = 3, kUnaryPositive = 5, kListToTuple = 6;
   if (ins.arg == kUnaryPositive) return opUnaryPositive(t, f, ins, io);
   if (ins.arg == kListToTuple) return opListToTuple(t, f, ins, io);
+  if (ins.arg == kStopIterationError) {
+    // A generator's outer handler: an exception leaving its body goes on as it is, but a
+    // StopIteration would become RuntimeError("generator raised StopIteration").
+    PyObject* e = io[0]->real();
+    if (!e || !PyExceptionInstance_Check(e)) return t.fail("a generator's exception made in the trace");
+    if (PyErr_GivenExceptionMatches(e, PyExc_StopAsyncIteration))
+      return t.fail("an async generator raising StopAsyncIteration is not supported yet");
+    if (!PyErr_GivenExceptionMatches(e, PyExc_StopIteration)) return Next::Fall;  // io[0] stays
+    Ref err = Ref::steal(PyObject_CallFunction(PyExc_RuntimeError, "s", "generator raised StopIteration"));
+    if (!err) return t.failFromPython("making an exception");
+    PyException_SetCause(err.get(), Ref::borrow(e).release());
+    PyException_SetContext(err.get(), Ref::borrow(e).release());
+    io.assign(1, Value::object(err.get()));
+    return Next::Fall;
+  }
   return t.fail("CALL_INTRINSIC_1 " + std::to_string(ins.arg) + " is not supported yet");
 }
 
@@ -109,6 +124,16 @@ Result<Next> opForIter312(Tracer& t, SymbolicFrame& f, const bytecode::Instructi
 Result<Next> opEndFor(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
   io.clear();
   return Next::Fall;
+}
+
+// The handler around a `yield from`'s yield, reached by an exception thrown in at the yield
+// that the subiterator did not swallow (stack: subiterator, last sent value, exception): a
+// StopIteration would be the expression's value; anything else goes on unwinding.
+Result<Next> opCleanupThrow(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  PyObject* e = io[2]->real();
+  if (e && PyErr_GivenExceptionMatches(e, PyExc_StopIteration))
+    return t.fail("a StopIteration thrown into `yield from` is not supported yet");
+  return t.raiseValue(io[2]);
 }
 
 // `yield from`'s end keeps the receiver below the result for END_SEND to drop.
@@ -221,6 +246,7 @@ Handler handlerFor(Op op) {
     case Op::YIELD_VALUE: return opYieldValue;
     case Op::SEND: return opSend312;
     case Op::END_SEND: return opEndSend;
+    case Op::CLEANUP_THROW: return opCleanupThrow;
     case Op::RAISE_VARARGS: return opRaiseVarargs;
     case Op::RERAISE: return opReraise;
     case Op::PUSH_EXC_INFO: return opPushExcInfo;
@@ -237,7 +263,6 @@ Handler handlerFor(Op op) {
     case NotTraced::MATCH_CLASS:
     case NotTraced::CHECK_EG_MATCH:
     case NotTraced::CALL_INTRINSIC_2:  // except* groups, type parameters
-    case NotTraced::CLEANUP_THROW:     // throw() into a generator under `yield from`
     case NotTraced::LOAD_LOCALS:
     case NotTraced::LOAD_FROM_DICT_OR_GLOBALS:
     case NotTraced::LOAD_FROM_DICT_OR_DEREF:
