@@ -28,12 +28,12 @@ Ref savedTensorsHooksSetTracing() {
 }
 }  // namespace
 
-bool GraphBuilder::begin() {
+bool GraphBuilder::begin(bool fullgraph) {
   const TorchRefs* t = torchRefs();
   if (!t) return false;
   int capture = configFlag("capture_scalar_outputs");
   if (capture < 0) return false;
-  capture_scalars_ = capture == 1;
+  capture_scalars_ = capture == 1 || fullgraph;
   // Sizes may be symbolic: dynamic=True, marked inputs, or a recompile under automatic
   // dynamic (the code object has seen sizes before: its memory is not empty).
   int automatic = configFlag("automatic_dynamic_shapes");
@@ -41,7 +41,7 @@ bool GraphBuilder::begin() {
   symbolic_ = dyn_.mode == 1 || dyn_.marked_inputs ||
               (dyn_.mode == -1 && automatic == 1 && dyn_.memory && PyDict_Check(dyn_.memory) &&
                PyDict_GET_SIZE(dyn_.memory) > 0);
-  if (capture_scalars_ || symbolic_) {
+  if (capture_scalars_ || symbolic_ || dyn_.shape_env) {
     // As torch._dynamo does: a ShapeEnv for the trace. With capture_scalar_outputs it allows
     // scalar outputs (Tensor.item() -> an unbacked symbol); with symbolic sizes every input
     // fake is made with a symbolic context saying which dims are symbols (_shapes.input_fake).

@@ -289,18 +289,29 @@ void GraphBuilder::rememberResult(NodeOp op, PyObject* target, PyObject* key, co
   if (key_after) memoStore(key_after.get(), n.fake.get(), n, versions_before, std::move(rg_after));
 }
 
+// torch.maximum(a, b, out=c): the call writes into c, whatever reads its result.
+static bool writesOut(const Node& n) {
+  for (const auto& [name, a] : n.kwargs)
+    if (PyUnicode_Check(name.get()) && PyUnicode_CompareWithASCIIString(name.get(), "out") == 0 &&
+        !(a.kind == Arg::Kind::Const && a.constant.get() == Py_None))
+      return true;
+  return false;
+}
+
 int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep) {
+                          std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep,
+                          PyObject* known_fake) {
   Node n{op};
   if (location_source_) n.loc = location_source_();
   n.target = Ref::borrow(target);
   n.args = std::move(args);
   n.kwargs = std::move(kwargs);
   if (rejectChoiceMutation(op, target, n) < 0) return -1;
+  if (known_fake) n.fake = Ref::borrow(known_fake);
 
   // The memo first: an identical op on identically shaped inputs makes its result directly.
   std::vector<bool> in_rg;
-  Ref key = memoKey(op, target, n.args, n.kwargs, &in_rg);
+  Ref key = known_fake ? Ref() : memoKey(op, target, n.args, n.kwargs, &in_rg);
   Ref memo_result;  // with config.memo_check: the memo's result, checked against the op's own
   if (key && fromMemo(key.get(), in_rg, &n, &memo_result) < 0) return -1;
 
@@ -324,7 +335,7 @@ int GraphBuilder::addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
   // Remembered after the ShapeEnv's checks: a result binding fresh unbacked symbols is
   // made by running the op every time (each run binds symbols of its own).
   if (ran && key && !n.unbacked_bindings) rememberResult(op, target, key.get(), n, versions_before, std::move(in_rg));
-  n.impure = keep || isMutating(op, target);
+  n.impure = keep || isMutating(op, target) || writesOut(n);
   if (n.impure) forgetSigsOf(n);
   // A mutation (x[i] = y returns None) is recorded whatever it returns; a pure call with
   // no tensor in its result is a metadata query and leaves no node. A symbolic scalar

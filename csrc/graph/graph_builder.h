@@ -67,6 +67,7 @@ struct Node {
   NodeOp op;
   Ref target;          // callable (CallFunction) or method name str (CallMethod); null for inputs
   std::string name;    // placeholder name
+  std::string attr;    // GetAttr of a subgraph: the attribute it reads when not its own name (a reused body)
   std::vector<Arg> args;
   std::vector<std::pair<Ref, Arg>> kwargs;  // name (str) -> value
   Ref fake;            // fake result (FakeTensor, or a tuple of them)
@@ -97,6 +98,7 @@ struct DynamicConfig {
   int mode = -1;             // compile(dynamic=): 1 True, 0 False, -1 None (automatic)
   PyObject* memory = nullptr;  // the code object's size memory (a dict, see cdynamo/_internal/symbolic_shapes.py), or null
   bool marked_inputs = false;  // a frame input carries torch._dynamo.mark_dynamic marks
+  bool shape_env = false;      // a ShapeEnv even with static sizes (an op's fake implementation needs one)
 };
 
 class GraphBuilder {
@@ -110,7 +112,10 @@ class GraphBuilder {
   // cdynamo.config.capture_scalar_outputs set (read here, once per trace) the mode gets a
   // ShapeEnv, so that Tensor.item() gives an unbacked SymInt/SymFloat/SymBool as in
   // torch._dynamo; shapes stay static (static_shapes=True) either way.
-  bool begin();
+  // `fullgraph`: the compile asked for one graph; Tensor.item() is then captured whatever
+  // the option says (torch._dynamo turns capture_scalar_outputs on under fullgraph=True:
+  // a break would be an error there, and a symbolic scalar the graph can hold is not).
+  bool begin(bool fullgraph = false);
   bool capturesScalars() const { return capture_scalars_; }
   // Leaves the fake mode (idempotent). Must run before calling a backend.
   void finish();
@@ -173,9 +178,12 @@ class GraphBuilder {
   // the graph yet, and dropping them could hide an error eager execution raises.
   // `keep`: recorded and kept whatever it returns (a function the program allows in the
   // graph: what it does when the graph runs is the point, as with a mutation).
+  // `known_fake`: the result's fake as the caller already knows it (a higher-order op whose
+  // result is its body's, speculated just before): neither the memo nor a run on fakes.
   static constexpr int kNoTensorResult = -2;
   int addCall(NodeOp op, PyObject* target, std::vector<Arg> args,
-              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep = false);
+              std::vector<std::pair<Ref, Arg>> kwargs, Ref* plain_result, bool keep = false,
+              PyObject* known_fake = nullptr);
 
   // Node `id` stands for a value eager picks among its arguments by their values: the
   // result of max(a, b) over tensors is a or b itself, computed here as a new tensor (for
@@ -205,6 +213,16 @@ class GraphBuilder {
       bookkeeping_.insert(i);
     }
   }
+  // Whether some node is kept for its effect and every such node is one of `ids`.
+  bool onlyEffectsOf(const std::unordered_set<int>& ids) const {
+    bool any = false;
+    for (int i = 0; i < numNodes(); ++i) {
+      if (!nodes_[i].impure) continue;
+      if (!ids.count(i)) return false;
+      any = true;
+    }
+    return any;
+  }
   // The choice node `id` stands for: by node, or by fake (an op that returned its receiver,
   // m.float() of a float m, is the same object); null when none.
   const Choice* choiceOf(int id) const;
@@ -228,6 +246,9 @@ class GraphBuilder {
   // (made unique with _0, _1, ... per base name, as torch._dynamo's install_subgraph does);
   // its fake is `gm` itself, so a higher-order op run on fakes runs the body. The node id or -1.
   int addSubmodule(PyObject* gm, const std::string& base);
+  // Another get_attr node of the submodule node `of` installed (a body two calls share): named
+  // `base`_k as a new one would be, reading `of`'s attribute.
+  int addSubmoduleAlias(int of, const std::string& base);
   // Takes the nodes recorded from `first` on that compute something (calls, and the get_attr
   // nodes of nested subgraphs) out of this graph: they become the body of a subgraph and are
   // listed in *body. Placeholders and tensor attributes made meanwhile (a tensor the body read
@@ -241,10 +262,13 @@ class GraphBuilder {
   // its output `outputs` as a tuple, a list, or (one output) the value itself, as the op that
   // calls it expects (torch._dynamo's forms: while_loop's cond_fn returns the tensor, scan's
   // combine_fn a list). Null with an error set.
-  enum class OutputForm { Tuple, List, Single };
+  // Split: two tuples, the first `split` outputs then the rest (autograd_function_apply's
+  // forward: its results, then what it saves for the backward). An output of -1 is None (a
+  // backward's gradient for an input that gets none).
+  enum class OutputForm { Tuple, List, Single, Split };
   Ref buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
                     const std::vector<std::string>& names, const std::vector<int>& outputs,
-                    OutputForm form = OutputForm::Tuple);
+                    OutputForm form = OutputForm::Tuple, size_t split = 0);
 
   const Node& node(int id) const { return nodes_[id]; }
   // Whether node `id`'s fake result is a symbolic scalar (torch.SymInt, SymFloat or

@@ -185,7 +185,8 @@ template <class Materialize>
 Ref emitNode(FxNodeMaker& maker, const Node& n, const TorchRefs* t, PyObject* root, PyObject* no_args,
              PyObject* fx_name, Materialize&& materialize) {
   if (n.op == NodeOp::GetAttr) {
-    Ref name = Ref::steal(PyUnicode_FromStringAndSize(n.name.data(), static_cast<Py_ssize_t>(n.name.size())));
+    const std::string& attr = n.attr.empty() ? n.name : n.attr;
+    Ref name = Ref::steal(PyUnicode_FromStringAndSize(attr.data(), static_cast<Py_ssize_t>(attr.size())));
     Ref kw = Ref::steal(PyDict_New());
     if (!name || !kw || PyObject_SetAttr(root, name.get(), n.real.get()) < 0) return Ref();
     return maker.make(Str::get_attr, name.get(), no_args, kw.get(), false, fx_name);
@@ -260,7 +261,8 @@ bool GraphBuilder::liveNodes(const std::vector<int>& outputs, const TorchRefs* t
   auto countNode = [&](const Node& n, int delta) { countUses(n, delta, uses); };
   for (const Node& n : nodes_)
     if (!n.moved) countNode(n, 1);  // a subgraph's body is not this graph's
-  for (int o : outputs) ++uses[o];
+  for (int o : outputs)
+    if (o >= 0) ++uses[o];
   if (has_unbacked_ && !keepAssertedReads(&uses)) return false;
   PyObject* getitem = lookup(Obj::operator_getitem);
   if (!getitem) return false;
@@ -483,6 +485,19 @@ int GraphBuilder::addSubmodule(PyObject* gm, const std::string& base) {
   return numNodes() - 1;
 }
 
+int GraphBuilder::addSubmoduleAlias(int of, const std::string& base) {
+  const Node& target = nodes_[static_cast<size_t>(of)];
+  Node n{NodeOp::GetAttr};
+  n.name = base + "_" + std::to_string(submodule_counts_[base]++);
+  n.attr = target.attr.empty() ? target.name : target.attr;
+  n.real = target.real.copy();
+  n.fake = target.fake.copy();
+  n.submodule = true;
+  if (location_source_) n.loc = location_source_();
+  nodes_.push_back(std::move(n));
+  return numNodes() - 1;
+}
+
 void GraphBuilder::moveToSubgraph(int first, std::vector<int>* body) {
   body->clear();
   for (int i = first; i < numNodes(); ++i) {
@@ -521,7 +536,7 @@ bool GraphBuilder::bodyInputs(const std::vector<int>& body, const std::vector<in
 
 Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<int>& inputs,
                                 const std::vector<std::string>& names, const std::vector<int>& outputs,
-                                OutputForm form) {
+                                OutputForm form, size_t split) {
   const TorchRefs* t = torchRefs();
   if (!t) return Ref();
   // Liveness inside the body, by the rule of the frame's graph: every call stays but the
@@ -531,7 +546,8 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   std::unordered_map<int, int> uses;
   auto countNode = [&](const Node& n, int delta) { countUses(n, delta, uses); };
   for (int b : body) countNode(nodes_[b], 1);
-  for (int o : outputs) ++uses[o];
+  for (int o : outputs)
+    if (o >= 0) ++uses[o];
   std::unordered_set<int> dead;
   for (auto it = body.rbegin(); it != body.rend(); ++it) {
     const Node& n = nodes_[*it];
@@ -550,12 +566,14 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   Ref root = Ref::steal(PyObject_CallNoArgs(lookup(Obj::torch_nn_Module)));
   if (!no_args || !root) return Ref();
   std::unordered_map<int, Ref> fx;
+  std::vector<PyObject*> order;  // the FX nodes in graph order, for the forward's source (fx_codegen.h)
   for (size_t k = 0; k < inputs.size(); ++k) {
     Ref name = Ref::steal(PyUnicode_FromStringAndSize(names[k].data(), static_cast<Py_ssize_t>(names[k].size())));
     Ref kw = Ref::steal(PyDict_New());
     if (!name || !kw) return Ref();
     Ref fxn = maker.make(Str::placeholder, name.get(), no_args.get(), kw.get(), true, nullptr);
     if (!fxn) return Ref();
+    order.push_back(fxn.get());
     Ref meta = Ref::steal(PyObject_GetAttr(fxn.get(), interned(Str::meta)));
     if (!meta || PyDict_SetItem(meta.get(), interned(Str::example_value), nodes_[inputs[k]].fake.get()) < 0) return Ref();
     fx[inputs[k]] = std::move(fxn);
@@ -591,6 +609,7 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
     // A body's nodes are named by FX (null name) in the subgraph's own namespace.
     Ref fxn = emitNode(maker, n, t, root.get(), no_args.get(), nullptr, [&](const Arg& a) { return mat(a, mat); });
     if (!fxn || !setNodeMeta(fxn.get(), n)) return Ref();
+    order.push_back(fxn.get());
     fx[b] = std::move(fxn);
   }
   FxNamespace body_names(nullptr);  // FX named the body's nodes itself
@@ -598,6 +617,10 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
   Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(outputs.size())));
   if (!outs) return Ref();
   for (size_t k = 0; k < outputs.size(); ++k) {
+    if (outputs[k] < 0) {
+      PyTuple_SET_ITEM(outs.get(), k, Py_NewRef(Py_None));
+      continue;
+    }
     auto it = fx.find(outputs[k]);
     if (it == fx.end()) {
       PyErr_SetString(PyExc_RuntimeError, "a subgraph's output is not computed in it");
@@ -605,11 +628,22 @@ Ref GraphBuilder::buildSubgraph(const std::vector<int>& body, const std::vector<
     }
     PyTuple_SET_ITEM(outs.get(), k, it->second.copy().release());
   }
-  if (form == OutputForm::Single && outputs.size() == 1) outs = Ref::borrow(PyTuple_GET_ITEM(outs.get(), 0));
+  if (form == OutputForm::Split) {
+    Ref first = Ref::steal(PyTuple_GetSlice(outs.get(), 0, static_cast<Py_ssize_t>(split)));
+    Ref rest = Ref::steal(PyTuple_GetSlice(outs.get(), static_cast<Py_ssize_t>(split), PY_SSIZE_T_MAX));
+    if (!first || !rest) return Ref();
+    outs = Ref::steal(PyTuple_Pack(2, first.get(), rest.get()));
+  } else if (form == OutputForm::Single && outputs.size() == 1) outs = Ref::borrow(PyTuple_GET_ITEM(outs.get(), 0));
   else if (form == OutputForm::List) outs = Ref::steal(PySequence_List(outs.get()));
   if (!outs) return Ref();
   Ref out = Ref::steal(PyObject_CallMethod(graph.get(), "output", "(O)", outs.get()));
   if (!out) return Ref();
+  order.push_back(out.get());
+  // The forward's source generated here, as for the frame's graph (a checkpointed model has a
+  // body per layer: FX's own generation was a quarter of its tracing).
+  Ref code = fxcodegen::precompute(graph.get(), order);
+  if (code) return fxcodegen::construct(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), code.get());
+  if (PyErr_Occurred()) return Ref();
   return Ref::steal(PyObject_CallFunctionObjArgs(lookup(Obj::torch_fx_GraphModule), root.get(), graph.get(), nullptr));
 }
 

@@ -217,6 +217,13 @@ void GuardProgram::checkEquals(int reg, PyObject* constant) {
   addCheck(std::move(c));
 }
 
+void GuardProgram::checkPredicate(int reg, PyObject* fn, std::string what) {
+  Check c{CheckKind::Predicate, reg};
+  c.obj = Ref::borrow(fn);
+  c.what = std::move(what);
+  addCheck(std::move(c));
+}
+
 void GuardProgram::checkLengthAtLeast(int reg, Py_ssize_t n) {
   Check c{CheckKind::LengthAtLeast, reg, static_cast<int>(n)};
   c.what = names_[reg];

@@ -214,6 +214,8 @@ class GuardProgram {
   void retype(int reg, PyTypeObject* type);
   void checkIdentity(int reg, PyObject* obj);
   void checkEquals(int reg, PyObject* constant);
+  // fn(reg) must return True; `what` says the question in the user's terms.
+  void checkPredicate(int reg, PyObject* fn, std::string what);
   void checkLength(int reg, Py_ssize_t n);
   void checkLengthAtLeast(int reg, Py_ssize_t n);
   // Removes the loads of `roots`, everything loaded through them, and every check of those

@@ -299,6 +299,10 @@ bool applyEffect(const SideEffect& e, PyObject* target, PyObject* value) {
       return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), value) : PyObject_SetAttr(target, s.name.get(), value);
     }
     int operator()(const SideEffect::SetItem& s) const { return PyObject_SetItem(target, s.key.get(), value); }
+    int operator()(const SideEffect::CallMethod& m) const {
+      Ref r = Ref::steal(PyObject_CallMethodOneArg(target, m.name.get(), value));
+      return r ? 0 : -1;
+    }
     int operator()(const SideEffect::DelAttr& s) const {
       return s.generic ? PyObject_GenericSetAttr(target, s.name.get(), nullptr) : PyObject_DelAttr(target, s.name.get());
     }
@@ -382,6 +386,7 @@ const OutputPlan* storedValue(const SideEffect& e) {
     const OutputPlan* operator()(const SideEffect::ReplaceDict& s) const { return &s.contents; }
     const OutputPlan* operator()(const SideEffect::ReplaceSet& s) const { return &s.contents; }
     const OutputPlan* operator()(const SideEffect::Advance&) const { return nullptr; }
+    const OutputPlan* operator()(const SideEffect::CallMethod& m) const { return &m.value; }
   } visitor;
   return std::visit(visitor, e.what);
 }

@@ -138,7 +138,11 @@ struct SideEffect {
     // list (-1: exhausted, as it is once it has seen its end).
     bool set_index = false;
   };
-  using What = std::variant<SetAttr, SetItem, DelAttr, SetCell, ReplaceList, ReplaceDict, ReplaceSet, Advance>;
+  struct CallMethod {  // target.name(value), its result dropped
+    Ref name;
+    OutputPlan value;
+  };
+  using What = std::variant<SetAttr, SetItem, DelAttr, SetCell, ReplaceList, ReplaceDict, ReplaceSet, Advance, CallMethod>;
   int reg = -1;
   What what;
 };

@@ -81,8 +81,10 @@ struct BreakTarget {
 
 class Tracer {
  public:
-  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr)
-      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)) {
+  Tracer(const FrameView& frame, PyObject* config, BreakTarget target = {}, PyObject* shape_memory = nullptr,
+         bool with_shape_env = false)
+      : root_view_(frame), config_(config), shape_memory_(shape_memory), break_target_(std::move(target)),
+        with_shape_env_(with_shape_env) {
     graph_.setLocationSource([this] { return locationId(current_); });
   }
   Tracer(const Tracer&) = delete;
@@ -95,6 +97,20 @@ class Tracer {
   // again from its start sees it (an optimizer's state created on its first step): the
   // failed run is dropped and the frame translated once more.
   bool retrace_requested = false;
+  // Set with retrace_requested by an op whose fake implementation needs a ShapeEnv (the
+  // while_loop op makes unbacked symbols) in a trace made without one: the frame is traced
+  // again with a ShapeEnv of static shapes, as torch._dynamo's traces always have one.
+  bool retrace_with_shape_env = false;
+  // Whether this trace was asked for such a ShapeEnv (the retry of the above).
+  bool withShapeEnv() const { return with_shape_env_; }
+  // The bodies of nested compile regions installed so far (invoke_subgraph, speculation.cpp):
+  // a later call whose body has the same key names the same subgraph.
+  struct RegionBody {
+    Ref key;   // cdynamo._internal.subgraph_reuse.body_key of its GraphModule
+    int node;  // its get_attr node
+    std::string name;  // the attribute, the op's identifier argument
+  };
+  std::vector<RegionBody> region_bodies;
 
   // ---- failure (tracer.cpp) ----
   // Stops the trace: records the reason (the first one wins) and where the trace was;
@@ -255,6 +271,7 @@ class Tracer {
   // items they yield), or fails where that would not be the program's result.
   Done settleGenerators(SymbolicFrame& root, const ValuePtr& ret);
   bool fullgraph();  // the compile asked for fullgraph=True
+  bool onlySwitchesGradMode();  // see finishEntry
   Done compileGraph(bool compile_empty);
   // The guard on how the graph's tensor inputs share storages, when it mutates one of them
   // (GuardProgram::checkStorages). tracer.cpp.
@@ -278,6 +295,10 @@ class Tracer {
   // An instance of a torch.Tensor subclass (torch_function.cpp's SubclassTensor): a graph
   // input of its plain tensor, guarded by its exact class and its __torch_function__.
   Result<ValuePtr> wrapSubclassTensor(PyObject* obj, int reg);
+  Result<ValuePtr> wrapWrapperSubclassInput(PyObject* obj, int reg);
+  Result<ValuePtr> subclassInputAgain(PyObject* obj, int reg);
+  // The guards of a traceable wrapper subclass instance in `reg` (and of its inner tensors).
+  Done guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth);
   Result<ValuePtr> wrapCallable(PyObject* obj, int reg);
 
   FrameView root_view_;
@@ -308,6 +329,9 @@ class Tracer {
   std::unordered_set<PyObject*> wrapping_;
   std::unordered_set<int> module_regs_;                      // registers holding an nn.Module
   std::unordered_map<int, Ref> subclass_input_nodes_;        // placeholder of a tensor subclass instance -> it
+  // register of a wrapper subclass input -> its plain inner tensors (at every nesting
+  // level), each with the register it is guarded through (guardInputStorages)
+  std::unordered_map<int, std::vector<std::pair<int, Ref>>> wrapper_inners_;
   // A parameter, or a tensor read from a module's attributes, is marked a static input
   // (tensor._dynamo_static_input_type = "unguarded", unless marked already), as torch._dynamo
   // marks them: backends (cudagraphs) read the mark from the placeholder's meta["tensor_dict"].
@@ -343,6 +367,7 @@ class Tracer {
   bool user_error_ = false;
   Unsupported unsupported_;
   BreakTarget break_target_;
+  bool with_shape_env_ = false;
   std::vector<int> root_visits_;  // root instruction index -> times reached
   int fail_index_ = -1;           // root instruction running when fail() was first called
   int fail_visit_ = 0;

@@ -176,10 +176,15 @@ def test_tolist_is_never_captured():
         assert ops_of(ref) == ops_of(cnt.graphs)
 
 
-def test_off_fullgraph_raises_with_the_reason():
-    cf, _ = compiled(item_mul, fullgraph=True)
-    with pytest.raises(cdynamo.Unsupported, match=r"Tensor\.item\(\) reads a tensor's value"):
-        cf(torch.randn(3), torch.tensor(2.5))
+def test_off_fullgraph_captures_it_as_torch_dynamo_does():
+    # Under fullgraph=True a break is an error, so torch._dynamo keeps Tensor.item() in the
+    # graph whatever capture_scalar_outputs says; so does cdynamo (one graph, eager's value).
+    cf, cnt = compiled(item_mul, fullgraph=True)
+    x = torch.randn(3)
+    for v in (2.5, 4.0):
+        torch.testing.assert_close(cf(x, torch.tensor(v)), item_mul(x, torch.tensor(v)))
+    assert cnt.frame_count == 1
+    assert any(n.op == "call_method" and n.target == "item" for g in cnt.graphs for n in g.graph.nodes)
 
 
 # ------------------------------------------------------------------ option on

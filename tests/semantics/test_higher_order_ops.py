@@ -143,6 +143,42 @@ def checkpoint_of_an_nn_module(x):
     return checkpoint(LIN, x, use_reentrant=False).sum(0)
 
 
+# The op's result is made from the body's outputs without running the body on fakes again
+# (when nothing but their metadata matters): these are the cases where more than metadata does.
+
+
+@case(tensors((4, 3)))
+def checkpoint_returning_a_view_of_its_input_changed_in_place_after(x):
+    y = checkpoint(lambda a: a.t(), x, use_reentrant=False)
+    y.add_(1)  # changes x through the view, as in eager
+    return y * 2
+
+
+@case(tensors((4,)))
+def checkpoint_returning_one_tensor_twice(x):
+    a, b = checkpoint(lambda t: (lambda u: (u, u))(t.sin()), x, use_reentrant=False)
+    a.mul_(3)  # b is the same tensor in eager
+    return a + b
+
+
+@case(lambda: (torch.randn(4, requires_grad=True),))
+def checkpoint_result_requiring_grad_changed_in_place(x):
+    y = checkpoint(lambda a: a.sin() * 2, x, use_reentrant=False)
+    y.add_(1)  # not a leaf: an in-place op on it is allowed
+    return y.requires_grad, y.is_leaf, y
+
+
+@case(lambda: (torch.randn(4, requires_grad=True),))
+def checkpoint_body_enabling_grad_under_no_grad(x):
+    def body(a):
+        with torch.enable_grad():
+            return a.cos() + 1
+
+    with torch.no_grad():
+        y = checkpoint(body, x, use_reentrant=False)
+    return y.requires_grad, y
+
+
 # ---------------------------------------------------------------- wrap, map, scan
 
 from torch._higher_order_ops.map import map as hop_map  # noqa: E402

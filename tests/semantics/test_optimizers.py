@@ -55,13 +55,33 @@ OPTIMIZERS = {
     "rmsprop_foreach": (torch.optim.RMSprop, dict(lr=0.01, foreach=True)),
     "adagrad": (torch.optim.Adagrad, dict(lr=0.01)),
     "adagrad_foreach": (torch.optim.Adagrad, dict(lr=0.01, foreach=True)),
+    # every other torch.optim optimizer, with the options that take other paths of its update
+    "sgd_nesterov_wd_max": (torch.optim.SGD, dict(lr=0.01, momentum=0.9, nesterov=True, weight_decay=0.1,
+                                                  maximize=True)),
+    "adam_amsgrad_wd": (torch.optim.Adam, dict(lr=0.01, amsgrad=True, weight_decay=0.1)),
+    "adamw_amsgrad_max_foreach": (torch.optim.AdamW, dict(lr=0.01, amsgrad=True, maximize=True, foreach=True)),
+    "rmsprop_centered_momentum": (torch.optim.RMSprop, dict(lr=0.01, centered=True, momentum=0.9, weight_decay=0.1)),
+    "adadelta": (torch.optim.Adadelta, dict(lr=0.5, weight_decay=0.1)),
+    "adadelta_foreach": (torch.optim.Adadelta, dict(lr=0.5, foreach=True)),
+    "adamax": (torch.optim.Adamax, dict(lr=0.01, weight_decay=0.1)),
+    "adamax_foreach": (torch.optim.Adamax, dict(lr=0.01, foreach=True)),
+    "nadam": (torch.optim.NAdam, dict(lr=0.01)),
+    "nadam_decoupled_foreach": (torch.optim.NAdam, dict(lr=0.01, decoupled_weight_decay=True, weight_decay=0.1,
+                                                        foreach=True)),
+    "radam": (torch.optim.RAdam, dict(lr=0.01)),
+    "radam_decoupled_foreach": (torch.optim.RAdam, dict(lr=0.01, decoupled_weight_decay=True, weight_decay=0.1,
+                                                        foreach=True)),
+    "asgd": (torch.optim.ASGD, dict(lr=0.01)),
+    "asgd_foreach": (torch.optim.ASGD, dict(lr=0.01, foreach=True)),
+    "rprop": (torch.optim.Rprop, dict(lr=0.01)),
+    "rprop_foreach": (torch.optim.Rprop, dict(lr=0.01, foreach=True)),
 }
 
 # The update each optimizer must leave in a graph: a trace that dropped the update (or
 # compiled nothing) fails here, not only on the numbers.
 # (addcdiv_ with a 0-d tensor value is traced as add_ of the quotient: its binding would read
 # the tensor as a number.)
-UPDATE_OPS = {"add_", "addcdiv_", "_foreach_add_", "_foreach_addcdiv_"}
+UPDATE_OPS = {"add_", "addcdiv_", "addcmul_", "_foreach_add_", "_foreach_addcdiv_", "_foreach_addcmul_"}
 
 
 def _state_tensors(opt):
@@ -125,22 +145,31 @@ def test_optimizer_step_matches_eager(name, dynamo_skips_empty_frames):
     # The state the first step creates is made for real before the step is traced (as
     # torch._dynamo runs _init_group), so the second step finds what the first one's graph
     # read: no recompile, but for SGD's momentum buffers, which the step itself stores.
-    if "momentum" not in name:
+    sgd_buffers = name.startswith("sgd_") and ("momentum" in name or "nesterov" in name)
+    if not sgd_buffers:
         assert cdynamo.stats()["recompile_reasons"] == []
 
     # The step's wrapper switched grad mode off around the update and back on after its last
-    # graph break.
+    # graph break (that tail, which only switches grad mode, runs natively: no graph).
     assert torch.is_grad_enabled()
+    assert not any(_targets(g) == {"_set_grad_enabled"} for g in cnt.graphs)
 
-    # torch._dynamo on the same steps: its result is the same, and cdynamo uses at most one
-    # graph more: the grad-mode restore after the step's second deliberate graph break, a
-    # frame torch._dynamo skips (it holds no tensor and names torch only as a local).
+    # The update was traced as its capturable variant (tensor math, no break inside the loop
+    # over the parameters), but the param groups keep what the program set: an eager step
+    # after the compiled ones still takes the eager path (capturable=True asserts on CPU).
+    assert all(g.get("capturable", False) is False for g in opt_c.param_groups)
+
+    # torch._dynamo on the same steps: its result is the same, and cdynamo uses no more
+    # graphs (one for the step: two with SGD's momentum, whose buffers the step stores).
     torch._dynamo.reset()
     dcnt = torch._dynamo.testing.CompileCounter()
     m_d, _, _ = _run_steps(name, lambda step: torch.compile(step, backend=dcnt))
     for a, b in zip(m_d.parameters(), m_c.parameters()):
         torch.testing.assert_close(b, a, **TOL)
-    assert cnt.frame_count <= dcnt.frame_count + 1, (cnt.frame_count, dcnt.frame_count)
+    assert cnt.frame_count <= dcnt.frame_count, (cnt.frame_count, dcnt.frame_count)
+    assert cnt.frame_count == (2 if sgd_buffers else 1), cnt.frame_count
+    _grads(m_c, STEPS)
+    opt_c.step()
 
 
 def test_step_functions_of_torch_optim_are_traced_not_one_node():
@@ -273,8 +302,7 @@ def test_train_step_matches_eager(backend, variant, opt_name, dynamo_skips_empty
     _train(variant, opt_name, lambda fn: torch.compile(fn, backend=dcnt))
     # (with the scheduler: torch._dynamo makes the learning rate a graph input once it has
     # changed; cdynamo compiles the step for each of the STEPS values, one graph more here)
-    # (and the grad-mode restore graph, as in test_optimizer_step_matches_eager)
-    extra = 1 + (STEPS - 2 if variant == "sched" else 0)
+    extra = STEPS - 2 if variant == "sched" else 0
     assert cnt.frame_count <= dcnt.frame_count + extra, (cnt.frame_count, dcnt.frame_count)
     assert any("linear" in _targets(g) for g in cnt.graphs), [sorted(_targets(g)) for g in cnt.graphs]
     assert any(_targets(g) & UPDATE_OPS for g in cnt.graphs)
@@ -285,3 +313,72 @@ def test_train_step_matches_eager(backend, variant, opt_name, dynamo_skips_empty
         # compiles the step again (torch._dynamo makes it a graph input after one change)
         recompiles = [str(r) for r in cdynamo.stats()["recompile_reasons"]]
         assert any("['lr']" in r for r in recompiles), recompiles
+
+
+def _switch_then_break(x, mode):
+    # the shape of torch.optim's step wrapper: work, a deliberate break, then only the
+    # grad-mode switch before returning
+    y = x * 2
+    torch._dynamo.graph_break()
+    torch.set_grad_enabled(mode)
+    return y
+
+
+@pytest.mark.parametrize("fullgraph_tail", [False, True])
+def test_frame_that_only_switches_grad_mode_runs_natively(dynamo_skips_empty_frames, fullgraph_tail):
+    # The frame after the break would be a graph of one _set_grad_enabled: it runs natively
+    # instead (torch._dynamo skips it), and the mode is switched all the same, on the first
+    # call and on the calls after it. Where an entry without ops is used anyway
+    # (allow_empty_graphs), its graph keeps the switch.
+    cdynamo.config.allow_empty_graphs = True if fullgraph_tail else None
+    try:
+        cnt = CompileCounter()
+        f = cdynamo.compile(_switch_then_break, backend=cnt)
+        x = torch.randn(3)
+        for _ in range(3):
+            torch.set_grad_enabled(True)
+            torch.testing.assert_close(f(x, False), x * 2)
+            assert not torch.is_grad_enabled()
+            torch.set_grad_enabled(False)
+            torch.testing.assert_close(f(x, True), x * 2)
+            assert torch.is_grad_enabled()
+    finally:
+        torch.set_grad_enabled(True)
+        cdynamo.config.allow_empty_graphs = None
+    tails = [g for g in cnt.graphs if _targets(g) == {"_set_grad_enabled"}]
+    assert any("mul" in _targets(g) for g in cnt.graphs)
+    if fullgraph_tail:
+        assert tails
+    else:
+        assert not tails
+        native = [n["reason"] for n in cdynamo.stats()["native_frames"]]
+        assert any("no op traced" in r for r in native), native
+
+
+def test_item_is_captured_under_fullgraph():
+    # torch._dynamo keeps Tensor.item() in the graph under fullgraph=True whatever
+    # capture_scalar_outputs says (a break would be an error there): an optimizer that reads
+    # its step count with .item() (Adafactor) compiles as one graph.
+    torch.manual_seed(0)
+    m = torch.nn.Linear(4, 4)
+    opt = torch.optim.Adafactor(m.parameters(), lr=0.01)
+    m_e = torch.nn.Linear(4, 4)
+    m_e.load_state_dict(m.state_dict())
+    opt_e = torch.optim.Adafactor(m_e.parameters(), lr=0.01)
+    cnt = CompileCounter()
+    # (the step without its wrapper's deliberate graph breaks, as torch._dynamo's tests take it)
+    unwrapped = opt.step.__wrapped__
+    full = cdynamo.compile(lambda: unwrapped(opt), backend=cnt, fullgraph=True)
+    for i in range(3):
+        for a, b in ((m_e, m), ):
+            g = torch.Generator().manual_seed(i)
+            for pa, pb in zip(a.parameters(), b.parameters()):
+                pa.grad = torch.randn(pa.shape, generator=g)
+                pb.grad = pa.grad.clone()
+        opt_e.step()
+        with torch.no_grad():
+            full()
+    for a, b in zip(m_e.parameters(), m.parameters()):
+        torch.testing.assert_close(b, a, **TOL)
+    assert cnt.frame_count == 1
+    assert any("item" in _targets(g) for g in cnt.graphs)

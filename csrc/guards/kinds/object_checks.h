@@ -51,6 +51,20 @@ struct Equals {
   }
 };
 
+struct Predicate {
+  static bool run(const Check& c, PyObject* v, PyObject** regs, const GuardProgram& p) {
+    PyObject* r = PyObject_CallOneArg(c.obj.get(), v);
+    if (!r) return PyErr_Clear(), false;
+    bool ok = r == Py_True;
+    Py_DECREF(r);
+    return ok;
+  }
+  static std::string describe(const Check& c, const GuardProgram& p) { return c.what; }
+  static std::string explain(const Check& c, PyObject* v, PyObject** regs, const GuardProgram& p) {
+    return kinds::failedCheck(describe(c, p));
+  }
+};
+
 struct Aliasing {
   static bool run(const Check& c, PyObject* v, PyObject** regs, const GuardProgram& p) {
     return (v == regs[c.index]) == (c.obj.get() == Py_True);

@@ -236,17 +236,23 @@ Done Tracer::buildBreak(SymbolicFrame& f, runtime::OutputPlan* args) {
 // the compile lock, one at a time.
 static int retrace_depth = 0;
 
-TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory) {
+namespace {
+
+// translate(), with_shape_env once a trace asked for a ShapeEnv (Tracer::retrace_with_shape_env):
+// every later try of the same frame (a retry with ints specialized, the trace stopping at a
+// break) keeps it.
+TranslateResult translateWith(const FrameView& frame, PyObject* config, PyObject* shape_memory, bool with_shape_env) {
   TranslateResult first;
   BreakTarget target;
   {
-    Tracer tracer(frame, config, {}, shape_memory);
+    Tracer tracer(frame, config, {}, shape_memory, with_shape_env);
     first = tracer.run();
     if (first.entry) return first;
     if (tracer.retrace_requested && retrace_depth < 1) {
       if (first.error) PyErr_Clear();  // fullgraph's Unsupported for the dropped run
       ++retrace_depth;
-      TranslateResult again = translate(frame, config, shape_memory);
+      TranslateResult again =
+          translateWith(frame, config, shape_memory, with_shape_env || tracer.retrace_with_shape_env);
       --retrace_depth;
       return again;
     }
@@ -283,7 +289,7 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
       Ref r = shapes && list ? Ref::steal(PyObject_CallMethod(shapes, "specialize_ints", "OOs", shape_memory,
                                                                 list.get(), first.unsupported.reason.c_str()))
                              : Ref();
-      if (r) return translate(frame, config, shape_memory);  // the fullgraph error is dropped
+      if (r) return translateWith(frame, config, shape_memory, with_shape_env);  // the fullgraph error is dropped
       PyErr_Clear();
       if (first.error) {  // cannot specialize: the first failure stands
         fullgraph_error.restore();
@@ -292,7 +298,7 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
     }
   }
   if (target.index < 0) return first;
-  Tracer retrace(frame, config, target, shape_memory);
+  Tracer retrace(frame, config, target, shape_memory, with_shape_env);
   TranslateResult second = retrace.run();
   if (second.entry || second.error) {
     if (second.entry) ++stats().graph_breaks;
@@ -301,6 +307,12 @@ TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* sh
   // No break possible there: the frame runs natively, for the first reason.
   first.unsupported.reason += " (and no graph break is possible there: " + second.unsupported.reason + ")";
   return first;
+}
+
+}  // namespace
+
+TranslateResult translate(const FrameView& frame, PyObject* config, PyObject* shape_memory) {
+  return translateWith(frame, config, shape_memory, false);
 }
 
 }  // namespace cdynamo::trace

@@ -206,8 +206,18 @@ static Result<ValuePtr> symbolicSizes(Tracer& t, const ValuePtr& tensor, PyObjec
   return Value::tuple(std::move(items));
 }
 
+// (sizes, strides, dtype) of a fake tensor, to compare; null with an error set.
+static Ref tensorLayout(PyObject* fake) {
+  Ref size = Ref::steal(PyObject_CallMethod(fake, "size", nullptr));
+  Ref stride = size ? Ref::steal(PyObject_CallMethod(fake, "stride", nullptr)) : Ref();
+  Ref dtype = stride ? Ref::steal(PyObject_GetAttrString(fake, "dtype")) : Ref();
+  if (!dtype) return Ref();
+  return Ref::steal(PyTuple_Pack(3, size.get(), stride.get(), dtype.get()));
+}
+
 Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::vector<ValuePtr>& args,
-                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool keep) {
+                                    const std::vector<std::pair<Ref, ValuePtr>>& kwargs, bool keep,
+                                    PyObject* known_fake) {
   // The autograd engine (Tensor.backward(), torch.autograd.backward/grad, which reach
   // Variable._execution_engine.run_backward) works on the real tensors' autograd graph and
   // sets .grad: nothing a graph node can do (its None result made it a dead query). A graph
@@ -230,22 +240,37 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
   for (size_t i = 0; i < args.size(); ++i)
     if (Done d = toArg(t, args[i], &gargs[i]); !d) return d.stop();
   std::vector<std::pair<Ref, graph::Arg>> gkwargs;
+  std::vector<std::pair<ValuePtr, Ref>> out_layouts;  // the out= tensors and their layouts before the call
   for (const auto& [k, v] : kwargs) {
     // A tensor made in the graph with requires_grad=True is a new leaf: AOT autograd gives
     // a graph output back without requires_grad. A graph break, as in torch._dynamo.
     if (PyUnicode_CompareWithASCIIString(k.get(), "requires_grad") == 0 && v->is(Kind::Constant) &&
         v->constant() == Py_True)
       return t.fail("a tensor made with requires_grad=True is a new autograd leaf, made outside the graph");
-    // out= writes into a tensor the trace holds as another value: the write would be a
-    // node nothing reads (dropped) and later reads would see the old value.
-    if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !v->isNone())
-      return t.fail("a torch operation with out= is not supported yet");
+    // out= writes into tensors the trace holds: the node is kept for that effect (the
+    // graph builder marks it so), and later reads of those tensors read their nodes, which
+    // hold the written values when the graph runs, as after an in-place op. Only into
+    // tensors, and only where the write keeps their sizes, strides and dtype (below).
+    if (PyUnicode_CompareWithASCIIString(k.get(), "out") == 0 && !v->isNone()) {
+      std::vector<ValuePtr> outs;
+      if (v->is(Kind::Tensor)) outs.push_back(v);
+      else if ((v->is(Kind::Tuple) || v->is(Kind::List)) && !v->elements()->empty()) outs = *v->elements();
+      for (const ValuePtr& o : outs)
+        if (!o->is(Kind::Tensor) || t.graph().isScalar(o->as<Tensor>().node))
+          return t.fail("out= of something other than tensors");
+      if (outs.empty()) return t.fail("out= of something other than tensors");
+      for (const ValuePtr& o : outs) {
+        Ref m = tensorLayout(t.graph().fake(o->as<Tensor>().node));
+        if (!m) return t.failFromPython("the layout of an out= tensor");
+        out_layouts.emplace_back(o, std::move(m));
+      }
+    }
     graph::Arg a;
     if (Done d = toArg(t, v, &a); !d) return d.stop();
     gkwargs.emplace_back(k.copy(), std::move(a));
   }
   Ref plain;
-  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain, keep);
+  int node = t.graph().addCall(op, target, std::move(gargs), std::move(gkwargs), &plain, keep, known_fake);
   if (node == graph::GraphBuilder::kNoTensorResult) {
     if (t.graph().symbolic() && PyTuple_Check(plain.get()) && !args.empty() && args[0]->is(Kind::Tensor)) {
       // Only a size or stride query can be asked again item by item (once every tuple
@@ -280,6 +305,17 @@ Result<ValuePtr> recordCall(Tracer& t, NodeOp op, PyObject* target, const std::v
       return t.fail(std::string("operation returned a non-tensor value of type ") + Py_TYPE(plain.get())->tp_name);
     return Value::constant(plain.get());
   }
+  // An out= tensor the op resized or retyped (a too small or empty out, as eager allows):
+  // its node's fake now describes another tensor than the one its guards and the graph's
+  // earlier uses were made for. A graph break (the op runs eagerly), as torch._dynamo does.
+  if (node >= 0)
+    for (const auto& [o, before] : out_layouts) {
+      Ref after = tensorLayout(t.graph().fake(o->as<Tensor>().node));
+      if (!after) return t.failFromPython("the layout of an out= tensor");
+      int same = PyObject_RichCompareBool(before.get(), after.get(), Py_EQ);
+      if (same < 0) return t.failFromPython("the layout of an out= tensor");
+      if (!same) return t.fail("an out= tensor whose size, strides or dtype the operation changes");
+    }
   if (node < 0) {
     std::string what = op == NodeOp::CallMethod ? std::string("Tensor.") + PyUnicode_AsUTF8(target)
                                                 : std::string("a call of ") + Py_TYPE(target)->tp_name;

@@ -24,9 +24,10 @@ class Tracer;
 // Returns the result Value: a tensor node, a tuple of them, or a constant when the
 // operation only reads metadata (static shapes).
 // `keep`: the call stays in the graph whatever it returns (allow_in_graph: it may act when
-// the graph runs, a None result included).
+// the graph runs, a None result included). `known_fake`: the result's fake, when the caller
+// knows it already (GraphBuilder::addCall).
 Result<ValuePtr> recordCall(Tracer& t, graph::NodeOp op, PyObject* target, const Args& args, const Kwargs& kwargs,
-                            bool keep = false);
+                            bool keep = false, PyObject* known_fake = nullptr);
 // Converts a value into a graph argument (Unsupported when it cannot be one).
 Done toArg(Tracer& t, const ValuePtr& v, graph::Arg* out);
 // Whether two tensor values are the same Python object. Graph inputs compare their objects

@@ -88,11 +88,9 @@ bool markIs(PyObject* mark, const char* text) {
 
 }  // namespace
 
-Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
-  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
-  if (!subclassModelled(cls))
-    return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
-                " (an nn.Parameter subclass, or one with its own __torch_dispatch__) is not supported yet");
+// What every tensor subclass input starts with: one reached again through another source
+// is the same value (the guard checks the two stay one object); NotHandled for a new one.
+Result<ValuePtr> Tracer::subclassInputAgain(PyObject* obj, int reg) {
   if (reg < 0) return fail("a tensor subclass instance without a source is not supported yet");
   if (auto same = wrapped_tensors_.find(obj); same != wrapped_tensors_.end()) {
     guards().checkAliasing(same->second->reg, reg, true);
@@ -100,6 +98,15 @@ Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
     return same->second;
   }
   if (markIs(staticMark(obj), "guarded")) return fail("a static tensor subclass instance is not supported yet");
+  return notHandled();
+}
+
+Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  if (!subclassModelled(cls))
+    return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
+                " (an nn.Parameter subclass, or one with its own __torch_dispatch__) is not supported yet");
+  if (Result<ValuePtr> again = subclassInputAgain(obj, reg); !again.notHandled()) return again;
   // The graph and its backend see the plain tensor of its data (what the default
   // __torch_function__ runs functions on); the guards check the object itself, its class
   // exactly (tensor guards do) and the __torch_function__ its class resolves to.
@@ -118,6 +125,64 @@ Result<ValuePtr> Tracer::wrapSubclassTensor(PyObject* obj, int reg) {
   wrapped_[reg] = v;
   wrapped_tensors_.emplace(obj, v);
   return v;
+}
+
+// A traceable wrapper subclass instance (__tensor_flatten__ and its own __torch_dispatch__,
+// TwoTensor, a float8 tensor): a graph input as it is, as torch._dynamo makes it one. Its
+// fake is torch's (the converter fakes its inner tensors and rebuilds it with
+// __tensor_unflatten__), so each op the trace records runs the class's __torch_dispatch__ on
+// fakes, and the backend gets the real instance (AOT autograd flattens it). The graph
+// depends on more than the outer tensor's metadata: the class exactly and the outer
+// metadata (the tensor check), the inner tensors' metadata (each guarded through its
+// attribute), and the flatten context (a predicate: equal, or the class's
+// __metadata_guard__). Sizes stay static (symbolic_shapes.py _can_be_dynamic).
+Result<ValuePtr> Tracer::wrapWrapperSubclassInput(PyObject* obj, int reg) {
+  if (Result<ValuePtr> again = subclassInputAgain(obj, reg); !again.notHandled()) return again;
+  if (Done d = guardWrapperSubclass(obj, reg, reg, 0); !d) return d.stop();
+  int node = graph_.addInput(obj, placeholderName(guards().sourceName(reg)), guards().sourceName(reg));
+  if (node < 0) return failFromPython("making a fake tensor for a tensor subclass input");
+  input_reg_of_node_[node] = reg;
+  example_of_node_[node] = Ref::borrow(obj);
+  ValuePtr v = Value::tensor(node, reg);
+  wrapped_tensors_.emplace(obj, v);
+  wrapped_[reg] = v;
+  return v;
+}
+
+Done Tracer::guardWrapperSubclass(PyObject* obj, int reg, int outer_reg, int depth) {
+  if (depth > 8) return fail("tensor subclasses nested more than 8 levels deep are not supported");
+  PyObject* cls = reinterpret_cast<PyObject*>(Py_TYPE(obj));
+  if (!wrapperSubclassModelled(cls))
+    return fail(std::string("tensor subclass ") + Py_TYPE(obj)->tp_name +
+                " with both __torch_dispatch__ and a __torch_function__ of its own is not supported yet");
+  guards().checkTensor(reg, obj);
+  PyObject* flatten_check = lookup(Obj::cdynamo_subclass_flatten_check);
+  Ref info = flatten_check ? Ref::steal(PyObject_CallOneArg(flatten_check, obj)) : Ref();
+  if (!info) return failFromPython(std::string("the __tensor_flatten__ metadata of ") + Py_TYPE(obj)->tp_name);
+  PyObject* attrs = PyTuple_GET_ITEM(info.get(), 0);
+  guards().checkPredicate(reg, PyTuple_GET_ITEM(info.get(), 1),
+                          guards().sourceName(reg) + ".__tensor_flatten__() names the same inner tensors and an equal context");
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(attrs); ++i) {
+    PyObject* name = PyTuple_GET_ITEM(attrs, i);
+    if (!PyUnicode_Check(name)) return fail("a __tensor_flatten__ whose inner names are not strings");
+    Ref inner = Ref::steal(PyObject_GetAttr(obj, name));
+    if (!inner) return failFromPython("an inner tensor of a tensor subclass instance");
+    if (!isTensor(inner.get()))
+      return fail(std::string("an inner value of ") + Py_TYPE(obj)->tp_name + " that is not a tensor (" +
+                  Py_TYPE(inner.get())->tp_name + ") is not supported yet");
+    int ireg = load(LoadKind::Attr, reg, 0, name, guards().sourceName(reg) + "." + PyUnicode_AsUTF8(name));
+    if (ireg < 0) return failFromPython("guarding an inner tensor");
+    if (isPlainTensorOrParameter(inner.get())) {
+      guards().checkTensor(ireg, inner.get());
+      wrapper_inners_[outer_reg].emplace_back(ireg, inner.copy());
+    } else if (wrapperSubclass(reinterpret_cast<PyObject*>(Py_TYPE(inner.get())))) {
+      if (Done d = guardWrapperSubclass(inner.get(), ireg, outer_reg, depth + 1); !d) return d;
+    } else {
+      return fail(std::string("an inner tensor of ") + Py_TYPE(obj)->tp_name + " of type " +
+                  Py_TYPE(inner.get())->tp_name + " is not supported yet");
+    }
+  }
+  return {};
 }
 
 int Tracer::parameterFreezing() {
@@ -285,7 +350,10 @@ Result<ValuePtr> Tracer::wrap(PyObject* obj, int reg) {
 // whose identity is guarded), one per object however many sources reach it.
 Result<ValuePtr> Tracer::wrapTensorInput(PyObject* obj, int reg) {
   ValuePtr v;
-  if (!isPlainTensorOrParameter(obj)) return wrapSubclassTensor(obj, reg);
+  if (!isPlainTensorOrParameter(obj)) {
+    if (wrapperSubclass(reinterpret_cast<PyObject*>(Py_TYPE(obj)))) return wrapWrapperSubclassInput(obj, reg);
+    return wrapSubclassTensor(obj, reg);
+  }
   if (reg < 0) return fail("a tensor without a source (e.g. a default argument) is not supported yet");
   if (Done d = markStaticInput(obj, reg); !d) return d.stop();
   // One tensor reached through two sources (f(x, x), a partial's keyword and an argument,

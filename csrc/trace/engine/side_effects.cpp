@@ -41,6 +41,10 @@ Done SideEffects::setCell(int cell_reg, PyObject* real_cell, ValuePtr value) {
   return {};
 }
 
+Done SideEffects::callMethod(int reg, PyObject* name, ValuePtr value) {
+  return record({reg, Effect::CallMethod{Ref::borrow(name), std::move(value)}});
+}
+
 Done SideEffects::noteContainerMutation(const ValuePtr& c) {
   if (c->is(Kind::Dict) && c->as<Dict>().type.get() == reinterpret_cast<PyObject*>(&PyDictProxy_Type))
     return t_.raiseNew(PyExc_TypeError, "'mappingproxy' object does not support item assignment");
@@ -63,6 +67,7 @@ std::vector<ValuePtr> SideEffects::storedValues() const {
     if (const auto* i = std::get_if<Effect::SetItem>(&e.what)) out.push_back(i->value);
     if (const auto* c = std::get_if<Effect::SetCell>(&e.what)) out.push_back(c->value);
     if (const auto* r = std::get_if<Effect::Replace>(&e.what)) out.push_back(r->container);
+    if (const auto* m = std::get_if<Effect::CallMethod>(&e.what)) out.push_back(m->value);
   }
   return out;
 }
@@ -153,6 +158,7 @@ Done SideEffects::buildReplay(OutputPlanner& outputs, std::vector<runtime::SideE
       Done operator()(const Effect::DelAttr&) const { return {}; }
       Done operator()(const Effect::SetCell& s) const { return outputs.plan(s.value, &value); }
       Done operator()(const Effect::Replace& r) const { return outputs.plan(contentsOf(*r.container), &value); }
+      Done operator()(const Effect::CallMethod& m) const { return outputs.plan(m.value, &value); }
     } planValue{outputs, value};
     if (Done d = std::visit(planValue, e.what); !d) return d;
     struct {
@@ -166,6 +172,7 @@ Done SideEffects::buildReplay(OutputPlanner& outputs, std::vector<runtime::SideE
         if (r.container->is(Kind::Set)) return E::ReplaceSet{std::move(value)};
         return E::ReplaceDict{std::move(value)};
       }
+      E::What operator()(const Effect::CallMethod& m) const { return E::CallMethod{m.name.copy(), std::move(value)}; }
     } replayed{value};
     out->push_back(E{e.reg, std::visit(replayed, e.what)});
   }

@@ -41,8 +41,12 @@ struct Effect {
   struct Replace {  // a list, dict or set from the program, mutated: its final contents are copied back
     ValuePtr container;
   };
+  struct CallMethod {  // target.name(value), its result dropped (x.register_hook(hook) on an input tensor)
+    Ref name;
+    ValuePtr value;
+  };
   int reg;
-  std::variant<SetAttr, SetItem, DelAttr, SetCell, Replace> what;
+  std::variant<SetAttr, SetItem, DelAttr, SetCell, Replace, CallMethod> what;
 };
 
 class SideEffects {
@@ -57,6 +61,8 @@ class SideEffects {
   // gone (overlayAttr gives deleted(), attrDeleted() is true) until it is stored again.
   Done delAttr(int reg, PyObject* name, bool generic);
   Done setCell(int cell_reg, PyObject* real_cell, ValuePtr value);
+  // target.name(value) on the object in `reg`, replayed after the graph, its result dropped.
+  Done callMethod(int reg, PyObject* name, ValuePtr value);
   // A mutation of container `c`: recorded (once) when it comes from the program, nothing
   // to replay when the trace made it; Unsupported for a kind that cannot be replayed.
   Done noteContainerMutation(const ValuePtr& c);

@@ -24,7 +24,10 @@
 //    passes them as extra operands, in that order, as torch._dynamo lifts free variables.
 //  * The op's node is then recorded like any torch call: run on fakes, torch's own fake
 //    implementation of the op runs the body GraphModule, so the result's metadata (and the
-//    check that cond's branches agree) is torch's.
+//    check that cond's branches agree) is torch's. An op that runs its body once and returns
+//    its result (checkpoint, wrap) takes fresh fakes like the body's outputs instead
+//    (cdynamo/_internal/hop_results.py says when it cannot): running the body on fakes
+//    again cost most of the tracing of a checkpointed model.
 //
 // What a body may not do, because the op runs it apart from the frame (never, once, twice,
 // in the backward) while the trace would replay its effects once after the graph: change
@@ -43,6 +46,7 @@
 #include <unordered_set>
 
 #include "support/lookup.h"
+#include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/protocol/calls.h"
 #include "trace/tracer.h"
@@ -99,8 +103,8 @@ std::vector<ValuePtr> tensorValues(const std::vector<int>& nodes) {
 // The op's node over `args` (its result a tuple of tensors, one getitem each), reshaped as
 // the body's result `like`.
 Result<ValuePtr> recordOp(Tracer& t, const std::string& op, PyObject* target, const Args& args, const Kwargs& kwargs,
-                          const ValuePtr& like, size_t noutputs) {
-  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, args, kwargs);
+                          const ValuePtr& like, size_t noutputs, PyObject* known_fake = nullptr) {
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, args, kwargs, false, known_fake);
   if (!r) return r;
   const std::vector<ValuePtr>* items = (*r)->elements();
   if (!items || items->size() != noutputs) return t.fail(op + ": the op's result does not match its body's outputs");
@@ -118,10 +122,11 @@ ValuePtr reshapeLike(const ValuePtr& like, const std::vector<ValuePtr>& items, s
   return Value::of(Tuple{std::move(out), like->as<Tuple>().namedtuple.copy(), nullptr});
 }
 
-Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
-               const std::vector<int>& inputs, Subgraph* out) {
+Done speculateCall(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs, int* first_out,
+                   ValuePtr* result) {
   graph::GraphBuilder& g = t.graph();
   const int first = g.numNodes();
+  *first_out = first;
   // Changes to what existed before the call are the body's side effects; what the body makes
   // and changes (a list it fills, its own cells, iterators over its values) is its own.
   const uint64_t changes = t.effects().outsideChanges();
@@ -149,7 +154,17 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
       return t.fail(op + ": its body changes a tensor from outside it in place (or torch's global state), "
                     "which a subgraph cannot capture");
   }
-  out->result = *r;
+  *result = *r;
+  return {};
+}
+
+Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs,
+               const std::vector<int>& inputs, Subgraph* out) {
+  graph::GraphBuilder& g = t.graph();
+  int first = 0;
+  ValuePtr r;
+  if (Done d = speculateCall(t, op, fn, std::move(args), std::move(kwargs), &first, &r); !d) return d;
+  out->result = r;
   out->outputs.clear();
   if (!flattenOutputs(t, out->result, &out->outputs))
     return t.fail(op + ": its body must return a tensor or a tuple or list of tensors");
@@ -161,10 +176,9 @@ Done speculate(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, 
   return {};
 }
 
-Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
-                            const std::vector<int>& lifted, const std::string& base,
-                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
-                            const std::vector<std::string>* input_names) {
+Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                    const std::vector<int>& lifted, const std::function<std::string(int)>& lifted_suffix,
+                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names, size_t split) {
   std::vector<int> all = inputs;
   all.insert(all.end(), lifted.begin(), lifted.end());
   std::vector<std::string> names;
@@ -179,8 +193,17 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg
     std::string base = n;
     for (int k = 1; !used.insert(n).second; ++k) n = base + "_" + std::to_string(k);
   }
-  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form);
-  if (!gm) return t.failFromPython(op + ": building its body's graph");
+  Ref gm = t.graph().buildSubgraph(sg.body, all, names, sg.outputs, form, split);
+  if (!gm) (void)t.failFromPython(op + ": building its body's graph");
+  return gm;
+}
+
+Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                            const std::vector<int>& lifted, const std::string& base,
+                            const std::function<std::string(int)>& lifted_suffix, graph::GraphBuilder::OutputForm form,
+                            const std::vector<std::string>* input_names, size_t split) {
+  Ref gm = buildBodyModule(t, op, sg, inputs, lifted, lifted_suffix, form, input_names, split);
+  if (!gm) return Stop{Outcome::Unsupported};
   int id = t.graph().addSubmodule(gm.get(), base);
   if (id < 0) return t.failFromPython(op);
   return id;
@@ -318,10 +341,45 @@ Result<ValuePtr> callCond(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
 
 namespace {
 
+// The real object a callable value of the program stands for, guarded by identity (a
+// function read from the program is otherwise guarded by its code and globals, which another
+// closure of the same code passes); a functools.partial made in the trace is made for real
+// from such parts and constants. Null when some part exists only in the trace.
+Ref realCallable(Tracer& t, const ValuePtr& v) {
+  if (v->is(Kind::Constant)) return Ref::borrow(v->constant());
+  if (v->is(Kind::Callable) && v->reg >= 0) {
+    t.guards().checkIdentity(v->reg, v->real());
+    return Ref::borrow(v->real());
+  }
+  const Partial* part = v->get<Partial>();
+  if (!part || part->context) return Ref();
+  Ref fn = realCallable(t, part->fn);
+  if (!fn || !part->args->is(Kind::Tuple) || !part->kwargs->is(Kind::Dict)) return Ref();
+  const std::vector<ValuePtr>& items = *part->args->elements();
+  Ref pargs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(items.size() + 1)));
+  if (!pargs) return PyErr_Clear(), Ref();
+  PyTuple_SET_ITEM(pargs.get(), 0, fn.release());
+  for (size_t i = 0; i < items.size(); ++i) {
+    Ref item = realCallable(t, items[i]);
+    if (!item) return Ref();
+    PyTuple_SET_ITEM(pargs.get(), static_cast<Py_ssize_t>(i + 1), item.release());
+  }
+  const Dict& d = part->kwargs->as<Dict>();
+  Ref kw = Ref::steal(PyDict_New());
+  if (!kw) return PyErr_Clear(), Ref();
+  for (size_t i = 0; i < d.keys.size(); ++i) {
+    Ref value = realCallable(t, d.values[i]);
+    if (!value || PyDict_SetItem(kw.get(), d.keys[i].get(), value.get()) < 0) return PyErr_Clear(), Ref();
+  }
+  Ref made = Ref::steal(PyObject_Call(lookup(Obj::functools_partial), pargs.get(), kw.get()));
+  if (!made) PyErr_Clear();
+  return made;
+}
+
 // A higher-order op that runs its body once, with `body_args`/`body_kwargs`:
 // target(wrap_body_k, *tensor_args, *lifted, **own), reshaped as the body's result.
 Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, const ValuePtr& fn, Args body_args,
-                             Kwargs body_kwargs, const Kwargs& own) {
+                             Kwargs body_kwargs, const Kwargs& own, PyObject* context_fn = nullptr) {
   std::vector<int> inputs;
   for (const ValuePtr& a : body_args)
     if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
@@ -329,12 +387,29 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
   if (Done d = speculate(t, op, fn, std::move(body_args), std::move(body_kwargs), inputs, &body); !d) return d.stop();
   Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "wrap_body", [](int) { return std::string(); });
   if (!gm_id) return gm_id.stop();
+  if (context_fn) {
+    static PyObject* const key = PyUnicode_InternFromString("_checkpoint_context_fn");
+    Ref meta = Ref::steal(PyObject_GetAttrString(t.graph().node(*gm_id).real.get(), "meta"));
+    if (!meta || PyObject_SetItem(meta.get(), key, context_fn) < 0)
+      return t.failFromPython(op + ": passing its context_fn");
+  }
   PyObject* target = lookup(target_obj);
   if (!target) return t.failFromPython(op);
   Args call_args = {Value::tensor(*gm_id)};
   for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
   for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
-  return recordOp(t, op, target, call_args, own, body.result, body.outputs.size());
+  // The op returns what its body returned: fresh fakes like the body's outputs are its
+  // result, without running the whole body on fakes a second time (None: run it).
+  PyObject* fresh_like = lookup(Obj::cdynamo_hop_fresh_like);
+  if (!fresh_like) return t.failFromPython(op);
+  Ref outs = Ref::steal(PyTuple_New(static_cast<Py_ssize_t>(body.outputs.size())));
+  if (!outs) return t.failFromPython(op);
+  for (size_t i = 0; i < body.outputs.size(); ++i)
+    PyTuple_SET_ITEM(outs.get(), static_cast<Py_ssize_t>(i), Ref::borrow(t.graph().fake(body.outputs[i])).release());
+  Ref known = Ref::steal(PyObject_CallOneArg(fresh_like, outs.get()));
+  if (!known) return t.failFromPython(op + ": the fake result of its body");
+  return recordOp(t, op, target, call_args, own, body.result, body.outputs.size(),
+                  known.get() == Py_None ? nullptr : known.get());
 }
 
 }  // namespace
@@ -345,6 +420,7 @@ Result<ValuePtr> callWrapped(Tracer& t, const std::string& op, Obj target_obj, c
 Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
   const std::string op = "torch.utils.checkpoint.checkpoint";
   if (args.empty()) return t.fail(op + " needs a function");
+  Ref context_fn;
   static const char* const kOwn[] = {"use_reentrant", "context_fn", "determinism_check", "debug", "early_stop",
                                      "preserve_rng_state"};
   Kwargs own, body_kwargs;
@@ -359,14 +435,21 @@ Result<ValuePtr> callCheckpoint(Tracer& t, PyObject*, const char*, Args& args, K
       PyObject* noop = lookup(Obj::torch_utils_checkpoint_noop_context_fn);
       if (!noop) return t.failFromPython(op);
       if (kv.second->real() == noop) continue;  // the default: nothing to pass
-      return t.fail(op + " with a context_fn (selective checkpointing) is not supported yet");
+      // Selective checkpointing: the context_fn is no graph value but the policy AOT
+      // autograd applies when it lowers the op, read from the body's GraphModule meta (as
+      // torch._dynamo passes it); so it must be a real object, the same on every hit.
+      context_fn = realCallable(t, kv.second);
+      if (!context_fn)
+        return t.fail(op + ": its context_fn must be a function or a functools.partial of functions and "
+                      "constants read from the program, not one made in the compiled code");
+      continue;
     }
     if (!kv.second->is(Kind::Constant))
       return t.fail(op + ": its keyword " + PyUnicode_AsUTF8(kv.first.get()) + " must be a constant");
     own.emplace_back(kv.first.copy(), kv.second);
   }
   return callWrapped(t, op, Obj::torch_ops_higher_order_tag_activation_checkpoint, args[0],
-                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own);
+                     Args(args.begin() + 1, args.end()), std::move(body_kwargs), own, context_fn.get());
 }
 
 // torch._higher_order_ops.wrap.wrap(fn, *args, **kwargs): torch.ops.higher_order.wrap(wrap_body_k, ...).
@@ -389,6 +472,13 @@ Result<ValuePtr> callWhileLoop(Tracer& t, PyObject*, const char*, Args& args, Kw
   if (!args[2]->is(Kind::Tuple) && !args[2]->is(Kind::List))
     return t.fail(op + ": carried_inputs must be a tuple or a list of tensors");
   std::vector<ValuePtr> carried = *args[2]->elements();
+  if (!t.graph().shapeEnv()) {
+    // The op's fake implementation makes (and ignores) unbacked symbols of the trace's
+    // ShapeEnv: a trace made without one is made again with one, static sizes kept.
+    t.retrace_requested = true;
+    t.retrace_with_shape_env = true;
+    return t.fail(op + " needs a ShapeEnv for its fake implementation: the frame is traced again with one");
+  }
   std::vector<int> inputs;
   std::vector<ValuePtr> stand;
   for (const ValuePtr& c : carried) {
@@ -508,6 +598,131 @@ Result<ValuePtr> callScan(Tracer& t, PyObject*, const char*, Args& args, Kwargs&
   if (!target) return t.failFromPython(op);
   Args call_args = {Value::tensor(*gm_id), Value::list(init_leaves), Value::list(xs_leaves),
                     Value::list(tensorValues(body.lifted))};
+  return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
+}
+
+// t.register_hook(hook) on a tensor the graph computes: torch.ops.higher_order.register_hook(
+// t, hook_body_k, *lifted), as torch._dynamo records it. The op registers the body as the
+// tensor's hook when the graph runs (on the real tensor, or on AOT autograd's tracing tensor,
+// whose backward then runs it), so the gradient of every use of t passes through it, the uses
+// traced before the call included. The body is the hook over a stand-in of the gradient (one
+// returning None keeps the gradient). Later reads of t go through the op's result, so the
+// call is never dead code. The handle the call returns is not modelled: the call must discard
+// it. On a tensor the caller passed in (and register_post_accumulate_grad_hook, which only a
+// leaf takes) the call is a side effect replayed on the real tensor after the graph: the hook
+// stays on it after the frame, as eager leaves it. A hook the body cannot capture (a side
+// effect, a graph break) and a used handle are Unsupported: the call runs natively at a
+// graph break.
+Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, PyObject* method, Args& args, Kwargs& kwargs) {
+  const bool post_accumulate = PyUnicode_CompareWithASCIIString(method, "register_post_accumulate_grad_hook") == 0;
+  const std::string op = std::string("Tensor.") + PyUnicode_AsUTF8(method);
+  if (args.size() != 1 || !kwargs.empty()) return t.fail(op + " takes one hook");
+  graph::GraphBuilder& g = t.graph();
+  const int node = self->as<Tensor>().node;
+  if (g.isScalar(node)) return t.fail(op + " on a number read from a tensor");
+  Ref rg = Ref::steal(PyObject_GetAttrString(g.fake(node), "requires_grad"));
+  if (!rg) return t.failFromPython(op);
+  if (rg.get() != Py_True) return t.fail(op + " on a tensor that does not require grad (eager raises)");
+  SymbolicFrame* f = t.current();
+  if (!f || f->pc + 1 >= f->instrs.size() || f->instrs[f->pc + 1].op != bytecode::Op::POP_TOP)
+    return t.fail(op + ": the handle it returns is used, which is not modelled");
+  if (g.node(node).op == NodeOp::Placeholder || g.node(node).op == NodeOp::GetAttr) {
+    // A tensor the caller passed in keeps the hook after the frame (a backward outside it
+    // runs it): the call is replayed on it after the graph, with the hook the program made.
+    int reg = t.inputRegOf(node);
+    if (reg < 0 || !t.exampleOf(node)) return t.fail(op + " on a tensor the graph reads as a constant");
+    if (post_accumulate) {
+      Ref leaf = Ref::steal(PyObject_GetAttrString(t.exampleOf(node), "is_leaf"));
+      if (!leaf) return t.failFromPython(op);
+      if (leaf.get() != Py_True) return t.fail(op + " on a tensor that is not a leaf (eager raises)");
+    }
+    if (Done d = t.effects().callMethod(reg, method, args[0]); !d) return d.stop();
+    return Value::constant(Py_None);
+  }
+  // A hook after a leaf's .grad is accumulated: only leaves take one (eager raises on others).
+  if (post_accumulate) return t.fail(op + " on a tensor the graph computes (eager raises: not a leaf)");
+  PyObject* wrapper = lookup(Obj::cdynamo_hook_or_grad);
+  PyObject* target = lookup(Obj::torch_ops_higher_order_register_hook);
+  if (!wrapper || !target) return t.failFromPython(op);
+  Result<ValuePtr> grad = standIn(t, op, self, false);
+  if (!grad) return grad;
+  std::vector<int> inputs = {(*grad)->as<Tensor>().node};
+  Subgraph body;
+  if (Done d = speculate(t, op + " (its hook)", Value::callable(wrapper), {args[0], *grad}, {}, inputs, &body); !d)
+    return d.stop();
+  if (body.outputs.size() != 1 || !body.result->is(Kind::Tensor))
+    return t.fail(op + ": the hook must return a tensor or None");
+  std::vector<std::string> names = {"grad"};
+  Result<int> gm_id = installSubgraph(t, op, body, inputs, body.lifted, "hook_body", [](int) { return std::string(); },
+                                      graph::GraphBuilder::OutputForm::Single, &names);
+  if (!gm_id) return gm_id.stop();
+  Args call_args = {self, Value::tensor(*gm_id)};
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
+  Result<ValuePtr> r = recordCall(t, NodeOp::CallFunction, target, call_args, {}, true);
+  if (!r) return r;
+  if (!(*r)->is(Kind::Tensor)) return t.fail(op + ": the op's result is not a tensor");
+  // Every holder of this tensor value (locals, containers) reads the hooked node from here on.
+  const_cast<Value&>(*self).as<Tensor>().node = (*r)->as<Tensor>().node;
+  return Value::constant(Py_None);
+}
+
+}  // namespace cdynamo::trace
+
+namespace cdynamo::trace {
+
+// A call of a function marked torch.compiler.nested_compile_region reaches the placeholder
+// its wrapper calls, invoke_subgraph_placeholder(fn, *args, **kwargs):
+// torch.ops.higher_order.invoke_subgraph(subgraph_k, 'subgraph_k', *tensor_args, *lifted), its
+// body returning a tuple. Each call is traced (its guards are the frame's); a body equal to one
+// installed before (subgraph_reuse.body_key: same structure over inputs of the same metadata)
+// is not installed again: the op names the earlier one, so every call of the region runs one
+// compiled body, as torch._dynamo reuses it.
+Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject*, const char*, Args& args, Kwargs& kwargs) {
+  const std::string op = "torch.compiler.nested_compile_region";
+  if (args.empty()) return t.fail(op + ": the region's function is missing");
+  std::vector<int> inputs;
+  auto note = [&](const ValuePtr& a) {
+    if (a->is(Kind::Tensor) && !t.graph().isScalar(a->as<Tensor>().node)) inputs.push_back(a->as<Tensor>().node);
+  };
+  for (size_t i = 1; i < args.size(); ++i) note(args[i]);
+  Kwargs body_kwargs;
+  for (const auto& kv : kwargs) {
+    note(kv.second);
+    body_kwargs.emplace_back(kv.first.copy(), kv.second);
+  }
+  Subgraph body;
+  if (Done d = speculate(t, op, args[0], Args(args.begin() + 1, args.end()), std::move(body_kwargs), inputs, &body); !d)
+    return d.stop();
+  auto none = [](int) { return std::string(); };
+  Ref gm = buildBodyModule(t, op, body, inputs, body.lifted, none, graph::GraphBuilder::OutputForm::Tuple, nullptr);
+  if (!gm) return Stop{Outcome::Unsupported};
+  PyObject* key_of = lookup(Obj::cdynamo_subgraph_body_key);
+  Ref key = key_of ? Ref::steal(PyObject_CallOneArg(key_of, gm.get())) : Ref();
+  if (!key) return t.failFromPython(op + ": comparing its body with the region's earlier ones");
+  int gm_id = -1;
+  std::string name;
+  for (const Tracer::RegionBody& earlier : t.region_bodies) {
+    int same = PyObject_RichCompareBool(earlier.key.get(), key.get(), Py_EQ);
+    if (same < 0) return t.failFromPython(op + ": comparing its body with the region's earlier ones");
+    if (same) {
+      gm_id = t.graph().addSubmoduleAlias(earlier.node, "subgraph");
+      name = earlier.name;
+      break;
+    }
+  }
+  if (gm_id < 0) {
+    gm_id = t.graph().addSubmodule(gm.get(), "subgraph");
+    if (gm_id < 0) return t.failFromPython(op);
+    name = t.graph().node(gm_id).name;
+    t.region_bodies.push_back({std::move(key), gm_id, name});
+  }
+  PyObject* target = lookup(Obj::torch_ops_higher_order_invoke_subgraph);
+  if (!target) return t.failFromPython(op);
+  Ref identifier = Ref::steal(PyUnicode_FromStringAndSize(name.data(), static_cast<Py_ssize_t>(name.size())));
+  if (!identifier) return t.failFromPython(op);
+  Args call_args = {Value::tensor(gm_id), Value::constant(identifier.get())};
+  for (ValuePtr& v : tensorValues(inputs)) call_args.push_back(std::move(v));
+  for (ValuePtr& v : tensorValues(body.lifted)) call_args.push_back(std::move(v));
   return recordOp(t, op, target, call_args, {}, body.result, body.outputs.size());
 }
 

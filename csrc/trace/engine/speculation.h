@@ -43,7 +43,12 @@ Result<int> installSubgraph(Tracer& t, const std::string& op, const Subgraph& g,
                             const std::vector<int>& lifted, const std::string& base,
                             const std::function<std::string(int)>& lifted_suffix,
                             graph::GraphBuilder::OutputForm form = graph::GraphBuilder::OutputForm::Tuple,
-                            const std::vector<std::string>* input_names = nullptr);
+                            const std::vector<std::string>* input_names = nullptr, size_t split = 0);
+// The GraphModule installSubgraph installs, not installed yet (null with the failure recorded).
+Ref buildBodyModule(Tracer& t, const std::string& op, const Subgraph& sg, const std::vector<int>& inputs,
+                    const std::vector<int>& lifted, const std::function<std::string(int)>& lifted_suffix,
+                    graph::GraphBuilder::OutputForm form, const std::vector<std::string>* input_names,
+                    size_t split = 0);
 
 // A body input that is not one of the frame's values but stands for each of its values in turn
 // (a while_loop's carried value, a slice map and scan take of their inputs): a node made from
@@ -60,6 +65,17 @@ Result<ValuePtr> callCheckpoint(Tracer& t, PyObject* f, const char* name, Args& 
 Result<ValuePtr> callWrap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callWhileLoop(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callMap(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+// The first half of speculate(): calls fn(*args) with the body's checks (no change of state
+// outside it, no in-place change of a tensor from outside it), its nodes left in the frame's
+// graph from *first on, for an op that chooses its body's outputs itself (autograd.Function:
+// its forward's results and what its backward reads). *result: what fn returned.
+Done speculateCall(Tracer& t, const std::string& op, const ValuePtr& fn, Args args, Kwargs kwargs, int* first,
+                   ValuePtr* result);
+
+// t.register_hook(hook) (or register_post_accumulate_grad_hook, `method`) on a tensor value
+// `self` (speculation.cpp says when it is captured).
+Result<ValuePtr> tensorRegisterHook(Tracer& t, const ValuePtr& self, PyObject* method, Args& args, Kwargs& kwargs);
 Result<ValuePtr> callScan(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
+Result<ValuePtr> callInvokeSubgraph(Tracer& t, PyObject* f, const char* name, Args& args, Kwargs& kwargs);
 
 }  // namespace cdynamo::trace

@@ -1,6 +1,7 @@
 // Driving one translation: set up the root frame, run it, turn the returned value into an
 // output plan, build the FX graph and hand it to the backend; and how the trace fails.
 #include "graph/fake_autograd.h"
+#include "graph/torch_refs.h"
 #include "support/lookup.h"
 #include "support/stats.h"
 #include "support/torch_types.h"
@@ -233,6 +234,21 @@ Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
   std::vector<uint8_t> mutated;
   std::vector<const void*> storages;
   bool any_mutated = false;
+  std::vector<uint8_t> inner;  // an inner tensor of a wrapper subclass input
+  // One tensor of the check, in the group of the first one of its storage.
+  auto add = [&](int reg, const void* storage, bool was_mutated, bool is_inner) {
+    int group = static_cast<int>(storages.size());
+    for (size_t k = 0; k < storages.size(); ++k)
+      if (storage && storages[k] == storage) {
+        group = groups[k];
+        break;
+      }
+    regs.push_back(reg);
+    groups.push_back(group);
+    mutated.push_back(was_mutated ? 1 : 0);
+    storages.push_back(storage);
+    inner.push_back(is_inner ? 1 : 0);
+  };
   PyObject* parameter_type = lookup(Obj::torch_nn_Parameter);
   for (int node : inputs_used) {
     PyObject* real = exampleOf(node);
@@ -247,19 +263,27 @@ Done Tracer::guardInputStorages(const std::vector<int>& inputs_used) {
     // its aliasing guard: a model's parameters do not become views of its inputs, and a
     // large model's would make the check slow.
     if (!was_mutated && reinterpret_cast<PyObject*>(Py_TYPE(real)) == parameter_type) continue;
-    const void* storage = graph::torchimpl::storageId(real);
-    int group = static_cast<int>(storages.size());
-    for (size_t k = 0; k < storages.size(); ++k)
-      if (storage && storages[k] == storage) {
-        group = groups[k];
-        break;
-      }
-    regs.push_back(reg);
-    groups.push_back(group);
-    mutated.push_back(was_mutated ? 1 : 0);
-    storages.push_back(storage);
+    if (auto w = wrapper_inners_.find(reg); w != wrapper_inners_.end()) {
+      // A wrapper subclass input: what can alias another input is its inner tensors (the
+      // instance itself has no storage of its own). Each takes part as mutated: what the
+      // subclass's ops do to them is not in the fakes' counters the graph sees.
+      any_mutated = any_mutated || was_mutated;
+      for (const auto& [ireg, itensor] : w->second) add(ireg, graph::torchimpl::storageId(itensor.get()), true, true);
+      continue;
+    }
+    add(reg, graph::torchimpl::storageId(real), was_mutated, false);
     any_mutated = any_mutated || was_mutated;
   }
+  // An inner tensor that shares its storage with another input while the graph mutates
+  // something: a backend that functionalizes the graph (AOT autograd) does not see that
+  // aliasing through the subclass, and writes the mutation back where the other reads it
+  // too late (f(t, t.a) doing a.add_(1) then reading t). Not compiled.
+  if (any_mutated)
+    for (size_t i = 0; i < regs.size(); ++i)
+      for (size_t j = 0; j < i; ++j)
+        if (groups[i] == groups[j] && (inner[i] || inner[j]))
+          return fail("an inner tensor of a tensor subclass input that shares its storage with another input, in a "
+                      "graph that mutates an input, is not supported");
   if (any_mutated && regs.size() > 1) guards().checkStorages(std::move(regs), std::move(groups), std::move(mutated));
   return {};
 }
@@ -272,6 +296,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
   if (!dynamic) return failFromPython("the compile's dynamic setting");
   dyn.mode = dynamic.get() == Py_None ? -1 : PyObject_IsTrue(dynamic.get()) == 1 ? 1 : 0;
   dyn.memory = shape_memory_;
+  dyn.shape_env = with_shape_env_;
   static PyObject* const kMarks[] = {PyUnicode_InternFromString("_dynamo_dynamic_indices"),
                                      PyUnicode_InternFromString("_dynamo_weak_dynamic_indices")};
   for (int i = 0; i < root_view_.nfast && !dyn.marked_inputs; ++i) {
@@ -284,7 +309,7 @@ Result<ValuePtr> Tracer::traceRoot(SymbolicFrame& root) {
     PyErr_Clear();
   }
   graph_.setDynamic(dyn);
-  if (!graph_.begin()) return failFromPython("starting fake tensor mode");
+  if (!graph_.begin(fullgraph())) return failFromPython("starting fake tensor mode");
   // Graphs differ with grad mode (autograd recording): every entry is guarded on it.
   PyObject* is_grad_enabled = lookup(Obj::torch_is_grad_enabled);
   Ref enabled = is_grad_enabled ? Ref::steal(PyObject_CallNoArgs(is_grad_enabled)) : Ref();
@@ -592,6 +617,7 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
     }
   } else if (ret.ok()) {
     if (settleGenerators(root, *ret) && outputs_.plan(*ret, &plan)) (void)effects();
+    if (!failed_ && onlySwitchesGradMode()) graph_.dropTrailing(contexts_.gradModeNodes());
   } else {
     (void)fail("internal: the trace ended without a result");
   }
@@ -627,6 +653,20 @@ void Tracer::finishEntry(SymbolicFrame& root, Result<ValuePtr>& ret) {
   iterators_.guardInputs(*entry_);
   (void)addShapeGuards();
   guards().finish();
+}
+
+// A frame that returns and whose graph would do nothing but switch grad mode (the tail of
+// torch.optim's step wrapper after its last deliberate graph break: restore the mode and
+// return) is not worth a graph: with the switches dropped the trace has no op, and the
+// frame runs natively, which switches the mode itself (torch._dynamo skips such a frame:
+// it holds no tensor). Not where an entry with no op is used all the same (fullgraph=True,
+// allow_empty_graphs): that entry must still switch the mode, so its graph keeps them.
+bool Tracer::onlySwitchesGradMode() {
+  if (!graph_.onlyEffectsOf(contexts_.gradModeNodes()) || !outputs_.graphOutputs().empty()) return false;
+  if (fullgraph()) return false;
+  int allow_empty = graph::configFlag("allow_empty_graphs");
+  if (allow_empty < 0) return PyErr_Clear(), false;
+  return allow_empty == 0;
 }
 
 Done Tracer::addShapeGuards() {

@@ -15,6 +15,8 @@
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "graph/torch_refs.h"
+#include "trace/engine/graph_calls.h"
+#include "trace/kinds/tensor_subclass.h"
 #include "trace/tracer.h"
 #include "support/type_dict.h"
 
@@ -164,6 +166,10 @@ Result<ValuePtr> newSetSubclassInstance(Tracer& t, PyObject* cls, bool frozen, A
 Result<ValuePtr> newObject(Tracer& t, PyObject* cls, std::vector<ValuePtr> args,
                                    std::vector<std::pair<Ref, ValuePtr>> kwargs) {
   const char* tn = reinterpret_cast<PyTypeObject*>(cls)->tp_name;
+  // A traceable wrapper subclass made from tensors (TwoTensor(a, b)): one graph call of the
+  // class, as torch._dynamo records it; its fake is the class's __new__/__init__ run on
+  // fakes, and the graph makes the real instance when it runs.
+  if (wrapperSubclassModelled(cls)) return recordCall(t, graph::NodeOp::CallFunction, cls, args, kwargs);
   // The context a contextlib.contextmanager function makes: with config
   // enable_trace_contextlib off (cdynamo's, or torch._dynamo's where cdynamo's is None) it
   // is not traced, as torch._dynamo stops there (the call making it breaks the graph).

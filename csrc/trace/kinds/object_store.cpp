@@ -258,6 +258,8 @@ Done storeAttr(Tracer& t, const ValuePtr& obj, PyObject* name, const ValuePtr& v
       if (Done d = checkModuleStateNotRead(t, obj); !d) return d;
     return t.effects().setAttr(obj->reg, name, value);
   }
+  if (obj->is(Kind::Tensor) && PyUnicode_CompareWithASCIIString(name, "grad") == 0)
+    return storeTensorGrad(t, obj, value);
   return t.fail(std::string("setting an attribute of ") + describe(obj) +
               " that exists outside the trace is not supported yet");
 }

@@ -250,6 +250,26 @@ bool subclassModelled(PyObject* cls) {
   return own == base;
 }
 
+bool wrapperSubclass(PyObject* cls) {
+  static PyObject* const dispatch_name = PyUnicode_InternFromString("__torch_dispatch__");
+  static PyObject* const flatten_name = PyUnicode_InternFromString("__tensor_flatten__");
+  PyTypeObject* tt = tensorType();
+  if (!tt) return PyErr_Clear(), false;
+  if (!PyType_Check(cls) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(cls), tt)) return false;
+  PyObject* own = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), dispatch_name);
+  return own && own != _PyType_Lookup(tt, dispatch_name) &&
+         _PyType_Lookup(reinterpret_cast<PyTypeObject*>(cls), flatten_name) != nullptr;
+}
+
+bool wrapperSubclassModelled(PyObject* cls) {
+  if (!wrapperSubclass(cls)) return false;
+  PyObject* tf = torchFunctionOf(cls);
+  PyObject* base = torchFunctionOf(reinterpret_cast<PyObject*>(tensorType()));
+  PyObject* disabled = lookup(Obj::torch_C_disabled_torch_function_impl);
+  if (!disabled) PyErr_Clear();
+  return tf && (tf == base || (disabled && tf == disabled));
+}
+
 // torch.Tensor.__torch_function__(cls, func, types, args, kwargs): NotImplemented unless
 // cls is a subclass of every type; else func run with subclass dispatch off and its tensor
 // results made instances of cls (tuples and lists item by item), except for the functions

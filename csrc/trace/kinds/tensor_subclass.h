@@ -27,6 +27,13 @@ bool takesPartInDispatch(const ValuePtr& v);
 // Whether instances of tensor subclass `cls` are modelled (no __torch_dispatch__ of its own,
 // not an nn.Parameter subclass).
 bool subclassModelled(PyObject* cls);
+// Whether `cls` is a traceable wrapper subclass (__tensor_flatten__ and a __torch_dispatch__
+// of its own): its instances are graph inputs and values as they are (Kind::Tensor whose
+// fake is an instance of it).
+bool wrapperSubclass(PyObject* cls);
+// ... and whether the trace models it: its __torch_function__ is torch.Tensor's (or torch's
+// disabled one), so each torch op on it is one graph op that its __torch_dispatch__ runs.
+bool wrapperSubclassModelled(PyObject* cls);
 // torch's override dispatch of `func` (a torch function, a Tensor method descriptor, a
 // tensor property's getter) over the classes of the SubclassTensors among `relevant`: each
 // class's __torch_function__ inlined (torch.Tensor's modelled) until one does not return

@@ -35,6 +35,8 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name);
 // ---- the attributes of each kind (getAttr's cases), in its kind family's file ----------------
 // Attributes of a tensor: methods (called later as call_method), metadata as constants, tensor-valued attributes as getattr nodes. (tensor.cpp)
 Result<ValuePtr> tensorAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
+// x.grad = value on a tensor the program passed in (kinds/tensor.cpp).
+Done storeTensorGrad(Tracer& t, const ValuePtr& obj, const ValuePtr& value);
 // An attribute of a Python module: a global stored in the trace, or the module's attribute, guarded through its __dict__ (torch's namespaces are taken as stable). (attributes.cpp)
 Result<ValuePtr> pyModuleAttr(Tracer& t, const ValuePtr& obj, PyObject* name);
 // An attribute of a constant or a real callable (a function, a class, a C callable): read for real, guarded through the function's __dict__ where it has one. (attributes.cpp)

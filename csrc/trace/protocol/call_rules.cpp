@@ -326,6 +326,25 @@ std::string qualnameOf(PyObject* fn) {
   return s;
 }
 
+// torch._dynamo.allow_in_graph(fn) keeps fn's id in torch._dynamo's own registry (torch code
+// marks its callables so: compiled autograd's backward ops, which run C++ functions the trace
+// cannot follow). cdynamo honours the mark as it honours torch._dynamo.disable: the call is one
+// node of the graph. Only read once torch._dynamo's rules are loaded (nothing to honour before).
+bool markedByTorchAllowInGraph(PyObject* fn) {
+  static PyObject* const name = PyUnicode_InternFromString("torch._dynamo.trace_rules");
+  PyObject* modules = PyImport_GetModuleDict();
+  PyObject* mod = modules ? PyDict_GetItemWithError(modules, name) : nullptr;  // borrowed
+  if (!mod) {
+    PyErr_Clear();
+    return false;
+  }
+  Ref ids = Ref::steal(PyObject_GetAttrString(mod, "_allowed_callable_ids"));
+  Ref key = ids ? Ref::steal(PyLong_FromVoidPtr(fn)) : Ref();
+  int found = key ? PySequence_Contains(ids.get(), key.get()) : -1;
+  if (found < 0) PyErr_Clear();
+  return found == 1;
+}
+
 }  // namespace
 
 void setCallRules(PyObject* rules) { rules_dict = Ref::borrow(rules && PyDict_Check(rules) ? rules : nullptr); }
@@ -344,6 +363,7 @@ CallRule callRuleOf(PyObject* fn) {
     PyObject* mark = dict ? PyDict_GetItemString(dict, "_dynamo_marked_constant") : nullptr;
     if (mark == Py_True) return CallRule::ConstantResult;
   }
+  if (markedByTorchAllowInGraph(fn)) return CallRule::InGraph;
   return CallRule::None;
 }
 

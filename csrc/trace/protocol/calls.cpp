@@ -10,6 +10,7 @@
 #include "trace/engine/frame.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/engine/scalars.h"
+#include "trace/engine/speculation.h"
 #include "trace/kinds/exception.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/ndarray.h"
@@ -108,6 +109,9 @@ Result<ValuePtr> callNamedMethod(Tracer& t, const NamedMethod& m, Args& args, Kw
   if (!self->is(Kind::Tensor)) return callContainerMethod(t, self, m.name.get(), args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "numpy") == 0) return tensorAsNdarray(t, self, args, kwargs);
   if (PyUnicode_CompareWithASCIIString(m.name.get(), "as_subclass") == 0) return tensorAsSubclass(t, self, args, std::move(kwargs));
+  if (PyUnicode_CompareWithASCIIString(m.name.get(), "register_hook") == 0 ||
+      PyUnicode_CompareWithASCIIString(m.name.get(), "register_post_accumulate_grad_hook") == 0)
+    return tensorRegisterHook(t, self, m.name.get(), args, kwargs);
   // Reading the tensor's value into Python: stops the trace, or (with
   // capture_scalar_outputs) records Tensor.item() as torch._dynamo does (scalars.h).
   static const char* const kValueReads[][2] = {
@@ -228,7 +232,9 @@ Result<ValuePtr> call(Tracer& t, const ValuePtr& fn, Args args, Kwargs kwargs) {
       // An operator of torch.ops reached as an object (self inside one of its methods):
       // the operator, not its Python __call__.
       // So is an object a table row names (a higher-order op instance: torch.ops.higher_order.wrap).
-      if (fn->is(Kind::Object) && fn->real() && (isOperatorObject(fn->real()) || findCallable(fn->real())))
+      // And an object a call rule names (one torch._dynamo.allow_in_graph marked).
+      if (fn->is(Kind::Object) && fn->real() &&
+          (isOperatorObject(fn->real()) || findCallable(fn->real()) || callRuleOf(fn->real()) != CallRule::None))
         return callCallable(t, Value::callable(fn->real(), fn->reg), std::move(args), std::move(kwargs));
       Result<ValuePtr> r = callDunder(t, fn, interned(Str::dunder_call), std::move(args));
       if (!r.notHandled()) return r;
@@ -665,6 +671,27 @@ Result<ValuePtr> createOptimizerStateForReal(Tracer& t, PyObject* func, const st
   return t.fail("the optimizer's state was created by its _init_group, run for real; the frame is traced again");
 }
 
+// torch.optim's update functions have two variants, picked by their `capturable` keyword.
+// The other one is written for eager steps: it reads the step count as a Python number
+// (`_get_value`, which keeps it a tensor while compiling) and then branches on it (RAdam's
+// rectification, `if rho_t > 5.0`) or passes it where a Python scalar is needed (ASGD's
+// `alpha=-eta`): graph breaks inside the loop over the parameters. The capturable variant
+// computes the same update with tensor ops only (torch.where for the branch), so a traced
+// step passes capturable=True wherever the program passes False to a function of
+// torch.optim, as torch._dynamo does (it reads every param group's "capturable" as True).
+// The device checks of that variant run only eagerly; the param groups themselves are not
+// touched, so eager steps before and after a compiled one are unchanged.
+void traceOptimizerUpdateAsCapturable(PyObject* func, std::vector<std::pair<Ref, ValuePtr>>& kwargs) {
+  if (kwargs.empty()) return;
+  PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);
+  const char* module = fo->func_module && PyUnicode_Check(fo->func_module) ? PyUnicode_AsUTF8(fo->func_module) : nullptr;
+  if (!module) return PyErr_Clear();
+  if (strncmp(module, "torch.optim.", 12) != 0) return;
+  for (auto& [name, value] : kwargs)
+    if (PyUnicode_CompareWithASCIIString(name.get(), "capturable") == 0 && value && value->constant() == Py_False)
+      value = Value::constant(Py_True);
+}
+
 }  // namespace
 
 Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vector<ValuePtr> args,
@@ -682,6 +709,7 @@ Result<ValuePtr> Tracer::inlineFunction(PyObject* func, int func_reg, std::vecto
     func_reg = -1;  // as above: the wrapper, guarded as the class attribute, holds it
   }
   if (Result<ValuePtr> r = createOptimizerStateForReal(*this, func, args, kwargs); !r.notHandled()) return r;
+  traceOptimizerUpdateAsCapturable(func, kwargs);
   if (Result<ValuePtr> r = callDefaultTorchFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   if (Result<ValuePtr> r = foldPurePythonFunction(*this, func, args, kwargs); !r.notHandled()) return r;
   PyFunctionObject* fo = reinterpret_cast<PyFunctionObject*>(func);

@@ -331,6 +331,8 @@ const std::vector<SpecialRow> kSpecialRows = {
     {Obj::torch_while_loop, false, {"torch._higher_order_ops.while_loop", callWhileLoop, false}},
     {Obj::torch_hop_map, false, {"torch._higher_order_ops.map", callMap, false}},
     {Obj::torch_hop_scan, false, {"torch._higher_order_ops.scan", callScan, false}},
+    {Obj::torch_invoke_subgraph_placeholder, false,
+     {"torch.compiler.nested_compile_region", callInvokeSubgraph, false}},
 };
 
 }  // namespace

@@ -8,6 +8,15 @@ instead.
 import torch
 
 
+# ---- Tensor.register_hook on a tensor the graph computes ----------------------------------
+
+def hook_or_grad(hook, grad):
+    # The body the trace speculates for `t.register_hook(hook)`: what autograd passes on
+    # (a hook returning None leaves the gradient as it is).
+    r = hook(grad)
+    return grad if r is None else r
+
+
 # ---- torch.autograd.Function.apply without autograd ----------------------------------------
 
 class _FunctionCtx:
@@ -67,6 +76,69 @@ def autograd_function_apply(cls, separate_setup, *args, **kwargs):
     if isinstance(output, tuple):
         return tuple(wrap(o) for o in output)
     return wrap(output)
+
+
+# ---- torch.autograd.Function.apply recording a backward: the bodies the trace speculates --------
+#
+# The tracer traces these two as the forward and backward bodies of
+# torch.ops.higher_order.autograd_function_apply (protocol/autograd_function.cpp), with grad
+# mode off as autograd runs them. The ctx is made inside the forward's body, so what forward
+# and setup_context store on it is the body's own; the backward reads it, and whatever
+# tensor of the forward it reads (saved tensors, tensors stashed on ctx) becomes a value the
+# forward saves for it.
+
+def _output_of(o, args, dirty):
+    # An output that is one of the inputs (not marked dirty) comes back as a new view of it,
+    # as apply returns it.
+    if isinstance(o, torch.Tensor):
+        for a in args:
+            if isinstance(a, torch.Tensor) and o is a:
+                for d in dirty:
+                    if o is d:
+                        return o
+                return o.view_as(o)
+    return o
+
+
+def autograd_function_forward(cls, separate_setup, needs_input_grad, *args):
+    ctx = _FunctionCtx(needs_input_grad)
+    if separate_setup:
+        output = cls.forward(*args)
+        cls.setup_context(ctx, args, output)
+    else:
+        output = cls.forward(ctx, *args)
+    if isinstance(output, tuple):
+        output = tuple(_output_of(o, args, ctx.dirty_tensors) for o in output)
+    else:
+        output = _output_of(output, args, ctx.dirty_tensors)
+    return ctx, output
+
+
+def forward_changes_inputs(cls):
+    """Whether forward (or setup_context) visibly changes an input in place (ctx.mark_dirty,
+    an op's out= argument): the higher-order op's body cannot, so apply goes into the graph
+    as one call when the check below allows it."""
+    import dis
+
+    for name in ("forward", "setup_context"):
+        fn = getattr(cls, name, None)
+        fn = getattr(fn, "__func__", fn)
+        code = getattr(fn, "__code__", None)
+        if code is None:
+            continue
+        if "mark_dirty" in code.co_names:
+            return True
+        for ins in dis.get_instructions(code):
+            # 3.11's dis does not resolve KW_NAMES: its argument indexes co_consts
+            if ins.opname == "KW_NAMES" and ins.arg is not None and ins.arg < len(code.co_consts):
+                names = code.co_consts[ins.arg]
+                if isinstance(names, tuple) and "out" in names:
+                    return True
+    return False
+
+
+def autograd_function_backward(cls, ctx, *grads):
+    return cls.backward(ctx, *grads)
 
 
 # ---- torch.autograd.Function.apply recording a backward -------------------------------------

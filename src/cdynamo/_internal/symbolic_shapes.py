@@ -40,6 +40,10 @@ def _can_be_dynamic(real, source_name):
         return False
     if "._buffers[" in source_name:
         return False
+    # A traceable wrapper subclass (tensor_subclass.py) keeps its sizes: its fake would need
+    # symbols for its inner tensors too, which the trace does not make yet.
+    if torch.utils._python_dispatch.is_traceable_wrapper_subclass(real):
+        return False
     if real.layout != torch.strided or real.storage_offset() != 0:
         return False
     return tuple(real.stride()) == _contiguous_strides(tuple(real.shape))
