@@ -99,7 +99,7 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     return evalDefault(ts, frame, throw_flag);
   }
   // A frame that already ran (a resumed generator) is never replaced.
-  if (!layout::notStarted(frame)) return evalDefault(ts, frame, throw_flag);
+  if (!layout::notStarted(frame, code)) return evalDefault(ts, frame, throw_flag);
   ++stats().frames_seen;
 
   FrameView view = viewOf(frame);
@@ -154,8 +154,8 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
 }
 
 // The function installed: evalFrame inside the version's eval-frame protocol
-// (frame_layout_3XX.h; on 3.11 nothing more).
-constexpr _PyFrameEvalFunction kHook = layout::hook<evalFrame>;
+// (frame_layout_3XX.h; on 3.11 evalFrame itself).
+constexpr _PyFrameEvalFunction kHook = layout::installed<evalFrame>;
 
 void installHook() {
   PyInterpreterState* interp = PyThreadState_GetInterpreter(PyThreadState_Get());

@@ -9,15 +9,15 @@ inline PyCodeObject* code(_PyInterpreterFrame* f) { return f->f_code; }
 // The function the frame runs (null for frames without one).
 inline PyObject* function(_PyInterpreterFrame* f) { return reinterpret_cast<PyObject*>(f->f_func); }
 inline PyObject* closure(_PyInterpreterFrame* f) { return f->f_func ? f->f_func->func_closure : nullptr; }
-// Whether the frame has run nothing yet (a resumed generator has).
-inline bool notStarted(_PyInterpreterFrame* f) { return f->prev_instr == _PyCode_CODE(f->f_code) - 1; }
+// Whether the frame (running `c`, its code) has run nothing yet (a resumed generator has).
+inline bool notStarted(_PyInterpreterFrame* f, PyCodeObject* c) { return f->prev_instr == _PyCode_CODE(c) - 1; }
 
 // On 3.11 the code that called the hook clears and pops the frame after it returns, so a hook
-// may return a result without evaluating the frame and has nothing more to do.
+// may return a result without evaluating the frame and has nothing more to do: the function
+// installed is the hook itself, not a wrapper around it (the hit path is the same machine
+// code as a build that knows only 3.11).
 inline void noteEvaluated() {}
-template <PyObject* (*Eval)(PyThreadState*, _PyInterpreterFrame*, int)>
-PyObject* hook(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
-  return Eval(ts, frame, throw_flag);
-}
+template <_PyFrameEvalFunction Eval>
+inline constexpr _PyFrameEvalFunction installed = Eval;
 
 }  // namespace cdynamo::frame::layout

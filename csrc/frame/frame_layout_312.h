@@ -19,8 +19,8 @@ inline PyObject* closure(_PyInterpreterFrame* f) {
 // Whether the frame has run nothing yet and belongs to the thread: only such a frame may be
 // answered without being evaluated, and clearUnevaluated can clear it (a frame object made
 // for it before it ran would need the frame copied into it first).
-inline bool notStarted(_PyInterpreterFrame* f) {
-  return f->prev_instr == _PyCode_CODE(f->f_code) - 1 && f->owner == FRAME_OWNED_BY_THREAD && !f->frame_obj;
+inline bool notStarted(_PyInterpreterFrame* f, PyCodeObject* c) {
+  return f->prev_instr == _PyCode_CODE(c) - 1 && f->owner == FRAME_OWNED_BY_THREAD && !f->frame_obj;
 }
 
 // Note [The callee clears the frame]: on 3.12 the frame a hook receives is cleared and popped
@@ -70,5 +70,9 @@ PyObject* hook(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
   if (!evaluated) clearUnevaluated(ts, frame);
   return result;
 }
+
+// The function installed: the hook inside the protocol above.
+template <_PyFrameEvalFunction Eval>
+inline constexpr _PyFrameEvalFunction installed = hook<Eval>;
 
 }  // namespace cdynamo::frame::layout
