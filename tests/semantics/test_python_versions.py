@@ -2,6 +2,8 @@
 slice opcodes, RETURN_CONST, LOAD_SUPER_ATTR, LOAD_ATTR's method form, intrinsics for +x and
 starred displays, END_FOR / END_SEND, COMPARE_OP's shifted argument): each case runs on every
 version the build supports, compiled against eager, on the first call and on the cache hit."""
+import collections
+
 import pytest
 import torch
 
@@ -137,6 +139,48 @@ def graph_break_in_the_middle(x):
     return y + x.cos(), [v for v in (1, 2)]
 
 
+# On 3.12 collections.deque and defaultdict are heap types (C types made from a spec, as C
+# extensions make theirs, not classes): their methods' signatures are still read from the
+# C type, and a call they refuse raises Python's TypeError in the frame.
+@case(with_args())
+def c_heap_type_methods_refuse_arguments(x):
+    said = []
+    for call in (lambda: collections.deque([1]).pop(0), lambda: collections.defaultdict(int).copy(1)):
+        try:
+            call()
+            said.append("accepted")
+        except TypeError as e:
+            said.append(str(e))
+    return x + 1, said
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_python_versions(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)
+
+
+def test_range_iterator_passed_in_after_next():
+    # 3.12's range iterator reduces to (iter, (range of what is left,), None): the input's
+    # remaining items are still read (and guarded) right.
+    import cdynamo
+    import cdynamo.testing
+
+    def fn(x, it):
+        return x + sum(it)
+
+    def started(start):
+        it = iter(range(start, 11, 3))
+        next(it)
+        return it
+
+    x = torch.randn(3)
+    cdynamo.reset()
+    cnt = cdynamo.testing.CompileCounter()
+    cfn = cdynamo.compile(fn, backend=cnt)
+    for start in (1, 1, 2):
+        it_got, it_eager = started(start), started(start)
+        assert torch.equal(cfn(x, it_got), fn(x, it_eager))
+        assert list(it_got) == list(it_eager) == []
+    st = cdynamo.stats()
+    assert st["frames_native"] == 0, st["native_frames"]
+    assert cnt.frame_count == 2 and st["cache_hits"] == 1  # start 2: other items, a recompile

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/dict.h"
@@ -55,7 +56,7 @@ PyObject* ownPythonNew(PyObject* cls) {
 
 PyTypeObject* containerBase(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
-  while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
+  while (type && isPythonClass(type)) type = type->tp_base;
   if (type == &PyDict_Type || type == &PyTuple_Type || type == &PyList_Type || type == &PySet_Type ||
       type == &PyFrozenSet_Type)
     return type;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/engine/outputs.h"
 #include "trace/kinds/iterator.h"
@@ -588,7 +589,7 @@ bool madeByObjectNew(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
   if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || (type->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) return false;
   PyTypeObject* solid = type;
-  while (solid && (solid->tp_flags & Py_TPFLAGS_HEAPTYPE)) solid = solid->tp_base;
+  while (solid && isPythonClass(solid)) solid = solid->tp_base;
   return solid == &PyBaseObject_Type;
 }
 
