@@ -154,6 +154,12 @@ def c_heap_type_methods_refuse_arguments(x):
     return x + 1, said
 
 
+@case(with_args())
+def fromkeys_of_a_c_heap_dict_type(x):
+    d = collections.defaultdict.fromkeys(["a", "b"], x + 1)
+    return d["a"] * 2 + d["b"], type(d).__name__, d.default_factory
+
+
 @pytest.mark.parametrize("fn,make_args,expect_graphs", case.params)
 def test_python_versions(fn, make_args, expect_graphs):
     check(fn, make_args, expect_graphs=expect_graphs)

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/call_rules.h"
 #include "trace/engine/graph_calls.h"
@@ -195,7 +196,7 @@ Result<ValuePtr> callDictFromkeys(Tracer& t, PyObject* f, Args& args, Kwargs& kw
   PyObject* type = PyCFunction_GET_SELF(f);
   const char* name = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
   if (!type || !PyType_Check(type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), &PyDict_Type) ||
-      PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_HEAPTYPE) || strcmp(name, "fromkeys") != 0)
+      isPythonClass(reinterpret_cast<PyTypeObject*>(type)) || strcmp(name, "fromkeys") != 0)
     return notHandled();
   ValuePtr value = args.size() > 1 ? args[1] : Value::constant(Py_None);
   for (auto& [k, v] : kwargs) {
