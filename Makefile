@@ -2,11 +2,19 @@
 # what they depend on. Re-running is quick: the venv is made once (stamp file), and the
 # C++ build is incremental (CMake + Ninja in build/).
 
-PYTHON_BOOT ?= python3.11
+# PY: the CPython version to build and test for (`make test PY=3.12`). 3.11 keeps the
+# historical .venv and build/; another version gets its own venv and build dir.
+PY          ?= 3.11
+ifeq ($(PY),3.11)
 VENV        := .venv
-PY          := $(VENV)/bin/python
-DEPS_STAMP  := $(VENV)/.cdynamo-deps
 BUILD_DIR   := build
+else
+VENV        := .venv-$(PY)
+BUILD_DIR   := build-$(PY)
+endif
+PYTHON_BOOT ?= python$(PY)
+PYEXE       := $(VENV)/bin/python
+DEPS_STAMP  := $(VENV)/.cdynamo-deps
 BUILD_TYPE  ?= RelWithDebInfo
 # torch is pinned to the CPU build that lies on the machine; never let a resolver pick another.
 TORCH_PIN   := torch==2.13.0
@@ -17,13 +25,13 @@ TORCH_PIN   := torch==2.13.0
 all: build
 
 $(DEPS_STAMP): requirements-dev.txt
-	test -x $(PY) || $(PYTHON_BOOT) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) -r requirements-dev.txt
+	test -x $(PYEXE) || $(PYTHON_BOOT) -m venv $(VENV)
+	$(PYEXE) -m pip install -q --disable-pip-version-check $(TORCH_PIN) -r requirements-dev.txt
 	# Development install of the package: the source tree is on sys.path, the extension is
 	# built in place into src/cdynamo/ by CMake.
-	$(PY) -c "import sysconfig,os; open(os.path.join(sysconfig.get_paths()['purelib'],'cdynamo-dev.pth'),'w').write(os.path.abspath('src')+'\n')"
+	$(PYEXE) -c "import sysconfig,os; open(os.path.join(sysconfig.get_paths()['purelib'],'cdynamo-dev.pth'),'w').write(os.path.abspath('src')+'\n')"
 	# CDYNAMO=1 in the environment: cdynamo is imported (and installs itself) at start-up.
-	cp src/cdynamo-env.pth $$($(PY) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/
+	cp src/cdynamo-env.pth $$($(PYEXE) -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/
 	# The capture report's test loads it in a headless browser (skipped, saying so, without one).
 	command -v chromium >/dev/null || (command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ] && \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) || \
@@ -39,29 +47,29 @@ venv: $(DEPS_STAMP)
 MODELS_STAMP := $(VENV)/.cdynamo-models
 TIMM_PIN     := timm==1.0.31
 $(MODELS_STAMP): $(DEPS_STAMP) requirements-models.txt
-	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) -r requirements-models.txt
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_PIN) $(TIMM_PIN)
-	$(PY) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
-	$(PY) -c "import sys; sys.path.insert(0, 'tools/models'); import zoo; zoo._import_timm(); import transformers"
+	$(PYEXE) -m pip install -q --disable-pip-version-check $(TORCH_PIN) -r requirements-models.txt
+	$(PYEXE) -m pip install -q --disable-pip-version-check --no-deps $(TORCH_PIN) $(TIMM_PIN)
+	$(PYEXE) -c "import torch; assert torch.__version__.startswith('2.13.0'), torch.__version__"
+	$(PYEXE) -c "import sys; sys.path.insert(0, 'tools/models'); import zoo; zoo._import_timm(); import transformers"
 	touch $@
 
 models-deps: $(MODELS_STAMP)
 
 $(BUILD_DIR)/build.ninja: $(DEPS_STAMP) CMakeLists.txt
 	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(BUILD_DIR) -G Ninja \
-	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DPython_EXECUTABLE=$(abspath $(PY)) $(CMAKE_ARGS)
+	  -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DPython_EXECUTABLE=$(abspath $(PYEXE)) $(CMAKE_ARGS)
 
 build: $(BUILD_DIR)/build.ninja
 	PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(BUILD_DIR) -j2
 
 demo: build
-	$(PY) examples/demo.py
+	$(PYEXE) examples/demo.py
 
 test-cpp: build
 	cd $(BUILD_DIR) && PATH=$(abspath $(VENV))/bin:$$PATH ctest --output-on-failure
 
 test-py: build $(MODELS_STAMP)
-	$(PY) -m pytest -q tests
+	$(PYEXE) -m pytest -q tests
 
 test: test-cpp test-py
 
@@ -70,7 +78,7 @@ test: test-cpp test-py
 SEED ?= 1
 N    ?= 1000
 fuzz: build
-	$(PY) tools/fuzz/run.py --seed $(SEED) -n $(N)
+	$(PYEXE) tools/fuzz/run.py --seed $(SEED) -n $(N)
 
 # The whole suite against an ASan+UBSan build of the extension, in its own build dir
 # (build-asan/), built in place over src/cdynamo/_C*.so: `make build` restores the normal one.
@@ -88,7 +96,7 @@ sanitize-subset:
 
 sanitize: $(DEPS_STAMP)
 	PATH=$(abspath $(VENV))/bin:$$PATH cmake -S . -B $(ASAN_DIR) -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	  -DPython_EXECUTABLE=$(abspath $(PY)) -DCDYNAMO_SANITIZE=ON $(CMAKE_ARGS)
+	  -DPython_EXECUTABLE=$(abspath $(PYEXE)) -DCDYNAMO_SANITIZE=ON $(CMAKE_ARGS)
 	# Both builds link the same file (src/cdynamo/_C*.so), and ninja does not relink an
 	# output that is newer than its inputs: without the rm, the second run would test the
 	# normal extension (nothing sanitized), and the rebuild below would keep the ASan one.
@@ -99,14 +107,14 @@ sanitize: $(DEPS_STAMP)
 	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
 	ASAN_OPTIONS=detect_leaks=0,abort_on_error=1,allocator_may_return_null=1 \
 	UBSAN_OPTIONS=print_stacktrace=1,halt_on_error=1 PYTHONMALLOC=malloc \
-	  $(PY) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS); rc=$$?; rm -f src/cdynamo/_C*.so; \
+	  $(PYEXE) -m pytest -q -p no:cacheprovider $(SANITIZE_TESTS); rc=$$?; rm -f src/cdynamo/_C*.so; \
 	  PATH=$(abspath $(VENV))/bin:$$PATH cmake --build $(BUILD_DIR) -j2; exit $$rc
 
 bench: build
-	$(PY) benchmarks/run.py
+	$(PYEXE) benchmarks/run.py
 
 bench-quick: build
-	$(PY) benchmarks/run.py --quick
+	$(PYEXE) benchmarks/run.py --quick
 
 # pip install . into a fresh venv (with torch==2.13.0): builds the wheel with
 # scikit-build-core from scratch (slow: the whole C++ build), then imports it outside the tree.
@@ -118,20 +126,20 @@ package-test: $(DEPS_STAMP)
 # torch._dynamo's own run of each file is cached in build/conformance/. Not part of `make test`
 # (several minutes). CONFORMANCE_ARGS: e.g. --only functions, --update, --rerun-baseline.
 conformance: build
-	$(PY) -c 'import expecttest, pytest_timeout, hypothesis' 2>/dev/null || \
-	  $(PY) -m pip install -q --disable-pip-version-check $(TORCH_PIN) expecttest pytest-timeout hypothesis
-	$(PY) tools/conformance.py $(CONFORMANCE_ARGS)
+	$(PYEXE) -c 'import expecttest, pytest_timeout, hypothesis' 2>/dev/null || \
+	  $(PYEXE) -m pip install -q --disable-pip-version-check $(TORCH_PIN) expecttest pytest-timeout hypothesis
+	$(PYEXE) tools/conformance.py $(CONFORMANCE_ARGS)
 
 # Each model in its own process; rewrites its sections of docs/models.md (see benchmarks/models.py).
 models: build $(MODELS_STAMP)
-	$(PY) benchmarks/models.py
-	$(PY) benchmarks/models.py --train
+	$(PYEXE) benchmarks/models.py
+	$(PYEXE) benchmarks/models.py --train
 
 models-train: build $(MODELS_STAMP)
-	$(PY) benchmarks/models.py --train
+	$(PYEXE) benchmarks/models.py --train
 
 models-inductor: build $(MODELS_STAMP)
-	$(PY) benchmarks/models.py --inductor
+	$(PYEXE) benchmarks/models.py --inductor
 
 clean:
 	rm -rf $(BUILD_DIR) src/cdynamo/_C*.so

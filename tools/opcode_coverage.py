@@ -146,9 +146,12 @@ NOT_DISPATCH = {"graph_break.cpp"}
 def handled_opcodes(src_dir=TRACE_SOURCES):
     """{opcode name: [files with a `case Op::NAME:` label]} over the interpreter's sources."""
     out = {}
+    this_version = f"_py{sys.version_info[0]}{sys.version_info[1]}.cpp"
     for path in sorted(Path(src_dir).rglob("*.cpp")):
         if path.name in NOT_DISPATCH:
             continue
+        if re.search(r"_py3\d+\.cpp$", path.name) and not path.name.endswith(this_version):
+            continue  # another Python version's dispatch
         text = path.read_text()
         for name in re.findall(r"\bcase\s+(?:bytecode::)?Op::([A-Z_0-9]+)\s*:", text):
             files = out.setdefault(name, [])

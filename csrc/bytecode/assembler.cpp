@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <string>
 
+#include "bytecode/version.h"
 #include "support/check.h"
 
 namespace cdynamo::bytecode {
@@ -37,26 +38,6 @@ int prefixesFor(int arg) {
   if (arg > 0xffff) return 2;
   if (arg > 0xff) return 1;
   return 0;
-}
-
-// The variant of a relative jump that goes in the wanted direction; Op::CACHE (never a
-// jump) when the opcode has no such variant (FOR_ITER only jumps forward, ...).
-Op jumpForDirection(Op op, bool backward) {
-  struct Pair {
-    Op forward, backward;
-  };
-  static const Pair pairs[] = {
-      {Op::JUMP_FORWARD, Op::JUMP_BACKWARD},
-      {Op::POP_JUMP_FORWARD_IF_FALSE, Op::POP_JUMP_BACKWARD_IF_FALSE},
-      {Op::POP_JUMP_FORWARD_IF_TRUE, Op::POP_JUMP_BACKWARD_IF_TRUE},
-      {Op::POP_JUMP_FORWARD_IF_NONE, Op::POP_JUMP_BACKWARD_IF_NONE},
-      {Op::POP_JUMP_FORWARD_IF_NOT_NONE, Op::POP_JUMP_BACKWARD_IF_NOT_NONE},
-  };
-  for (const Pair& p : pairs) {
-    if (op == p.forward || op == p.backward) return backward ? p.backward : p.forward;
-  }
-  bool isBackward = opHasFlag(static_cast<int>(op), 'B');
-  return isBackward == backward ? op : Op::CACHE;
 }
 
 // Checks labels and arguments; fills the direction-resolved opcode of every instruction.

@@ -54,8 +54,9 @@ struct Assembly {
   // id is a broken invariant (CDYNAMO_CHECK aborts).
   void bind(int label);
   void emit(Op op, int arg = 0, Position pos = {});
-  // Either direction's variant may be given (JUMP_FORWARD / JUMP_BACKWARD,
-  // POP_JUMP_FORWARD_IF_x / POP_JUMP_BACKWARD_IF_x); assemble() picks the right one.
+  // Either direction's variant may be given (JUMP_FORWARD / JUMP_BACKWARD; on 3.11
+  // POP_JUMP_FORWARD_IF_x / POP_JUMP_BACKWARD_IF_x); assemble() picks the right one
+  // (bytecode/version.h jumpForDirection), or fails where the version has none.
   void emitJump(Op op, int label, Position pos = {});
   void addHandler(int start, int end, int handler, int depth, bool lasti);
 };

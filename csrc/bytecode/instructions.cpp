@@ -1,10 +1,9 @@
-#define Py_BUILD_CORE 1
 #include <Python.h>
-#include <internal/pycore_code.h>
 
 #include <algorithm>
 
 #include "bytecode/instructions.h"
+#include "support/pyref.h"
 
 namespace cdynamo::bytecode {
 
@@ -44,9 +43,16 @@ std::vector<Instruction> decode(const uint8_t* code, int nunits) {
 }
 
 std::vector<Instruction> decode(PyCodeObject* co) {
-  const uint8_t* code = reinterpret_cast<const uint8_t*>(_PyCode_CODE(co));
-  int nunits = static_cast<int>(Py_SIZE(co));
-  return decode(code, nunits);
+  // co_code is the de-specialized code with zeroed caches, and on 3.12 also without the
+  // INSTRUMENTED_* forms sys.monitoring writes in place (a debugger's or coverage's), which
+  // _PyCode_CODE would show. CPython makes it once per code object and keeps it.
+  Ref bytes = Ref::steal(PyCode_GetCode(co));
+  if (!bytes) {
+    PyErr_Clear();
+    return {};
+  }
+  return decode(reinterpret_cast<const uint8_t*>(PyBytes_AS_STRING(bytes.get())),
+                static_cast<int>(PyBytes_GET_SIZE(bytes.get()) / 2));
 }
 
 int indexAtOffset(const std::vector<Instruction>& instrs, int offset) {

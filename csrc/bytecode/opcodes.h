@@ -4,13 +4,22 @@
 // everything else in cdynamo names opcodes through `Op::NAME` and asks the table, never a
 // list of its own.
 #pragma once
+#include <patchlevel.h>  // PY_MINOR_VERSION of the Python being built against
+
 #include <cstdint>
 
 namespace cdynamo::bytecode {
 
-// The table of the running version. A 3.12 table (opcodes_312.def) sits beside it and is
-// picked here by PY_VERSION_HEX; every user of the rows includes CDYNAMO_OPCODE_TABLE.
+// The table of the version being built against, picked here once; every user of the rows
+// includes CDYNAMO_OPCODE_TABLE. What else differs between versions in the bytecode stage is
+// behind bytecode/version.h (one version_py3XX.cpp per version, chosen by CMake).
+#if PY_MINOR_VERSION == 11
 #define CDYNAMO_OPCODE_TABLE "bytecode/opcodes_311.def"
+#elif PY_MINOR_VERSION == 12
+#define CDYNAMO_OPCODE_TABLE "bytecode/opcodes_312.def"
+#else
+#error "cdynamo has no opcode table for this Python version"
+#endif
 #define CDYNAMO_BINARY_OPS "bytecode/binary_ops.def"
 
 enum class Op : uint8_t {

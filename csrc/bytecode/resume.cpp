@@ -6,6 +6,7 @@
 
 #include "bytecode/assembler.h"
 #include "bytecode/instructions.h"
+#include "bytecode/version.h"
 
 namespace cdynamo::bytecode {
 namespace {
@@ -359,10 +360,10 @@ std::vector<std::vector<bool>> computeLiveness(PyCodeObject* co) {
       for (int s : succ[i])
         for (size_t v = 0; v < nv; ++v) out[v] = out[v] || live[static_cast<size_t>(s)][v];
       const int a = ins[i].arg;
-      // DELETE_FAST counts as a read: deleting an unbound local raises.
-      if (ins[i].op == Op::STORE_FAST && static_cast<size_t>(a) < nv) out[static_cast<size_t>(a)] = false;
-      if ((ins[i].op == Op::LOAD_FAST || ins[i].op == Op::DELETE_FAST) && static_cast<size_t>(a) < nv)
-        out[static_cast<size_t>(a)] = true;
+      // Every instruction on a local but STORE_FAST reads it: DELETE_FAST too (deleting an
+      // unbound local raises), and 3.12's LOAD_FAST_CHECK and LOAD_FAST_AND_CLEAR.
+      if (opHasFlag(ins[i].op, 'L') && static_cast<size_t>(a) < nv)
+        out[static_cast<size_t>(a)] = ins[i].op != Op::STORE_FAST;
       if (firstLive && nv > 0) out[0] = true;
       if (out != live[i]) {
         live[i] = std::move(out);
@@ -444,22 +445,8 @@ Ref resumeCode(PyCodeObject* orig, const FrameLayout& at, std::string* error) {
 
 namespace {
 
-// A load that pushes a NULL below its value (LOAD_METHOD, LOAD_GLOBAL with bit 0) runs as
-// the plain load followed by PUSH_NULL; SWAP 2: for the CALL after it, [NULL, attr] is
-// what LOAD_METHOD pushes for an attribute that is not a method, and a bound method
-// called that way behaves as [method, self]. The successor's layout has that NULL.
-// Rewrites `breaking` to the plain load; returns whether it pushed such a NULL.
-bool dropNullBelow(AsmInstr* breaking) {
-  if (breaking->op == Op::LOAD_METHOD) {
-    breaking->op = Op::LOAD_ATTR;
-    return true;
-  }
-  if (breaking->op == Op::LOAD_GLOBAL && (breaking->arg & 1)) {
-    breaking->arg &= ~1;
-    return true;
-  }
-  return false;
-}
+// A load that pushes a NULL below its value (bytecode/version.h dropNullBelow) runs as
+// the plain load followed by PUSH_NULL; SWAP 2. The successor's layout has that NULL.
 
 // The break code's epilogue for successor `k` (layout `s`): pops the stack into the
 // temporaries `temp`, then returns ___continuation(k, live locals..., stack...), the
@@ -476,8 +463,7 @@ void emitBreakEpilogue(Assembly& out, const FrameLayout& s, size_t k, const std:
   for (size_t i = 0; i < s.stack_null.size(); ++i)
     if (!s.stack_null[i]) out.emit(Op::LOAD_FAST, temp[i], breakPos);
   int argc = 1 + static_cast<int>(s.unbound.size()) + s.passedStack();
-  out.emit(Op::PRECALL, argc, breakPos);
-  out.emit(Op::CALL, argc, breakPos);
+  emitCall(out, argc, breakPos);
   out.emit(Op::RETURN_VALUE, 0, breakPos);
 }
 
@@ -564,7 +550,7 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
         }
         fallLabel = dst.newLabel();
         dst.emit(Op::LOAD_FAST, firstPassLocal, breakPos);
-        dst.emitJump(Op::POP_JUMP_FORWARD_IF_TRUE, fallLabel, breakPos);
+        dst.emitJump(popJumpIfTrue(), fallLabel, breakPos);
       },
       [&](Assembly& dst, int jumpLabel) {
         dst.bind(fallLabel);
@@ -572,7 +558,16 @@ Ref breakCode(PyCodeObject* orig, const FrameLayout& at, int last, const std::ve
         if (!isJump) return;
         dst.bind(jumpLabel);
         dst.emit(Op::LOAD_FAST, firstPassLocal, breakPos);
-        dst.emitJump(Op::POP_JUMP_FORWARD_IF_FALSE, targetLabel, breakPos);
+        if (jumpForDirection(popJumpIfFalse(), /*backward=*/true) != Op::CACHE) {
+          dst.emitJump(popJumpIfFalse(), targetLabel, breakPos);
+        } else {
+          // No backward conditional jump (3.12): the first pass jumps over an unconditional
+          // jump back to the original target.
+          const int firstPass = dst.newLabel();
+          dst.emitJump(popJumpIfTrue(), firstPass, breakPos);
+          dst.emitJump(Op::JUMP_FORWARD, targetLabel, breakPos);
+          dst.bind(firstPass);
+        }
         epilogue(dst, 1);
       },
       [&](Assembly& dst, const AsmInstr& ins) {

@@ -91,8 +91,8 @@ PyObject* runEntry(PyThreadState* ts, _PyInterpreterFrame* frame, cache::CodeExt
   }
   for (size_t i = 0; i < extra->entries.size(); ++i)
     if (extra->entries[i] == entry) extra->entries.erase(extra->entries.begin() + i);
-  u.function = codeName(frame->f_code);
-  recordNative(extra, frame->f_code, u);
+  u.function = codeName(layout::code(frame));
+  recordNative(extra, layout::code(frame), u);
   return evalDefault(ts, frame, 0);
 }
 

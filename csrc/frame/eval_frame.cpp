@@ -43,13 +43,13 @@ namespace {
 
 FrameView viewOf(_PyInterpreterFrame* frame) {
   FrameView v;
-  v.code = frame->f_code;
-  v.function = reinterpret_cast<PyObject*>(frame->f_func);
+  v.code = layout::code(frame);
+  v.function = layout::function(frame);
   v.fast = frame->localsplus;
-  v.nfast = frame->f_code->co_nlocalsplus;
+  v.nfast = v.code->co_nlocalsplus;
   v.globals = frame->f_globals;
   v.builtins = frame->f_builtins;
-  v.closure = frame->f_func ? frame->f_func->func_closure : nullptr;
+  v.closure = layout::closure(frame);
   return v;
 }
 
@@ -66,6 +66,7 @@ _PyFrameEvalFunction previous_eval = nullptr;
 thread_local _PyInterpreterFrame* tls_passing_on = nullptr;
 
 PyObject* evalOther(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
+  layout::noteEvaluated();  // the other hook evaluates (or clears) it
   if (!previous_eval || tls_passing_on == frame) return _PyEval_EvalFrameDefault(ts, frame, throw_flag);
   _PyInterpreterFrame* saved = tls_passing_on;
   tls_passing_on = frame;
@@ -81,7 +82,7 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
   // (debugger, coverage.py, cProfile) must see the lines and calls eager execution has:
   // the frame runs natively, entries untouched.
   if (throw_flag || ts->c_tracefunc || ts->c_profilefunc) return evalDefault(ts, frame, throw_flag);
-  PyCodeObject* code = frame->f_code;
+  PyCodeObject* code = layout::code(frame);
   cache::CodeExtra* extra = cache::lookup(code);
   if (!extra || extra->state == cache::CodeState::Unknown) {
     if (!extra) {
@@ -98,7 +99,7 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
     return evalDefault(ts, frame, throw_flag);
   }
   // A frame that already ran (a resumed generator) is never replaced.
-  if (frame->prev_instr != _PyCode_CODE(code) - 1) return evalDefault(ts, frame, throw_flag);
+  if (!layout::notStarted(frame, code)) return evalDefault(ts, frame, throw_flag);
   ++stats().frames_seen;
 
   FrameView view = viewOf(frame);
@@ -152,12 +153,16 @@ PyObject* evalFrame(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_fla
   return runEntry(ts, frame, extra, entry, view);
 }
 
+// The function installed: evalFrame inside the version's eval-frame protocol
+// (frame_layout_3XX.h; on 3.11 evalFrame itself).
+constexpr _PyFrameEvalFunction kHook = layout::installed<evalFrame>;
+
 void installHook() {
   PyInterpreterState* interp = PyThreadState_GetInterpreter(PyThreadState_Get());
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
-  if (current == evalFrame) return;  // still in (see uninstallHook)
+  if (current == kHook) return;  // still in (see uninstallHook)
   previous_eval = current == _PyEval_EvalFrameDefault ? nullptr : current;
-  _PyInterpreterState_SetEvalFrameFunc(interp, evalFrame);
+  _PyInterpreterState_SetEvalFrameFunc(interp, kHook);
 }
 
 void uninstallHook() {
@@ -165,7 +170,7 @@ void uninstallHook() {
   // Someone installed their function over ours (torch._dynamo does, and puts ours back when
   // it is done): leave theirs; ours, once back, passes every frame on until the next time
   // the last compiled call ends.
-  if (_PyInterpreterState_GetEvalFrameFunc(interp) != evalFrame) return;
+  if (_PyInterpreterState_GetEvalFrameFunc(interp) != kHook) return;
   _PyInterpreterState_SetEvalFrameFunc(interp, previous_eval ? previous_eval : _PyEval_EvalFrameDefault);
   previous_eval = nullptr;
 }

@@ -15,6 +15,15 @@
 #include <internal/pycore_frame.h>
 #undef Py_BUILD_CORE
 
+// The frame layout and the eval-frame protocol of the version being built against.
+#if PY_MINOR_VERSION == 11
+#include "frame/frame_layout_311.h"
+#elif PY_MINOR_VERSION == 12
+#include "frame/frame_layout_312.h"
+#else
+#error "cdynamo has no frame layout for this Python version"
+#endif
+
 #include "cache/code_cache.h"
 #include "frame/eval_frame.h"
 #include "support/frame_view.h"
@@ -41,7 +50,10 @@ class ContextOff {
   PyObject* saved_;
 };
 
+// Every path that hands the hook's frame to CPython goes through here (or evalOther), so the
+// version's protocol knows the frame was evaluated (Note [The callee clears the frame]).
 inline PyObject* evalDefault(PyThreadState* ts, _PyInterpreterFrame* frame, int throw_flag) {
+  layout::noteEvaluated();
   return _PyEval_EvalFrameDefault(ts, frame, throw_flag);
 }
 

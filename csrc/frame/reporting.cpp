@@ -155,8 +155,8 @@ PyObject* compileFailed(PyThreadState* ts, _PyInterpreterFrame* frame, cache::Co
     CompileLock lock;
     trace::Unsupported u;
     u.reason = "backend compiler failed (config.suppress_errors): " + text;
-    u.function = codeName(frame->f_code);
-    recordNative(extra, frame->f_code, u);
+    u.function = codeName(layout::code(frame));
+    recordNative(extra, layout::code(frame), u);
   }
   return evalDefault(ts, frame, 0);
 }

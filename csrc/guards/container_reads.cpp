@@ -61,7 +61,9 @@ Ref iterRemaining(PyObject* it) {
   Ref seq = Ref::steal(PySequence_Tuple(PyTuple_GET_ITEM(PyTuple_GET_ITEM(state.get(), 1), 0)));
   if (!seq) return Ref();
   Py_ssize_t index = 0;
-  if (PyTuple_GET_SIZE(state.get()) >= 3) {
+  // The index of the next item; 3.12's range iterator gives None with a range of what is
+  // left (its start moved on) instead.
+  if (PyTuple_GET_SIZE(state.get()) >= 3 && PyTuple_GET_ITEM(state.get(), 2) != Py_None) {
     index = PyLong_AsSsize_t(PyTuple_GET_ITEM(state.get(), 2));
     if (index < 0 && PyErr_Occurred()) return Ref();
   }

@@ -3,6 +3,7 @@
 #include "runtime/continuation.h"
 #include "support/lookup.h"
 #include "support/set_table.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::runtime {
 namespace {
@@ -99,7 +100,7 @@ struct Builder {
     if (!items) return Ref();
     // A structseq (torch.return_types.max) or a torch.Size, C types, are made from one
     // sequence; tuple.__new__ refuses them.
-    PyObject* cls_dict = reinterpret_cast<PyTypeObject*>(t.cls.get())->tp_dict;
+    PyObject* cls_dict = typeDict(reinterpret_cast<PyTypeObject*>(t.cls.get()));
     if (!PyType_HasFeature(reinterpret_cast<PyTypeObject*>(t.cls.get()), Py_TPFLAGS_HEAPTYPE) ||
         (cls_dict && PyDict_GetItem(cls_dict, interned(Str::n_sequence_fields))))
       return Ref::steal(PyObject_CallOneArg(t.cls.get(), items.get()));

@@ -207,7 +207,15 @@ def positions(code):
     return [tuple(-1 if v is None else v for v in p) for p in code.co_positions()]
 
 def lines(code):
-    return [(s // 2, e // 2, -1 if l is None else l) for s, e, l in code.co_lines()]
+    # Adjacent ranges of one line merged: 3.12's co_lines() merges them, 3.11's does not.
+    out = []
+    for s, e, l in code.co_lines():
+        l = -1 if l is None else l
+        if out and out[-1][2] == l and out[-1][1] == s // 2:
+            out[-1] = (out[-1][0], e // 2, l)
+        else:
+            out.append((s // 2, e // 2, l))
+    return out
 
 def exception_table(code):
     import dis
@@ -275,6 +283,20 @@ inline std::vector<cdynamo::bytecode::Position> pyPositions(PyObject* code) {
 }
 
 // co_lines() of `code` as (start unit, end unit, line or -1).
+// (start, end, line) ranges with adjacent ranges of one line merged, as `lines` gives them.
+inline std::vector<std::array<int, 3>> mergedLines(const std::vector<std::array<int, 3>>& in) {
+  std::vector<std::array<int, 3>> out;
+  for (const auto& r : in) {
+    std::array<int, 3> x = r;
+    if (x[2] < -1) x[2] = -1;
+    if (!out.empty() && out.back()[2] == x[2] && out.back()[1] == x[0])
+      out.back()[1] = x[1];
+    else
+      out.push_back(x);
+  }
+  return out;
+}
+
 inline std::vector<std::array<int, 3>> pyLines(PyObject* code) {
   cdynamo::Ref list = callSample("lines", code);
   return intTuples<3>(list.get());

@@ -5,6 +5,7 @@
 
 #include "bytecode/assembler.h"
 #include "bytecode/instructions.h"
+#include "bytecode/version.h"
 #include "check.h"
 #include "py_samples.h"
 
@@ -33,7 +34,9 @@ static void roundTripRealCode(const std::vector<Ref>& codes) {
       what = "co_code differs";
     } else if (out.exceptionTable != bytesField(code.get(), "co_exceptiontable")) {
       what = "exception table differs";
-    } else if (out.lineTable != bytesField(code.get(), "co_linetable")) {
+    } else if (out.lineTable != bytesField(code.get(), "co_linetable") && PY_MINOR_VERSION == 11) {
+      // 3.12's compiler may split a run of equal positions that the assembler writes as one
+      // entry; the positions must still be the same (checked below).
       what = "location table differs";
     } else if (out.stackSize != co->co_stacksize) {
       what = "stack size " + std::to_string(out.stackSize) + " vs " +
@@ -190,9 +193,10 @@ static void jumpLayout() {
     b.emit(Op::BINARY_OP, 0);
     b.emit(Op::RETURN_VALUE);
     EXPECT(assembleOk(b, &out));
-    EXPECT_EQ(out.code.size(), 2u * (6 + 1 + 2 + 1));
-    EXPECT(out.code.substr(14, 4) == std::string("\x7a\x00\x00\x00", 4));
-    EXPECT_EQ(out.unitOf[2], 7);
+    const size_t global = 1 + static_cast<size_t>(opCaches(static_cast<int>(Op::LOAD_GLOBAL)));
+    EXPECT_EQ(out.code.size(), 2u * (global + 1 + 2 + 1));
+    EXPECT(out.code.substr(2 * (global + 1), 4) == std::string("\x7a\x00\x00\x00", 4));
+    EXPECT_EQ(out.unitOf[2], static_cast<int>(global + 1));
     EXPECT_EQ(out.stackSize, 3);  // NULL, global, constant
   }
 }
@@ -235,7 +239,7 @@ static void errors() {
     Assembly a;  // a join reached with two depths: broken code
     int join = a.newLabel();
     a.emit(Op::LOAD_CONST, 0);
-    a.emitJump(Op::POP_JUMP_FORWARD_IF_TRUE, join);
+    a.emitJump(popJumpIfTrue(), join);
     a.emit(Op::LOAD_CONST, 0);
     a.bind(join);
     a.emit(Op::LOAD_CONST, 0);
@@ -305,8 +309,7 @@ static void sumLoopFromScratch() {
   a.emit(Op::STORE_FAST, 0, line);   // total
   a.emit(Op::LOAD_GLOBAL, 1, line);  // NULL + range
   a.emit(Op::LOAD_CONST, 1, line);   // 10
-  a.emit(Op::PRECALL, 1, line);
-  a.emit(Op::CALL, 1, line);
+  emitCall(a, 1, line);
   a.emit(Op::GET_ITER, 0, line);
   a.bind(loop);
   a.emitJump(Op::FOR_ITER, done, line);
@@ -317,6 +320,10 @@ static void sumLoopFromScratch() {
   a.emit(Op::STORE_FAST, 0, {102, 102, 8, 13});
   a.emitJump(Op::JUMP_FORWARD, loop, line);  // becomes JUMP_BACKWARD
   a.bind(done);
+#if PY_MINOR_VERSION >= 12
+  // 3.12's FOR_ITER leaves the loop at an END_FOR, which it skips (the table's Note).
+  a.emit(Op::END_FOR, 0, line);
+#endif
   a.emit(Op::LOAD_FAST, 0, {103, 103, 11, 16});
   a.emit(Op::RETURN_VALUE, 0, {103, 103, 4, 16});
 

@@ -4,6 +4,7 @@
 #include <Python.h>
 
 #include "bytecode/instructions.h"
+#include "bytecode/version.h"
 #include "bytecode/resume.h"
 #include "check.h"
 
@@ -139,7 +140,7 @@ static void breakAtBinaryOp() {
 
 static void breakAtConditionalJump() {
   PyCodeObject* g = codeOf("g");
-  int at = indexOf(g, Op::POP_JUMP_FORWARD_IF_FALSE);
+  int at = indexOf(g, popJumpIfFalse());
   EXPECT(at > 0);
   std::vector<Instruction> ins = decode(g);
   int target = indexAtOffset(ins, ins[static_cast<size_t>(at)].jumpTarget());

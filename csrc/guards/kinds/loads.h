@@ -11,6 +11,7 @@
 #include "guards/guard_program.h"
 #include "guards/kinds/check_kind.h"
 #include "support/set_table.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::guards::loads {
 
@@ -96,7 +97,7 @@ struct ViewDict {
 struct ClassDict {
   static PyObject* run(const Load& ld, const FrameView& f, PyObject** regs) {
     PyObject* type = ld.index ? PyWeakref_GET_OBJECT(ld.name.get()) : ld.name.get();
-    return PyType_Check(type) ? reinterpret_cast<PyTypeObject*>(type)->tp_dict : nullptr;
+    return PyType_Check(type) ? typeDict(reinterpret_cast<PyTypeObject*>(type)) : nullptr;
   }
 };
 

@@ -15,6 +15,7 @@
 #include <string>
 
 #include "bytecode/resume.h"
+#include "bytecode/version.h"
 #include "runtime/continuation.h"
 #include "support/lookup.h"
 #include "support/py_error.h"
@@ -57,12 +58,10 @@ bool shapeOf(const SymbolicFrame& f, size_t pc, BreakShape* out, std::string* wh
     *why = std::string("cannot break the graph at ") + (name ? name : "?");
     return false;
   }
-  if (ins.op == Op::CALL) {  // the call's KW_NAMES and PRECALL run natively with it
-    if (idx > 0 && f.instrs[static_cast<size_t>(idx - 1)].op == Op::PRECALL) out->first = idx - 1;
-    if (out->first > 0 && f.instrs[static_cast<size_t>(out->first - 1)].op == Op::KW_NAMES) out->first -= 1;
-  }
+  // The call's KW_NAMES (and on 3.11 its PRECALL) run natively with it.
+  if (ins.op == Op::CALL) out->first = bytecode::callSequenceStart(f.instrs, idx);
   const int pops = bytecode::opPops(ins.op, ins.arg);
-  const bool null_first = ins.op == Op::LOAD_METHOD || (ins.op == Op::LOAD_GLOBAL && (ins.arg & 1));
+  const bool null_first = bytecode::pushesNullBelow(ins);
   out->successors.push_back({idx + 1, pops, bytecode::opPushes(ins.op, ins.arg, false), null_first});
   if (jumps) out->successors.push_back({target, pops, bytecode::opPushes(ins.op, ins.arg, true)});
   return true;

@@ -491,7 +491,12 @@ Done Tracer::throwGenerator(const ValuePtr& it, ValuePtr exc, ValuePtr* item) {
         if (f.pc == 0 || f.instrs[f.pc - 1].op != bytecode::Op::SEND) return fail("internal: `yield from` without its SEND");
         int target = bytecode::indexAtOffset(f.instrs, f.instrs[f.pc - 1].jumpTarget());
         if (target < 0) return fail("internal: SEND's target is not an instruction start");
-        f.stack.back() = std::move(value);
+        // SEND's exit: 3.11 puts the value in the receiver's place; 3.12 keeps the receiver
+        // below it for END_SEND (the table's pushes on the jump: 1 or 2).
+        if (bytecode::opPushes(bytecode::Op::SEND, f.instrs[f.pc - 1].arg, true) == 2)
+          f.stack.push_back(std::move(value));
+        else
+          f.stack.back() = std::move(value);
         f.pc = static_cast<size_t>(target);
         return runGenerator(it, item);
       }
@@ -507,6 +512,10 @@ Done Tracer::throwGenerator(const ValuePtr& it, ValuePtr exc, ValuePtr* item) {
     f.pc = 0;
     pending_exc_ = std::move(exc);
   } else {
+    // Paused at a yield: as CPython's generator send does for throw() too, the frame gets a
+    // value pushed where the yield's result goes (None) before the exception unwinds it to
+    // its handler's depth (3.12's `yield from` handler keeps that slot).
+    f.stack.push_back(Value::constant(Py_None));
     pending_exc_ = std::move(exc);
   }
   ValuePtr caller_exc = current_exc_;

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/kinds/iterator.h"
 #include "trace/kinds/dict.h"
@@ -18,6 +19,7 @@
 #include "trace/engine/graph_calls.h"
 #include "trace/kinds/tensor_subclass.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -31,7 +33,7 @@ PyObject* ownPythonNew(PyObject* cls) {
   PyObject* owner = nullptr;
   PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     if (dict && PyDict_GetItemWithError(dict, interned(Str::dunder_new))) {
       owner = dict;
       break;
@@ -54,7 +56,7 @@ PyObject* ownPythonNew(PyObject* cls) {
 
 PyTypeObject* containerBase(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
-  while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
+  while (type && isPythonClass(type)) type = type->tp_base;
   if (type == &PyDict_Type || type == &PyTuple_Type || type == &PyList_Type || type == &PySet_Type ||
       type == &PyFrozenSet_Type)
     return type;
@@ -275,7 +277,7 @@ Result<ValuePtr> objectReduceEx(Tracer& t, Args& args, Kwargs& kwargs) {
   }
   PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     for (const char* n : {"__slots__", "__getnewargs_ex__", "__getnewargs__"})
       if (dict && PyDict_GetItemString(dict, n))
         return t.fail(std::string("object.__reduce_ex__() of a class with ") + n);
@@ -497,7 +499,7 @@ namespace {
 Result<ValuePtr> baseMethod(Tracer& t, PyObject* fn, Args& args, Kwargs& kwargs, bool as_operator) {
   if (fn == objectSlot("__reduce_ex__") && !args.empty()) return objectReduceEx(t, args, kwargs);
   if (args.size() == 2 && kwargs.empty() &&
-      fn == PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(PyExc_BaseException)->tp_dict, "with_traceback")) {
+      fn == PyDict_GetItemString(typeDict(reinterpret_cast<PyTypeObject*>(PyExc_BaseException)), "with_traceback")) {
     // exc.with_traceback(tb) of an exception the trace made (no source: nothing outside saw
     // it yet), with None or a traceback the trace made (a real one, see noteTraceback): done
     // for real; anything else given raises its TypeError for real.

@@ -21,6 +21,7 @@
 #include "trace/protocol/container_methods.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -330,7 +331,7 @@ bool defersToView(const ValuePtr& v, bytecode::BinaryOp op) {
     Ref name = Ref::steal(PyUnicode_InternFromString(row.name));
     if (!name) return PyErr_Clear(), false;
     PyObject* own = lookupInMro(classOf(v), name.get(), nullptr);
-    PyObject* base = PyDict_GetItemWithError(PySet_Type.tp_dict, name.get());
+    PyObject* base = PyDict_GetItemWithError(typeDict(&PySet_Type), name.get());
     if (!base) PyErr_Clear();
     return own == base;
   }

@@ -10,6 +10,7 @@
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -138,7 +139,7 @@ Result<ValuePtr> makeException(Tracer& t, PyObject* cls, std::vector<ValuePtr>& 
   PyObject* init = nullptr;
   PyObject* mro = reinterpret_cast<PyTypeObject*>(cls)->tp_mro;
   for (Py_ssize_t i = 0; mro && i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     PyObject* n = dict ? PyDict_GetItemString(dict, "__new__") : nullptr;
     if (n && PyFunction_Check(n)) return t.fail("an exception class with a Python __new__ is not supported yet");
     PyObject* f = dict ? PyDict_GetItemString(dict, "__init__") : nullptr;

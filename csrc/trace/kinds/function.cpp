@@ -70,6 +70,10 @@ Result<ValuePtr> functionAttr(Tracer& t, const ValuePtr& fn, PyObject* name) {
   if (strcmp(n, "__defaults__") == 0) return p.defaults ? p.defaults : Value::constant(Py_None);
   if (strcmp(n, "__kwdefaults__") == 0) return p.kwdefaults ? p.kwdefaults : Value::constant(Py_None);
   if (strcmp(n, "__annotations__") == 0) return functionAnnotations(t, p);
+  // 3.12: a generic function's type parameters are set by an intrinsic the trace does not
+  // run (CALL_INTRINSIC_2), so a function made in the trace has none (functools.wraps reads
+  // it). On 3.11 functions have no such attribute: the lookup below raises AttributeError.
+  if (strcmp(n, "__type_params__") == 0 && _PyType_Lookup(&PyFunction_Type, name)) return Value::tuple({});
   // Every function has what its type defines (__globals__, __closure__, __get__, ...): not
   // modelled here, which is no AttributeError the program could catch.
   if (_PyType_Lookup(&PyFunction_Type, name))

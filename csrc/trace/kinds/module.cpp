@@ -8,6 +8,7 @@
 #include "trace/engine/scalars.h"
 #include "trace/kinds/module.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -46,7 +47,7 @@ PyObject* moduleContainerOwning(PyObject* module, PyObject* dunder) {
       PyErr_Clear();
       continue;
     }
-    PyObject* own = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(cls)->tp_dict, dunder);
+    PyObject* own = PyDict_GetItemWithError(typeDict(reinterpret_cast<PyTypeObject*>(cls)), dunder);
     if (!own) PyErr_Clear();
     if (own && own == found) return cls;
   }

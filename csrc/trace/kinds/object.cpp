@@ -7,6 +7,7 @@
 #include <string>
 
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/engine/outputs.h"
 #include "trace/kinds/iterator.h"
@@ -17,6 +18,7 @@
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -123,7 +125,7 @@ PyObject* ownerInMro(PyObject* type, PyObject* name, PyObject* after) {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(mro); ++i)
       if (PyTuple_GET_ITEM(mro, i) == after) start = i + 1;
   for (Py_ssize_t i = start; i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     if (dict && PyDict_GetItemWithError(dict, name)) return PyTuple_GET_ITEM(mro, i);
     PyErr_Clear();
   }
@@ -146,7 +148,7 @@ int classAttrReg(Tracer& t, PyObject* type, PyObject* name, PyObject* after) {
       started = reinterpret_cast<PyObject*>(c) == after;
       continue;
     }
-    if (!c->tp_dict) continue;
+    if (!typeDict(c)) continue;
     int cd = t.guards().loadClassDict(c, std::string(c->tp_name) + ".__dict__");
     t.guards().checkNoInstanceAttr(cd, name);
   }
@@ -262,7 +264,7 @@ Result<ValuePtr> bindClassAttr(Tracer& t, const ValuePtr& self, const ValuePtr& 
 // type.__dict__['__dict__'] (borrowed): what `cls.__dict__` reads for any class whose
 // metaclass does not define __dict__ itself.
 PyObject* typeDictDescriptor() {
-  static PyObject* descr = PyDict_GetItemString(PyType_Type.tp_dict, "__dict__");
+  static PyObject* descr = PyDict_GetItemString(typeDict(&PyType_Type), "__dict__");
   return descr;
 }
 
@@ -305,13 +307,13 @@ Result<ValuePtr> classGetAttr(Tracer& t, const ValuePtr& cls_value, PyObject* na
       // raises TypeError, dict's mutating methods do not exist on it), handed back as a
       // new mappingproxy of the very class dict, as each `cls.__dict__` is.
       PyTypeObject* ct = reinterpret_cast<PyTypeObject*>(cls);
-      if (!ct->tp_dict) return realAttr();
+      if (!typeDict(ct)) return realAttr();
       for (const auto& [reg, value] : t.wrappedValues())  // stores pending on the class: the dict does not show them yet
         if (value->real() == cls && t.effects().anyAttrOverlayOf(reg))
           return t.fail("a class's __dict__ read after the trace set its attributes is not supported yet");
       t.class_dicts_read.insert(cls);
       int d = t.guards().loadClassDict(ct, std::string(ct->tp_name) + ".__dict__");
-      return t.wrapDictItems(ct->tp_dict, d, reinterpret_cast<PyObject*>(&PyDictProxy_Type));
+      return t.wrapDictItems(typeDict(ct), d, reinterpret_cast<PyObject*>(&PyDictProxy_Type));
     }
     if (!after) return realAttr();
   }
@@ -525,7 +527,7 @@ Result<ValuePtr> namedTupleClassAttr(Tracer& t, const ValuePtr& self, PyObject* 
   PyObject* descr = lookupInMro(cls, name, nullptr);
   if (!descr) return notHandled();
   // Only what a class above tuple defines (tuple's own C methods stay the container's).
-  PyObject* in_tuple = PyDict_GetItemWithError(PyTuple_Type.tp_dict, name);
+  PyObject* in_tuple = PyDict_GetItemWithError(typeDict(&PyTuple_Type), name);
   if (in_tuple == descr) return notHandled();
   if (PyErr_Occurred()) return t.failFromPython("tuple attribute lookup");
   if (PyObject_TypeCheck(descr, &PyProperty_Type)) {  // a property of the class: its getter on the tuple
@@ -567,7 +569,7 @@ PyObject* lookupInMro(PyObject* type, PyObject* name, PyObject* after) {
       if (PyTuple_GET_ITEM(mro, i) == after) start = i + 1;
   }
   for (Py_ssize_t i = start; i < PyTuple_GET_SIZE(mro); ++i) {
-    PyObject* dict = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i))->tp_dict;
+    PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i)));
     PyObject* v = dict ? PyDict_GetItemWithError(dict, name) : nullptr;
     if (v) return v;
     PyErr_Clear();
@@ -580,7 +582,7 @@ bool isPlainPythonClass(PyObject* cls) {
   if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE)) return false;
   // Instances made with object.__new__ and no metaclass magic.
   return type->tp_new == PyBaseObject_Type.tp_new || lookupInMro(cls, interned(Str::dunder_new), nullptr) ==
-                                                      PyDict_GetItemString(PyBaseObject_Type.tp_dict, "__new__");
+                                                      PyDict_GetItemString(typeDict(&PyBaseObject_Type), "__new__");
 }
 
 // A Python class whose instances object.__new__ makes: no builtin base below its Python
@@ -589,11 +591,11 @@ bool madeByObjectNew(PyObject* cls) {
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
   if (!(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || (type->tp_flags & Py_TPFLAGS_IS_ABSTRACT)) return false;
   PyTypeObject* solid = type;
-  while (solid && (solid->tp_flags & Py_TPFLAGS_HEAPTYPE)) solid = solid->tp_base;
+  while (solid && isPythonClass(solid)) solid = solid->tp_base;
   return solid == &PyBaseObject_Type;
 }
 
-PyObject* objectSlot(const char* name) { return PyDict_GetItemString(PyBaseObject_Type.tp_dict, name); }
+PyObject* objectSlot(const char* name) { return PyDict_GetItemString(typeDict(&PyBaseObject_Type), name); }
 
 // The class attribute, guarded to stay this very object.
 void guardClassAttr(Tracer& t, PyObject* type, PyObject* name, PyObject* after, PyObject* descr) {
@@ -686,9 +688,9 @@ bool rebuildableException(PyObject* exc, int depth, std::string* why) {
   PyTypeObject* c_base = nullptr;
   for (Py_ssize_t i = 0; cls->tp_mro && i < PyTuple_GET_SIZE(cls->tp_mro); ++i) {
     PyTypeObject* k = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(cls->tp_mro, i));
-    PyObject* f = k->tp_dict ? PyDict_GetItemString(k->tp_dict, "__init__") : nullptr;
+    PyObject* f = typeDict(k) ? PyDict_GetItemString(typeDict(k), "__init__") : nullptr;
     if (f && !init) init = f;
-    if (PyDict_GetItemString(k->tp_dict, "__new__") && PyFunction_Check(PyDict_GetItemString(k->tp_dict, "__new__")))
+    if (PyDict_GetItemString(typeDict(k), "__new__") && PyFunction_Check(PyDict_GetItemString(typeDict(k), "__new__")))
       return *why = "an exception class with a Python __new__", false;
     if (!c_base && !(k->tp_flags & Py_TPFLAGS_HEAPTYPE)) c_base = k;
   }

@@ -12,6 +12,7 @@
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -51,7 +52,7 @@ Result<ValuePtr> defaultRepr(Tracer& t, const ValuePtr& obj) {
   PyObject* stand_in = t.standInId(obj);
   if (!stand_in) return t.failFromPython("a stand-in for the object's address");
   PyTypeObject* type = reinterpret_cast<PyTypeObject*>(cls);
-  PyObject* mod = PyDict_GetItemWithError(type->tp_dict, interned(Str::dunder_module));  // borrowed
+  PyObject* mod = PyDict_GetItemWithError(typeDict(type), interned(Str::dunder_module));  // borrowed
   if (!mod && PyErr_Occurred()) return t.failFromPython("the class's __module__");
   Ref qualname = Ref::steal(PyObject_GetAttrString(cls, "__qualname__"));
   if (!qualname) return t.failFromPython("the class's __qualname__");
@@ -70,7 +71,7 @@ Result<ValuePtr> userObjectStr(Tracer& t, const ValuePtr& obj, bool repr) {
   PyObject* name = interned(repr ? Str::dunder_repr : Str::dunder_str);
   if (!repr) {
     PyObject* own = lookupInMro(classOf(obj), name, nullptr);
-    PyObject* base = PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, name);  // borrowed
+    PyObject* base = PyDict_GetItemWithError(typeDict(&PyBaseObject_Type), name);  // borrowed
     if (!own) return notHandled();
     if (own == base) name = interned(Str::dunder_repr);
   }
@@ -78,7 +79,7 @@ Result<ValuePtr> userObjectStr(Tracer& t, const ValuePtr& obj, bool repr) {
   if (r.notHandled() && obj->is(Kind::NewObject)) {
     PyObject* repr_name = interned(Str::dunder_repr);
     PyObject* own = lookupInMro(classOf(obj), repr_name, nullptr);
-    if (own && own == PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, repr_name)) return defaultRepr(t, obj);
+    if (own && own == PyDict_GetItemWithError(typeDict(&PyBaseObject_Type), repr_name)) return defaultRepr(t, obj);
     if (PyErr_Occurred()) return t.failFromPython("__repr__ lookup");
   }
   if (!r || r.notHandled()) return r;
@@ -98,7 +99,7 @@ Result<ValuePtr> userObjectFormat(Tracer& t, const ValuePtr& obj, int conversion
   // format(obj, "") of a class without its own __format__ is str(obj).
   static PyObject* format_name = PyUnicode_InternFromString("__format__");
   PyObject* own = format_name ? lookupInMro(classOf(obj), format_name, nullptr) : nullptr;
-  PyObject* base = format_name ? PyDict_GetItemWithError(PyBaseObject_Type.tp_dict, format_name) : nullptr;
+  PyObject* base = format_name ? PyDict_GetItemWithError(typeDict(&PyBaseObject_Type), format_name) : nullptr;
   if (!own || own != base) {
     PyErr_Clear();
     return notHandled();

@@ -27,6 +27,7 @@
 #include "trace/protocol/calls.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -46,7 +47,7 @@ PyObject* defaultImplFunction() {
   if (fn) return fn.get();
   PyTypeObject* tt = tensorType();
   if (!tt) return nullptr;
-  PyObject* cm = PyDict_GetItemWithError(tt->tp_dict, torchFunctionName());
+  PyObject* cm = PyDict_GetItemWithError(typeDict(tt), torchFunctionName());
   if (!cm) {
     if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "torch.Tensor has no __torch_function__");
     return nullptr;

@@ -1,6 +1,7 @@
 // Handlers of calls, operators and value-building instructions (handlers.h).
 #include <string>
 
+#include "bytecode/version.h"
 #include "support/lookup.h"
 #include "trace/engine/graph_calls.h"
 #include "trace/kinds/iterator.h"
@@ -62,12 +63,21 @@ Result<Next> opBinaryOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& 
   return give(binaryOp(t, static_cast<bytecode::BinaryOp>(ins.arg), io[0], io[1]), io);
 }
 
-Result<Next> opUnary(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
-  return give(unaryOp(t, ins.op, io[0]), io);
+Result<Next> opUnaryNegative(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return give(unaryOp(t, UnaryOp::Negative, io[0]), io);
+}
+Result<Next> opUnaryPositive(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return give(unaryOp(t, UnaryOp::Positive, io[0]), io);
+}
+Result<Next> opUnaryInvert(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return give(unaryOp(t, UnaryOp::Invert, io[0]), io);
+}
+Result<Next> opUnaryNot(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return give(unaryOp(t, UnaryOp::Not, io[0]), io);
 }
 
 Result<Next> opCompareOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
-  return give(compareOp(t, ins.arg, io[0], io[1]), io);
+  return give(compareOp(t, bytecode::compareOpOf(ins.arg), io[0], io[1]), io);
 }
 
 Result<Next> opIsOp(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {

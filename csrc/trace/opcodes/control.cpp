@@ -52,27 +52,48 @@ Result<Next> opForIter(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, 
 
 Result<Next> opJump(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values&) { return Next::Jump; }
 
-Result<Next> opPopJumpIfBool(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+namespace {
+
+Result<Next> popJumpIf(Tracer& t, Values& io, bool jump_if) {
   Result<bool> truth = truthValue(t, io[0]);
   if (!truth) return truth.stop();
   io.clear();
-  const bool jump_if = ins.op == Op::POP_JUMP_FORWARD_IF_TRUE || ins.op == Op::POP_JUMP_BACKWARD_IF_TRUE;
   return *truth == jump_if ? Next::Jump : Next::Fall;
 }
 
-Result<Next> opPopJumpIfNone(Tracer&, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+Result<Next> popJumpIfNone(Values& io, bool jump_if_none) {
   const bool none = io[0]->isNone();
   io.clear();
-  const bool jump_if_none = ins.op == Op::POP_JUMP_FORWARD_IF_NONE || ins.op == Op::POP_JUMP_BACKWARD_IF_NONE;
   return none == jump_if_none ? Next::Jump : Next::Fall;
 }
 
-Result<Next> opJumpIfOrPop(Tracer& t, SymbolicFrame&, const bytecode::Instruction& ins, Values& io) {
+Result<Next> jumpIfOrPop(Tracer& t, Values& io, bool jump_if) {
   Result<bool> truth = truthValue(t, io[0]);
   if (!truth) return truth.stop();
-  if (*truth == (ins.op == Op::JUMP_IF_TRUE_OR_POP)) return Next::Jump;  // the value stays
+  if (*truth == jump_if) return Next::Jump;  // the value stays
   io.clear();
   return Next::Fall;
+}
+
+}  // namespace
+
+Result<Next> opPopJumpIfTrue(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return popJumpIf(t, io, true);
+}
+Result<Next> opPopJumpIfFalse(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return popJumpIf(t, io, false);
+}
+Result<Next> opPopJumpIfNone(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return popJumpIfNone(io, true);
+}
+Result<Next> opPopJumpIfNotNone(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return popJumpIfNone(io, false);
+}
+Result<Next> opJumpIfTrueOrPop(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return jumpIfOrPop(t, io, true);
+}
+Result<Next> opJumpIfFalseOrPop(Tracer& t, SymbolicFrame&, const bytecode::Instruction&, Values& io) {
+  return jumpIfOrPop(t, io, false);
 }
 
 Result<Next> opReturnValue(Tracer&, SymbolicFrame&, const bytecode::Instruction&, Values&) { return Next::Return; }

@@ -6,7 +6,10 @@
 // goes on; the dispatcher checks the count against the table and pushes them. A handler
 // reads and writes the frame's locals, cells and call state, never its value stack.
 // Every base opcode has a handler or is listed as not traced in handlerFor() (an
-// exhaustive switch: a new opcode does not compile until it is one or the other).
+// exhaustive switch: a new opcode does not compile until it is one or the other). The
+// switch is per version (dispatch_py3XX.cpp, with the handlers only that version needs);
+// the handlers declared here are shared and never test which opcode they run for when
+// versions spell it differently.
 #pragma once
 #include <vector>
 
@@ -29,7 +32,7 @@ enum class Next : unsigned char {
 using Values = std::vector<ValuePtr>;
 using Handler = Result<Next> (*)(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 
-// The handler of `op`, or null for an opcode the tracer does not trace.
+// The handler of `op`, or null for an opcode the tracer does not trace (dispatch_py3XX.cpp).
 Handler handlerFor(bytecode::Op op);
 
 // ---- op_locals.cpp: locals, constants, globals, attributes, imports, the stack ----------
@@ -60,7 +63,10 @@ Result<Next> opMatchKeys(Tracer& t, SymbolicFrame& f, const bytecode::Instructio
 Result<Next> opKwNames(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opCall(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opBinaryOp(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
-Result<Next> opUnary(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opUnaryNegative(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opUnaryPositive(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opUnaryInvert(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opUnaryNot(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opCompareOp(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opIsOp(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opContainsOp(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
@@ -96,9 +102,12 @@ Result<Next> opCallFunctionEx(Tracer& t, SymbolicFrame& f, const bytecode::Instr
 Result<Next> opGetIter(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opForIter(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opJump(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
-Result<Next> opPopJumpIfBool(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opPopJumpIfTrue(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opPopJumpIfFalse(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opPopJumpIfNone(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
-Result<Next> opJumpIfOrPop(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opPopJumpIfNotNone(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opJumpIfTrueOrPop(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
+Result<Next> opJumpIfFalseOrPop(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opReturnValue(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opReturnGenerator(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);
 Result<Next> opYieldValue(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io);

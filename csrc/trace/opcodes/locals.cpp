@@ -40,6 +40,12 @@ Result<Next> opLoadFast(Tracer& t, SymbolicFrame& f, const bytecode::Instruction
 }
 
 Result<Next> opStoreFast(Tracer& t, SymbolicFrame& f, const bytecode::Instruction& ins, Values& io) {
+  if (io[0]->is(Kind::Null)) {  // 3.12: a comprehension restoring a local that was unbound
+    f.locals[ins.arg] = nullptr;
+    if (f.root) f.deleted[ins.arg] = 1;
+    io.clear();
+    return Next::Fall;
+  }
   t.noteStored(io[0], PyTuple_GET_ITEM(f.code->co_localsplusnames, ins.arg));
   f.locals[ins.arg] = std::move(io[0]);
   io.clear();

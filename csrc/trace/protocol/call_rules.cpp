@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/call_rules.h"
 #include "trace/engine/graph_calls.h"
@@ -24,6 +25,7 @@
 #include "trace/protocol/constants.h"
 #include "trace/protocol/operators.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -194,7 +196,7 @@ Result<ValuePtr> callDictFromkeys(Tracer& t, PyObject* f, Args& args, Kwargs& kw
   PyObject* type = PyCFunction_GET_SELF(f);
   const char* name = reinterpret_cast<PyCFunctionObject*>(f)->m_ml->ml_name;
   if (!type || !PyType_Check(type) || !PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(type), &PyDict_Type) ||
-      PyType_HasFeature(reinterpret_cast<PyTypeObject*>(type), Py_TPFLAGS_HEAPTYPE) || strcmp(name, "fromkeys") != 0)
+      isPythonClass(reinterpret_cast<PyTypeObject*>(type)) || strcmp(name, "fromkeys") != 0)
     return notHandled();
   ValuePtr value = args.size() > 1 ? args[1] : Value::constant(Py_None);
   for (auto& [k, v] : kwargs) {
@@ -234,7 +236,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
   if (bytecode::BinaryOp op; args.size() == 2 && kwargs.empty() && binaryOperatorOf(f, &op))
     return binaryOp(t, op, args[0], args[1]);
   if (int op; args.size() == 2 && kwargs.empty() && compareOperatorOf(f, &op)) return compareOp(t, op, args[0], args[1]);
-  if (bytecode::Op op; args.size() == 1 && kwargs.empty() && unaryOperatorOf(f, &op)) return unaryOp(t, op, args[0]);
+  if (UnaryOp op; args.size() == 1 && kwargs.empty() && unaryOperatorOf(f, &op)) return unaryOp(t, op, args[0]);
   Result<ValuePtr> r = foldConstantCall(t, f, args, kwargs);
   if (!r.notHandled()) return r;
   if (Result<ValuePtr> m = callMathOnSymbolic(t, f, args, kwargs); !m.notHandled()) return m;
@@ -288,7 +290,7 @@ Result<ValuePtr> callByRules(Tracer& t, const ValuePtr& fn, Args& args, Kwargs& 
     // A typing alias of a generic class called (Box[int](x)), as typing's __call__ does it:
     // the class called, then the instance's __orig_class__ set to the alias where the
     // instance takes attributes. The alias's own fields are in its __dict__ (no Python runs).
-    PyObject* module = PyDict_GetItemString(Py_TYPE(f)->tp_dict, "__module__");
+    PyObject* module = PyDict_GetItemString(typeDict(Py_TYPE(f)), "__module__");
     PyObject** dictptr = _PyObject_GetDictPtr(f);
     PyObject* fields = dictptr ? *dictptr : nullptr;
     PyObject* origin = fields && PyDict_Check(fields) ? PyDict_GetItemString(fields, "__origin__") : nullptr;

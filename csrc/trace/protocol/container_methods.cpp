@@ -7,6 +7,7 @@
 
 #include "support/check.h"
 #include "support/lookup.h"
+#include "support/python_class.h"
 #include "support/torch_types.h"
 #include "trace/engine/scalars.h"
 #include "trace/kinds/dict.h"
@@ -34,7 +35,7 @@ PyTypeObject* containerCType(const ValuePtr& self) {
     type = PyType_Check(d->type.get()) ? reinterpret_cast<PyTypeObject*>(d->type.get()) : &PyDict_Type;
   else if (const Set* s = self->get<Set>())
     type = s->frozen ? &PyFrozenSet_Type : &PySet_Type;
-  while (type && PyType_HasFeature(type, Py_TPFLAGS_HEAPTYPE)) type = type->tp_base;
+  while (type && isPythonClass(type)) type = type->tp_base;  // to the C container type
   return type;
 }
 

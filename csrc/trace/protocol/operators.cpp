@@ -99,13 +99,13 @@ bool binaryOperatorOf(PyObject* fn, BinaryOp* op) {
   return true;
 }
 
-Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
-  if (op == bytecode::Op::UNARY_NOT) {
+Result<ValuePtr> unaryOp(Tracer& t, UnaryOp op, const ValuePtr& a) {
+  if (op == UnaryOp::Not) {
     Result<bool> truth = truthValue(t, a);
     if (!truth) return truth.stop();
     return Value::constant(*truth ? Py_False : Py_True);
   }
-  const char* name = op == bytecode::Op::UNARY_NEGATIVE ? "neg" : op == bytecode::Op::UNARY_POSITIVE ? "pos" : "invert";
+  const char* name = op == UnaryOp::Negative ? "neg" : op == UnaryOp::Positive ? "pos" : "invert";
   if (isUserObject(a)) {
     Ref method = internedName(std::string("__") + name + "__");
     if (!method) return t.failFromPython("a special method's name");
@@ -113,9 +113,9 @@ Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a) {
     if (!r.notHandled()) return r;
     return t.fail(std::string("bad operand type for unary ") + name + " (TypeError)");
   }
-  PyObject* fn = lookup(op == bytecode::Op::UNARY_NEGATIVE   ? Obj::operator_neg
-                        : op == bytecode::Op::UNARY_POSITIVE ? Obj::operator_pos
-                                                             : Obj::operator_invert);
+  PyObject* fn = lookup(op == UnaryOp::Negative   ? Obj::operator_neg
+                        : op == UnaryOp::Positive ? Obj::operator_pos
+                                                  : Obj::operator_invert);
   if (!fn) return t.failFromPython("operator lookup");
   if (a->is(Kind::NdArray)) return ndarrayOperator(t, name, {a});
   if (Result<ValuePtr> r = subclassOperator(t, name, {a}); !r.notHandled()) return r;
@@ -135,10 +135,9 @@ bool compareOperatorOf(PyObject* fn, int* op) {
   return true;
 }
 
-bool unaryOperatorOf(PyObject* fn, bytecode::Op* op) {
+bool unaryOperatorOf(PyObject* fn, UnaryOp* op) {
   static const Obj kUnaryFns[] = {Obj::operator_neg, Obj::operator_pos, Obj::operator_invert};
-  static const bytecode::Op kUnaryOps[] = {bytecode::Op::UNARY_NEGATIVE, bytecode::Op::UNARY_POSITIVE,
-                                           bytecode::Op::UNARY_INVERT};
+  static const UnaryOp kUnaryOps[] = {UnaryOp::Negative, UnaryOp::Positive, UnaryOp::Invert};
   const int i = indexOfFunction(kUnaryFns, fn);
   if (i < 0) return false;
   *op = kUnaryOps[i];

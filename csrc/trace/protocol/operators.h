@@ -27,7 +27,9 @@ Result<ValuePtr> binaryOp(Tracer& t, bytecode::BinaryOp op, const ValuePtr& a, c
 // (operator.add), as Python falls back from __iadd__ to __add__/__radd__ (`acc = 0;
 // acc += t` is `acc = acc + t`). Any other fn is returned as it is. Borrowed.
 PyObject* recordedOperator(Tracer& t, PyObject* fn, const ValuePtr& a);
-Result<ValuePtr> unaryOp(Tracer& t, bytecode::Op op, const ValuePtr& a);
+// The unary operators, whatever opcode spells them (3.12 makes +x a CALL_INTRINSIC_1).
+enum class UnaryOp : unsigned char { Negative, Positive, Invert, Not };
+Result<ValuePtr> unaryOp(Tracer& t, UnaryOp op, const ValuePtr& a);
 Result<ValuePtr> compareOp(Tracer& t, int op, const ValuePtr& a, const ValuePtr& b);
 Result<ValuePtr> subscript(Tracer& t, const ValuePtr& obj, const ValuePtr& index);
 Result<ValuePtr> getIter(Tracer& t, const ValuePtr& obj);
@@ -85,6 +87,6 @@ bool binaryOperatorOf(PyObject* fn, bytecode::BinaryOp* op);
 // *op in COMPARE_OP's order) or of a unary operator (operator.neg, pos, invert), never setting
 // an error: a call of it is compareOp / unaryOp, as the opcode is.
 bool compareOperatorOf(PyObject* fn, int* op);
-bool unaryOperatorOf(PyObject* fn, bytecode::Op* op);
+bool unaryOperatorOf(PyObject* fn, UnaryOp* op);
 
 }  // namespace cdynamo::trace

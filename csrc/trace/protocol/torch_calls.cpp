@@ -19,6 +19,7 @@
 #include "trace/protocol/calls.h"
 #include "trace/protocol/constants.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -266,7 +267,7 @@ Result<ValuePtr> callTorchFunction(Tracer& t, const ValuePtr& fn, Args& args, Kw
 static const char* definingModule(PyObject* f) {
   PyObject* m = PyFunction_Check(f) ? PyFunction_GET_MODULE(f)
                 : PyType_Check(f) && PyType_HasFeature(reinterpret_cast<PyTypeObject*>(f), Py_TPFLAGS_HEAPTYPE)
-                    ? PyDict_GetItemString(reinterpret_cast<PyTypeObject*>(f)->tp_dict, "__module__")
+                    ? PyDict_GetItemString(typeDict(reinterpret_cast<PyTypeObject*>(f)), "__module__")
                     : nullptr;
   if (!m || !PyUnicode_Check(m)) return nullptr;
   const char* name = PyUnicode_AsUTF8(m);

@@ -8,6 +8,7 @@
 #include "trace/protocol/binary_rules.h"
 #include "trace/protocol/type_expressions.h"
 #include "trace/tracer.h"
+#include "support/type_dict.h"
 
 namespace cdynamo::trace {
 
@@ -18,7 +19,7 @@ namespace {
 
 // The module a class was defined in is `name` (its __module__).
 bool definedIn(PyObject* type, const char* name) {
-  PyObject* dict = reinterpret_cast<PyTypeObject*>(type)->tp_dict;
+  PyObject* dict = typeDict(reinterpret_cast<PyTypeObject*>(type));
   PyObject* m = dict ? PyDict_GetItemString(dict, "__module__") : nullptr;
   return m && PyUnicode_Check(m) && PyUnicode_CompareWithASCIIString(m, name) == 0;
 }
