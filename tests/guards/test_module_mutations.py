@@ -58,14 +58,20 @@ def both(stack, eager, fn):
     fn(eager)
 
 
-def test_every_module_mutation_is_seen_by_the_guards(monkeypatch):
-    monkeypatch.setattr(cdynamo.config, "recompile_limit", 32)  # every state below gets its own entry
+def compiled_stack():
+    """A stack, its eager twin, the compiled stack and its counter, after a first checked call."""
     stack = make_stack()
     eager = copy.deepcopy(stack)
     cnt = CompileCounter()
     cf = cdynamo.compile(stack, backend=cnt)
     x = torch.randn(4, 16)
     check_against_eager(cf, eager, x)
+    return stack, eager, cnt, cf, x
+
+
+def test_every_module_mutation_is_seen_by_the_guards(monkeypatch):
+    monkeypatch.setattr(cdynamo.config, "recompile_limit", 32)  # every state below gets its own entry
+    stack, eager, cnt, cf, x = compiled_stack()
     assert cnt.frame_count == 1
     seen = cnt.frame_count
 
@@ -123,12 +129,7 @@ def test_every_module_mutation_is_seen_by_the_guards(monkeypatch):
 
 
 def test_an_unchanged_stack_hits_after_its_state_comes_back():
-    stack = make_stack()
-    eager = copy.deepcopy(stack)
-    cnt = CompileCounter()
-    cf = cdynamo.compile(stack, backend=cnt)
-    x = torch.randn(4, 16)
-    check_against_eager(cf, eager, x)
+    stack, eager, cnt, cf, x = compiled_stack()
     both(stack, eager, lambda m: m[3].weight.requires_grad_(False))
     check_against_eager(cf, eager, x)
     assert cnt.frame_count == 2

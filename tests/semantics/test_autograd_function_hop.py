@@ -253,17 +253,19 @@ def test_hook_on_input_stays_after_the_frame_and_the_handle_in_use_breaks():
         cdynamo.compile(keeps_handle, backend="eager", fullgraph=True)(torch.ones(3, requires_grad=True))
 
 
+def _grad_times_ten(t):
+    t.grad.mul_(10)
+
+
+def _registers_post_accumulate_hook(x, y):
+    x.register_post_accumulate_grad_hook(_grad_times_ten)
+    return x * y
+
+
 def test_post_accumulate_grad_hook_on_input():
-    def hook(t):
-        t.grad.mul_(10)
-
-    def f(x, y):
-        x.register_post_accumulate_grad_hook(hook)
-        return x * y
-
     cdynamo.reset()
     cnt = cdynamo.testing.CompileCounter()
-    cf = cdynamo.compile(f, backend=cnt, fullgraph=True)
+    cf = cdynamo.compile(_registers_post_accumulate_hook, backend=cnt, fullgraph=True)
     for _ in range(2):
         x = torch.ones(3, requires_grad=True)
         cf(x, torch.arange(3.0)).sum().backward()
@@ -309,21 +311,14 @@ def test_post_accumulate_grad_hook_replayed_on_a_non_leaf_raises_as_eager():
     # Leaf-ness is not in the tensor check: a non-leaf with the same metadata hits the entry
     # traced for a leaf. The replayed registration raises there as eager does (before any
     # effect of the frame is visible), so the hit is never a wrong result.
-    def hook(t):
-        t.grad.mul_(10)
-
-    def f(x, y):
-        x.register_post_accumulate_grad_hook(hook)
-        return x * y
-
     cdynamo.reset()
     cnt = cdynamo.testing.CompileCounter()
-    cf = cdynamo.compile(f, backend=cnt, fullgraph=True)
+    cf = cdynamo.compile(_registers_post_accumulate_hook, backend=cnt, fullgraph=True)
     y = torch.arange(3.0)
     cf(torch.ones(3, requires_grad=True), y)
     non_leaf = torch.ones(3, requires_grad=True) * 1
     with pytest.raises(RuntimeError, match="non-leaf") as eager:
-        f(non_leaf, y)
+        _registers_post_accumulate_hook(non_leaf, y)
     with pytest.raises(RuntimeError, match="non-leaf") as compiled:
         cf(non_leaf, y)
     assert str(compiled.value) == str(eager.value)
